@@ -1,0 +1,44 @@
+"""Errors raised by kprod itself, as opposed to errors a Kafka broker returns.
+
+Broker errors live in :mod:`spark_sink.protocol.errors`; every class here and there
+derives from :class:`~spark_sink.protocol.errors.KProdError`, so one ``except`` catches both.
+"""
+
+from __future__ import annotations
+
+from spark_sink.protocol.errors import KProdError
+
+
+class ConfigError(KProdError, ValueError):
+    """A configuration key is unknown, missing or has a bad value; the message names the key."""
+
+
+class KafkaTimeoutError(KProdError, TimeoutError):
+    """An operation did not finish within its bound (max.block.ms, delivery.timeout.ms, ...)."""
+
+
+class BufferExhaustedError(KafkaTimeoutError):
+    """buffer.memory stayed full for longer than max.block.ms."""
+
+
+class SerializationError(KProdError, ValueError):
+    """A key, value or header could not be turned into bytes; the message names which."""
+
+
+class RecordTooLargeError(KProdError, ValueError):
+    """A record is larger than max.request.size or buffer.memory."""
+
+
+class ColumnError(KProdError, TypeError):
+    """An input column is missing, unknown or of a type kprod does not accept.
+
+    The message names the column and the types it accepts.
+    """
+
+
+class InvalidPartitionError(KProdError, ValueError):
+    """A record names a partition that its topic does not have."""
+
+
+class ProducerClosedError(KProdError, RuntimeError):
+    """send() was called on a producer that is closing or closed."""
