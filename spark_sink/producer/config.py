@@ -1,0 +1,247 @@
+"""Producer configuration: Java producer key names and defaults, validated once.
+
+``ProducerConfig.from_dict({"bootstrap.servers": "host:9092", "linger.ms": 10})`` returns a
+frozen :class:`ProducerConfig`; an unknown key or a bad value raises :class:`ConfigError`
+naming the key and what it accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from spark_sink.producer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_MAX_IDEMPOTENT_IN_FLIGHT = 5
+_INT32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Key:
+    """One configuration key: its Java name, default and how to parse and check a value."""
+
+    name: str
+    default: Any
+    parse: Callable[[str, Any], Any]
+    doc: str
+
+
+def _int(minimum: int = 0, maximum: int = 2**63 - 1) -> Callable[[str, Any], int]:
+    def parse(key: str, value: Any) -> int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        try:
+            number = int(str(value).strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if isinstance(value, float) and value != number:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if not minimum <= number <= maximum:
+            raise ConfigError(f"{key}: expected an integer in [{minimum}, {maximum}], got {number}")
+        return number
+
+    return parse
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _str(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _optional_str(key: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return _str(key, value)
+
+
+def _acks(key: str, value: Any) -> int:
+    text = str(value).strip().lower()
+    if text in ("all", "-1"):
+        return -1
+    if text in ("0", "1"):
+        return int(text)
+    raise ConfigError(f"{key}: expected one of all, -1, 0, 1, got {value!r}")
+
+
+def _compression(key: str, value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in _COMPRESSION_CODECS:
+        raise ConfigError(f"{key}: expected one of {', '.join(_COMPRESSION_CODECS)}, got {value!r}")
+    return text
+
+
+def _bootstrap(key: str, value: Any) -> tuple[tuple[str, int], ...]:
+    entries = value.split(",") if isinstance(value, str) else list(value or ())
+    servers = []
+    for entry in (str(e).strip() for e in entries):
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        host = host.strip("[]")  # IPv6 literals come as [::1]:9092
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{key}: expected host:port entries separated by commas, got {entry!r}")
+        servers.append((host, int(port)))
+    if not servers:
+        raise ConfigError(f"{key}: at least one host:port is required")
+    return tuple(servers)
+
+
+def _callable_or_none(key: str, value: Any) -> Callable | None:
+    if value is None or callable(value):
+        return value
+    raise ConfigError(f"{key}: expected a callable or None, got {type(value).__name__}")
+
+
+def _interceptors(key: str, value: Any) -> tuple:
+    items = () if value is None else tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    for item in items:
+        if not (callable(getattr(item, "on_send", None)) or callable(getattr(item, "on_acknowledgement", None))):
+            raise ConfigError(f"{key}: each interceptor needs on_send(record) and/or on_acknowledgement(metadata, error), got {item!r}")
+    return items
+
+
+_KEYS: tuple[_Key, ...] = (
+    _Key("bootstrap.servers", None, _bootstrap, "host:port list used to discover the cluster"),
+    _Key("client.id", "kprod", _str, "client id sent with every request"),
+    _Key("acks", "all", _acks, "all/-1, 1 or 0"),
+    _Key("linger.ms", 5, _int(0, _INT32_MAX), "how long a batch waits for more records"),
+    _Key("batch.size", 16384, _int(0, _INT32_MAX), "target record batch size in bytes"),
+    _Key("buffer.memory", 33554432, _int(1), "bytes of records waiting to be sent before send() blocks"),
+    _Key("max.block.ms", 60000, _int(0), "longest send()/flush wait for metadata or buffer space"),
+    _Key("max.request.size", 1048576, _int(1, _INT32_MAX), "largest request (and record) in bytes"),
+    _Key("request.timeout.ms", 30000, _int(0, _INT32_MAX), "how long to wait for a broker response"),
+    _Key("delivery.timeout.ms", 120000, _int(0, _INT32_MAX), "upper bound on reporting success or failure of a send"),
+    _Key("retries", _INT32_MAX, _int(0, _INT32_MAX), "how often a retriable failure is retried"),
+    _Key("retry.backoff.ms", 100, _int(0), "first backoff before a retry"),
+    _Key("retry.backoff.max.ms", 1000, _int(0), "largest backoff before a retry"),
+    _Key("max.in.flight.requests.per.connection", 5, _int(1, _INT32_MAX), "unacknowledged requests per broker"),
+    _Key("enable.idempotence", True, _bool, "exactly one copy of each record per partition, in order"),
+    _Key("compression.type", "none", _compression, "none, gzip, snappy, lz4 or zstd"),
+    _Key("metadata.max.age.ms", 300000, _int(0), "refresh metadata at least this often"),
+    _Key("metadata.max.idle.ms", 300000, _int(5000), "forget topics not produced to for this long"),
+    _Key("partitioner.ignore.keys", False, _bool, "spread keyed records like keyless ones"),
+    _Key("interceptors", None, _interceptors, "objects with on_send/on_acknowledgement"),
+    _Key("key.serializer", None, _callable_or_none, "callable turning a key into bytes"),
+    _Key("value.serializer", None, _callable_or_none, "callable turning a value into bytes"),
+    _Key("reconnect.backoff.ms", 50, _int(0), "first wait before reconnecting to a broker"),
+    _Key("reconnect.backoff.max.ms", 1000, _int(0), "largest wait before reconnecting"),
+    _Key("socket.connection.setup.timeout.ms", 10000, _int(0), "bound on a TCP connect"),
+    _Key("send.buffer.bytes", 131072, _int(-1, _INT32_MAX), "SO_SNDBUF, -1 for the OS default"),
+    _Key("receive.buffer.bytes", 32768, _int(-1, _INT32_MAX), "SO_RCVBUF, -1 for the OS default"),
+    _Key("connections.max.idle.ms", 540000, _int(0), "close connections idle this long"),
+    _Key("transactional.id", None, _optional_str, "not supported yet; must be unset"),
+)
+KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """Validated producer settings; attribute names are the Java keys in snake_case."""
+
+    bootstrap_servers: tuple[tuple[str, int], ...]
+    client_id: str
+    acks: int
+    linger_ms: int
+    batch_size: int
+    buffer_memory: int
+    max_block_ms: int
+    max_request_size: int
+    request_timeout_ms: int
+    delivery_timeout_ms: int
+    retries: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    max_in_flight_requests_per_connection: int
+    enable_idempotence: bool
+    compression_type: str
+    metadata_max_age_ms: int
+    metadata_max_idle_ms: int
+    partitioner_ignore_keys: bool
+    interceptors: tuple
+    key_serializer: Callable[[Any], bytes] | None
+    value_serializer: Callable[[Any], bytes] | None
+    reconnect_backoff_ms: int
+    reconnect_backoff_max_ms: int
+    socket_connection_setup_timeout_ms: int
+    send_buffer_bytes: int
+    receive_buffer_bytes: int
+    connections_max_idle_ms: int
+    transactional_id: str | None
+
+    @property
+    def compression_codec(self) -> int:
+        """The record batch attribute value of compression.type (0 none ... 4 zstd)."""
+        return _COMPRESSION_CODECS[self.compression_type]
+
+    @classmethod
+    def from_dict(cls, settings: Mapping[str, Any]) -> ProducerConfig:
+        """Parse and validate Java-named settings; defaults fill what is not given."""
+        if not isinstance(settings, Mapping):
+            raise ConfigError(f"producer config: expected a mapping of Java key names, got {type(settings).__name__}")
+        unknown = sorted(str(k) for k in settings if k not in KEYS)
+        if unknown:
+            raise ConfigError(
+                f"unknown producer config key(s): {', '.join(unknown)}; "
+                f"known keys: {', '.join(sorted(KEYS))}"
+            )
+        if settings.get("bootstrap.servers") in (None, "", [], ()):
+            raise ConfigError("bootstrap.servers: required (host:port[,host:port...])")
+        values = {
+            key.name.replace(".", "_"): key.parse(key.name, settings[key.name]) if key.name in settings else key.default
+            for key in _KEYS
+        }
+        # Defaults that are strings go through their parser too, so types are uniform.
+        values["acks"] = _acks("acks", values["acks"])
+        values["enable_idempotence"] = _resolve_idempotence(settings, values)
+        if values["transactional_id"] is not None:
+            raise ConfigError("transactional.id: transactions are not supported yet; leave it unset")
+        if values["delivery_timeout_ms"] < values["linger_ms"] + values["request_timeout_ms"]:
+            raise ConfigError(
+                "delivery.timeout.ms: must be at least linger.ms + request.timeout.ms "
+                f"({values['linger_ms']} + {values['request_timeout_ms']}), got {values['delivery_timeout_ms']}"
+            )
+        if values["retry_backoff_max_ms"] < values["retry_backoff_ms"]:
+            values["retry_backoff_max_ms"] = values["retry_backoff_ms"]
+        if values["reconnect_backoff_max_ms"] < values["reconnect_backoff_ms"]:
+            values["reconnect_backoff_max_ms"] = values["reconnect_backoff_ms"]
+        return cls(**values)
+
+
+def _resolve_idempotence(settings: Mapping[str, Any], values: dict[str, Any]) -> bool:
+    """Java's rule: idempotence needs acks=all, retries > 0 and at most 5 in flight.
+
+    Asked for explicitly, a conflict is an error; left at its default, idempotence is
+    quietly turned off instead.
+    """
+    conflicts = []
+    if values["acks"] != -1:
+        conflicts.append("acks must be all")
+    if values["retries"] == 0:
+        conflicts.append("retries must be greater than 0")
+    if values["max_in_flight_requests_per_connection"] > _MAX_IDEMPOTENT_IN_FLIGHT:
+        conflicts.append(f"max.in.flight.requests.per.connection must be at most {_MAX_IDEMPOTENT_IN_FLIGHT}")
+    if not values["enable_idempotence"]:
+        return False
+    if conflicts:
+        if "enable.idempotence" in settings:
+            raise ConfigError(f"enable.idempotence: true requires that {'; '.join(conflicts)}")
+        log.info("idempotence disabled because %s", "; ".join(conflicts))
+        return False
+    return True
