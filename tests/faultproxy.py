@@ -1,0 +1,130 @@
+"""A fault-injecting TCP proxy for tests: cut connections, add delay, stall traffic.
+
+It forwards bytes unchanged between clients and one target. Put it in front of a broker
+whose advertised address is the proxy's (``start_tansu(advertised_port=proxy.port)``) and
+every connection a client makes, bootstrap and leader alike, goes through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+
+class FaultProxy:
+    """Forward 127.0.0.1:``port`` to ``target``, with faults switched on by the test."""
+
+    def __init__(self, target_host: str, target_port: int, port: int = 0) -> None:
+        self._target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", port))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._delay_s = 0.0
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = False
+        self.connections_accepted = 0
+        self.connections_cut = 0
+        threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
+
+    # -- faults ---------------------------------------------------------------
+
+    def cut_all(self) -> int:
+        """Close every open connection on both sides; returns how many were cut."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for client, upstream in pairs:
+            for s in (client, upstream):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+        self.connections_cut += len(pairs)
+        return len(pairs)
+
+    def set_delay(self, ms: float) -> None:
+        """Hold every forwarded chunk for ``ms`` milliseconds."""
+        self._delay_s = ms / 1000.0
+
+    def stall(self, on: bool = True) -> None:
+        """Stop (or resume) forwarding in both directions; connections stay open."""
+        if on:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    @contextlib.contextmanager
+    def cutting(self, every_s: float) -> Iterator[None]:
+        """Cut all connections every ``every_s`` seconds while the block runs."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(every_s):
+                self.cut_all()
+
+        thread = threading.Thread(target=loop, name="faultproxy-cutter", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def close(self) -> None:
+        """Stop accepting and cut everything."""
+        self._closed = True
+        self._flowing.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.cut_all()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- forwarding -----------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._pairs.append((client, upstream))
+            self.connections_accepted += 1
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                self._flowing.wait()
+                if self._delay_s:
+                    time.sleep(self._delay_s)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            # One side ended: end the other too, as a real cut connection would.
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._pairs = [p for p in self._pairs if src not in p]
