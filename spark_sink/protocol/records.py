@@ -1,0 +1,181 @@
+"""Record batch v2 (magic 2): the reference row-wise encoder and the decoder.
+
+Layout of a batch (61-byte header, then the records section, compressed as a whole):
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordCount int32 | records...
+
+The CRC-32C covers attributes..end. The header is built when a batch is drained, because
+the producer id, epoch and base sequence are only known then.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+from spark_sink.protocol.compression import compress, decompress
+from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.primitives import Reader, write_uvarint, write_varint
+
+RECORD_BATCH_OVERHEAD = 61
+MAGIC = 2
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc
+_PREFIX = struct.Struct(">qiibI")
+# attributes .. recordCount: the part of the header the CRC covers.
+_CRC_HEADER = struct.Struct(">hiqqqhii")
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record; ``offset`` is absolute when decoded, ignored when encoding."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[Header, ...] = ()
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    """A decoded record batch with its header fields."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[Record]
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+
+def _sized(data: bytes | None) -> bytes:
+    return b"\x01" if data is None else write_varint(len(data)) + data
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Iterable[Header] = ()) -> bytes:
+    """One record, its length varint first."""
+    parts = [b"\x00", write_varint(timestamp_delta), write_varint(offset_delta), _sized(key), _sized(value)]
+    headers = tuple(headers)
+    parts.append(write_varint(len(headers)))
+    for hkey, hvalue in headers:
+        parts.append(_sized(hkey.encode()))
+        parts.append(_sized(hvalue))
+    body = b"".join(parts)
+    return write_varint(len(body)) + body
+
+
+def encode_records(records: Iterable[Record], base_timestamp: int) -> bytes:
+    """Reference row-wise encoder of the (uncompressed) records section.
+
+    Record i gets offsetDelta i and timestampDelta ``timestamp - base_timestamp``.
+    """
+    return b"".join(
+        encode_record(i, r.timestamp - base_timestamp, r.key, r.value, r.headers) for i, r in enumerate(records)
+    )
+
+
+def encode_record_batch(payload: bytes, *, record_count: int, last_offset_delta: int, base_timestamp: int,
+                        max_timestamp: int, codec: int = 0, producer_id: int = -1, producer_epoch: int = -1,
+                        base_sequence: int = -1, transactional: bool = False, base_offset: int = 0,
+                        partition_leader_epoch: int = -1) -> bytes:
+    """The full batch: header + ``payload`` (already compressed with ``codec``), with its CRC."""
+    attributes = (codec & _CODEC_MASK) | (_TRANSACTIONAL_BIT if transactional else 0)
+    covered = _CRC_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
+                               producer_id, producer_epoch, base_sequence, record_count)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(covered))
+    batch_length = RECORD_BATCH_OVERHEAD - 12 + len(payload)
+    return b"".join((_PREFIX.pack(base_offset, batch_length, partition_leader_epoch, MAGIC, crc), covered, payload))
+
+
+def build_record_batch(records: Sequence[Record], *, codec: int = 0, **ids: int | bool) -> bytes:
+    """Row-wise reference: encode, compress and frame ``records`` as one batch."""
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    base = records[0].timestamp
+    payload = compress(codec, encode_records(records, base))
+    return encode_record_batch(payload, record_count=len(records), last_offset_delta=len(records) - 1,
+                               base_timestamp=base, max_timestamp=max(r.timestamp for r in records),
+                               codec=codec, **ids)
+
+
+def decode_record_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[RecordBatch]:
+    """Decode every complete v2 batch in ``data`` (a trailing partial batch is ignored,
+    as brokers may cut a fetch mid-batch)."""
+    view = memoryview(data)
+    batches, pos = [], 0
+    while pos + RECORD_BATCH_OVERHEAD <= len(view):
+        base_offset, batch_length, leader_epoch, magic, crc = _PREFIX.unpack_from(view, pos)
+        end = pos + 12 + batch_length
+        if end > len(view):
+            break
+        if magic != MAGIC:
+            raise CorruptRecordError(f"record batch at offset {base_offset} has magic {magic}; only 2 is supported")
+        covered = view[pos + 21 : end]
+        if verify_crc and crc32c.crc32c(covered) != crc:
+            raise CorruptRecordError(f"record batch at offset {base_offset} fails its CRC-32C check")
+        (attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq, count) = _CRC_HEADER.unpack_from(view, pos + 21)
+        payload = view[pos + RECORD_BATCH_OVERHEAD : end]
+        codec = attributes & _CODEC_MASK
+        section = decompress(codec, payload) if codec else payload
+        batches.append(RecordBatch(base_offset, leader_epoch, magic, crc, attributes, last_delta, base_ts, max_ts,
+                                   pid, epoch, base_seq, _decode_records(section, count, base_offset, base_ts)))
+        pos = end
+    return batches
+
+
+def _decode_records(section: bytes | memoryview, count: int, base_offset: int, base_timestamp: int) -> list[Record]:
+    reader = Reader(section)
+    records = []
+    for _ in range(count):
+        length = reader.varint()
+        end = reader.pos + length
+        reader.int8()  # record attributes: unused in v2
+        ts_delta = reader.varint()
+        offset_delta = reader.varint()
+        key = _read_sized(reader)
+        value = _read_sized(reader)
+        headers = []
+        for _ in range(reader.varint()):
+            hkey = _read_sized(reader)
+            headers.append((hkey.decode() if hkey is not None else "", _read_sized(reader)))
+        if reader.pos != end:
+            raise CorruptRecordError("record length does not match its fields")
+        records.append(Record(key, value, base_timestamp + ts_delta, tuple(headers), base_offset + offset_delta))
+    return records
+
+
+def _read_sized(reader: Reader) -> bytes | None:
+    n = reader.varint()
+    return None if n < 0 else reader.raw(n)
