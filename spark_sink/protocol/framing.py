@@ -1,0 +1,84 @@
+"""Request/response headers, size-prefixed frames and a sans-IO connection object.
+
+:class:`KafkaProtocol` follows h11's shape: the caller feeds it bytes it read and writes
+the bytes it returns; it keeps correlation ids and the (api, version) each response must
+be decoded with, and never touches a socket or a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from spark_sink.protocol import primitives as p
+from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_body, is_flexible
+
+
+
+def encode_request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> bytes:
+    """Request header v1 (non-flexible) or v2 (flexible: adds an empty tagged-field section)."""
+    header = p.INT16.pack(api_key) + p.INT16.pack(api_version) + p.INT32.pack(correlation_id) + p.write_string(client_id)
+    return header + b"\x00" if is_flexible(api_key, api_version) else header
+
+
+def response_header_is_flexible(api_key: int, api_version: int) -> bool:
+    """Response header v1 for flexible versions, except ApiVersions which always uses v0."""
+    return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, api_version, response=True)
+
+
+class KafkaProtocol:
+    """Client side of one Kafka connection, sans I/O."""
+
+    def __init__(self, client_id: str | None = "kprod") -> None:
+        self.client_id = client_id
+        self._next_correlation_id = 0
+        self._pending: deque[tuple[int, int, int]] = deque()  # (correlation id, api key, version)
+        self._buffer = bytearray()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent that still await a response."""
+        return len(self._pending)
+
+    def send_request(self, api_key: int, api_version: int, body: dict[str, Any],
+                     expect_response: bool = True) -> tuple[int, bytes]:
+        """Frame a request; returns (correlation id, bytes to write including the size prefix)."""
+        correlation_id = self._next_correlation_id
+        self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
+        payload = encode_request_header(api_key, api_version, correlation_id, self.client_id) + encode_request_body(
+            api_key, api_version, body)
+        if expect_response:
+            self._pending.append((correlation_id, api_key, api_version))
+        return correlation_id, p.INT32.pack(len(payload)) + payload
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, dict[str, Any]]]:
+        """Feed bytes read from the socket; returns completed responses in arrival order as
+        (correlation id, api key, api version, decoded body)."""
+        buf = self._buffer
+        buf += data
+        responses = []
+        pos = 0
+        while len(buf) - pos >= 4:
+            (size,) = p.INT32.unpack_from(buf, pos)
+            if size < 4:
+                raise CorruptRecordError(f"response frame of {size} bytes is too short")
+            if len(buf) - pos - 4 < size:
+                break
+            start, end = pos + 4, pos + 4 + size
+            pos = end
+            reader = p.Reader(memoryview(buf)[start:end])
+            correlation_id = reader.int32()
+            if not self._pending:
+                raise CorruptRecordError(f"response with correlation id {correlation_id} but no request in flight")
+            expected, api_key, version = self._pending.popleft()
+            if correlation_id != expected:
+                raise CorruptRecordError(f"correlation id {correlation_id} does not match the expected {expected}")
+            if response_header_is_flexible(api_key, version):
+                reader.skip_tagged_fields()
+            body = decode_response_body(api_key, version, reader)
+            del reader
+            responses.append((correlation_id, api_key, version, body))
+        if pos:
+            del buf[:pos]
+        return responses

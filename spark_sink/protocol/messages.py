@@ -1,0 +1,200 @@
+"""The Kafka APIs kprod speaks, as field tables (written from the protocol specification).
+
+Each API has a request and a response :class:`~spark_sink.protocol.schema.Schema`, the
+version range this client implements, and the first flexible version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from spark_sink.protocol.errors import UnsupportedVersionError  # type: ignore[attr-defined]
+from spark_sink.protocol.schema import Field as F
+from spark_sink.protocol.schema import Schema, decode, encode
+
+
+class ApiKey(IntEnum):
+    """Kafka API keys used by kprod."""
+
+    PRODUCE = 0
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
+
+
+@dataclass(frozen=True)
+class Api:
+    """Request and response schemas of one API and the versions this client implements."""
+
+    key: ApiKey
+    min_version: int
+    max_version: int
+    request: Schema
+    response: Schema
+
+
+_INT32_ARRAY = "[]int32"
+
+PRODUCE = Api(
+    ApiKey.PRODUCE, 3, 12,
+    Schema((
+        F("transactional_id", "string", nullable=True),
+        F("acks", "int16"),
+        F("timeout_ms", "int32"),
+        F("topic_data", "[]struct", fields=(
+            F("name", "string"),
+            F("partition_data", "[]struct", fields=(
+                F("index", "int32"),
+                F("records", "records", nullable=True),
+            )),
+        )),
+    ), flexible_from=9),
+    Schema((
+        F("responses", "[]struct", fields=(
+            F("name", "string"),
+            F("partition_responses", "[]struct", fields=(
+                F("index", "int32"),
+                F("error_code", "int16"),
+                F("base_offset", "int64"),
+                F("log_append_time_ms", "int64", 2, default=-1),
+                F("log_start_offset", "int64", 5, default=-1),
+                F("record_errors", "[]struct", 8, fields=(
+                    F("batch_index", "int32"),
+                    F("batch_index_error_message", "string", nullable=True),
+                )),
+                F("error_message", "string", 8, nullable=True),
+            )),
+        )),
+        F("throttle_time_ms", "int32", 1),
+    ), flexible_from=9),
+)
+
+METADATA = Api(
+    ApiKey.METADATA, 1, 12,
+    Schema((
+        F("topics", "[]struct", nullable=True, fields=(
+            F("topic_id", "uuid", 10),
+            F("name", "string", nullable=True),
+        )),
+        F("allow_auto_topic_creation", "bool", 4, default=True),
+        F("include_cluster_authorized_operations", "bool", 8, 10),
+        F("include_topic_authorized_operations", "bool", 8),
+    ), flexible_from=9),
+    Schema((
+        F("throttle_time_ms", "int32", 3),
+        F("brokers", "[]struct", fields=(
+            F("node_id", "int32"),
+            F("host", "string"),
+            F("port", "int32"),
+            F("rack", "string", 1, nullable=True),
+        )),
+        F("cluster_id", "string", 2, nullable=True),
+        F("controller_id", "int32", 1, default=-1),
+        F("topics", "[]struct", fields=(
+            F("error_code", "int16"),
+            F("name", "string", nullable=True),
+            F("topic_id", "uuid", 10),
+            F("is_internal", "bool", 1),
+            F("partitions", "[]struct", fields=(
+                F("error_code", "int16"),
+                F("partition_index", "int32"),
+                F("leader_id", "int32"),
+                F("leader_epoch", "int32", 7, default=-1),
+                F("replica_nodes", _INT32_ARRAY),
+                F("isr_nodes", _INT32_ARRAY),
+                F("offline_replicas", _INT32_ARRAY, 5),
+            )),
+            F("topic_authorized_operations", "int32", 8, default=-2147483648),
+        )),
+        F("cluster_authorized_operations", "int32", 8, 10, default=-2147483648),
+    ), flexible_from=9),
+)
+
+API_VERSIONS = Api(
+    ApiKey.API_VERSIONS, 0, 3,
+    Schema((
+        F("client_software_name", "string", 3, default="kprod"),
+        F("client_software_version", "string", 3, default="0.1.0"),
+    ), flexible_from=3),
+    Schema((
+        F("error_code", "int16"),
+        F("api_keys", "[]struct", fields=(
+            F("api_key", "int16"),
+            F("min_version", "int16"),
+            F("max_version", "int16"),
+        )),
+        F("throttle_time_ms", "int32", 1),
+    ), flexible_from=3),
+)
+
+INIT_PRODUCER_ID = Api(
+    ApiKey.INIT_PRODUCER_ID, 0, 5,
+    Schema((
+        F("transactional_id", "string", nullable=True),
+        F("transaction_timeout_ms", "int32", default=60000),
+        F("producer_id", "int64", 3, default=-1),
+        F("producer_epoch", "int16", 3, default=-1),
+    ), flexible_from=2),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("producer_id", "int64", default=-1),
+        F("producer_epoch", "int16", default=-1),
+    ), flexible_from=2),
+)
+
+FIND_COORDINATOR = Api(
+    ApiKey.FIND_COORDINATOR, 0, 3,
+    Schema((
+        F("key", "string"),
+        F("key_type", "int8", 1),
+    ), flexible_from=3),
+    Schema((
+        F("throttle_time_ms", "int32", 1),
+        F("error_code", "int16"),
+        F("error_message", "string", 1, nullable=True),
+        F("node_id", "int32"),
+        F("host", "string"),
+        F("port", "int32"),
+    ), flexible_from=3),
+)
+
+APIS: dict[int, Api] = {api.key: api for api in (PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR)}
+CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
+
+
+def choose_version(api_key: int, broker_min: int, broker_max: int) -> int:
+    """The highest version both this client and the broker support."""
+    ours = APIS[api_key]
+    version = min(ours.max_version, broker_max)
+    if version < max(ours.min_version, broker_min):
+        raise UnsupportedVersionError(
+            f"{ApiKey(api_key).name}: broker supports v{broker_min}-v{broker_max}, "
+            f"kprod v{ours.min_version}-v{ours.max_version}"
+        )
+    return version
+
+
+def is_flexible(api_key: int, version: int, response: bool = False) -> bool:
+    """Whether this API version uses compact encodings and tagged fields."""
+    api = APIS[api_key]
+    return version >= (api.response if response else api.request).flexible_from
+
+
+def encode_request_body(api_key: int, version: int, body: dict[str, Any]) -> bytes:
+    return encode(APIS[api_key].request, version, body)
+
+
+def decode_request_body(api_key: int, version: int, data: bytes | memoryview) -> dict[str, Any]:
+    return decode(APIS[api_key].request, version, data)
+
+
+def encode_response_body(api_key: int, version: int, body: dict[str, Any]) -> bytes:
+    return encode(APIS[api_key].response, version, body)
+
+
+def decode_response_body(api_key: int, version: int, data: Any) -> dict[str, Any]:
+    return decode(APIS[api_key].response, version, data)
