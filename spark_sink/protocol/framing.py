@@ -76,6 +76,10 @@ class KafkaProtocol:
                 raise CorruptRecordError(f"correlation id {correlation_id} does not match the expected {expected}")
             if response_header_is_flexible(api_key, version):
                 reader.skip_tagged_fields()
+            if api_key == ApiKey.API_VERSIONS and p.INT16.unpack_from(buf, reader.pos)[0] != 0:
+                # A broker answers an ApiVersions version it does not know in v0 format
+                # (KIP-511), so the client can retry with a version from that list.
+                version = 0
             body = decode_response_body(api_key, version, reader)
             del reader
             responses.append((correlation_id, api_key, version, body))

@@ -1,0 +1,441 @@
+"""NetworkClient: non-blocking connections to brokers, the only module with sockets.
+
+One selector multiplexes every broker connection. Each connection negotiates API
+versions right after connecting, keeps its requests in flight in order, resumes partial
+writes on the next poll and is closed (failing what is in flight) on errors and request
+timeouts. Only the Sender thread calls it, except :meth:`NetworkClient.wakeup`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import selectors
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.protocol.errors import KafkaConnectionError, KProdError, error_for_code
+from spark_sink.protocol.framing import KafkaProtocol
+from spark_sink.protocol.messages import ApiKey, choose_version
+
+log = logging.getLogger(__name__)
+
+_RECV_SIZE = 256 * 1024
+
+
+def now_ms() -> float:
+    """Monotonic milliseconds, the clock every timeout in the producer uses."""
+    return time.monotonic() * 1000.0
+
+
+@dataclass(slots=True)
+class ClientResponse:
+    """The outcome of one request: a decoded body, or the error that prevented it."""
+
+    node_id: int
+    api_key: int
+    api_version: int
+    correlation_id: int
+    body: dict[str, Any] | None
+    error: Exception | None
+    request_latency_ms: float
+
+
+Callback = Callable[[ClientResponse], None]
+
+
+class _State(Enum):
+    DISCONNECTED = 0
+    CONNECTING = 1
+    CHECKING_API_VERSIONS = 2
+    READY = 3
+
+
+@dataclass(slots=True)
+class _InFlight:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    callback: Callback | None
+    sent_ms: float
+
+
+@dataclass
+class _Connection:
+    node_id: int
+    host: str
+    port: int
+    state: _State = _State.DISCONNECTED
+    sock: socket.socket | None = None
+    protocol: KafkaProtocol | None = None
+    versions: dict[int, int] = field(default_factory=dict)
+    # Bytes waiting to be written; each entry may carry a callback fired once it is out
+    # (requests that expect no response, e.g. Produce with acks=0).
+    outbox: deque = field(default_factory=deque)
+    in_flight: deque = field(default_factory=deque)
+    connect_started_ms: float = 0.0
+    last_failure_ms: float = -1e18
+    failures: int = 0
+    backoff_ms: float = 0.0
+    writing: bool = False
+
+
+class NetworkClient:
+    """Connections to every broker the producer talks to."""
+
+    def __init__(self, config: ProducerConfig) -> None:
+        self._config = config
+        self._selector = selectors.DefaultSelector()
+        self._conns: dict[int, _Connection] = {}
+        for i, (host, port) in enumerate(config.bootstrap_servers):
+            self._conns[-(i + 1)] = _Connection(-(i + 1), host, port)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._completed: list[tuple[Callback, ClientResponse]] = []
+        self._closed = False
+
+    # -- nodes ----------------------------------------------------------------
+
+    def bootstrap_nodes(self) -> list[int]:
+        """Ids of the bootstrap servers (negative, until metadata names the brokers)."""
+        return [n for n in self._conns if n < 0]
+
+    def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
+        """Learn broker addresses from metadata; a moved broker is reconnected."""
+        for node_id, (host, port) in nodes.items():
+            conn = self._conns.get(node_id)
+            if conn is None:
+                self._conns[node_id] = _Connection(node_id, host, port)
+            elif (conn.host, conn.port) != (host, port):
+                self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"))
+                conn.host, conn.port = host, port
+
+    def known_nodes(self) -> list[int]:
+        return list(self._conns)
+
+    # -- readiness ------------------------------------------------------------
+
+    def ready(self, node_id: int, now: float) -> bool:
+        """True if a request can be sent to ``node_id`` now; otherwise starts connecting
+        when the reconnect backoff allows."""
+        conn = self._conns.get(node_id)
+        if conn is None:
+            return False
+        if conn.state is _State.READY:
+            return len(conn.in_flight) < self._config.max_in_flight_requests_per_connection
+        if conn.state is _State.DISCONNECTED and now - conn.last_failure_ms >= conn.backoff_ms:
+            self._connect(conn, now)
+        return False
+
+    def is_connected(self, node_id: int) -> bool:
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.state is _State.READY
+
+    def connection_failed(self, node_id: int) -> bool:
+        """True if the last attempt to reach ``node_id`` failed and it is backing off."""
+        conn = self._conns.get(node_id)
+        return conn is not None and conn.state is _State.DISCONNECTED and conn.failures > 0
+
+    def connection_delay_ms(self, node_id: int, now: float) -> float:
+        """How long until ``node_id`` may be tried again (0 if now)."""
+        conn = self._conns.get(node_id)
+        if conn is None or conn.state is not _State.DISCONNECTED:
+            return 0.0
+        return max(0.0, conn.last_failure_ms + conn.backoff_ms - now)
+
+    def in_flight_count(self, node_id: int | None = None) -> int:
+        if node_id is None:
+            return sum(len(c.in_flight) for c in self._conns.values())
+        conn = self._conns.get(node_id)
+        return len(conn.in_flight) if conn else 0
+
+    def least_loaded_node(self, now: float) -> int | None:
+        """A ready node with the fewest requests in flight, else one that is connecting or
+        may connect now; brokers from metadata are preferred over bootstrap entries."""
+        best, best_load = None, None
+        fallback = None
+        for node_id, conn in sorted(self._conns.items(), key=lambda kv: (kv[0] < 0, random.random())):
+            if conn.state is _State.READY:
+                load = len(conn.in_flight)
+                if best_load is None or load < best_load:
+                    best, best_load = node_id, load
+            elif fallback is None and (
+                conn.state is not _State.DISCONNECTED or now - conn.last_failure_ms >= conn.backoff_ms
+            ):
+                fallback = node_id
+        return best if best is not None else fallback
+
+    def api_version(self, node_id: int, api_key: int) -> int | None:
+        conn = self._conns.get(node_id)
+        return conn.versions.get(api_key) if conn else None
+
+    # -- requests -------------------------------------------------------------
+
+    def send(self, node_id: int, api_key: int, body: dict[str, Any], callback: Callback | None,
+             expect_response: bool = True) -> None:
+        """Queue a request to a READY node; the version is the highest both sides support."""
+        conn = self._conns[node_id]
+        if conn.state is not _State.READY:
+            raise KafkaConnectionError(f"node {node_id} is not ready")
+        version = conn.versions.get(api_key)
+        if version is None:
+            raise error_for_code(35, f"broker {node_id} does not support {ApiKey(api_key).name}")
+        self._enqueue(conn, api_key, version, body, callback, expect_response)
+
+    def _enqueue(self, conn: _Connection, api_key: int, version: int, body: dict[str, Any],
+                 callback: Callback | None, expect_response: bool) -> None:
+        correlation_id, frame = conn.protocol.send_request(api_key, version, body, expect_response)
+        now = now_ms()
+        if expect_response:
+            conn.in_flight.append(_InFlight(correlation_id, api_key, version, callback, now))
+            conn.outbox.append((memoryview(frame), None))
+        else:
+            done = ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0)
+            conn.outbox.append((memoryview(frame), (callback, done) if callback else None))
+        self._write(conn)
+
+    def poll(self, timeout_ms: float) -> None:
+        """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
+        connection attempts, then run the callbacks of completed requests."""
+        timeout_ms = min(timeout_ms, self._next_timeout_ms(now_ms()))
+        for key, events in self._selector.select(max(0.0, timeout_ms) / 1000.0):
+            conn = key.data
+            if conn is None:
+                self._drain_wakeups()
+                continue
+            try:
+                if conn.state is _State.CONNECTING:
+                    self._finish_connect(conn)
+                    continue
+                if events & selectors.EVENT_WRITE:
+                    self._write(conn)
+                if events & selectors.EVENT_READ:
+                    self._read(conn)
+            except KProdError as exc:
+                self._disconnect(conn, exc)
+        self._expire(now_ms())
+        completed, self._completed = self._completed, []
+        for callback, response in completed:
+            try:
+                callback(response)
+            except Exception:  # a callback bug must not kill the I/O thread
+                log.exception("request callback failed")
+
+    def wakeup(self) -> None:
+        """Interrupt a blocking poll; safe from any thread."""
+        try:
+            self._wake_w.send(b"\x00")
+        except OSError:
+            pass  # buffer full (already woken) or closed
+
+    def close(self) -> None:
+        """Close every connection, failing what is in flight."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._conns.values():
+            self._disconnect(conn, KafkaConnectionError("producer network client closed"), backoff=False)
+        completed, self._completed = self._completed, []
+        for callback, response in completed:
+            try:
+                callback(response)
+            except Exception:
+                log.exception("request callback failed")
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- connection lifecycle -------------------------------------------------
+
+    def _connect(self, conn: _Connection, now: float) -> None:
+        log.debug("connecting to node %s at %s:%s", conn.node_id, conn.host, conn.port)
+        try:
+            family = socket.AF_INET6 if ":" in conn.host else socket.AF_INET
+            infos = socket.getaddrinfo(conn.host, conn.port, 0, socket.SOCK_STREAM)
+            family, _, _, _, address = infos[0] if infos else (family, None, None, None, (conn.host, conn.port))
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as exc:
+            self._fail_connect(conn, KafkaConnectionError(f"cannot resolve {conn.host}:{conn.port}: {exc}"), now)
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._config.send_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._config.send_buffer_bytes)
+        if self._config.receive_buffer_bytes > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._config.receive_buffer_bytes)
+        conn.sock, conn.state, conn.connect_started_ms = sock, _State.CONNECTING, now
+        conn.protocol = KafkaProtocol(self._config.client_id)
+        err = sock.connect_ex(address)
+        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
+            sock.close()
+            conn.sock = None
+            self._fail_connect(conn, KafkaConnectionError(
+                f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(err, err)}"), now)
+            return
+        self._selector.register(sock, selectors.EVENT_WRITE, conn)
+        conn.writing = True
+
+    def _finish_connect(self, conn: _Connection) -> None:
+        err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise KafkaConnectionError(f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(err, err)}")
+        conn.state = _State.CHECKING_API_VERSIONS
+        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        conn.writing = False
+        self._enqueue(conn, ApiKey.API_VERSIONS, 3, {}, self._on_api_versions, True)
+
+    def _on_api_versions(self, response: ClientResponse) -> None:
+        conn = self._conns.get(response.node_id)
+        if conn is None or response.error is not None or conn.state is not _State.CHECKING_API_VERSIONS:
+            return
+        body = response.body
+        if body["error_code"] == 35 and response.api_version > 0:
+            ours = [e["max_version"] for e in body["api_keys"] if e["api_key"] == ApiKey.API_VERSIONS]
+            retry_version = min(response.api_version - 1, max(ours or [0]))
+            self._enqueue(conn, ApiKey.API_VERSIONS, retry_version, {}, self._on_api_versions, True)
+            return
+        if body["error_code"]:
+            self._disconnect(conn, error_for_code(body["error_code"], f"ApiVersions from node {conn.node_id}"))
+            return
+        versions = {}
+        for entry in body["api_keys"]:
+            try:
+                versions[entry["api_key"]] = choose_version(entry["api_key"], entry["min_version"], entry["max_version"])
+            except (KeyError, ValueError):
+                continue  # an API kprod does not use
+            except KProdError:
+                continue  # not usable at any common version; send() will say so
+        conn.versions = versions
+        conn.state = _State.READY
+        conn.failures = 0
+        conn.backoff_ms = 0.0
+        log.debug("node %s ready, versions %s", conn.node_id, versions)
+
+    def _fail_connect(self, conn: _Connection, error: Exception, now: float) -> None:
+        conn.state = _State.DISCONNECTED
+        self._note_failure(conn, now)
+        log.info("connection to node %s failed: %s", conn.node_id, error)
+
+    def _note_failure(self, conn: _Connection, now: float) -> None:
+        conn.failures += 1
+        conn.last_failure_ms = now
+        base, cap = self._config.reconnect_backoff_ms, self._config.reconnect_backoff_max_ms
+        exp = min(cap, base * (2 ** min(conn.failures - 1, 20)))
+        conn.backoff_ms = exp * random.uniform(0.8, 1.2)  # jitter keeps clients from reconnecting in lockstep
+
+    def _disconnect(self, conn: _Connection, error: Exception, backoff: bool = True) -> None:
+        if conn.sock is not None:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+            conn.sock.close()
+            conn.sock = None
+            log.info("disconnected from node %s: %s", conn.node_id, error)
+        if conn.state is not _State.DISCONNECTED and backoff:
+            self._note_failure(conn, now_ms())
+        conn.state = _State.DISCONNECTED
+        conn.writing = False
+        conn.versions = {}
+        now = now_ms()
+        for entry in conn.in_flight:
+            if entry.callback is not None:
+                self._completed.append((entry.callback, ClientResponse(
+                    conn.node_id, entry.api_key, entry.api_version, entry.correlation_id, None, error,
+                    now - entry.sent_ms)))
+        for _, on_written in conn.outbox:
+            if on_written is not None:
+                callback, done = on_written
+                done.error = error
+                self._completed.append((callback, done))
+        conn.in_flight.clear()
+        conn.outbox.clear()
+
+    # -- I/O ------------------------------------------------------------------
+
+    def _write(self, conn: _Connection) -> None:
+        outbox, sock = conn.outbox, conn.sock
+        if sock is None or conn.state is _State.CONNECTING:
+            return
+        while outbox:
+            view, on_written = outbox[0]
+            try:
+                sent = sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                raise KafkaConnectionError(f"write to node {conn.node_id} failed: {exc}") from exc
+            if sent < len(view):
+                # A full socket buffer: keep the rest for the next writable event, never spin.
+                outbox[0] = (view[sent:], on_written)
+                break
+            outbox.popleft()
+            if on_written is not None:
+                self._completed.append(on_written)
+        want_write = bool(outbox)
+        if want_write != conn.writing:
+            self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0), conn)
+            conn.writing = want_write
+
+    def _read(self, conn: _Connection) -> None:
+        sock = conn.sock
+        while sock is not None:
+            try:
+                data = sock.recv(_RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
+            if not data:
+                raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
+            now = now_ms()
+            for correlation_id, api_key, version, body in conn.protocol.receive_data(data):
+                entry = conn.in_flight.popleft()
+                if entry.callback is not None:
+                    self._completed.append((entry.callback, ClientResponse(
+                        conn.node_id, api_key, version, correlation_id, body, None, now - entry.sent_ms)))
+            if len(data) < _RECV_SIZE:
+                return
+            sock = conn.sock
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _next_timeout_ms(self, now: float) -> float:
+        nearest = float("inf")
+        request_timeout = self._config.request_timeout_ms
+        setup_timeout = self._config.socket_connection_setup_timeout_ms
+        for conn in self._conns.values():
+            if conn.in_flight:
+                nearest = min(nearest, conn.in_flight[0].sent_ms + request_timeout - now)
+            if conn.state is _State.CONNECTING:
+                nearest = min(nearest, conn.connect_started_ms + setup_timeout - now)
+        return max(0.0, nearest)
+
+    def _expire(self, now: float) -> None:
+        request_timeout = self._config.request_timeout_ms
+        setup_timeout = self._config.socket_connection_setup_timeout_ms
+        for conn in self._conns.values():
+            if conn.in_flight and now - conn.in_flight[0].sent_ms >= request_timeout:
+                # As in Java: a request that timed out leaves the connection in an unknown
+                # state, so everything in flight on it fails and it is closed.
+                self._disconnect(conn, KafkaTimeoutError(
+                    f"request to node {conn.node_id} timed out after {request_timeout} ms (request.timeout.ms)"))
+            elif conn.state is _State.CONNECTING and now - conn.connect_started_ms >= setup_timeout:
+                self._disconnect(conn, KafkaConnectionError(
+                    f"connecting to {conn.host}:{conn.port} took over {setup_timeout} ms "
+                    "(socket.connection.setup.timeout.ms)"))
