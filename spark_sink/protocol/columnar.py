@@ -58,15 +58,20 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
     return _uvarint_sizes(_zigzag(values))
 
 
-def _varint_columns(values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes matrix n×width, mask of used bytes) of the zigzag varints of ``values``."""
+def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes matrix n×width, mask of used bytes) of the zigzag varints of ``values``;
+    width is the longest varint present, so the common one-byte case is one column."""
     u = _zigzag(values)
     sizes = _uvarint_sizes(u)
-    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
-    groups = ((u[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
-    used = np.arange(width)[None, :] < sizes[:, None]
-    more = np.arange(width)[None, :] < (sizes - 1)[:, None]
-    groups |= (more.astype(np.uint8) << 7)
+    width = int(sizes.max()) if len(sizes) else 1
+    if width == 1:
+        return u.astype(np.uint8)[:, None], np.ones((len(u), 1), bool)
+    word = np.uint32 if width <= 4 else np.uint64
+    shifts = (np.arange(width) * 7).astype(word)
+    groups = ((u.astype(word)[:, None] >> shifts) & word(0x7F)).astype(np.uint8)
+    columns = np.arange(width)[None, :]
+    used = columns < sizes[:, None]
+    groups |= (columns < (sizes - 1)[:, None]).view(np.uint8) << 7
     return groups, used
 
 
@@ -122,8 +127,8 @@ def _header_blobs(headers: pa.Array, n: int) -> tuple[np.ndarray, pa.Array]:
         return counts, empty
     klen = _lengths(hkeys, m)
     klen[klen < 0] = 0  # header keys are strings; a null key is written as empty
-    key_prefix = _varints_to_binary([_varint_columns(klen, 5)], m)
-    value_prefix = _varints_to_binary([_varint_columns(_lengths(hvalues, m), 5)], m)
+    key_prefix = _varints_to_binary([_varint_columns(klen)], m)
+    value_prefix = _varints_to_binary([_varint_columns(_lengths(hvalues, m))], m)
     joined = pc.binary_join_element_wise(key_prefix, hkeys, value_prefix, hvalues, _EMPTY,
                                          null_handling="replace", null_replacement="")
     entry_offsets = _offsets(joined)
@@ -132,28 +137,49 @@ def _header_blobs(headers: pa.Array, n: int) -> tuple[np.ndarray, pa.Array]:
     return counts, blob
 
 
-def _encode(keys: pa.Array | None, values: pa.Array, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray,
-            headers: pa.Array | None) -> pa.Array:
-    """Every record of the given rows, one binary value each, with the given deltas."""
-    n = len(values)
-    klen, vlen = _lengths(keys, n), _lengths(values, n)
-    if headers is not None:
-        hcount, hblob = _header_blobs(headers, n)
-        hbytes = np.diff(_offsets(hblob)).astype(np.int64)
-    else:
-        hcount, hblob, hbytes = np.zeros(n, np.int64), None, np.zeros(n, np.int64)
-    body = (1 + varint_sizes(timestamp_deltas) + varint_sizes(offset_deltas) + varint_sizes(klen)
-            + np.maximum(klen, 0) + varint_sizes(vlen) + np.maximum(vlen, 0) + varint_sizes(hcount) + hbytes)
-    attributes = (np.zeros((n, 1), np.uint8), np.ones((n, 1), bool))
-    prefix = _varints_to_binary(
-        [_varint_columns(body, 5), attributes, _varint_columns(timestamp_deltas, 10),
-         _varint_columns(offset_deltas, 5), _varint_columns(klen, 5)], n)
-    value_prefix = _varints_to_binary([_varint_columns(vlen, 5)], n)
-    header_count = _varints_to_binary([_varint_columns(hcount, 5)], n)
-    parts = [prefix, keys if keys is not None else _EMPTY, value_prefix, values, header_count]
-    if hblob is not None:
-        parts.append(hblob)
-    return pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Rows to encode, with the per-row lengths every pass needs."""
+
+    keys: pa.Array | None
+    values: pa.Array
+    key_lengths: np.ndarray
+    value_lengths: np.ndarray
+    header_counts: np.ndarray
+    header_blobs: pa.Array | None
+    header_bytes: np.ndarray
+
+    @classmethod
+    def of(cls, keys: pa.Array | None, values: pa.Array, headers: pa.Array | None) -> _Columns:
+        n = len(values)
+        if headers is not None:
+            counts, blobs = _header_blobs(headers, n)
+            header_bytes = np.diff(_offsets(blobs)).astype(np.int64)
+        else:
+            counts, blobs, header_bytes = np.zeros(n, np.int64), None, np.zeros(n, np.int64)
+        return cls(keys, values, _lengths(keys, n), _lengths(values, n), counts, blobs, header_bytes)
+
+    def body_sizes(self, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray) -> np.ndarray:
+        """Size of each record after its length varint."""
+        klen, vlen = self.key_lengths, self.value_lengths
+        return (1 + varint_sizes(timestamp_deltas) + varint_sizes(offset_deltas) + varint_sizes(klen)
+                + np.maximum(klen, 0) + varint_sizes(vlen) + np.maximum(vlen, 0)
+                + varint_sizes(self.header_counts) + self.header_bytes)
+
+    def encode(self, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray) -> pa.Array:
+        """Every record, one binary value each, with the given deltas."""
+        n = len(self.values)
+        body = self.body_sizes(timestamp_deltas, offset_deltas)
+        attributes = (np.zeros((n, 1), np.uint8), np.ones((n, 1), bool))
+        prefix = _varints_to_binary(
+            [_varint_columns(body), attributes, _varint_columns(timestamp_deltas),
+             _varint_columns(offset_deltas), _varint_columns(self.key_lengths)], n)
+        value_prefix = _varints_to_binary([_varint_columns(self.value_lengths)], n)
+        header_count = _varints_to_binary([_varint_columns(self.header_counts)], n)
+        parts = [prefix, self.keys if self.keys is not None else _EMPTY, value_prefix, self.values, header_count]
+        if self.header_blobs is not None:
+            parts.append(self.header_blobs)
+        return pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
 
 
 def _split(sizes: np.ndarray, limit: int) -> np.ndarray:
@@ -187,20 +213,21 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
         return []
     timestamps = np.asarray(timestamps, dtype=np.int64)
     rows = np.arange(n, dtype=np.int64)
+    columns = _Columns.of(keys, values, headers)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD)
     if batch_size <= 0 or limit >= 2**31:
         starts = np.zeros(1, dtype=np.int64)
     else:
         # Size each record as if the batch began at row 0; only the split uses this, and
         # deltas measured from a later start are never longer for ordered input.
-        estimate = _encode(keys, values, timestamps - timestamps[0], rows, headers)
-        sizes = np.diff(_offsets(estimate))
+        body = columns.body_sizes(timestamps - timestamps[0], rows)
+        sizes = body + varint_sizes(body)
         starts = _split(sizes, limit) if sizes.sum() > limit else np.zeros(1, dtype=np.int64)
     counts = np.diff(np.append(starts, n))
     batch_of_row = np.repeat(np.arange(len(starts)), counts)
     first_row = starts[batch_of_row]
     base_ts = timestamps[starts]
-    records = _encode(keys, values, timestamps - base_ts[batch_of_row], rows - first_row, headers)
+    records = columns.encode(timestamps - base_ts[batch_of_row], rows - first_row)
     offsets = _offsets(records)
     data = records.buffers()[2]
     max_ts = np.maximum.reduceat(timestamps, starts)
