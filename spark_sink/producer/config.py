@@ -137,7 +137,7 @@ _KEYS: tuple[_Key, ...] = (
     _Key("metadata.max.age.ms", 300000, _int(0), "refresh metadata at least this often"),
     _Key("metadata.max.idle.ms", 300000, _int(5000), "forget topics not produced to for this long"),
     _Key("partitioner.ignore.keys", False, _bool, "spread keyed records like keyless ones"),
-    _Key("interceptors", None, _interceptors, "objects with on_send/on_acknowledgement"),
+    _Key("interceptors", (), _interceptors, "objects with on_send/on_acknowledgement"),
     _Key("key.serializer", None, _callable_or_none, "callable turning a key into bytes"),
     _Key("value.serializer", None, _callable_or_none, "callable turning a value into bytes"),
     _Key("reconnect.backoff.ms", 50, _int(0), "first wait before reconnecting to a broker"),

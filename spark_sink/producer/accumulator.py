@@ -1,0 +1,205 @@
+"""RecordAccumulator: one deque of batches per partition between send() and the Sender.
+
+send() appends to the last batch of its partition; the Sender asks which leaders have a
+batch ready (full, lingered long enough, or flushing) and drains at most one batch per
+partition per request, up to max.request.size per broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+
+from spark_sink.producer.batch import RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, TopicPartition
+from spark_sink.producer.buffer_pool import BufferPool
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.protocol.columnar import EncodedRecords
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
+
+LeaderOf = Callable[[TopicPartition], int | None]
+
+
+def retry_backoff_ms(config: ProducerConfig, attempts: int) -> float:
+    """Exponential backoff from retry.backoff.ms to retry.backoff.max.ms."""
+    return min(config.retry_backoff_max_ms, config.retry_backoff_ms * (2 ** max(0, attempts - 1)))
+
+
+class RecordAccumulator:
+    """Batches waiting to be sent, per partition, in send order."""
+
+    def __init__(self, config: ProducerConfig, pool: BufferPool) -> None:
+        self._config = config
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        self._order = itertools.count()
+        self._flushes = 0
+        self.closed = False
+
+    # -- appending (user threads) ---------------------------------------------
+
+    def append(self, topic: str, partition: int, timestamp: int, key: bytes | None, value: bytes | None,
+               headers: list | None, callback: SendCallback | None, key_size: int, value_size: int,
+               headers_size: int, now: float, max_block_ms: float) -> tuple[FutureRecordMetadata, bool, bool]:
+        """Append one record; returns (future, a batch is ready to send, a new batch was made)."""
+        tp = (topic, partition)
+        with self._lock:
+            dq = self._batches.get(tp)
+            if dq:
+                future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+                if future is not None:
+                    return future, len(dq) > 1 or dq[-1].is_full, False
+        # A new batch needs memory, which may block: never wait while holding the lock.
+        size = max(self._config.batch_size, key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE + RECORD_BATCH_OVERHEAD)
+        self._pool.allocate(size, max_block_ms)
+        with self._lock:
+            dq = self._batches.setdefault(tp, deque())
+            if dq:
+                future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+                if future is not None:  # another thread made room meanwhile
+                    self._pool.deallocate(size)
+                    return future, len(dq) > 1 or dq[-1].is_full, False
+            batch = ProducerBatch(topic, partition, now, next(self._order), size, self._config.batch_size)
+            future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+            dq.append(batch)
+            self._incomplete.add(batch)
+            return future, len(dq) > 1 or batch.is_full, True
+
+    def append_encoded(self, topic: str, partition: int, encoded: Iterable[EncodedRecords], now: float,
+                       max_block_ms: float, listener: Callable[[ProducerBatch], None]) -> int:
+        """Append already-encoded batches after whatever the partition holds; returns how many."""
+        tp = (topic, partition)
+        count = 0
+        for records in encoded:
+            self._pool.allocate(records.size_in_bytes, max_block_ms)
+            batch = ProducerBatch(topic, partition, now, 0, records.size_in_bytes, self._config.batch_size,
+                                  encoded=records, listener=listener)
+            with self._lock:
+                dq = self._batches.setdefault(tp, deque())
+                if dq:
+                    dq[-1].closed = True  # later send() records must not overtake this batch
+                batch.order = next(self._order)
+                dq.append(batch)
+                self._incomplete.add(batch)
+            count += 1
+        return count
+
+    # -- sender side ----------------------------------------------------------
+
+    def ready(self, leader_of: LeaderOf, now: float, can_send: Callable[[TopicPartition], bool]
+              ) -> tuple[set[int], float, set[str]]:
+        """(leaders with a sendable batch, ms until the next batch may become ready,
+        topics whose leader is unknown)."""
+        ready: set[int] = set()
+        unknown: set[str] = set()
+        next_ms = float("inf")
+        linger = self._config.linger_ms
+        urgent = self._flushes > 0 or self.closed or self._pool.exhausted
+        with self._lock:
+            for tp, dq in self._batches.items():
+                if not dq:
+                    continue
+                leader = leader_of(tp)
+                if leader is None:
+                    unknown.add(tp[0])
+                    continue
+                if leader in ready or not can_send(tp):
+                    continue
+                batch = dq[0]
+                if batch.attempts:
+                    wait_ms = retry_backoff_ms(self._config, batch.attempts)
+                    waited = now - batch.last_attempt_ms
+                    if waited < wait_ms:
+                        next_ms = min(next_ms, wait_ms - waited)
+                        continue
+                    ready.add(leader)
+                    continue
+                waited = now - batch.created_ms
+                if urgent or len(dq) > 1 or batch.is_full or waited >= linger:
+                    ready.add(leader)
+                else:
+                    next_ms = min(next_ms, linger - waited)
+        return ready, next_ms, unknown
+
+    def drain(self, leader_of: LeaderOf, nodes: set[int], max_request_size: int, now: float,
+              can_send: Callable[[TopicPartition], bool], codec: int,
+              prepare: Callable[[ProducerBatch], None]) -> dict[int, list[ProducerBatch]]:
+        """Take at most one batch per partition for each node, up to max.request.size."""
+        drained: dict[int, list[ProducerBatch]] = {n: [] for n in nodes}
+        sizes = dict.fromkeys(nodes, 0)
+        full: set[int] = set()
+        with self._lock:
+            for tp, dq in self._batches.items():
+                if not dq:
+                    continue
+                node = leader_of(tp)
+                if node not in drained or node in full or not can_send(tp):
+                    continue
+                batch = dq[0]
+                if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
+                    continue
+                batch.seal(codec)
+                if sizes[node] + batch.wire_size > max_request_size and drained[node]:
+                    full.add(node)
+                    continue
+                dq.popleft()
+                prepare(batch)
+                batch.in_flight = True
+                sizes[node] += batch.wire_size
+                drained[node].append(batch)
+        return {n: b for n, b in drained.items() if b}
+
+    def reenqueue(self, batch: ProducerBatch, now: float) -> None:
+        """Put a batch back for a retry, ahead of later batches of its partition."""
+        batch.in_flight = False
+        batch.attempts += 1
+        batch.last_attempt_ms = now
+        with self._lock:
+            dq = self._batches.setdefault(batch.tp, deque())
+            i = 0
+            while i < len(dq) and dq[i].order < batch.order:
+                i += 1
+            dq.insert(i, batch)
+
+    def expire(self, now: float, delivery_timeout_ms: float) -> list[ProducerBatch]:
+        """Remove queued batches older than delivery.timeout.ms; the caller fails them."""
+        expired = []
+        with self._lock:
+            for dq in self._batches.values():
+                while dq and now - dq[0].created_ms >= delivery_timeout_ms:
+                    expired.append(dq.popleft())
+        return expired
+
+    def completed(self, batch: ProducerBatch) -> None:
+        """A batch finished (either way): release its memory."""
+        with self._lock:
+            if batch not in self._incomplete:
+                return
+            self._incomplete.discard(batch)
+        self._pool.deallocate(batch.memory)
+
+    def abort_undrained(self) -> list[ProducerBatch]:
+        """Remove every queued batch (for a forced close); the caller fails them."""
+        with self._lock:
+            batches = [b for dq in self._batches.values() for b in dq]
+            self._batches.clear()
+        return batches
+
+    def has_undrained(self) -> bool:
+        with self._lock:
+            return any(self._batches.values())
+
+    def incomplete(self) -> list[ProducerBatch]:
+        with self._lock:
+            return list(self._incomplete)
+
+    def begin_flush(self) -> None:
+        with self._lock:
+            self._flushes += 1
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes -= 1

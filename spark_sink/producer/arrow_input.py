@@ -1,0 +1,215 @@
+"""Arrow input for ``send_arrow``: check the columns, pick partitions for whole columns,
+group rows per partition and encode them lazily, chunk by chunk.
+
+Columns (the Spark Kafka sink's, plus ``timestamp``): value (required), key, topic,
+partition, headers, timestamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_sink.producer.errors import ColumnError, InvalidPartitionError
+from spark_sink.producer.murmur2 import murmur2_array
+from spark_sink.protocol.columnar import EncodedRecords, as_binary, encode_columns
+
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+ACCEPTED_TYPES = {
+    "value": "binary or string (large and view variants too); required",
+    "key": "binary or string (large and view variants too)",
+    "topic": "string",
+    "partition": "int32 or int64",
+    "headers": "list<struct<key: string, value: binary>>",
+    "timestamp": "timestamp (any unit) or int64 epoch milliseconds",
+}
+
+# Rows encoded at a time: bounds the memory of encoded-but-not-yet-buffered bytes.
+_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def _is_binary_like(t: pa.DataType) -> bool:
+    return (pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary_view(t) or pa.types.is_string_view(t))
+
+
+def _is_string_like(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _headers_ok(t: pa.DataType) -> bool:
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return False
+    fields = {f.name: f.type for f in t.value_type}
+    return set(fields) == {"key", "value"} and _is_string_like(fields["key"]) and _is_binary_like(fields["value"])
+
+
+_CHECKS: dict[str, Callable[[pa.DataType], bool]] = {
+    "value": _is_binary_like,
+    "key": _is_binary_like,
+    "topic": _is_string_like,
+    "partition": lambda t: pa.types.is_int32(t) or pa.types.is_int64(t),
+    "headers": _headers_ok,
+    "timestamp": lambda t: pa.types.is_timestamp(t) or pa.types.is_int64(t),
+}
+
+
+def validate_schema(schema: pa.Schema, default_topic: str | None) -> None:
+    """Raise ColumnError naming the first column that is unknown, missing or mistyped."""
+    for field in schema:
+        check = _CHECKS.get(field.name)
+        if check is None:
+            raise ColumnError(
+                f"column {field.name!r} is not accepted; columns are {', '.join(ACCEPTED_TYPES)}. "
+                "Pack other columns into the value, e.g. to_json(struct(...)) AS value")
+        if not check(field.type):
+            raise ColumnError(f"column {field.name!r} has type {field.type}; expected {ACCEPTED_TYPES[field.name]}")
+    if "value" not in schema.names:
+        raise ColumnError(f"column 'value' is required ({ACCEPTED_TYPES['value']})")
+    if "topic" not in schema.names and not default_topic:
+        raise ColumnError("no topic: give a 'topic' column (string) or a default topic")
+
+
+@dataclass(frozen=True)
+class PartitionRows:
+    """The rows of one call bound for one partition, in input order."""
+
+    topic: str
+    partition: int
+    keys: pa.Array | None
+    values: pa.Array
+    timestamps: np.ndarray
+    headers: pa.Array | None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def encode(self, batch_size: int, codec: int) -> Iterator[list[EncodedRecords]]:
+        """Record batches for these rows, a chunk of about 8 MiB of input at a time."""
+        n = len(self.values)
+        sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if self.keys is not None:
+            sizes += pc.binary_length(self.keys).fill_null(0).to_numpy(zero_copy_only=False)
+        chunk = np.cumsum(sizes) // _CHUNK_BYTES
+        bounds = [0, *(np.flatnonzero(np.diff(chunk)) + 1).tolist(), n]
+        for lo, hi in zip(bounds, bounds[1:]):
+            yield encode_columns(
+                None if self.keys is None else self.keys.slice(lo, hi - lo),
+                self.values.slice(lo, hi - lo), self.timestamps[lo:hi],
+                None if self.headers is None else self.headers.slice(lo, hi - lo),
+                batch_size=batch_size, codec=codec)
+
+
+def _column(data: pa.RecordBatch | pa.Table, name: str) -> pa.Array | None:
+    if name not in data.schema.names:
+        return None
+    col = data.column(name)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
+    if col is None:
+        return np.full(n, now_ms, dtype=np.int64)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("ms", tz=col.type.tz), safe=False).cast(pa.int64())
+    if col.null_count:
+        col = col.fill_null(now_ms)
+    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
+                    partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
+                    ignore_keys: bool, batch_size: int, now_ms: int) -> list[PartitionRows]:
+    """Validate ``data`` and split it into per-partition row groups (input order kept)."""
+    if not isinstance(data, (pa.RecordBatch, pa.Table)):
+        raise ColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, got {type(data).__name__}")
+    validate_schema(data.schema, default_topic)
+    n = data.num_rows
+    if n == 0:
+        return []
+    values = as_binary(_column(data, "value"))
+    keys = as_binary(_column(data, "key"))
+    if keys is not None and keys.null_count == n:
+        keys = None
+    headers = _column(data, "headers")
+    if headers is not None:
+        headers = headers.cast(HEADER_TYPE) if headers.type != HEADER_TYPE else headers
+        if headers.null_count == n:
+            headers = None
+    timestamps = _timestamps(_column(data, "timestamp"), n, now_ms)
+    explicit = _column(data, "partition")
+
+    topic_col = _column(data, "topic")
+    if topic_col is None:
+        groups = [(default_topic, None)]
+    else:
+        topic_col = topic_col.cast(pa.string())
+        if topic_col.null_count:
+            if not default_topic:
+                row = int(np.flatnonzero(pc.is_null(topic_col).to_numpy(zero_copy_only=False))[0])
+                raise ColumnError(f"column 'topic' is null at row {row} and no default topic is set")
+            topic_col = topic_col.fill_null(default_topic)
+        encoded = topic_col.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        groups = [(t, np.flatnonzero(codes == i)) for i, t in enumerate(encoded.dictionary.to_pylist())]
+        if len(groups) == 1:
+            groups = [(groups[0][0], None)]
+
+    out: list[PartitionRows] = []
+    for topic, rows in groups:
+        take = (lambda a: a) if rows is None else (lambda a: None if a is None else a.take(pa.array(rows)))
+        t_values, t_keys, t_headers = take(values), take(keys), take(headers)
+        t_ts = timestamps if rows is None else timestamps[rows]
+        count = partition_count(topic)
+        parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys, batch_size, sticky_partition)
+        if (parts == parts[0]).all():
+            out.append(PartitionRows(topic, int(parts[0]), t_keys, t_values, t_ts, t_headers))
+            continue
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+        index = pa.array(order)
+        s_values, s_keys, s_headers = t_values.take(index), None if t_keys is None else t_keys.take(index), \
+            None if t_headers is None else t_headers.take(index)
+        s_ts = t_ts[order]
+        for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(order)]])):
+            lo, hi = int(lo), int(hi)
+            out.append(PartitionRows(
+                topic, int(sorted_parts[lo]), None if s_keys is None else s_keys.slice(lo, hi - lo),
+                s_values.slice(lo, hi - lo), s_ts[lo:hi], None if s_headers is None else s_headers.slice(lo, hi - lo)))
+    return out
+
+
+def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array,
+                ignore_keys: bool, batch_size: int, sticky: Callable[[str, int], int]) -> np.ndarray:
+    """Partition of every row: explicit, else murmur2 of the key, else sticky runs."""
+    n = len(values)
+    parts = np.full(n, -1, dtype=np.int64)
+    if explicit is not None:
+        given = explicit.cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
+        bad = (given < -1) | (given >= count) | ((given == -1) & ~np.asarray(explicit.is_null()))
+        if bad.any():
+            p = int(given[np.flatnonzero(bad)[0]])
+            raise InvalidPartitionError(
+                f"column 'partition' has {p} for topic {topic!r}, which has {count} partitions (0..{count - 1})")
+        parts[:] = given
+    if keys is not None and not ignore_keys:
+        todo = (parts < 0) & ~np.asarray(keys.is_null())
+        if todo.any():
+            hashes = murmur2_array(keys).astype(np.int64)
+            parts[todo] = (hashes[todo] & 0x7FFFFFFF) % count
+    todo = np.flatnonzero(parts < 0)
+    if len(todo):
+        # Sticky for keyless rows, as the Java partitioner does: a run of about one
+        # batch to one partition, then the next run to another.
+        sizes = pc.binary_length(values.take(pa.array(todo))).fill_null(0).to_numpy(zero_copy_only=False) + 16
+        run = np.cumsum(sizes) // max(batch_size, 1)
+        run_ids, first = np.unique(run, return_index=True)
+        chosen = np.array([sticky(topic, count) for _ in run_ids], dtype=np.int64)
+        parts[todo] = chosen[np.searchsorted(run_ids, run)]
+    return parts

@@ -1,0 +1,200 @@
+"""ProducerBatch: records for one partition that travel and are acknowledged together.
+
+A batch is either *open* (the per-record path appends Python objects to it; nothing is
+encoded until it is sealed at drain time) or *sealed* (bytes already encoded, e.g. by the
+columnar path). Its header, which carries the producer id, epoch and base sequence, is
+written only when the batch is sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.producer.records import RecordMetadata
+from spark_sink.protocol.columnar import EncodedRecords, encode_rows
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, encode_record_batch
+
+# Upper bound of a record's framing next to its key, value and headers: length,
+# attributes, timestamp delta, offset delta, key length, value length, header count.
+RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5
+
+TopicPartition = tuple[str, int]
+SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
+
+
+class FutureRecordMetadata:
+    """The result of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises."""
+
+    __slots__ = ("_batch", "_index", "_timestamp", "_key_size", "_value_size")
+
+    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int, value_size: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+        self._key_size = key_size
+        self._value_size = value_size
+
+    def done(self) -> bool:
+        return self._batch.completed
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the acknowledgement; raises the send's error, or KafkaTimeoutError."""
+        batch = self._batch
+        if not batch.wait(timeout):
+            raise KafkaTimeoutError(f"no acknowledgement within {timeout} s for a record to {batch.topic}-{batch.partition}")
+        if batch.error is not None:
+            raise batch.error
+        return self.metadata()
+
+    def exception(self, timeout: float | None = None) -> Exception | None:
+        self._batch.wait(timeout)
+        return self._batch.error
+
+    def metadata(self) -> RecordMetadata:
+        batch = self._batch
+        offset = batch.base_offset + self._index if batch.base_offset >= 0 else -1
+        timestamp = batch.log_append_time if batch.log_append_time >= 0 else self._timestamp
+        return RecordMetadata(batch.topic, batch.partition, offset, timestamp, self._key_size, self._value_size)
+
+
+class ProducerBatch:
+    """Records for one topic-partition, sent in one record batch."""
+
+    __slots__ = (
+        "topic", "partition", "created_ms", "order", "memory", "batch_size", "estimated_size", "record_count",
+        "keys", "values", "timestamps", "headers", "callbacks", "encoded", "closed", "listener",
+        "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence", "in_flight",
+        "base_offset", "log_append_time", "error", "completed", "_event",
+    )
+
+    def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int, batch_size: int,
+                 encoded: EncodedRecords | None = None, listener: Callable[[ProducerBatch], None] | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.created_ms = created_ms
+        self.order = order  # creation order within the partition: retries go back in this order
+        self.memory = memory
+        self.batch_size = batch_size
+        self.estimated_size = RECORD_BATCH_OVERHEAD if encoded is None else encoded.size_in_bytes
+        self.record_count = 0 if encoded is None else encoded.record_count
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.headers: list[list[tuple[str, bytes | None]]] | None = None
+        self.callbacks: list[tuple[SendCallback, FutureRecordMetadata]] | None = None
+        self.encoded = encoded
+        self.closed = encoded is not None  # no more appends
+        self.listener = listener
+        self.attempts = 0
+        self.last_attempt_ms = 0.0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.in_flight = False
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: Exception | None = None
+        self.completed = False
+        self._event: threading.Event | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def is_full(self) -> bool:
+        return self.closed or self.estimated_size >= self.batch_size
+
+    def try_append(self, timestamp: int, key: bytes | None, value: bytes | None,
+                   headers: list[tuple[str, bytes | None]] | None, callback: SendCallback | None,
+                   key_size: int, value_size: int, headers_size: int) -> FutureRecordMetadata | None:
+        """Add a record, or return None if it would overflow batch.size (or the batch is closed)."""
+        size = key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE
+        if self.closed or (self.record_count and self.estimated_size + size > self.batch_size):
+            return None
+        index = self.record_count
+        self.keys.append(key)
+        self.values.append(value)
+        self.timestamps.append(timestamp)
+        if headers:
+            if self.headers is None:
+                self.headers = [[] for _ in range(index)]
+            self.headers.append(headers)
+        elif self.headers is not None:
+            self.headers.append([])
+        self.record_count = index + 1
+        self.estimated_size += size
+        future = FutureRecordMetadata(self, index, timestamp, key_size, value_size)
+        if callback is not None:
+            if self.callbacks is None:
+                self.callbacks = []
+            self.callbacks.append((callback, future))
+        return future
+
+    def seal(self, codec: int) -> EncodedRecords:
+        """Encode the records (once); the open lists are dropped."""
+        if self.encoded is None:
+            self.encoded = encode_rows(self.keys, self.values, self.timestamps, self.headers, codec)
+            self.keys = self.values = self.timestamps = []  # type: ignore[assignment]
+            self.headers = None
+            self.estimated_size = self.encoded.size_in_bytes
+        self.closed = True
+        return self.encoded
+
+    def to_wire(self) -> bytes:
+        """The record batch as sent: header with this attempt's producer id/epoch/sequence."""
+        e = self.encoded
+        return encode_record_batch(
+            e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
+            base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec,
+            producer_id=self.producer_id, producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+
+    @property
+    def wire_size(self) -> int:
+        return self.encoded.size_in_bytes if self.encoded is not None else self.estimated_size
+
+    def complete(self, base_offset: int, log_append_time: int, error: Exception | None) -> None:
+        """Record the outcome once, then run callbacks in send order and wake waiters."""
+        if self.completed:
+            return
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.error = error
+        self.completed = True
+        if self._event is not None:
+            self._event.set()
+        if self.callbacks:
+            for callback, future in self.callbacks:
+                try:
+                    if error is None:
+                        callback(future.metadata(), None)
+                    else:
+                        callback(None, error)
+                except Exception:  # a user callback must not break delivery of the others
+                    import logging
+
+                    logging.getLogger(__name__).exception("send callback raised")
+        if self.listener is not None:
+            self.listener(self)
+
+    def wait(self, timeout: float | None) -> bool:
+        if self.completed:
+            return True
+        if self._event is None:
+            # Created lazily: most batches are never waited on record by record.
+            event = threading.Event()
+            self._event = event
+            if self.completed:
+                event.set()
+        return self._event.wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"ProducerBatch({self.topic}-{self.partition}, records={self.record_count}, seq={self.base_sequence})"
+
+
+def headers_size(headers: Any) -> int:
+    """Bytes a header list adds to a record, for batch sizing."""
+    return sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in headers) if headers else 0

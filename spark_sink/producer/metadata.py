@@ -1,0 +1,129 @@
+"""Cluster metadata: brokers, partition leaders, and the wait for a topic to be known.
+
+The Sender thread fetches and applies updates; user threads only read (plain dict
+lookups on the hot path) or wait on a condition for a topic they have not seen yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.protocol.errors import KafkaError, error_for_code
+
+log = logging.getLogger(__name__)
+
+# Errors a topic can report that will not go away by waiting.
+_FATAL_TOPIC_ERRORS = {17, 29}  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+
+
+class Metadata:
+    """What the producer knows about the cluster."""
+
+    def __init__(self, max_age_ms: int, refresh_backoff_ms: int) -> None:
+        self._max_age_ms = max_age_ms
+        self._refresh_backoff_ms = refresh_backoff_ms
+        self._cond = threading.Condition()
+        self.nodes: dict[int, tuple[str, int]] = {}
+        # topic -> leader node per partition (-1 while a partition has none)
+        self.leaders: dict[str, list[int]] = {}
+        self.topics: set[str] = set()
+        self.topic_errors: dict[str, KafkaError] = {}
+        self.version = 0
+        self._need_update = True
+        self._last_refresh_ms = -1e18
+        self._last_attempt_ms = -1e18
+
+    # -- readers --------------------------------------------------------------
+
+    def partition_count(self, topic: str) -> int | None:
+        leaders = self.leaders.get(topic)
+        return len(leaders) if leaders else None
+
+    def leader(self, tp: tuple[str, int]) -> int | None:
+        leaders = self.leaders.get(tp[0])
+        if leaders is None or tp[1] >= len(leaders):
+            return None
+        node = leaders[tp[1]]
+        return node if node >= 0 else None
+
+    def available_partitions(self, topic: str) -> list[int]:
+        return [p for p, node in enumerate(self.leaders.get(topic, ())) if node >= 0]
+
+    def wait_for_topic(self, topic: str, max_block_ms: float, wakeup: Callable[[], None]) -> int:
+        """Partition count of ``topic``, fetching metadata and waiting up to max.block.ms."""
+        deadline = time.monotonic() + max_block_ms / 1000.0
+        with self._cond:
+            while True:
+                count = self.partition_count(topic)
+                if count:
+                    return count
+                error = self.topic_errors.get(topic)
+                if error is not None and error.code in _FATAL_TOPIC_ERRORS:
+                    raise type(error)(f"topic {topic!r}: {error.message or error.name}")
+                if topic not in self.topics:
+                    self.topics.add(topic)
+                self._need_update = True
+                wakeup()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    detail = f" (last error: {error.name})" if error is not None else ""
+                    raise KafkaTimeoutError(
+                        f"topic {topic!r} not present in metadata after {max_block_ms:.0f} ms (max.block.ms){detail}")
+                self._cond.wait(min(remaining, 0.1))
+
+    # -- the sender thread ----------------------------------------------------
+
+    def request_update(self) -> None:
+        self._need_update = True
+
+    def due_in_ms(self, now: float) -> float:
+        """0 if a refresh should be sent now, else how long until one is due."""
+        since_attempt = now - self._last_attempt_ms
+        if since_attempt < self._refresh_backoff_ms:
+            return self._refresh_backoff_ms - since_attempt
+        if self._need_update:
+            return 0.0
+        return max(0.0, self._last_refresh_ms + self._max_age_ms - now)
+
+    def request_body(self, now: float) -> dict[str, Any]:
+        self._last_attempt_ms = now
+        return {"topics": [{"name": t} for t in sorted(self.topics)], "allow_auto_topic_creation": True}
+
+    def update(self, body: dict[str, Any], now: float) -> None:
+        """Apply a Metadata response."""
+        nodes = {b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]}
+        leaders: dict[str, list[int]] = dict(self.leaders)
+        errors: dict[str, KafkaError] = {}
+        need_update = False
+        for topic in body["topics"]:
+            name = topic["name"]
+            error = error_for_code(topic["error_code"], f"metadata for topic {name!r}")
+            if error is not None:
+                errors[name] = error
+                leaders.pop(name, None)
+                need_update = need_update or error.retriable
+                continue
+            parts = sorted(topic["partitions"], key=lambda p: p["partition_index"])
+            leader_list = [-1] * len(parts)
+            for p in parts:
+                leader_list[p["partition_index"]] = p["leader_id"] if p["error_code"] == 0 or p["leader_id"] >= 0 else -1
+                if leader_list[p["partition_index"]] < 0:
+                    need_update = True
+            leaders[name] = leader_list
+        with self._cond:
+            self.nodes = nodes
+            self.leaders = leaders
+            self.topic_errors = errors
+            self.version += 1
+            self._need_update = need_update
+            self._last_refresh_ms = now
+            self._cond.notify_all()
+        log.debug("metadata v%s: %s brokers, topics %s", self.version, len(nodes), sorted(leaders))
+
+    def failed_update(self, now: float) -> None:
+        self._need_update = True

@@ -1,0 +1,304 @@
+"""KafkaProducer: the public producer, per record (``send``) or per Arrow table (``send_arrow``).
+
+Both paths share one accumulator and one Sender thread, so ordering, idempotence,
+retries, delivery.timeout.ms and buffer.memory back-pressure behave the same for both.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from spark_sink.producer.accumulator import RecordAccumulator
+from spark_sink.producer.arrow_input import plan_arrow_send
+from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
+from spark_sink.producer.buffer_pool import BufferPool
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.errors import (
+    InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
+)
+from spark_sink.producer.idempotence import PartitionState
+from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.murmur2 import murmur2
+from spark_sink.producer.network import NetworkClient, now_ms
+from spark_sink.producer.records import ProducerRecord
+from spark_sink.producer.sender import Sender
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
+
+log = logging.getLogger(__name__)
+
+
+def _to_bytes(what: str, value: Any, serializer: Any) -> bytes | None:
+    if serializer is not None and value is not None:
+        try:
+            value = serializer(value)
+        except Exception as exc:
+            raise SerializationError(f"{what}.serializer failed on the record's {what}: {exc}") from exc
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise SerializationError(
+        f"record {what} must be bytes, str or None (or set {what}.serializer), got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class ArrowSendResult:
+    """What one ``send_arrow`` call wrote: records, bytes of keys and values, and per
+    topic-partition ``(count, first_offset, last_offset)``."""
+
+    records: int
+    bytes: int
+    partitions: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+
+
+class ArrowSendFuture:
+    """Resolves once every record of a ``send_arrow`` call is acknowledged."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._pending = 0
+        self._sealed = False
+        self._records = 0
+        self._bytes = 0
+        self._failed_records = 0
+        self._error: Exception | None = None
+        self._ranges: dict[tuple[str, int], list[int]] = {}
+
+    def _add(self, batches: int) -> None:
+        with self._lock:
+            self._pending += batches
+
+    def _seal(self, records: int, nbytes: int) -> None:
+        with self._lock:
+            self._records, self._bytes, self._sealed = records, nbytes, True
+            if self._pending == 0:
+                self._done.set()
+
+    def _on_batch(self, batch: ProducerBatch) -> None:
+        with self._lock:
+            if batch.error is not None:
+                self._failed_records += batch.record_count
+                self._error = self._error or batch.error
+            else:
+                r = self._ranges.get(batch.tp)
+                first, last = batch.base_offset, batch.base_offset + batch.record_count - 1
+                if r is None:
+                    self._ranges[batch.tp] = [batch.record_count, first, last]
+                else:
+                    r[0] += batch.record_count
+                    r[1] = min(r[1], first) if first >= 0 else r[1]
+                    r[2] = max(r[2], last)
+            self._pending -= 1
+            if self._pending == 0 and self._sealed:
+                self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> ArrowSendResult:
+        """The summary, or the first error (saying how many records failed)."""
+        if not self._done.wait(timeout):
+            raise KafkaTimeoutError(f"send_arrow not acknowledged within {timeout} s")
+        if self._error is not None:
+            error = self._error
+            raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
+                if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
+        return ArrowSendResult(self._records, self._bytes, {tp: tuple(r) for tp, r in sorted(self._ranges.items())})
+
+
+class KafkaProducer:
+    """A Kafka producer with the Java client's configuration names and guarantees.
+
+    ``KafkaProducer({"bootstrap.servers": "host:9092"})``; ``send(record)`` returns a
+    future of RecordMetadata; ``send_arrow(table)`` sends a whole Arrow table.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = ProducerConfig.from_dict(config)
+        c = self.config
+        self._pool = BufferPool(c.buffer_memory)
+        self._accumulator = RecordAccumulator(c, self._pool)
+        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms)
+        self._client = NetworkClient(c)
+        self._partition_state = PartitionState(c)
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
+        self._sticky: dict[str, int] = {}
+        self._closed = False
+        self._sender.start()
+
+    # -- per record -----------------------------------------------------------
+
+    def send(self, record: ProducerRecord, callback: SendCallback | None = None) -> FutureRecordMetadata:
+        """Queue one record; ``callback(metadata, exception)`` runs once it is acknowledged or failed."""
+        if self._closed:
+            raise ProducerClosedError("send() after close()")
+        c = self.config
+        for interceptor in c.interceptors:
+            if hasattr(interceptor, "on_send"):
+                record = interceptor.on_send(record)
+        topic = record.topic
+        count = self._metadata.partition_count(topic)
+        if count is None:
+            count = self._metadata.wait_for_topic(topic, c.max_block_ms, self._sender.wakeup)
+        key = _to_bytes("key", record.key, c.key_serializer)
+        value = _to_bytes("value", record.value, c.value_serializer)
+        key_size = len(key) if key is not None else 0
+        value_size = len(value) if value is not None else 0
+        headers = record.headers
+        h_size = headers_size(headers) if headers else 0
+        if headers:
+            headers = self._check_headers(headers)
+        size = key_size + value_size + h_size + RECORD_BATCH_OVERHEAD + 21
+        if size > c.max_request_size or size > c.buffer_memory:
+            raise RecordTooLargeError(
+                f"record to {topic} is {size} bytes serialized, larger than max.request.size "
+                f"({c.max_request_size}) or buffer.memory ({c.buffer_memory})")
+        partition = record.partition
+        if partition is None:
+            if key is not None and not c.partitioner_ignore_keys:
+                partition = (murmur2(key) & 0x7FFFFFFF) % count
+            else:
+                partition = self._sticky.get(topic)
+                if partition is None or partition >= count:
+                    partition = self._next_sticky(topic, count)
+        elif not 0 <= partition < count:
+            raise InvalidPartitionError(
+                f"record for topic {topic!r} has partition {partition}, but the topic has {count} partitions (0..{count - 1})")
+        timestamp = record.timestamp if record.timestamp is not None else int(time.time() * 1000)
+        callback = self._wrap_callback(callback)
+        future, batch_ready, new_batch = self._accumulator.append(
+            topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
+            now_ms(), c.max_block_ms)
+        if batch_ready or new_batch:
+            if batch_ready and record.partition is None and (key is None or c.partitioner_ignore_keys):
+                self._next_sticky(topic, count)
+            self._sender.wakeup()
+        return future
+
+    @staticmethod
+    def _check_headers(headers: Any) -> list[tuple[str, bytes | None]]:
+        checked = []
+        for item in headers:
+            try:
+                k, v = item
+            except (TypeError, ValueError):
+                raise SerializationError(f"each header must be a (str, bytes) pair, got {item!r}") from None
+            if not isinstance(k, str):
+                raise SerializationError(f"header key must be str, got {type(k).__name__}")
+            checked.append((k, _to_bytes(f"header {k!r} value", v, None)))
+        return checked
+
+    def _wrap_callback(self, callback: SendCallback | None) -> SendCallback | None:
+        interceptors = [i for i in self.config.interceptors if hasattr(i, "on_acknowledgement")]
+        if not interceptors:
+            return callback
+
+        def notify(metadata: Any, error: Exception | None) -> None:
+            for interceptor in interceptors:
+                try:
+                    interceptor.on_acknowledgement(metadata, error)
+                except Exception:
+                    log.exception("interceptor on_acknowledgement failed")
+            if callback is not None:
+                callback(metadata, error)
+
+        return notify
+
+    def _next_sticky(self, topic: str, count: int) -> int:
+        """Pick a new sticky partition (different from the current one when possible)."""
+        available = self._metadata.available_partitions(topic) or list(range(count))
+        current = self._sticky.get(topic)
+        choices = [p for p in available if p != current] or available
+        partition = random.choice(choices)
+        self._sticky[topic] = partition
+        return partition
+
+    # -- per table ------------------------------------------------------------
+
+    def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None) -> ArrowSendFuture:
+        """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns."""
+        if self._closed:
+            raise ProducerClosedError("send_arrow() after close()")
+        c = self.config
+
+        def partition_count(t: str) -> int:
+            return self._metadata.partition_count(t) or self._metadata.wait_for_topic(t, c.max_block_ms, self._sender.wakeup)
+
+        groups = plan_arrow_send(
+            data, topic, partition_count=partition_count, sticky_partition=lambda t, n: self._next_sticky(t, n),
+            ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
+        future = ArrowSendFuture()
+        records = nbytes = 0
+        for group in groups:
+            for encoded in group.encode(c.batch_size, c.compression_codec):
+                for e in encoded:
+                    if e.size_in_bytes > c.max_request_size:
+                        raise RecordTooLargeError(
+                            f"a record to {group.topic}-{group.partition} makes a batch of {e.size_in_bytes} bytes, "
+                            f"larger than max.request.size ({c.max_request_size})")
+                future._add(len(encoded))
+                self._accumulator.append_encoded(group.topic, group.partition, encoded, now_ms(), c.max_block_ms,
+                                                 future._on_batch)
+                self._sender.wakeup()
+                records += sum(e.record_count for e in encoded)
+                nbytes += sum(e.uncompressed_size for e in encoded)
+        future._seal(records, nbytes)
+        return future
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """Partition ids of ``topic`` (fetching metadata, up to max.block.ms)."""
+        count = self._metadata.partition_count(topic) or self._metadata.wait_for_topic(
+            topic, self.config.max_block_ms, self._sender.wakeup)
+        return list(range(count))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until it is acknowledged or failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._accumulator.begin_flush()
+        try:
+            self._sender.wakeup()
+            for batch in self._accumulator.incomplete():
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.wait(remaining):
+                    raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
+        finally:
+            self._accumulator.end_flush()
+        if self._sender.fatal_error is not None:
+            raise self._sender.fatal_error
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued (waiting up to ``timeout``), then stop; 0 fails it instead."""
+        if self._closed:
+            return
+        self._closed = True
+        if timeout == 0:
+            self._sender.force_close()
+        else:
+            self._sender.initiate_close()
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            self._sender.force_close()
+            self._sender.join()
+
+    def __enter__(self) -> KafkaProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and getattr(self, "_sender", None) is not None:
+            self._sender.force_close()

@@ -1,0 +1,256 @@
+"""Sender: the one I/O thread. It drains ready batches into Produce requests, handles
+responses (success, retry, failure), keeps metadata fresh and the producer id valid."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from spark_sink.producer.accumulator import RecordAccumulator
+from spark_sink.producer.batch import ProducerBatch
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.producer.idempotence import PartitionState
+from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.network import ClientResponse, NetworkClient, now_ms
+from spark_sink.protocol.errors import KafkaError, KProdError, error_for_code
+from spark_sink.protocol.messages import ApiKey
+
+log = logging.getLogger(__name__)
+
+_DUPLICATE_SEQUENCE = 46
+_OUT_OF_ORDER_SEQUENCE = 45
+_PRODUCER_ID_ERRORS = {47, 59}  # INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID
+_MAX_POLL_MS = 100.0
+
+
+class Sender(threading.Thread):
+    """Moves batches from the accumulator to the brokers."""
+
+    def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
+                 client: NetworkClient, partitions: PartitionState) -> None:
+        super().__init__(name=f"kprod-sender-{config.client_id}", daemon=True)
+        self._config = config
+        self._acc = accumulator
+        self._metadata = metadata
+        self._client = client
+        self._partitions = partitions
+        self._running = True
+        self._force_close = False
+        self._metadata_in_flight = False
+        self._pid_in_flight = False
+        self._in_flight_batches: set[ProducerBatch] = set()
+        self.fatal_error: Exception | None = None
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def wakeup(self) -> None:
+        self._client.wakeup()
+
+    def initiate_close(self) -> None:
+        """Stop once everything queued is sent."""
+        self._running = False
+        self._acc.closed = True
+        self.wakeup()
+
+    def force_close(self) -> None:
+        """Stop now, failing whatever is not yet acknowledged."""
+        self._force_close = True
+        self.initiate_close()
+
+    def run(self) -> None:
+        try:
+            while self._running:
+                self.run_once()
+            while not self._force_close and (self._acc.has_undrained() or self._in_flight_batches):
+                self.run_once()
+        except Exception as exc:  # never die silently: fail everything with the cause
+            log.exception("sender thread failed")
+            self.fatal_error = exc
+        finally:
+            error = self.fatal_error or KProdError("producer closed before these records were acknowledged")
+            for batch in self._acc.abort_undrained():
+                self._fail(batch, error)
+            self._client.close()
+            for batch in list(self._in_flight_batches):
+                self._fail(batch, error)
+
+    # -- one loop -------------------------------------------------------------
+
+    def run_once(self) -> None:
+        now = now_ms()
+        poll_ms = _MAX_POLL_MS
+        poll_ms = min(poll_ms, self._maybe_update_metadata(now))
+        if not self._ensure_producer_id(now):
+            self._fail_expired(now)
+            self._client.poll(min(poll_ms, 50.0))
+            return
+        leader_of = self._metadata.leader
+        can_send = self._partitions.can_send
+        ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send)
+        if unknown:
+            self._metadata.request_update()
+        poll_ms = min(poll_ms, next_ms)
+        sendable = set()
+        for node in ready:
+            if self._client.ready(node, now):
+                sendable.add(node)
+            else:
+                poll_ms = min(poll_ms, max(5.0, self._client.connection_delay_ms(node, now)))
+        if sendable:
+            drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
+                                      self._config.compression_codec, self._partitions.prepare)
+            for node, batches in drained.items():
+                self._send_produce(node, batches)
+            if drained:
+                poll_ms = 0.0
+        self._fail_expired(now)
+        self._client.poll(max(0.0, poll_ms))
+
+    def _fail_expired(self, now: float) -> None:
+        timeout = self._config.delivery_timeout_ms
+        for batch in self._acc.expire(now, timeout):
+            self._fail(batch, KafkaTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout})"))
+
+    # -- metadata and producer id ---------------------------------------------
+
+    def _maybe_update_metadata(self, now: float) -> float:
+        if self._metadata_in_flight:
+            return _MAX_POLL_MS
+        due = self._metadata.due_in_ms(now)
+        if due > 0:
+            return due
+        node = self._client.least_loaded_node(now)
+        if node is None or not self._client.ready(node, now):
+            return 10.0  # connecting: come back soon
+        self._metadata_in_flight = True
+        self._client.send(node, ApiKey.METADATA, self._metadata.request_body(now), self._on_metadata)
+        return _MAX_POLL_MS
+
+    def _on_metadata(self, response: ClientResponse) -> None:
+        self._metadata_in_flight = False
+        if response.error is not None:
+            self._metadata.failed_update(now_ms())
+            return
+        self._metadata.update(response.body, now_ms())
+        self._client.set_nodes(self._metadata.nodes)
+
+    def _ensure_producer_id(self, now: float) -> bool:
+        parts = self._partitions
+        if not parts.idempotent:
+            return True
+        if parts.has_producer_id and not parts.reset_needed:
+            return True
+        if parts.reset_needed and self._in_flight_batches:
+            return False  # let in-flight batches settle under the old id first
+        if self._pid_in_flight:
+            return False
+        node = self._client.least_loaded_node(now)
+        if node is None or not self._client.ready(node, now):
+            return False
+        self._pid_in_flight = True
+        self._client.send(node, ApiKey.INIT_PRODUCER_ID,
+                          {"transactional_id": None, "transaction_timeout_ms": 60000}, self._on_producer_id)
+        return False
+
+    def _on_producer_id(self, response: ClientResponse) -> None:
+        self._pid_in_flight = False
+        if response.error is not None:
+            return  # retried on the next loop
+        error = error_for_code(response.body["error_code"], "InitProducerId")
+        if error is not None:
+            if error.retriable:
+                return
+            self.fatal_error = error
+            self._running = False
+            self._force_close = True
+            return
+        self._partitions.set_producer_id(response.body["producer_id"], response.body["producer_epoch"])
+
+    # -- produce --------------------------------------------------------------
+
+    def _send_produce(self, node: int, batches: list[ProducerBatch]) -> None:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for batch in batches:
+            topics.setdefault(batch.topic, []).append({"index": batch.partition, "records": batch.to_wire()})
+            self._in_flight_batches.add(batch)
+        body = {"transactional_id": None, "acks": self._config.acks, "timeout_ms": self._config.request_timeout_ms,
+                "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
+        by_tp = {b.tp: b for b in batches}
+        acks0 = self._config.acks == 0
+        self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0)
+
+    def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
+        now = now_ms()
+        if response.error is not None:
+            for batch in batches.values():
+                self._retry_or_fail(batch, response.error, now)
+            self._metadata.request_update()
+            return
+        if response.body is None:  # acks=0: written is all we will ever know
+            for batch in batches.values():
+                self._succeed(batch, -1, -1)
+            return
+        for topic in response.body["responses"]:
+            for part in topic["partition_responses"]:
+                batch = batches.pop((topic["name"], part["index"]), None)
+                if batch is None:
+                    continue
+                code = part["error_code"]
+                if code == 0:
+                    self._succeed(batch, part["base_offset"], part["log_append_time_ms"])
+                elif code == _DUPLICATE_SEQUENCE:
+                    # Already written by an earlier attempt whose answer was lost.
+                    self._succeed(batch, part["base_offset"], part["log_append_time_ms"])
+                else:
+                    message = part.get("error_message") or ""
+                    error = error_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
+                    self._retry_or_fail(batch, error, now)
+        for batch in batches.values():  # the broker did not mention these: treat as lost
+            self._retry_or_fail(batch, KafkaError("no response for this partition"), now)
+
+    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        self._in_flight_batches.discard(batch)
+        self._partitions.finished(batch, retrying=False)
+        self._acc.completed(batch)
+        batch.complete(base_offset, log_append_time, None)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
+        self._in_flight_batches.discard(batch)
+        retriable = getattr(error, "retriable", False) or isinstance(error, KafkaTimeoutError)
+        code = getattr(error, "code", None)
+        if self._partitions.idempotent:
+            if code in _PRODUCER_ID_ERRORS:
+                self._partitions.request_reset(str(error))
+                retriable = True
+            elif code == _OUT_OF_ORDER_SEQUENCE:
+                # An earlier batch of this partition failed and is being retried: this one
+                # was rejected only because of that gap, so it is safe to send again.
+                if not self._partitions.recovering(batch.tp):
+                    self._partitions.request_reset(str(error))
+                retriable = True
+        in_time = now - batch.created_ms < self._config.delivery_timeout_ms
+        if retriable and in_time and batch.attempts < self._config.retries and not self._force_close:
+            log.debug("retrying %s after %s", batch, error)
+            if getattr(error, "invalid_metadata", False):
+                self._metadata.request_update()
+            self._partitions.finished(batch, retrying=True)
+            self._acc.reenqueue(batch, now)
+            return
+        self._partitions.finished(batch, retrying=False)
+        if self._partitions.idempotent and batch.base_sequence >= 0:
+            # A sequenced batch that will never be written leaves a gap the broker would
+            # reject forever: later batches go out under a new producer id.
+            self._partitions.request_reset(f"{batch} failed: {error}")
+        if isinstance(error, KafkaTimeoutError) and not in_time:
+            error = KafkaTimeoutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms "
+                                      f"({self._config.delivery_timeout_ms}) passed; last error: {error}")
+        self._fail(batch, error)
+
+    def _fail(self, batch: ProducerBatch, error: Exception) -> None:
+        self._in_flight_batches.discard(batch)
+        self._acc.completed(batch)
+        batch.complete(-1, -1, error)
