@@ -1,0 +1,146 @@
+"""KafkaProducer.send against both real brokers, read back with confluent-kafka (CRC checked)."""
+
+import os
+import threading
+
+import pytest
+
+from spark_sink.producer import (
+    ConfigError, InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError, ProducerRecord,
+    RecordTooLargeError, SerializationError,
+)
+from spark_sink.producer.murmur2 import murmur2
+from tests.brokers import consume_all, create_topic, free_port, unique_topic
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+SIZES = [0, 1, 100, 1000, 20_000, 200_000]
+
+
+def _records(topic):
+    out = []
+    for i, size in enumerate(SIZES * 4):
+        value = os.urandom(size)
+        headers = [("h", b"x%d" % i), ("n", None)] if i % 2 else None
+        if i % 3 == 0:
+            out.append(ProducerRecord(topic, value, key=b"key-%d" % (i % 5), headers=headers, timestamp=1_600_000_000_000 + i))
+        elif i % 3 == 1:
+            out.append(ProducerRecord(topic, value, headers=headers, timestamp=1_600_000_000_000 + i))
+        else:
+            out.append(ProducerRecord(topic, value, partition=i % 3, headers=headers))
+    return out
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_round_trip_every_codec(broker, codec):
+    topic = create_topic(broker.bootstrap, unique_topic(codec), partitions=3)
+    records = _records(topic)
+    callbacks = []
+    with KafkaProducer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 2}) as p:
+        futures = [p.send(r, callback=lambda md, err: callbacks.append((md, err))) for r in records]
+        p.flush(60)
+        metadata = [f.result(10) for f in futures]
+    assert len(callbacks) == len(records) and all(err is None for _, err in callbacks)
+    consumed = {(m.partition(), m.offset()): m for m in consume_all(broker.bootstrap, topic, len(records))}
+    assert len(consumed) == len(records)
+    for record, md in zip(records, metadata):
+        m = consumed[(md.partition, md.offset)]  # the offset we were told is where it is read
+        assert m.value() == record.value
+        assert m.key() == record.key
+        assert (m.headers() or None) == (record.headers or None)
+        if record.timestamp is not None:
+            assert m.timestamp()[1] == record.timestamp
+        if record.partition is not None:
+            assert md.partition == record.partition
+        elif record.key is not None:
+            assert md.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3
+    # per-key order: offsets grow in send order within each key
+    by_key = {}
+    for record, md in zip(records, metadata):
+        if record.key is not None:
+            by_key.setdefault(record.key, []).append(md.offset)
+    assert all(offsets == sorted(offsets) for offsets in by_key.values())
+
+
+def test_keyed_order_and_no_duplicates_many_records(broker):
+    topic = create_topic(broker.bootstrap, unique_topic("order"), partitions=4)
+    n = 20_000
+    with KafkaProducer({"bootstrap.servers": broker.bootstrap, "batch.size": 4096}) as p:
+        for i in range(n):
+            p.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 7)))
+        p.flush(60)
+    messages = consume_all(broker.bootstrap, topic, n, settle=0.5)
+    assert len(messages) == n
+    seen = {}
+    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
+        seen.setdefault(m.key(), []).append(int(m.value()))
+    assert all(v == sorted(v) for v in seen.values())
+    assert sorted(x for v in seen.values() for x in v) == list(range(n))
+
+
+def test_str_values_and_serializers(tansu):
+    topic = create_topic(tansu.bootstrap, unique_topic("ser"), partitions=1)
+    with KafkaProducer({"bootstrap.servers": tansu.bootstrap, "key.serializer": lambda k: str(k).encode()}) as p:
+        p.send(ProducerRecord(topic, "héllo", key=42)).result(30)
+    (m,) = consume_all(tansu.bootstrap, topic, 1)
+    assert (m.key(), m.value()) == (b"42", "héllo".encode())
+
+
+def test_bad_input_names_what_is_wrong(tansu):
+    topic = create_topic(tansu.bootstrap, unique_topic("bad"), partitions=2)
+    with KafkaProducer({"bootstrap.servers": tansu.bootstrap, "max.request.size": 10_000}) as p:
+        with pytest.raises(SerializationError, match="value must be bytes, str or None"):
+            p.send(ProducerRecord(topic, 12))
+        with pytest.raises(SerializationError, match="key"):
+            p.send(ProducerRecord(topic, b"v", key=object()))
+        with pytest.raises(RecordTooLargeError, match="max.request.size"):
+            p.send(ProducerRecord(topic, b"x" * 20_000))
+        with pytest.raises(InvalidPartitionError, match="partition 5.*2 partitions"):
+            p.send(ProducerRecord(topic, b"v", partition=5))
+        # nothing acknowledged is lost by the rejected sends
+        assert p.send(ProducerRecord(topic, b"ok", partition=0)).result(30).offset == 0
+    with pytest.raises(ProducerClosedError):
+        p.send(ProducerRecord(topic, b"late"))
+
+
+def test_config_errors():
+    with pytest.raises(ConfigError, match="bootstrap.servers"):
+        KafkaProducer({})
+    with pytest.raises(ConfigError, match="lingerms"):
+        KafkaProducer({"bootstrap.servers": "127.0.0.1:1", "lingerms": 5})
+
+
+def test_unreachable_bootstrap_fails_within_max_block():
+    with KafkaProducer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "max.block.ms": 1500}) as p:
+        with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
+            p.send(ProducerRecord("nowhere", b"v"))
+
+
+def test_acks_zero_and_one(broker):
+    topic = create_topic(broker.bootstrap, unique_topic("acks"), partitions=1)
+    for acks in ("0", "1"):
+        with KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
+            futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode())) for _ in range(10)]
+            p.flush(30)
+            offsets = [f.result(5).offset for f in futures]
+            assert offsets == ([-1] * 10 if acks == "0" else offsets)
+    assert len(consume_all(broker.bootstrap, topic, 20)) == 20
+
+
+def test_callbacks_from_many_threads(tansu):
+    topic = create_topic(tansu.bootstrap, unique_topic("threads"), partitions=3)
+    calls = []
+    lock = threading.Lock()
+
+    def cb(md, err):
+        with lock:
+            calls.append(err)
+
+    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+        threads = [threading.Thread(target=lambda: [p.send(ProducerRecord(topic, b"v"), cb) for _ in range(2000)])
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        p.flush(60)
+    assert len(calls) == 8000 and not any(calls)
