@@ -202,7 +202,11 @@ class NetworkClient:
         else:
             done = ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0)
             conn.outbox.append((memoryview(frame), (callback, done) if callback else None))
-        self._write(conn)
+        try:
+            self._write(conn)
+        except KProdError as exc:
+            # Fails this request too; its callback runs on the next poll, like any other.
+            self._disconnect(conn, exc)
 
     def poll(self, timeout_ms: float) -> None:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and

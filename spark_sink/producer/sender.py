@@ -69,10 +69,11 @@ class Sender(threading.Thread):
             log.exception("sender thread failed")
             self.fatal_error = exc
         finally:
+            self._force_close = True  # what fails from here on is not retried
             error = self.fatal_error or KProdError("producer closed before these records were acknowledged")
+            self._client.close()
             for batch in self._acc.abort_undrained():
                 self._fail(batch, error)
-            self._client.close()
             for batch in list(self._in_flight_batches):
                 self._fail(batch, error)
 
