@@ -10,7 +10,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,7 @@ class ArrowSendFuture:
     """Resolves once every record of a ``send_arrow`` call is acknowledged."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # done callbacks run under it and may call back in
         self._done = threading.Event()
         self._pending = 0
         self._sealed = False
@@ -74,6 +74,25 @@ class ArrowSendFuture:
         self._failed_records = 0
         self._error: Exception | None = None
         self._ranges: dict[tuple[str, int], list[int]] = {}
+        self._callbacks: list[Callable[[ArrowSendFuture], None]] = []
+
+    def add_done_callback(self, fn: Callable[[ArrowSendFuture], None]) -> None:
+        """Call ``fn(future)`` once every record is acknowledged or failed (at once if so)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def _finish(self) -> None:
+        # Called with self._lock held, exactly once.
+        self._done.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("send_arrow done callback failed")
 
     def _add(self, batches: int) -> None:
         with self._lock:
@@ -83,7 +102,7 @@ class ArrowSendFuture:
         with self._lock:
             self._records, self._bytes, self._sealed = records, nbytes, True
             if self._pending == 0:
-                self._done.set()
+                self._finish()
 
     def _on_batch(self, batch: ProducerBatch) -> None:
         with self._lock:
@@ -101,7 +120,7 @@ class ArrowSendFuture:
                     r[2] = max(r[2], last)
             self._pending -= 1
             if self._pending == 0 and self._sealed:
-                self._done.set()
+                self._finish()
 
     def done(self) -> bool:
         return self._done.is_set()

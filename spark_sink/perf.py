@@ -1,0 +1,255 @@
+"""kprod-perf: producer throughput and latency, in the spirit of kafka-producer-perf-test.
+
+    kprod-perf --num-records 1000000 --record-size 100 --key-size 10 --mode arrow --compare
+
+Without --bootstrap-servers it starts the embedded local broker. With --compare it also
+runs confluent-kafka (per-record produce with a delivery callback) and kafka-python on
+the same data in the same run, and prints kprod's throughput as a ratio of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from spark_sink.producer import KafkaProducer, ProducerRecord
+
+
+@dataclass
+class Result:
+    """One client's run."""
+
+    client: str
+    records: int
+    seconds: float
+    payload_bytes: int
+    latencies_ms: list[float]
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.payload_bytes / self.seconds / 1e6
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+
+class Progress:
+    """A progress line on stderr, at most once a second."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.started, self.last = label, total, time.monotonic(), 0.0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 1.0:
+            self.last = now
+            rate = done / max(now - self.started, 1e-9)
+            print(f"\r{self.label}: {done}/{self.total} records sent, {rate:,.0f} records/s", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        print("\r" + " " * 78 + "\r", end="", file=sys.stderr, flush=True)
+
+
+def make_data(num_records: int, record_size: int, key_size: int) -> pa.Table:
+    """Keys are distinct-ish random bytes; values are random bytes (incompressible)."""
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 256, record_size * num_records, dtype=np.uint8).tobytes()
+    offsets = np.arange(0, (num_records + 1) * record_size, record_size, dtype=np.int32)
+    cols = {"value": pa.Array.from_buffers(pa.binary(), num_records, [None, pa.py_buffer(offsets), pa.py_buffer(values)])}
+    if key_size:
+        kdata = rng.integers(0, 256, key_size * num_records, dtype=np.uint8).tobytes()
+        koff = np.arange(0, (num_records + 1) * key_size, key_size, dtype=np.int32)
+        cols["key"] = pa.Array.from_buffers(pa.binary(), num_records, [None, pa.py_buffer(koff), pa.py_buffer(kdata)])
+    return pa.table(cols)
+
+
+def _rows(table: pa.Table) -> tuple[list[bytes], list[bytes | None]]:
+    values = table.column("value").to_pylist()
+    keys = table.column("key").to_pylist() if "key" in table.column_names else [None] * len(values)
+    return values, keys
+
+
+def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str, str], chunk: int = 50_000) -> Result:
+    latencies: list[float] = []
+    progress = Progress("kprod arrow", table.num_rows)
+    with KafkaProducer({"bootstrap.servers": bootstrap, **props}) as producer:
+        producer.partitions_for(topic)  # metadata first, as the others connect before timing too
+        started = time.perf_counter()
+        futures = []
+        for start in range(0, table.num_rows, chunk):
+            sent_at = time.perf_counter()
+            future = producer.send_arrow(table.slice(start, chunk), topic=topic)
+            future.add_done_callback(lambda f, t=sent_at: latencies.append((time.perf_counter() - t) * 1000))
+            futures.append(future)
+            progress.update(start + chunk)
+        for f in futures:
+            f.result()
+        seconds = time.perf_counter() - started
+    progress.close()
+    return Result("kprod send_arrow", table.num_rows, seconds, _payload(table), latencies)
+
+
+def run_kprod_record(bootstrap: str, topic: str, table: pa.Table, props: dict[str, str]) -> Result:
+    values, keys = _rows(table)
+    latencies: list[float] = []
+    progress = Progress("kprod send", len(values))
+    with KafkaProducer({"bootstrap.servers": bootstrap, **props}) as producer:
+        producer.partitions_for(topic)
+        started = time.perf_counter()
+        for i, (k, v) in enumerate(zip(keys, values)):
+            if i % 1000 == 0:
+                sent_at = time.perf_counter()
+                producer.send(ProducerRecord(topic, v, key=k),
+                              lambda md, err, t=sent_at: latencies.append((time.perf_counter() - t) * 1000))
+                progress.update(i)
+            else:
+                producer.send(ProducerRecord(topic, v, key=k))
+        producer.flush()
+        seconds = time.perf_counter() - started
+    progress.close()
+    return Result("kprod send", len(values), seconds, _payload(table), latencies)
+
+
+def run_confluent(bootstrap: str, topic: str, table: pa.Table) -> Result:
+    from confluent_kafka import Producer
+
+    values, keys = _rows(table)
+    latencies: list[float] = []
+    errors: list[object] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    producer.list_topics(topic, timeout=30)
+    progress = Progress("confluent-kafka", len(values))
+    started = time.perf_counter()
+    sent_at = [0.0]
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    def on_sampled(err: object, msg: object, t: float = 0.0) -> None:
+        on_delivery(err, msg)
+        latencies.append((time.perf_counter() - t) * 1000)
+
+    for i, (k, v) in enumerate(zip(keys, values)):
+        callback = on_delivery
+        if i % 1000 == 0:
+            sent_at[0] = time.perf_counter()
+            callback = lambda err, msg, t=sent_at[0]: on_sampled(err, msg, t)  # noqa: E731
+            progress.update(i)
+        while True:
+            try:
+                producer.produce(topic, v, k, on_delivery=callback)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    producer.flush()
+    seconds = time.perf_counter() - started
+    progress.close()
+    if errors:
+        raise RuntimeError(f"confluent-kafka failed {len(errors)} records: {errors[0]}")
+    return Result("confluent-kafka produce", len(values), seconds, _payload(table), latencies)
+
+
+def run_kafka_python(bootstrap: str, topic: str, table: pa.Table) -> Result:
+    from kafka import KafkaProducer as KP
+
+    values, keys = _rows(table)
+    latencies: list[float] = []
+    producer = KP(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer.partitions_for(topic)
+    progress = Progress("kafka-python", len(values))
+    started = time.perf_counter()
+    for i, (k, v) in enumerate(zip(keys, values)):
+        future = producer.send(topic, value=v, key=k)
+        if i % 1000 == 0:
+            t = time.perf_counter()
+            future.add_callback(lambda md, t=t: latencies.append((time.perf_counter() - t) * 1000))
+            progress.update(i)
+    producer.flush()
+    seconds = time.perf_counter() - started
+    producer.close()
+    progress.close()
+    return Result("kafka-python send", len(values), seconds, _payload(table), latencies)
+
+
+def _payload(table: pa.Table) -> int:
+    return sum(col.nbytes for col in table.columns)
+
+
+@contextlib.contextmanager
+def _cluster(bootstrap: str | None, topic: str, partitions: int) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from spark_sink.local_broker import start_local_broker
+
+    with start_local_broker() as broker:
+        print(f"started the embedded local broker (Tansu) at {broker.bootstrap}", file=sys.stderr)
+        broker.create_topic(topic, partitions)
+        yield broker.bootstrap
+
+
+def parse_props(items: list[str]) -> dict[str, str]:
+    props = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--producer-props: expected key=value, got {item!r}")
+        props[key] = value
+    return props
+
+
+def report(results: list[Result]) -> str:
+    lines = [f"{'client':<26}{'records/s':>14}{'MB/s':>10}{'p50 ms':>10}{'p99 ms':>10}"]
+    for r in results:
+        lines.append(f"{r.client:<26}{r.records_per_s:>14,.0f}{r.mb_per_s:>10.1f}{r.percentile(50):>10.1f}{r.percentile(99):>10.1f}")
+    ours = results[0]
+    for r in results[1:]:
+        lines.append(f"{ours.client} / {r.client}: {ours.records_per_s / r.records_per_s:.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kprod-perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap-servers", help="host:port list; default: start the embedded local broker")
+    ap.add_argument("--topic", default=None, help="topic to write (default: a new one on the embedded broker)")
+    ap.add_argument("--partitions", type=int, default=6, help="partitions of the topic created on the embedded broker")
+    ap.add_argument("--num-records", type=int, default=1_000_000)
+    ap.add_argument("--record-size", type=int, default=100, help="value size in bytes")
+    ap.add_argument("--key-size", type=int, default=10, help="key size in bytes (0: no key)")
+    ap.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE", help="kprod producer settings (Java names)")
+    ap.add_argument("--mode", choices=["arrow", "record"], default="arrow", help="send_arrow or per-record send()")
+    ap.add_argument("--compare", action="store_true", help="also run confluent-kafka and kafka-python on the same data")
+    args = ap.parse_args(argv)
+
+    props = {"acks": "all", "enable.idempotence": "true", **parse_props(args.producer_props)}
+    table = make_data(args.num_records, args.record_size, args.key_size)
+    topic = args.topic or f"kprod-perf-{uuid.uuid4().hex[:8]}"
+    with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
+        run: Callable[..., Result] = run_kprod_arrow if args.mode == "arrow" else run_kprod_record
+        results = [run(bootstrap, topic, table, props)]
+        if args.compare:
+            results.append(run_confluent(bootstrap, topic, table))
+            results.append(run_kafka_python(bootstrap, topic, table))
+    print(f"{args.num_records:,} records, {args.record_size} B values, {args.key_size} B keys, acks=all, idempotence on")
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
