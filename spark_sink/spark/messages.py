@@ -1,0 +1,94 @@
+"""Commit messages from tasks, their summary on the driver, and the delivery report file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql.datasource import WriterCommitMessage
+
+log = logging.getLogger(__name__)
+
+# (topic, partition) -> (count, first_offset, last_offset)
+PartitionRanges = dict[tuple[str, int], tuple[int, int, int]]
+
+
+@dataclass(frozen=True)
+class KProdCommitMessage(WriterCommitMessage):
+    """What one task wrote, returned only after every record was acknowledged."""
+
+    partition_id: int
+    attempt: int
+    records: int
+    bytes: int
+    partitions: PartitionRanges = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def merge_ranges(into: PartitionRanges, more: PartitionRanges) -> None:
+    """Add ``more`` to ``into``: counts add up, offset ranges widen."""
+    for tp, (count, first, last) in more.items():
+        old = into.get(tp)
+        if old is None:
+            into[tp] = (count, first, last)
+        else:
+            firsts = [o for o in (old[1], first) if o >= 0]
+            into[tp] = (old[0] + count, min(firsts) if firsts else -1, max(old[2], last))
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    """Every task's commit message of one batch or microbatch, added up."""
+
+    tasks: int
+    records: int
+    bytes: int
+    partitions: PartitionRanges
+
+    @classmethod
+    def of(cls, messages: Iterable[WriterCommitMessage | None]) -> WriteSummary:
+        done = [m for m in messages if isinstance(m, KProdCommitMessage)]
+        ranges: PartitionRanges = {}
+        for m in done:
+            merge_ranges(ranges, m.partitions)
+        return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())))
+
+    def describe(self) -> str:
+        topics = sorted({t for t, _ in self.partitions})
+        return (
+            f"{self.records} records, {self.bytes} bytes of keys and values, {len(self.partitions)} partition(s) "
+            f"of {len(topics)} topic(s) [{', '.join(topics)}], from {self.tasks} task(s)"
+        )
+
+    def report_line(self, batch_id: int | None) -> str:
+        """One JSON line for the delivery report."""
+        return json.dumps({
+            "batchId": batch_id,
+            "committedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "tasks": self.tasks,
+            "records": self.records,
+            "bytes": self.bytes,
+            "partitions": [
+                {"topic": t, "partition": p, "count": c, "firstOffset": first, "lastOffset": last}
+                for (t, p), (c, first, last) in self.partitions.items()
+            ],
+        }, separators=(",", ":"))
+
+
+def append_report(path: str, line: str) -> None:
+    """Append one line and fsync it, so a report line means the batch was committed."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def succeeded_tasks(messages: Sequence[WriterCommitMessage | None]) -> list[KProdCommitMessage]:
+    """The tasks of a failed write that had delivered everything they were given."""
+    return [m for m in messages if isinstance(m, KProdCommitMessage)]

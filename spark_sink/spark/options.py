@@ -1,0 +1,128 @@
+"""Options of the ``kprod`` data source, parsed and checked on the driver.
+
+They follow Spark's own Kafka sink: ``kafka.bootstrap.servers`` (required), ``topic``
+(default topic) and any ``kafka.<java producer key>`` passed to the producer with the
+prefix removed. Options of our own start with ``kprod.``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_sink.producer.config import KEYS as PRODUCER_KEYS
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+KAFKA_PREFIX = "kafka."
+
+# Our own options (lower case, as Spark hands them over), with their documentation.
+SINK_OPTIONS: dict[str, str] = {
+    "kprod.deliveryreport.path": (
+        "kprod.deliveryReport.path: a file on the driver; each committed microbatch (or batch "
+        "write) appends one JSON line with batchId, records, bytes and per topic-partition "
+        "offset ranges"
+    ),
+    "kprod.flush.timeout.ms": (
+        "kprod.flush.timeout.ms: longest a task waits for its records to be acknowledged after "
+        "its last batch (default: kafka.delivery.timeout.ms plus 30000)"
+    ),
+}
+
+# Spark's Kafka sink refuses these too: the sink hands the producer bytes, not objects.
+_REFUSED_PRODUCER_KEYS: dict[str, str] = {
+    "key.serializer": "keys are sent as the bytes of the 'key' column; cast it to binary or string in Spark",
+    "value.serializer": "values are sent as the bytes of the 'value' column; cast it to binary or string in Spark",
+    "interceptors": "interceptors are Python objects and cannot be given as a Spark option",
+    "transactional.id": "transactions are not supported by the kprod sink",
+}
+
+# Options Spark itself may put into the map of every sink; they are not ours to check.
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """The checked options of one write: producer settings plus the sink's own."""
+
+    producer_config: dict[str, str] = field(hash=False)
+    topic: str | None
+    delivery_report_path: str | None
+    flush_timeout_s: float
+
+
+def parse_options(options: Mapping[str, Any]) -> SinkOptions:
+    """Check every option; raise ConfigError naming the option and what it accepts."""
+    # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
+    opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+    producer: dict[str, str] = {}
+    for key, value in opts.items():
+        if not key.startswith(KAFKA_PREFIX):
+            continue
+        name = key[len(KAFKA_PREFIX):]
+        if name in _REFUSED_PRODUCER_KEYS:
+            raise ConfigError(f"option {key!r} is not supported: {_REFUSED_PRODUCER_KEYS[name]}")
+        if name not in PRODUCER_KEYS:
+            raise ConfigError(
+                f"option {key!r}: {name!r} is not a producer setting kprod knows; accepted "
+                f"kafka.* options: {', '.join(KAFKA_PREFIX + k for k in sorted(PRODUCER_KEYS) if k not in _REFUSED_PRODUCER_KEYS)}"
+            )
+        producer[name] = value
+    if not producer.get("bootstrap.servers", "").strip():
+        raise ConfigError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
+    try:
+        config = ProducerConfig.from_dict(producer)
+    except ConfigError as exc:
+        # The producer names the Java key; the user wrote it with the kafka. prefix.
+        raise ConfigError(f"option {KAFKA_PREFIX}{exc}") from None
+
+    unknown = sorted(
+        k for k in opts
+        if not k.startswith(KAFKA_PREFIX) and k != "topic" and k not in SINK_OPTIONS and k not in _SPARK_OPTIONS
+    )
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {', '.join(map(repr, unknown))}; kprod accepts kafka.bootstrap.servers, "
+            "topic, kafka.<producer setting> and " + ", ".join(_display(k) for k in SINK_OPTIONS)
+        )
+
+    topic = opts.get("topic")
+    if topic is not None:
+        topic = topic.strip()
+        if not topic:
+            raise ConfigError("option 'topic' is empty; give a topic name or leave it out and add a 'topic' column")
+        _check_topic_name(topic)
+
+    report = opts.get("kprod.deliveryreport.path") or None
+    flush_ms = opts.get("kprod.flush.timeout.ms")
+    if flush_ms is None:
+        flush_timeout_s = (config.delivery_timeout_ms + 30_000) / 1000
+    else:
+        try:
+            flush_timeout_s = int(flush_ms) / 1000
+        except ValueError:
+            raise ConfigError(f"option 'kprod.flush.timeout.ms': expected an integer, got {flush_ms!r}") from None
+        if flush_timeout_s <= 0:
+            raise ConfigError(f"option 'kprod.flush.timeout.ms': expected a positive integer, got {flush_ms!r}")
+    return SinkOptions(producer, topic, report, flush_timeout_s)
+
+
+def _display(key: str) -> str:
+    """The documented spelling of one of our (lower-cased) option names."""
+    return SINK_OPTIONS[key].split(":", 1)[0]
+
+
+_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _check_topic_name(topic: str) -> None:
+    """Kafka's own topic name rule, so a typo fails here rather than in every task."""
+    if topic in (".", "..") or len(topic) > 249 or not set(topic) <= _TOPIC_CHARS:
+        raise ConfigError(
+            f"option 'topic': {topic!r} is not a valid Kafka topic name "
+            "(1-249 characters of ASCII letters, digits, '.', '_' and '-', not '.' or '..')"
+        )

@@ -1,0 +1,43 @@
+"""``KProdDataSource``: the ``kprod`` format for batch and streaming writes to Kafka."""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from spark_sink.producer.errors import ConfigError
+from spark_sink.spark.columns import plan_columns
+from spark_sink.spark.options import parse_options
+from spark_sink.spark.writer import KProdBatchWriter, KProdStreamWriter
+
+log = logging.getLogger(__name__)
+
+
+class KProdDataSource(DataSource):
+    """Writes a DataFrame's rows to Kafka as records, through kprod's columnar producer.
+
+    ``df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", ...)
+    .option("topic", ...).save()`` or ``df.writeStream.format("kprod")...``. Options and
+    columns are checked here, on the driver, before any task sends a record.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "kprod"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ConfigError(
+                "save mode 'overwrite' is not supported: Kafka topics are append-only. "
+                "Use .mode('append') (Spark allows only append and overwrite for Python data sources)"
+            )
+        options = parse_options(self.options)
+        return KProdBatchWriter(options, plan_columns(schema, options.topic))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's name)
+        # Complete mode asks to overwrite; like Spark's Kafka sink, every microbatch's
+        # full result is simply appended to the topic.
+        options = parse_options(self.options)
+        return KProdStreamWriter(options, plan_columns(schema, options.topic))

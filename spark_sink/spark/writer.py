@@ -1,0 +1,160 @@
+"""The task side (one producer per task, Arrow batches to ``send_arrow``) and the driver
+side (commit and abort) of batch and streaming writes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from spark_sink.spark.columns import ColumnPlan
+from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, merge_ranges, succeeded_tasks
+from spark_sink.spark.options import SinkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+# Futures still unresolved before the task checks the oldest ones: bounds memory and
+# surfaces a delivery failure early instead of after the whole partition was encoded.
+_MAX_PENDING_SENDS = 64
+
+
+def _task_identity() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return -1, 0
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+def _prepare(batch: pa.RecordBatch, plan: ColumnPlan) -> pa.RecordBatch:
+    """Spark's column names to the canonical ones; drop the overridden topic column."""
+    import pyarrow as pa
+
+    if not plan.renamed and not plan.drop:
+        return batch
+    keep = [i for i in range(batch.num_columns) if i not in plan.drop]
+    return pa.RecordBatch.from_arrays([batch.column(i) for i in keep], names=[plan.names[i] for i in keep])
+
+
+def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan) -> KProdCommitMessage:
+    """Send every batch of one task and return only once all of it is acknowledged.
+
+    Any failure (column, partition, delivery) propagates and fails the task: Spark then
+    retries it or aborts the write, so nothing is swallowed.
+    """
+    from spark_sink.producer import KafkaProducer
+
+    started = time.monotonic()
+    partition_id, attempt = _task_identity()
+    config = dict(options.producer_config)
+    config.setdefault("client.id", f"kprod-spark-{partition_id}")
+    producer = KafkaProducer(config)
+    records = nbytes = 0
+    ranges: dict = {}
+    pending: list = []
+
+    def settle(future: object) -> None:
+        nonlocal records, nbytes
+        result = future.result(options.flush_timeout_s)
+        records += result.records
+        nbytes += result.bytes
+        merge_ranges(ranges, result.partitions)
+
+    ok = False
+    try:
+        for batch in iterator:
+            if batch.num_rows == 0:
+                continue
+            pending.append(producer.send_arrow(_prepare(batch, plan), options.topic))
+            # Settle what is already done (cheap) and, past the bound, wait for the oldest.
+            while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
+                settle(pending.pop(0))
+        producer.flush(options.flush_timeout_s)
+        for future in pending:
+            settle(future)
+        ok = True
+    finally:
+        # On failure do not wait for the rest: the task is failing anyway.
+        producer.close(None if ok else 0)
+    seconds = time.monotonic() - started
+    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s",
+             partition_id, attempt, records, nbytes, seconds)
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds)
+
+
+def _driver_logging() -> None:
+    """Make the commit summary visible: the Python worker that runs commit() on the
+    driver has no logging configured, so INFO lines would be dropped."""
+    root = logging.getLogger("spark_sink.spark")
+    if root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.propagate = False
+
+
+def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+    _driver_logging()
+    summary = WriteSummary.of(messages)
+    what = "batch write" if batch_id is None else f"microbatch {batch_id}"
+    log.info("kprod %s committed: %s", what, summary.describe())
+    if options.delivery_report_path:
+        append_report(options.delivery_report_path, summary.report_line(batch_id))
+
+
+def _abort(messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+    _driver_logging()
+    done = succeeded_tasks(messages)
+    what = "batch write" if batch_id is None else f"microbatch {batch_id}"
+    if done:
+        detail = ", ".join(f"partition {m.partition_id} ({m.records} records)" for m in done)
+        log.warning(
+            "kprod %s aborted: %d of %d task(s) had already delivered their records (%s); "
+            "those records are in Kafka and a retry of the %s writes them again (at-least-once)",
+            what, len(done), len(messages), detail, what)
+    else:
+        log.warning("kprod %s aborted: none of its %d task(s) had completed", what, len(messages))
+
+
+class KProdBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("kprod")``: each task writes its partition through one producer."""
+
+    def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
+        self.options = options
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_task(iterator, self.options, self.plan)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _commit(self.options, messages, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _abort(messages, None)
+
+
+class KProdStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("kprod")``: one summary line (and report line) per microbatch."""
+
+    def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
+        self.options = options
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_task(iterator, self.options, self.plan)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        _commit(self.options, messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        _abort(messages, batchId)
