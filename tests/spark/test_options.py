@@ -1,0 +1,127 @@
+"""Options and columns are checked on the driver: pure checks, then through real Spark."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import (
+    ArrayType, BinaryType, DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+)
+
+from spark_sink.producer.errors import ColumnError, ConfigError
+from spark_sink.spark.columns import plan_columns
+from spark_sink.spark.options import parse_options
+
+BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def schema(**cols):
+    return StructType([StructField(n, t) for n, t in cols.items()])
+
+
+def test_kafka_options_reach_the_producer_without_prefix():
+    opts = parse_options({**BOOT, "topic": "t", "kafka.linger.ms": "20", "kafka.compression.type": "zstd",
+                          "kprod.deliveryreport.path": "/tmp/r.jsonl", "checkpointlocation": "/tmp/cp"})
+    assert opts.producer_config == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "20", "compression.type": "zstd"}
+    assert opts.topic == "t"
+    assert opts.delivery_report_path == "/tmp/r.jsonl"
+
+
+@pytest.mark.parametrize(("options", "names"), [
+    ({}, ["kafka.bootstrap.servers", "required"]),
+    ({**BOOT, "kafka.linger.ms": "soon"}, ["kafka.linger.ms", "integer"]),
+    ({**BOOT, "kafka.acks": "2"}, ["kafka.acks", "all"]),
+    ({**BOOT, "kafka.no.such.key": "1"}, ["kafka.no.such.key", "kafka.linger.ms"]),
+    ({**BOOT, "kafka.value.serializer": "x"}, ["kafka.value.serializer", "'value' column"]),
+    ({**BOOT, "kafka.bootstrap.servers": "nohost"}, ["kafka.bootstrap.servers", "host:port"]),
+    ({**BOOT, "topic": "a b"}, ["topic", "valid Kafka topic name"]),
+    ({**BOOT, "topics": "t"}, ["'topics'", "kprod.deliveryReport.path"]),
+    ({**BOOT, "kprod.flush.timeout.ms": "-1"}, ["kprod.flush.timeout.ms", "positive"]),
+])
+def test_bad_options_name_the_option(options, names):
+    with pytest.raises(ConfigError) as err:
+        parse_options(options)
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_every_column_with_its_types_is_accepted():
+    plan = plan_columns(schema(Key=BinaryType(), value=StringType(), topic=StringType(), partition=LongType(),
+                               headers=HEADERS, timestamp=TimestampType()), None)
+    assert plan.names == ("key", "value", "topic", "partition", "headers", "timestamp")
+    assert plan.renamed and plan.drop == ()
+
+
+def test_topic_option_overrides_the_topic_column():
+    plan = plan_columns(schema(value=BinaryType(), topic=StringType()), "t")
+    assert plan.drop == (1,)
+
+
+@pytest.mark.parametrize(("cols", "topic", "names"), [
+    (dict(value=StringType(), extra=IntegerType()), "t", ["'extra'", "to_json(struct("]),
+    (dict(key=StringType()), "t", ["'value' is required", "'key'"]),
+    (dict(value=DoubleType()), "t", ["'value'", "double", "string or binary"]),
+    (dict(value=StringType(), partition=StringType()), "t", ["'partition'", "int or bigint"]),
+    (dict(value=StringType(), headers=ArrayType(StringType())), "t", ["'headers'", "array<struct<key: string"]),
+    (dict(value=StringType(), timestamp=StringType()), "t", ["'timestamp'", "timestamp"]),
+    (dict(value=StringType()), None, ["no topic", "'topic' option", "'topic' column"]),
+    (dict(value=StringType(), VALUE=BinaryType()), "t", ["'value'", "'VALUE'"]),
+])
+def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic, names):
+    with pytest.raises(ColumnError) as err:
+        plan_columns(schema(**cols), topic)
+    for name in names:
+        assert name in str(err.value)
+
+
+# Through Spark: the same errors stop the write at planning time, before any task runs.
+# The bootstrap address is a closed port: a record sent would fail, not pass silently.
+
+def _write(df, mode="append", **options):
+    writer = df.write.format("kprod").mode(mode)
+    for k, v in {**BOOT, **options}.items():
+        writer = writer.option(k, v)
+    writer.save()
+
+
+def test_spark_rejects_extra_column_before_sending(spark):
+    df = spark.createDataFrame([("a", 1)], "value string, n int")
+    with pytest.raises(Exception, match=r"column 'n' is not accepted.*to_json\(struct"):
+        _write(df, topic="t")
+
+
+def test_spark_rejects_missing_topic(spark):
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(Exception, match="no topic"):
+        _write(df)
+
+
+def test_spark_rejects_bad_producer_option(spark):
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(Exception, match="kafka.batch.size"):
+        _write(df, topic="t", **{"kafka.batch.size": "-5"})
+
+
+def test_spark_rejects_overwrite_mode(spark):
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(Exception, match="save mode 'overwrite' is not supported"):
+        _write(df, mode="overwrite", topic="t")
+
+
+@pytest.mark.parametrize("mode", ["ignore", "errorifexists"])
+def test_spark_itself_rejects_ignore_and_errorifexists(spark, mode):
+    # Spark allows only append and overwrite for Python data sources; documented in the README.
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        _write(df, mode=mode, topic="t")
+
+
+def test_streaming_rejects_bad_column_at_start(spark, tmp_path):
+    df = spark.readStream.format("rate").load()  # columns timestamp, value (bigint)
+    with pytest.raises(Exception, match=r"column 'value' has type bigint"):
+        q = (df.writeStream.format("kprod").option("kafka.bootstrap.servers", "127.0.0.1:9")
+             .option("topic", "t").option("checkpointLocation", str(tmp_path)).start())
+        try:
+            q.awaitTermination(60)
+        finally:
+            q.stop()
