@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from spark_sink.producer.batch import RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, TopicPartition
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.network import now_ms
 from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
@@ -43,7 +44,7 @@ class RecordAccumulator:
 
     def append(self, topic: str, partition: int, timestamp: int, key: bytes | None, value: bytes | None,
                headers: list | None, callback: SendCallback | None, key_size: int, value_size: int,
-               headers_size: int, now: float, max_block_ms: float) -> tuple[FutureRecordMetadata, bool, bool]:
+               headers_size: int, max_block_ms: float) -> tuple[FutureRecordMetadata, bool, bool]:
         """Append one record; returns (future, a batch is ready to send, a new batch was made)."""
         tp = (topic, partition)
         with self._lock:
@@ -62,7 +63,7 @@ class RecordAccumulator:
                 if future is not None:  # another thread made room meanwhile
                     self._pool.deallocate(size)
                     return future, len(dq) > 1 or dq[-1].is_full, False
-            batch = ProducerBatch(topic, partition, now, next(self._order), size, self._config.batch_size)
+            batch = ProducerBatch(topic, partition, now_ms(), next(self._order), size, self._config.batch_size)
             future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
             dq.append(batch)
             self._incomplete.add(batch)

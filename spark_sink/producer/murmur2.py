@@ -4,34 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from murmurhash2 import murmurhash2 as _c_murmurhash2
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
-_MASK = 0xFFFFFFFF
 
 
 def murmur2(data: bytes) -> int:
-    """``org.apache.kafka.common.utils.Utils.murmur2``: the signed 32-bit hash of ``data``."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    tail = length & ~3
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
+    """``org.apache.kafka.common.utils.Utils.murmur2``: the signed 32-bit hash of ``data``.
+
+    Kafka's murmur2 is Austin Appleby's MurmurHash2 with seed 0x9747b28c; the C binding
+    costs a fraction of a pure-Python loop on the per-record send() path.
+    """
+    h = _c_murmurhash2(data, _SEED)
     return h - (1 << 32) if h & 0x80000000 else h
 
 

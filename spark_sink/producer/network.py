@@ -103,6 +103,9 @@ class NetworkClient:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._completed: list[tuple[Callback, ClientResponse]] = []
         self._closed = False
+        # Set once a wakeup byte is written, cleared when it is read: send() calls wakeup()
+        # for every new or full batch, and most of those find the sender already woken.
+        self._wakeup_pending = False
 
     # -- nodes ----------------------------------------------------------------
 
@@ -237,6 +240,9 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         """Interrupt a blocking poll; safe from any thread."""
+        if self._wakeup_pending:
+            return
+        self._wakeup_pending = True
         try:
             self._wake_w.send(b"\x00")
         except OSError:
@@ -413,6 +419,7 @@ class NetworkClient:
             sock = conn.sock
 
     def _drain_wakeups(self) -> None:
+        self._wakeup_pending = False
         try:
             while self._wake_r.recv(4096):
                 pass

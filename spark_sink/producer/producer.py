@@ -18,7 +18,9 @@ import pyarrow as pa
 
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.arrow_input import plan_arrow_send
-from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
+from spark_sink.producer.batch import (
+    RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, headers_size,
+)
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
@@ -33,6 +35,9 @@ from spark_sink.producer.sender import Sender
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
+
+# A batch header plus the most a record's own framing can take.
+_RECORD_FRAMING = RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD_ESTIMATE
 
 
 def _to_bytes(what: str, value: Any, serializer: Any) -> bytes | None:
@@ -153,6 +158,9 @@ class KafkaProducer:
         self._partition_state = PartitionState(c)
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
         self._sticky: dict[str, int] = {}
+        self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
+        self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
+        self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
         self._closed = False
         self._sender.start()
 
@@ -160,47 +168,55 @@ class KafkaProducer:
 
     def send(self, record: ProducerRecord, callback: SendCallback | None = None) -> FutureRecordMetadata:
         """Queue one record; ``callback(metadata, exception)`` runs once it is acknowledged or failed."""
+        # The per-record hot path: no encoding, one lock, nothing that allocates per record
+        # beyond the future.
         if self._closed:
             raise ProducerClosedError("send() after close()")
         c = self.config
-        for interceptor in c.interceptors:
-            if hasattr(interceptor, "on_send"):
-                record = interceptor.on_send(record)
+        for interceptor in self._send_interceptors:
+            record = interceptor.on_send(record)
         topic = record.topic
         count = self._metadata.partition_count(topic)
         if count is None:
             count = self._metadata.wait_for_topic(topic, c.max_block_ms, self._sender.wakeup)
-        key = _to_bytes("key", record.key, c.key_serializer)
-        value = _to_bytes("value", record.value, c.value_serializer)
+        key, value = record.key, record.value
+        if type(key) is not bytes and key is not None or c.key_serializer is not None:
+            key = _to_bytes("key", key, c.key_serializer)
+        if type(value) is not bytes and value is not None or c.value_serializer is not None:
+            value = _to_bytes("value", value, c.value_serializer)
         key_size = len(key) if key is not None else 0
         value_size = len(value) if value is not None else 0
         headers = record.headers
-        h_size = headers_size(headers) if headers else 0
+        h_size = 0
         if headers:
             headers = self._check_headers(headers)
-        size = key_size + value_size + h_size + RECORD_BATCH_OVERHEAD + 21
-        if size > c.max_request_size or size > c.buffer_memory:
+            h_size = headers_size(headers)
+        if key_size + value_size + h_size > self._max_record_payload:
             raise RecordTooLargeError(
-                f"record to {topic} is {size} bytes serialized, larger than max.request.size "
-                f"({c.max_request_size}) or buffer.memory ({c.buffer_memory})")
+                f"record to {topic} is {key_size + value_size + h_size + _RECORD_FRAMING} bytes serialized, larger "
+                f"than max.request.size ({c.max_request_size}) or buffer.memory ({c.buffer_memory})")
         partition = record.partition
+        sticky = False
         if partition is None:
             if key is not None and not c.partitioner_ignore_keys:
                 partition = (murmur2(key) & 0x7FFFFFFF) % count
             else:
+                sticky = True
                 partition = self._sticky.get(topic)
                 if partition is None or partition >= count:
                     partition = self._next_sticky(topic, count)
         elif not 0 <= partition < count:
             raise InvalidPartitionError(
                 f"record for topic {topic!r} has partition {partition}, but the topic has {count} partitions (0..{count - 1})")
-        timestamp = record.timestamp if record.timestamp is not None else int(time.time() * 1000)
-        callback = self._wrap_callback(callback)
+        timestamp = record.timestamp
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
+        if self._ack_interceptors:
+            callback = self._wrap_callback(callback)
         future, batch_ready, new_batch = self._accumulator.append(
-            topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
-            now_ms(), c.max_block_ms)
+            topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size, c.max_block_ms)
         if batch_ready or new_batch:
-            if batch_ready and record.partition is None and (key is None or c.partitioner_ignore_keys):
+            if batch_ready and sticky:
                 self._next_sticky(topic, count)
             self._sender.wakeup()
         return future
@@ -218,10 +234,8 @@ class KafkaProducer:
             checked.append((k, _to_bytes(f"header {k!r} value", v, None)))
         return checked
 
-    def _wrap_callback(self, callback: SendCallback | None) -> SendCallback | None:
-        interceptors = [i for i in self.config.interceptors if hasattr(i, "on_acknowledgement")]
-        if not interceptors:
-            return callback
+    def _wrap_callback(self, callback: SendCallback | None) -> SendCallback:
+        interceptors = self._ack_interceptors
 
         def notify(metadata: Any, error: Exception | None) -> None:
             for interceptor in interceptors:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_sink.protocol.compression import compress
+from spark_sink.protocol.primitives import write_varint
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
 _EMPTY = pa.scalar(b"", pa.binary())
@@ -244,13 +245,48 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
+# Zigzag varints of small non-negative numbers (offset deltas, lengths, small
+# timestamp deltas): the per-record path looks them up instead of computing them.
+_SMALL_VARINTS = [write_varint(i) for i in range(1 << 14)]
+_NULL_LENGTH = write_varint(-1)
+# Below this many records a Python loop over table lookups beats numpy's per-call cost.
+_ROW_LOOP_MAX = 4096
+
+
+def _varint(n: int) -> bytes:
+    return _SMALL_VARINTS[n] if 0 <= n < 16384 else write_varint(n)
+
+
+def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int]) -> bytes:
+    """Header-less records of a small batch; same bytes as the vectorised path."""
+    base = timestamps[0]
+    out = []
+    append = out.append
+    small = _SMALL_VARINTS
+    for i, (key, value, ts) in enumerate(zip(keys, values, timestamps)):
+        body = b"".join((
+            b"\x00", _varint(ts - base), small[i] if i < 16384 else write_varint(i),
+            _NULL_LENGTH if key is None else _varint(len(key)) + key,
+            _NULL_LENGTH if value is None else _varint(len(value)) + value,
+            b"\x00",
+        ))
+        append(_varint(len(body)))
+        append(body)
+    return b"".join(out)
+
+
 def encode_rows(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
                 headers: list[Sequence[tuple[str, bytes | None]]] | None = None, codec: int = 0) -> EncodedRecords:
     """One record batch from Python lists (how the per-record send() path seals a batch)."""
+    n = len(values)
+    if n <= _ROW_LOOP_MAX and not (headers is not None and any(headers)):
+        section = _encode_rows_loop(keys, values, timestamps)
+        payload = compress(codec, section) if codec else section
+        return EncodedRecords(payload, codec, n, timestamps[0], max(timestamps), len(section))
     key_array = None if all(k is None for k in keys) else pa.array(keys, pa.binary())
     header_array = None
     if headers is not None and any(headers):
         header_array = pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers], _HEADER_TYPE)
-    (encoded,) = encode_columns(key_array, pa.array(values, pa.binary()), np.fromiter(timestamps, np.int64, len(timestamps)),
+    (encoded,) = encode_columns(key_array, pa.array(values, pa.binary()), np.fromiter(timestamps, np.int64, n),
                                 header_array, batch_size=0, codec=codec)
     return encoded

@@ -69,3 +69,14 @@ def test_encode_rows_with_codec_round_trips():
     batch = encode_record_batch(enc.payload, record_count=2, last_offset_delta=1, base_timestamp=1,
                                 max_timestamp=2, codec=Codec.ZSTD)
     assert [r.value for r in decode_record_batches(batch)[0].records] == [b"v" * 300, None]
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows_st)
+def test_encode_rows_equals_reference(rows):
+    keys, values, ts, headers = (list(c) for c in zip(*rows))
+    for h in (None, headers):
+        enc = encode_rows(keys, values, ts, h)
+        expected = [Record(k, v, t, tuple(hh) if h else ()) for k, v, t, hh in rows]
+        assert enc.payload == encode_records(expected, ts[0])
+        assert (enc.record_count, enc.max_timestamp) == (len(rows), max(ts))
