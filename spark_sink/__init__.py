@@ -1,0 +1,29 @@
+"""kprod: a Kafka producer in Python with a columnar Arrow path, and the ``kprod`` Spark sink.
+
+The producer needs only pyarrow and numpy; ``KProdDataSource`` (PySpark 4.1+) is loaded
+on first use so that ``import spark_sink`` does not import Spark.
+"""
+
+from typing import Any
+
+from spark_sink.producer import (
+    ArrowSendFuture, ArrowSendResult, BufferExhaustedError, ColumnError, ConfigError, FutureRecordMetadata,
+    InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError, ProducerConfig, ProducerRecord,
+    RecordMetadata, RecordTooLargeError, SerializationError,
+)
+from spark_sink.protocol.errors import KafkaError, KProdError
+
+__all__ = [
+    "ArrowSendFuture", "ArrowSendResult", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
+    "InvalidPartitionError", "KafkaError", "KafkaProducer", "KafkaTimeoutError", "KProdDataSource", "KProdError",
+    "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata", "RecordTooLargeError",
+    "SerializationError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "KProdDataSource":
+        from spark_sink.spark import KProdDataSource
+
+        return KProdDataSource
+    raise AttributeError(f"module 'spark_sink' has no attribute {name!r}")
