@@ -1,0 +1,129 @@
+"""Batch writes through format("kprod") on both brokers, read back with confluent-kafka and
+compared with chispa: every column combination."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from spark_sink.producer.murmur2 import murmur2
+from tests.brokers import create_topic, unique_topic
+from tests.spark.readback import as_sent, read_topics
+
+N = 600
+
+
+def write(df, bootstrap, **options):
+    w = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def compare(spark, df, broker, topics, topic=None, with_timestamp=False):
+    """Check every row arrived exactly once with its key, value, headers (and timestamp)."""
+    got, messages = read_topics(spark, broker.bootstrap, topics)
+    expected = as_sent(df, topic)
+    drop = ["partition"] if with_timestamp else ["partition", "timestamp"]
+    assert_df_equality(got.drop(*drop), expected.drop(*drop[1:]) if with_timestamp else expected.drop("timestamp"),
+                       ignore_row_order=True, ignore_column_order=True, ignore_nullable=True)
+    return got, messages
+
+
+def test_values_only_with_nulls(spark, broker):
+    topic = create_topic(broker.bootstrap, unique_topic("sv"), 3)
+    df = spark.range(N, numPartitions=2).select(
+        F.when(F.col("id") % 7 == 0, None).otherwise(F.concat(F.lit("v-"), F.col("id").cast("string"))).alias("value"))
+    write(df, broker.bootstrap, topic=topic)
+    got, messages = compare(spark, df, broker, {topic: N}, topic)
+    assert len(messages) == N
+    # Keyless rows go to partitions in sticky runs; all three may or may not be used, but
+    # a record never lands outside the topic.
+    assert {m.partition() for m in messages} <= {0, 1, 2}
+
+
+def test_keys_with_nulls_follow_murmur2(spark, broker):
+    topic = create_topic(broker.bootstrap, unique_topic("sk"), 4)
+    df = spark.range(N, numPartitions=2).select(
+        F.when(F.col("id") % 5 == 0, None).otherwise((F.col("id") % 50).cast("string")).alias("key"),
+        F.col("id").cast("string").cast("binary").alias("value"))
+    write(df, broker.bootstrap, topic=topic)
+    _, messages = compare(spark, df, broker, {topic: N}, topic)
+    for m in messages:
+        if m.key() is not None:
+            assert m.partition() == (murmur2(m.key()) & 0x7FFFFFFF) % 4
+
+
+def test_headers_and_timestamps(spark, broker):
+    topic = create_topic(broker.bootstrap, unique_topic("sh"), 2)
+    base = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    rows = [
+        (f"k{i}".encode(), f"v{i}",
+         [] if i % 4 == 0 else [("n", str(i).encode()), ("empty", None if i % 3 == 0 else b"")],
+         base + dt.timedelta(milliseconds=1000 * i + 7))
+        for i in range(200)
+    ]
+    df = spark.createDataFrame(
+        rows, "key binary, value string, headers array<struct<key: string, value: binary>>, timestamp timestamp"
+    ).repartition(2)
+    write(df, broker.bootstrap, topic=topic)
+    compare(spark, df, broker, {topic: 200}, topic, with_timestamp=True)
+
+
+def test_explicit_partitions_and_order_within_a_task(spark, broker):
+    topic = create_topic(broker.bootstrap, unique_topic("sp"), 3)
+    df = spark.range(N, numPartitions=2).select(
+        F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"),
+        F.when(F.col("id") % 10 == 0, None).otherwise((F.col("id") % 3).cast("int")).alias("partition"))
+    write(df, broker.bootstrap, topic=topic)
+    _, messages = compare(spark, df, broker, {topic: N}, topic)
+    for m in messages:
+        i = int(m.value())
+        if i % 10:
+            assert m.partition() == i % 3
+    # spark.range splits ids into two contiguous halves, one per task: within a task,
+    # each partition's offsets follow the input order.
+    for p in range(3):
+        in_p = sorted((m.offset(), int(m.value())) for m in messages if m.partition() == p)
+        for half in (lambda i: i < N // 2, lambda i: i >= N // 2):
+            ids = [i for _, i in in_p if half(i)]
+            assert ids == sorted(ids)
+
+
+def test_topic_column_to_two_topics(spark, broker):
+    a = create_topic(broker.bootstrap, unique_topic("sa"), 2)
+    b = create_topic(broker.bootstrap, unique_topic("sb"), 3)
+    df = spark.range(N, numPartitions=2).select(
+        F.when(F.col("id") % 3 == 0, F.lit(a)).otherwise(F.lit(b)).alias("topic"),
+        F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
+    write(df, broker.bootstrap)
+    compare(spark, df, broker, {a: N // 3, b: N - N // 3})
+
+
+def test_topic_option_overrides_topic_column_and_report(spark, broker, tmp_path):
+    topic = create_topic(broker.bootstrap, unique_topic("so"), 2)
+    df = spark.range(100, numPartitions=2).select(
+        F.lit("not-this-topic").alias("topic"), F.col("id").cast("string").alias("value"))
+    report = tmp_path / "report.jsonl"
+    write(df, broker.bootstrap, topic=topic, **{"kprod.deliveryReport.path": str(report)})
+    _, messages = compare(spark, df.drop("topic"), broker, {topic: 100}, topic)
+    (line,) = report.read_text().splitlines()
+    entry = json.loads(line)
+    assert entry["batchId"] is None and entry["records"] == 100 and entry["tasks"] == 2
+    offsets = {}
+    for m in messages:
+        offsets.setdefault(m.partition(), []).append(m.offset())
+    assert {(p["partition"], p["count"], p["firstOffset"], p["lastOffset"]) for p in entry["partitions"]} == {
+        (p, len(o), min(o), max(o)) for p, o in offsets.items()}
+
+
+def test_delivery_failure_fails_the_write(spark, broker):
+    topic = create_topic(broker.bootstrap, unique_topic("sf"), 2)
+    df = spark.range(10, numPartitions=1).select(
+        F.col("id").cast("string").alias("value"), F.lit(5).alias("partition"))
+    with pytest.raises(Exception, match=r"partition.*5.*2 partitions"):
+        write(df, broker.bootstrap, topic=topic, **{"kafka.max.block.ms": "10000"})
