@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from spark_sink.protocol import primitives as p
@@ -76,9 +75,17 @@ def _default(field: Field) -> Any:
     return _DEFAULTS.get(field.type, 0)
 
 
-@lru_cache(maxsize=None)
+_FIELDS_CACHE: dict[tuple[int, int], tuple[Field, ...]] = {}
+
+
 def _fields_for(fields: tuple[Field, ...], version: int) -> tuple[Field, ...]:
-    return tuple(f for f in fields if f.in_version(version))
+    # Keyed by identity: schemas are module constants, and hashing a tuple of
+    # dataclasses on every struct of every request would cost more than the encoding.
+    key = (id(fields), version)
+    found = _FIELDS_CACHE.get(key)
+    if found is None:
+        found = _FIELDS_CACHE[key] = tuple(f for f in fields if f.in_version(version))
+    return found
 
 
 def encode(schema: Schema, version: int, value: dict[str, Any]) -> bytes:
