@@ -1,0 +1,167 @@
+"""What every job shares: command-line options, conf/ files, the Spark session, the broker.
+
+Jobs run with ``python jobs/<job>.py`` or ``spark-submit jobs/<job>.py``; either way this
+directory is first on sys.path, so ``import _common`` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+# Spark's Python workers must run this interpreter, the one that has kprod installed.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Loopback unless told otherwise: the jobs default to a local master and a local broker.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+
+log = logging.getLogger("kprod.jobs")
+
+
+def say(message: str) -> None:
+    """Jobs talk to the person running them on stderr; stdout stays for results."""
+    print(f"[kprod] {message}", file=sys.stderr, flush=True)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options every job has: where Kafka is, the topic, producer and Spark settings."""
+    parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
+                        help="Kafka cluster to write to; without it an embedded local broker (Tansu) is started")
+    parser.add_argument("--topic", default="kprod-demo", help="topic to write to (default: %(default)s)")
+    parser.add_argument("--partitions", type=int, default=6,
+                        help="partitions when the job creates the topic (embedded broker or --create-topic; "
+                             "default: %(default)s)")
+    parser.add_argument("--create-topic", action="store_true",
+                        help="create --topic on --bootstrap-servers first (needs confluent-kafka)")
+    parser.add_argument("--producer-config", default=str(CONF / "producer.properties"), metavar="FILE",
+                        help="producer settings file (default: conf/producer.properties)")
+    parser.add_argument("--producer-prop", action="append", default=[], metavar="KEY=VALUE",
+                        help="producer setting overriding the file, e.g. linger.ms=10 (repeatable)")
+    parser.add_argument("--spark-config", default=str(CONF / "spark-defaults.conf"), metavar="FILE",
+                        help="Spark settings file (default: conf/spark-defaults.conf)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="Spark setting overriding the file and spark-submit, e.g. "
+                             "spark.master=local[4] (repeatable)")
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"{what}: expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """Java-style properties: key=value (or key: value) lines; # and ! start comments."""
+    out: dict[str, str] = {}
+    file = Path(path)
+    if not file.exists():
+        return out
+    for raw in file.read_text().splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, value = line.split(sep, 1)
+                out[key.strip()] = value.strip()
+                break
+        else:
+            raise SystemExit(f"{path}: expected key=value, got {raw!r}")
+    return out
+
+
+def read_spark_defaults(path: str) -> dict[str, str]:
+    """spark-defaults.conf: key, whitespace, value."""
+    out: dict[str, str] = {}
+    file = Path(path)
+    if not file.exists():
+        return out
+    for raw in file.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        out[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
+    return out
+
+
+def producer_options(args: argparse.Namespace, bootstrap: str) -> dict[str, str]:
+    """kafka.* options for the kprod sink: the file, then --producer-prop, then the broker."""
+    settings = read_properties(args.producer_config)
+    settings.update(_pairs(args.producer_prop, "--producer-prop"))
+    settings["bootstrap.servers"] = bootstrap
+    return {f"kafka.{k}": v for k, v in settings.items()}
+
+
+def spark_session(args: argparse.Namespace, app_name: str):
+    """A SparkSession: conf file values unless spark-submit set them, then --conf."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    # Start (or, under spark-submit, join) the JVM first so SparkConf sees spark-submit's settings.
+    SparkContext._ensure_initialized()
+    conf = SparkConf()
+    for key, value in read_spark_defaults(args.spark_config).items():
+        conf.setIfMissing(key, value)
+    for key, value in _pairs(args.conf, "--conf").items():
+        conf.set(key, value)
+    conf.setIfMissing("spark.app.name", app_name)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("KPROD_SPARK_LOG_LEVEL", "WARN"))
+    # The pyspark_kprod module registers "kprod" on its own once installed; registering
+    # here too keeps the jobs working from a source checkout that is not installed.
+    from spark_sink.spark import KProdDataSource
+
+    spark.dataSource.register(KProdDataSource)
+    return spark
+
+
+@contextlib.contextmanager
+def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
+    """The bootstrap address: --bootstrap-servers, or an embedded broker for the job's life."""
+    if args.bootstrap_servers:
+        if args.create_topic:
+            create_topic(args.bootstrap_servers, args.topic, args.partitions)
+        yield args.bootstrap_servers
+        return
+    from spark_sink.local_broker import start_local_broker
+
+    broker = start_local_broker()
+    say(f"no --bootstrap-servers given: started an embedded local broker (Tansu, in memory) at {broker.bootstrap}")
+    try:
+        broker.create_topic(args.topic, args.partitions)
+        say(f"created topic {args.topic} with {args.partitions} partitions")
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+        say("embedded broker stopped")
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` unless it exists (confluent-kafka's admin client)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic in admin.list_topics(timeout=30).topics:
+        say(f"topic {topic} exists")
+        return
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    say(f"created topic {topic} with {partitions} partitions")
+
+
+def setup_logging() -> None:
+    """Show the sink's INFO lines (commit summaries) next to the job's own messages."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("spark_sink.spark").setLevel(logging.INFO)
