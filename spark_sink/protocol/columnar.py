@@ -17,11 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_sink.protocol.compression import compress
-from spark_sink.protocol.primitives import write_varint
+from spark_sink.protocol.primitives import write_uvarint, write_varint
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
 _EMPTY = pa.scalar(b"", pa.binary())
-_VARINT_THRESHOLDS = np.array([1 << (7 * i) for i in range(1, 10)], dtype=np.uint64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +50,13 @@ def _zigzag(values: np.ndarray) -> np.ndarray:
 
 
 def _uvarint_sizes(u: np.ndarray) -> np.ndarray:
-    return (np.searchsorted(_VARINT_THRESHOLDS, u, side="right") + 1).astype(np.int64)
+    sizes = np.ones(len(u), dtype=np.int64)
+    top = int(u.max()) if len(u) else 0
+    threshold = 128
+    while threshold <= top:  # one comparison per byte the largest value needs
+        sizes += u >= np.uint64(threshold)
+        threshold <<= 7
+    return sizes
 
 
 def varint_sizes(values: np.ndarray) -> np.ndarray:
@@ -61,12 +66,16 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
 
 def _varint_columns(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bytes matrix n×width, mask of used bytes) of the zigzag varints of ``values``;
-    width is the longest varint present, so the common one-byte case is one column."""
+    width is the longest varint present, and a column of one repeated value (a fixed key
+    or value length, a zero timestamp delta) is a single broadcast row."""
     u = _zigzag(values)
+    n = len(u)
+    lo, hi = (int(u.min()), int(u.max())) if n else (0, 0)
+    if lo == hi:
+        encoded = np.frombuffer(write_uvarint(lo), dtype=np.uint8)
+        return np.broadcast_to(encoded, (n, len(encoded))), np.broadcast_to(True, (n, len(encoded)))
     sizes = _uvarint_sizes(u)
-    width = int(sizes.max()) if len(sizes) else 1
-    if width == 1:
-        return u.astype(np.uint8)[:, None], np.ones((len(u), 1), bool)
+    width = int(sizes.max())
     word = np.uint32 if width <= 4 else np.uint64
     shifts = (np.arange(width) * 7).astype(word)
     groups = ((u.astype(word)[:, None] >> shifts) & word(0x7F)).astype(np.uint8)
@@ -167,20 +176,32 @@ class _Columns:
                 + np.maximum(klen, 0) + varint_sizes(vlen) + np.maximum(vlen, 0)
                 + varint_sizes(self.header_counts) + self.header_bytes)
 
-    def encode(self, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray) -> pa.Array:
-        """Every record, one binary value each, with the given deltas."""
+    def encode(self, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray) -> tuple[pa.Array, int]:
+        """Every record, one binary value each, with the given deltas; returns the array
+        and its shift: 1 when each value starts with the previous record's last byte."""
         n = len(self.values)
         body = self.body_sizes(timestamp_deltas, offset_deltas)
         attributes = (np.zeros((n, 1), np.uint8), np.ones((n, 1), bool))
-        prefix = _varints_to_binary(
-            [_varint_columns(body), attributes, _varint_columns(timestamp_deltas),
-             _varint_columns(offset_deltas), _varint_columns(self.key_lengths)], n)
-        value_prefix = _varints_to_binary([_varint_columns(self.value_lengths)], n)
-        header_count = _varints_to_binary([_varint_columns(self.header_counts)], n)
-        parts = [prefix, self.keys if self.keys is not None else _EMPTY, value_prefix, self.values, header_count]
+        head = [_varint_columns(body), attributes, _varint_columns(timestamp_deltas),
+                _varint_columns(offset_deltas), _varint_columns(self.key_lengths)]
+        value_length = _varint_columns(self.value_lengths)
         if self.header_blobs is not None:
-            parts.append(self.header_blobs)
-        return pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
+            parts = [_varints_to_binary(head, n), self.keys if self.keys is not None else _EMPTY,
+                     _varints_to_binary([value_length], n), self.values,
+                     _varints_to_binary([_varint_columns(self.header_counts)], n), self.header_blobs]
+            shift = 0
+        else:
+            # Without headers every record ends with the same byte (header count 0). The
+            # element-wise join costs per part, so that byte opens the *next* value, and
+            # without keys the value length joins the prefix too: 2 to 4 parts, not 5.
+            head.insert(0, (np.zeros((n, 1), np.uint8), np.ones((n, 1), bool)))
+            if self.keys is None:
+                parts = [_varints_to_binary([*head, value_length], n), self.values]
+            else:
+                parts = [_varints_to_binary(head, n), self.keys, _varints_to_binary([value_length], n), self.values]
+            shift = 1
+        joined = pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
+        return joined, shift
 
 
 def _split(sizes: np.ndarray, limit: int) -> np.ndarray:
@@ -228,15 +249,16 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
     batch_of_row = np.repeat(np.arange(len(starts)), counts)
     first_row = starts[batch_of_row]
     base_ts = timestamps[starts]
-    records = columns.encode(timestamps - base_ts[batch_of_row], rows - first_row)
+    records, shift = columns.encode(timestamps - base_ts[batch_of_row], rows - first_row)
     offsets = _offsets(records)
-    data = records.buffers()[2]
+    data = memoryview(records.buffers()[2])
+    end_of_data = int(offsets[-1])
     max_ts = np.maximum.reduceat(timestamps, starts)
     out = []
     for b, start in enumerate(starts.tolist()):
         end = start + int(counts[b])
-        lo, hi = int(offsets[start]), int(offsets[end])
-        section = memoryview(data)[lo:hi]
+        lo, hi = int(offsets[start]) + shift, int(offsets[end]) + shift
+        section = data[lo:hi] if hi <= end_of_data else bytes(data[lo:end_of_data]) + b"\x00" * shift
         payload = compress(codec, section) if codec else bytes(section)
         out.append(EncodedRecords(payload, codec, end - start, int(base_ts[b]), int(max_ts[b]), hi - lo))
     return out
