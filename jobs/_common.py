@@ -110,11 +110,17 @@ def spark_session(args: argparse.Namespace, app_name: str):
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    # Start (or, under spark-submit, join) the JVM first so SparkConf sees spark-submit's settings.
+    # Under spark-submit the JVM started this process and its settings (--master, --conf)
+    # win over the file; under plain python, the JVM pyspark launches carries defaults of
+    # its own (local[*], progress bars) that the file replaces.
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     SparkContext._ensure_initialized()
     conf = SparkConf()
     for key, value in read_spark_defaults(args.spark_config).items():
-        conf.setIfMissing(key, value)
+        if under_spark_submit:
+            conf.setIfMissing(key, value)
+        else:
+            conf.set(key, value)
     for key, value in _pairs(args.conf, "--conf").items():
         conf.set(key, value)
     conf.setIfMissing("spark.app.name", app_name)

@@ -61,6 +61,7 @@ class StreamStats:
     records: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    task_seconds: float = 0.0  # summed over microbatches: the slowest task of each
     per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
     report: str = ""
 
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> StreamStats:
         stats.microbatches += 1
         stats.records += entry["records"]
         stats.bytes += entry["bytes"]
+        stats.task_seconds += entry.get("maxTaskSeconds", 0.0)
         for p in entry["partitions"]:
             tp = (p["topic"], p["partition"])
             stats.per_partition[tp] = stats.per_partition.get(tp, 0) + p["count"]

@@ -48,6 +48,7 @@ class WriteSummary:
     records: int
     bytes: int
     partitions: PartitionRanges
+    max_task_seconds: float = 0.0
 
     @classmethod
     def of(cls, messages: Iterable[WriterCommitMessage | None]) -> WriteSummary:
@@ -55,7 +56,8 @@ class WriteSummary:
         ranges: PartitionRanges = {}
         for m in done:
             merge_ranges(ranges, m.partitions)
-        return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())))
+        return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())),
+                   max((m.seconds for m in done), default=0.0))
 
     def describe(self) -> str:
         topics = sorted({t for t, _ in self.partitions})
@@ -72,6 +74,8 @@ class WriteSummary:
             "tasks": self.tasks,
             "records": self.records,
             "bytes": self.bytes,
+            # The slowest task, from its first batch to its last acknowledgement.
+            "maxTaskSeconds": round(self.max_task_seconds, 3),
             "partitions": [
                 {"topic": t, "partition": p, "count": c, "firstOffset": first, "lastOffset": last}
                 for (t, p), (c, first, last) in self.partitions.items()
