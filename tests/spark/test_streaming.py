@@ -84,3 +84,26 @@ def test_complete_mode_writes_each_result(spark, broker, tmp_path):
     assert [e["records"] for e in entries] == [4]
     got, _ = read_topics(spark, broker.bootstrap, {topic: 4}, settle=1.0)
     assert sorted((r.key, r.value) for r in got.collect()) == [(str(k).encode(), b"10") for k in range(4)]
+
+
+def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, tansu, tmp_path):
+    topic = create_topic(tansu.bootstrap, unique_topic("sx"), 2)
+    source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
+    add_files(spark, source, 0, 10, 1)
+
+    def bad_partition(df):
+        return df.select(F.col("name").alias("value"), F.lit(7).alias("partition"))
+
+    df = bad_partition(spark.readStream.schema(SCHEMA).json(str(source)))
+    q = (df.writeStream.format("kprod").option("kafka.bootstrap.servers", tansu.bootstrap)
+         .option("topic", topic).option("kprod.deliveryReport.path", str(report))
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(300)
+    except Exception as exc:  # the query's failure, with the producer's error in it
+        assert "partition" in str(exc) and "7" in str(exc)
+    else:
+        raise AssertionError("the query should have failed")
+    finally:
+        q.stop()
+    assert not report.exists() or report.read_text() == ""
