@@ -1,0 +1,59 @@
+"""The jobs in jobs/: --help, and real runs against Tansu as a user would start them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+
+
+def run_job(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(JOBS / name), *args], env=subprocess_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("job", ["stream_to_kafka.py", "file_to_kafka.py", "bench_sink.py", "demo.py"])
+def test_help(job):
+    done = run_job(job, "--help", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout and "--" in done.stdout
+
+
+def test_file_to_kafka_packs_columns_into_json_values(tansu, tmp_path):
+    topic = create_topic(tansu.bootstrap, unique_topic("jf"), 3)
+    pq.write_table(pa.table({"user": [f"u{i % 7}" for i in range(300)], "n": list(range(300))}), tmp_path / "in.parquet")
+    report = tmp_path / "report.jsonl"
+    done = run_job("file_to_kafka.py", str(tmp_path / "in.parquet"), "--bootstrap-servers", tansu.bootstrap,
+                   "--topic", topic, "--key-column", "user", "--report", str(report),
+                   "--producer-prop", "linger.ms=1", "--conf", "spark.master=local[1]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "wrote 300 records" in done.stdout
+    messages = consume_all(tansu.bootstrap, topic, 300, settle=0.5)
+    rows = sorted((m.key().decode(), json.loads(m.value())["n"]) for m in messages)
+    assert rows == sorted((f"u{i % 7}", i) for i in range(300))
+    assert json.loads(report.read_text())["records"] == 300
+
+
+def test_stream_to_kafka_over_files_available_now(tansu, tmp_path):
+    topic = create_topic(tansu.bootstrap, unique_topic("js"), 2)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(3):
+        (source / f"part-{f}.json").write_text("".join(json.dumps({"id": f * 100 + i}) + "\n" for i in range(100)))
+    done = run_job("stream_to_kafka.py", "--bootstrap-servers", tansu.bootstrap, "--topic", topic,
+                   "--source", "files", "--input-dir", str(source), "--max-files-per-trigger", "1",
+                   "--trigger", "available-now", "--checkpoint", str(tmp_path / "cp"),
+                   "--conf", "spark.master=local[1]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "committed 300 records" in done.stdout and "in 3 microbatches" in done.stdout
+    messages = consume_all(tansu.bootstrap, topic, 300, settle=0.5)
+    assert sorted(json.loads(m.value())["id"] for m in messages) == list(range(300))
