@@ -15,6 +15,7 @@ import selectors
 import socket
 import time
 from collections import deque
+from itertools import islice
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -29,6 +30,9 @@ from spark_sink.protocol.messages import ApiKey, choose_version
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
+# Frames handed to one sendmsg(): enough to batch many small requests into one syscall,
+# well under IOV_MAX (1024 on Linux).
+_MAX_IOV = 64
 
 
 def now_ms() -> float:
@@ -77,11 +81,14 @@ class _Connection:
     sock: socket.socket | None = None
     protocol: KafkaProtocol | None = None
     versions: dict[int, int] = field(default_factory=dict)
-    # Bytes waiting to be written; each entry may carry a callback fired once it is out
-    # (requests that expect no response, e.g. Produce with acks=0).
+    # Frames waiting to be written as [view, on_written, queued_ms]; on_written is the
+    # (callback, response) fired once the frame is out (requests that expect no response,
+    # e.g. Produce with acks=0), queued_ms lets a write stuck behind a stalled socket time
+    # out like a request in flight.
     outbox: deque = field(default_factory=deque)
     in_flight: deque = field(default_factory=deque)
     connect_started_ms: float = 0.0
+    last_used_ms: float = 0.0
     last_failure_ms: float = -1e18
     failures: int = 0
     backoff_ms: float = 0.0
@@ -102,6 +109,10 @@ class NetworkClient:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._completed: list[tuple[Callback, ClientResponse]] = []
+        # One receive buffer for every connection: KafkaProtocol copies what it is fed, and
+        # only the polling thread reads, so recv_into() never allocates per read.
+        self._recv_buf = bytearray(_RECV_SIZE)
+        self._recv_view = memoryview(self._recv_buf)
         self._closed = False
         # Set once a wakeup byte is written, cleared when it is read: send() calls wakeup()
         # for every new or full batch, and most of those find the sender already woken.
@@ -120,7 +131,7 @@ class NetworkClient:
             if conn is None:
                 self._conns[node_id] = _Connection(node_id, host, port)
             elif (conn.host, conn.port) != (host, port):
-                self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"))
+                self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"), backoff=False)
                 conn.host, conn.port = host, port
 
     def known_nodes(self) -> list[int]:
@@ -199,12 +210,13 @@ class NetworkClient:
                  callback: Callback | None, expect_response: bool) -> None:
         correlation_id, frame = conn.protocol.send_request(api_key, version, body, expect_response)
         now = now_ms()
+        conn.last_used_ms = now
         if expect_response:
             conn.in_flight.append(_InFlight(correlation_id, api_key, version, callback, now))
-            conn.outbox.append((memoryview(frame), None))
+            conn.outbox.append([memoryview(frame), None, now])
         else:
             done = ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0)
-            conn.outbox.append((memoryview(frame), (callback, done) if callback else None))
+            conn.outbox.append([memoryview(frame), (callback, done) if callback else None, now])
         try:
             self._write(conn)
         except KProdError as exc:
@@ -230,7 +242,14 @@ class NetworkClient:
                     self._read(conn)
             except KProdError as exc:
                 self._disconnect(conn, exc)
+            except Exception as exc:  # a decoding bug must not kill the I/O thread
+                log.exception("unexpected error on the connection to node %s", conn.node_id)
+                self._disconnect(conn, KafkaConnectionError(f"connection to node {conn.node_id} failed: {exc!r}"))
         self._expire(now_ms())
+        if self._completed:
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
         completed, self._completed = self._completed, []
         for callback, response in completed:
             try:
@@ -255,12 +274,7 @@ class NetworkClient:
         self._closed = True
         for conn in self._conns.values():
             self._disconnect(conn, KafkaConnectionError("producer network client closed"), backoff=False)
-        completed, self._completed = self._completed, []
-        for callback, response in completed:
-            try:
-                callback(response)
-            except Exception:
-                log.exception("request callback failed")
+        self._run_callbacks()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
@@ -327,6 +341,7 @@ class NetworkClient:
                 continue  # not usable at any common version; send() will say so
         conn.versions = versions
         conn.state = _State.READY
+        conn.last_used_ms = now_ms()
         conn.failures = 0
         conn.backoff_ms = 0.0
         log.debug("node %s ready, versions %s", conn.node_id, versions)
@@ -363,7 +378,7 @@ class NetworkClient:
                 self._completed.append((entry.callback, ClientResponse(
                     conn.node_id, entry.api_key, entry.api_version, entry.correlation_id, None, error,
                     now - entry.sent_ms)))
-        for _, on_written in conn.outbox:
+        for _, on_written, _ in conn.outbox:
             if on_written is not None:
                 callback, done = on_written
                 done.error = error
@@ -378,53 +393,72 @@ class NetworkClient:
         if sock is None or conn.state is _State.CONNECTING:
             return
         while outbox:
-            view, on_written = outbox[0]
             try:
-                sent = sock.send(view)
+                if len(outbox) == 1:
+                    sent = sock.send(outbox[0][0])
+                else:
+                    # Several queued frames go out in one syscall (writev), no joining copy.
+                    sent = sock.sendmsg([entry[0] for entry in islice(outbox, _MAX_IOV)])
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
                 raise KafkaConnectionError(f"write to node {conn.node_id} failed: {exc}") from exc
-            if sent < len(view):
-                # A full socket buffer: keep the rest for the next writable event, never spin.
-                outbox[0] = (view[sent:], on_written)
-                break
-            outbox.popleft()
-            if on_written is not None:
-                self._completed.append(on_written)
+            # Retire the frames written whole; a partly written one keeps its tail (a
+            # memoryview slice, no copy) for the next writable event: never spin on a full
+            # socket buffer.
+            while sent:
+                entry = outbox[0]
+                view = entry[0]
+                if sent < len(view):
+                    entry[0] = view[sent:]
+                    break
+                sent -= len(view)
+                outbox.popleft()
+                if entry[1] is not None:
+                    self._completed.append(entry[1])
+            else:
+                continue
+            break
         want_write = bool(outbox)
         if want_write != conn.writing:
             self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0), conn)
             conn.writing = want_write
 
     def _read(self, conn: _Connection) -> None:
-        sock = conn.sock
+        sock, buf = conn.sock, self._recv_view
         while sock is not None:
             try:
-                data = sock.recv(_RECV_SIZE)
+                n = sock.recv_into(buf)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
-            if not data:
+            if not n:
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
-            now = now_ms()
-            for correlation_id, api_key, version, body in conn.protocol.receive_data(data):
-                entry = conn.in_flight.popleft()
-                if entry.callback is not None:
-                    self._completed.append((entry.callback, ClientResponse(
-                        conn.node_id, api_key, version, correlation_id, body, None, now - entry.sent_ms)))
-            if len(data) < _RECV_SIZE:
+            responses = conn.protocol.receive_data(buf[:n])
+            if responses:
+                now = now_ms()
+                conn.last_used_ms = now
+                for correlation_id, api_key, version, body in responses:
+                    entry = conn.in_flight.popleft()
+                    if entry.callback is not None:
+                        self._completed.append((entry.callback, ClientResponse(
+                            conn.node_id, api_key, version, correlation_id, body, None, now - entry.sent_ms)))
+            if n < _RECV_SIZE:
                 return
             sock = conn.sock
 
     def _drain_wakeups(self) -> None:
-        self._wakeup_pending = False
         try:
             while self._wake_r.recv(4096):
                 pass
         except OSError:
             pass
+        # Cleared only after the pipe is empty: clearing first could swallow the byte of a
+        # wakeup() racing with us and leave the flag set with nothing to read, so every later
+        # wakeup() would be skipped. A wakeup() that now sees the flag still set needs no
+        # byte: this thread is awake and returns from poll() after this.
+        self._wakeup_pending = False
 
     def _next_timeout_ms(self, now: float) -> float:
         nearest = float("inf")
@@ -433,6 +467,8 @@ class NetworkClient:
         for conn in self._conns.values():
             if conn.in_flight:
                 nearest = min(nearest, conn.in_flight[0].sent_ms + request_timeout - now)
+            if conn.outbox:
+                nearest = min(nearest, conn.outbox[0][2] + request_timeout - now)
             if conn.state is _State.CONNECTING:
                 nearest = min(nearest, conn.connect_started_ms + setup_timeout - now)
         return max(0.0, nearest)
@@ -440,13 +476,26 @@ class NetworkClient:
     def _expire(self, now: float) -> None:
         request_timeout = self._config.request_timeout_ms
         setup_timeout = self._config.socket_connection_setup_timeout_ms
+        max_idle = self._config.connections_max_idle_ms
         for conn in self._conns.values():
-            if conn.in_flight and now - conn.in_flight[0].sent_ms >= request_timeout:
+            state = conn.state
+            if state is _State.DISCONNECTED:
+                continue
+            oldest = conn.in_flight[0].sent_ms if conn.in_flight else None
+            if conn.outbox and (oldest is None or conn.outbox[0][2] < oldest):
+                oldest = conn.outbox[0][2]  # an acks=0 write stuck behind a full socket
+            if oldest is not None and now - oldest >= request_timeout:
                 # As in Java: a request that timed out leaves the connection in an unknown
                 # state, so everything in flight on it fails and it is closed.
                 self._disconnect(conn, KafkaTimeoutError(
                     f"request to node {conn.node_id} timed out after {request_timeout} ms (request.timeout.ms)"))
-            elif conn.state is _State.CONNECTING and now - conn.connect_started_ms >= setup_timeout:
+            elif state is _State.CONNECTING and now - conn.connect_started_ms >= setup_timeout:
                 self._disconnect(conn, KafkaConnectionError(
                     f"connecting to {conn.host}:{conn.port} took over {setup_timeout} ms "
                     "(socket.connection.setup.timeout.ms)"))
+            elif (state is _State.READY and oldest is None and max_idle > 0
+                  and now - conn.last_used_ms >= max_idle):
+                # connections.max.idle.ms: the broker would close it anyway; closing it
+                # ourselves avoids a request racing that close. No backoff: it did not fail.
+                log.debug("closing idle connection to node %s", conn.node_id)
+                self._disconnect(conn, KafkaConnectionError("idle connection closed"), backoff=False)
