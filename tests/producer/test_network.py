@@ -1,5 +1,6 @@
 """NetworkClient against real brokers: handshake, pipelining, timeouts, refused connections."""
 
+import socket
 import threading
 import time
 
@@ -8,7 +9,8 @@ from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.protocol.errors import KafkaConnectionError
 from spark_sink.protocol.messages import ApiKey
-from tests.brokers import free_port, start_tansu
+from spark_sink.protocol.records import Record, build_record_batch
+from tests.brokers import consume_all, create_topic, free_port, start_tansu, unique_topic
 from tests.faultproxy import FaultProxy
 
 
@@ -29,19 +31,50 @@ def _ready_node(client):
     return node
 
 
+def _request(client, node, api_key, body):
+    got = []
+    client.send(node, api_key, body, got.append)
+    _poll_until(client, lambda: got)
+    assert got[0].error is None, got[0].error
+    return got[0].body
+
+
+def _leader_of(client, topic, partition=0):
+    """Ask metadata for ``topic``, hand its brokers to the client, return the leader's id."""
+    node = _ready_node(client)
+    body = _request(client, node, ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    client.set_nodes({b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]})
+    (meta,) = body["topics"]
+    return next(p["leader_id"] for p in meta["partitions"] if p["partition_index"] == partition)
+
+
+def _produce_body(topic, values, acks):
+    batch = build_record_batch([Record(None, v, int(time.time() * 1000)) for v in values])
+    return {"transactional_id": None, "acks": acks, "timeout_ms": 10000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+
+
 def test_handshake_and_pipelined_metadata(broker):
     client = _client(broker.bootstrap, **{"max.in.flight.requests.per.connection": 3})
     try:
         node = _ready_node(client)
         assert client.api_version(node, ApiKey.PRODUCE) >= 3
+        assert client.api_version(node, ApiKey.METADATA) >= 1
         responses = []
         sent = 0
+        saw_limit = False
         while len(responses) < 10:
             while sent < 10 and client.ready(node, now_ms()):
                 client.send(node, ApiKey.METADATA, {"topics": None}, responses.append)
                 sent += 1
                 assert client.in_flight_count(node) <= 3
+            if client.in_flight_count(node) == 3:
+                # The limit, not the broker, is what stops us: ready() says no until a
+                # response frees a slot.
+                assert not client.ready(node, now_ms())
+                saw_limit = True
             client.poll(100)
+        assert saw_limit
         assert all(r.error is None and r.body["brokers"] for r in responses)
         assert [r.correlation_id for r in responses] == sorted(r.correlation_id for r in responses)
     finally:
@@ -97,3 +130,127 @@ def test_close_fails_requests_in_flight(tansu):
     client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
     client.close()
     assert isinstance(got[0].error, KafkaConnectionError)
+
+
+def test_metadata_nodes_replace_bootstrap_and_produce_is_answered(broker):
+    """Brokers learnt from metadata get positive ids and their own connections; a Produce
+    request too large for one write (tiny send buffer) is written across polls, pipelined
+    behind others, and each is answered."""
+    topic = create_topic(broker.bootstrap, unique_topic("net"), partitions=1)
+    client = _client(broker.bootstrap, **{"send.buffer.bytes": 4096, "max.in.flight.requests.per.connection": 5})
+    try:
+        leader = _leader_of(client, topic)
+        assert leader >= 0
+        _poll_until(client, lambda: client.ready(leader, now_ms()))
+        assert client.least_loaded_node(now_ms()) >= 0
+        value = bytes(range(256)) * 2048  # 512 KiB per record
+        got = []
+        for i in range(3):
+            client.send(leader, ApiKey.PRODUCE, _produce_body(topic, [value, b"%d" % i], acks=1), got.append)
+        assert client.in_flight_count(leader) == 3
+        _poll_until(client, lambda: len(got) == 3, timeout_s=60)
+        for response in got:
+            assert response.error is None, response.error
+            (part,) = response.body["responses"][0]["partition_responses"]
+            assert part["error_code"] == 0, part
+        assert [r.correlation_id for r in got] == sorted(r.correlation_id for r in got)
+        messages = consume_all(broker.bootstrap, topic, 6)
+        assert sorted(m.value() for m in messages if len(m.value()) < 10) == [b"0", b"1", b"2"]
+        assert all(m.value() == value for m in messages if len(m.value()) >= 10)
+    finally:
+        client.close()
+
+
+def test_acks0_produce_calls_back_once_written(mock_cluster):
+    """Brokers do not answer acks=0 Produce: the callback fires once the frame is written."""
+    topic = create_topic(mock_cluster.bootstrap, unique_topic("net0"), partitions=1)
+    client = _client(mock_cluster.bootstrap)
+    try:
+        leader = _leader_of(client, topic)
+        _poll_until(client, lambda: client.ready(leader, now_ms()))
+        got = []
+        for i in range(5):
+            client.send(leader, ApiKey.PRODUCE, _produce_body(topic, [b"v%d" % i], acks=0), got.append,
+                        expect_response=False)
+        assert client.in_flight_count(leader) == 0  # nothing will ever answer these
+        _poll_until(client, lambda: len(got) == 5)
+        assert all(r.error is None and r.body is None for r in got)
+        assert sorted(m.value() for m in consume_all(mock_cluster.bootstrap, topic, 5)) == [b"v%d" % i for i in range(5)]
+    finally:
+        client.close()
+
+
+def test_connection_setup_timeout():
+    """A listener whose accept queue is full never completes our handshake: the attempt is
+    abandoned after socket.connection.setup.timeout.ms and counts as a failure."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    try:
+        for _ in range(4):  # fill the accept queue so further SYNs are dropped
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(listener.getsockname())
+            fillers.append(s)
+        time.sleep(0.2)
+        host, port = listener.getsockname()
+        client = _client(f"{host}:{port}", **{"socket.connection.setup.timeout.ms": 300,
+                                               })
+        try:
+            node = client.bootstrap_nodes()[0]
+            assert not client.ready(node, now_ms())
+            _poll_until(client, lambda: client.connection_failed(node), timeout_s=20)
+            assert not client.is_connected(node)
+        finally:
+            client.close()
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
+
+
+def test_repeated_wakeups_keep_interrupting(tansu):
+    """Every wakeup() from another thread ends the current poll, not only the first."""
+    client = _client(tansu.bootstrap)
+    try:
+        for _ in range(3):
+            for _ in range(5):
+                client.wakeup()  # coalesced: one byte at most
+            client.poll(0)
+            threading.Timer(0.05, client.wakeup).start()
+            started = time.monotonic()
+            client.poll(20000)
+            assert time.monotonic() - started < 10
+    finally:
+        client.close()
+
+
+def test_stuck_acks0_write_times_out_and_close_fails_the_rest():
+    """acks=0 requests get no response, so only their write can time out: a frame stuck
+    behind a stalled peer fails with KafkaTimeoutError; close() fails what is still queued."""
+    port = free_port()
+    with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as b:
+        client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0,
+                                         "send.buffer.bytes": 4096})
+        try:
+            # More than loopback buffers and the stalled proxy can absorb.
+            big = {"transactional_id": None, "acks": 0, "timeout_ms": 1000, "topic_data": [
+                {"name": "x", "partition_data": [{"index": 0, "records": build_record_batch(
+                    [Record(None, b"\0" * (32 << 20), 0)])}]}]}
+            node = _ready_node(client)
+            proxy.stall(True)
+            got = []
+            client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
+            _poll_until(client, lambda: got, timeout_s=20)
+            assert isinstance(got[0].error, KafkaTimeoutError)
+            assert not client.is_connected(node)
+            proxy.stall(False)
+            _poll_until(client, lambda: client.ready(node, now_ms()), timeout_s=20)
+            proxy.stall(True)
+            client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
+            client.poll(0)
+        finally:
+            client.close()
+        assert len(got) == 2 and isinstance(got[1].error, KafkaConnectionError)
+        assert "closed" in str(got[1].error)
