@@ -155,13 +155,18 @@ class NetworkClient:
     # -- readiness ------------------------------------------------------------
 
     def ready(self, node_id: int, now: float) -> bool:
-        """True if a request can be sent to ``node_id`` now; otherwise starts connecting
-        when the reconnect backoff allows."""
+        """True if a request can be sent to ``node_id`` now: connected, versions negotiated,
+        the previous request fully written and fewer than max.in.flight in flight.
+        Otherwise starts connecting when the reconnect backoff allows."""
         conn = self._conns.get(node_id)
         if conn is None:
             return False
         if conn.state is _State.READY:
-            return len(conn.in_flight) < self._config.max_in_flight_requests_per_connection
+            # As Java's canSendMore: not while the last request is still being written. A
+            # slow socket then leaves batches in the accumulator, where they keep filling,
+            # instead of queueing small requests here (and acks=0, which has nothing in
+            # flight, cannot queue without bound).
+            return not conn.outbox and len(conn.in_flight) < self._config.max_in_flight_requests_per_connection
         if conn.state is _State.DISCONNECTED and now - conn.last_failure_ms >= conn.backoff_ms:
             self._connect(conn, now)
         return False

@@ -159,6 +159,9 @@ def test_metadata_nodes_replace_bootstrap_and_produce_is_answered(broker):
         for i in range(3):
             client.send(leader, ApiKey.PRODUCE, _produce_body(topic, [value, b"%d" % i], acks=1), got.append)
         assert client.in_flight_count(leader) == 3
+        # 1.5 MiB cannot leave through a 4 KiB socket buffer at once: until the last
+        # request is fully written the node takes no more (Java's canSendMore).
+        assert not client.ready(leader, now_ms())
         _poll_until(client, lambda: len(got) == 3, timeout_s=60)
         for response in got:
             assert response.error is None, response.error
