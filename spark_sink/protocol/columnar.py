@@ -95,6 +95,98 @@ def _varints_to_binary(columns: Sequence[tuple[np.ndarray, np.ndarray]], n: int)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+# _BYTE_MASKS[w] is a uint64 whose first w bytes are 0x01: viewed as 8 bools it selects
+# the used bytes of a varint packed little-endian into a uint64 word.
+_BYTE_MASKS = np.array([int.from_bytes(b"\x01" * w + b"\x00" * (8 - w), "little") for w in range(9)], np.uint64)
+_WORD_BYTES = 8
+
+
+def _varint_word(values: np.ndarray | int, n: int) -> tuple[np.ndarray | int, np.ndarray | int, int]:
+    """(word, width, widest) of the zigzag varints of ``values``: each varint's bytes packed
+    little-endian into a uint64 and its byte count. A scalar (one value for every row)
+    stays scalar. ``widest`` may exceed 8, in which case word is meaningless."""
+    if isinstance(values, (int, np.integer)):
+        encoded = write_varint(int(values))
+        word = int.from_bytes(encoded[:_WORD_BYTES], "little")
+        return word, len(encoded), len(encoded)
+    u = _zigzag(values)
+    lo, hi = (int(u.min()), int(u.max())) if n else (0, 0)
+    if lo == hi:
+        return _varint_word(int(values[0]) if n else 0, n)
+    widest = max(1, (hi.bit_length() + 6) // 7)
+    if widest > _WORD_BYTES:
+        return 0, 0, widest
+    seven = np.uint64(0x7F)
+    word = u & seven
+    width = np.ones(n, dtype=np.uint64)
+    for j in range(1, widest):
+        more = u >= np.uint64(1 << (7 * j))  # a j-th byte exists: set the previous continuation bit
+        width += more
+        word |= ((u >> np.uint64(7 * j)) & seven) << np.uint64(8 * j)
+        word |= more.astype(np.uint64) << np.uint64(8 * j - 1)
+    return word, width, widest
+
+
+def _varint_parts(fields: Sequence[np.ndarray | int], n: int) -> list[pa.Array]:
+    """Binary arrays whose element-wise concatenation is, per row, the zigzag varints of
+    ``fields`` in order. Fields are packed side by side into one uint64 word per row (with
+    per-row shifts) while they fit 8 bytes, and each word is cut to its used bytes with a
+    single boolean mask: a handful of numpy passes instead of one per byte."""
+    parts: list[pa.Array] = []
+    word: np.ndarray | int = 0
+    width: np.ndarray | int = 0
+    room = 0  # widest total of the current word
+
+    def flush() -> None:
+        if room:
+            parts.append(_word_to_binary(word, width, room, n))
+
+    for values in fields:
+        f_word, f_width, f_widest = _varint_word(values, n)
+        if f_widest > _WORD_BYTES:  # a delta beyond 2**55: the general byte-matrix path
+            flush()
+            word, width, room = 0, 0, 0
+            parts.append(_varints_to_binary([_varint_columns(np.broadcast_to(np.int64(values), n)
+                                                             if isinstance(values, int) else values)], n))
+            continue
+        if room + f_widest > _WORD_BYTES:
+            flush()
+            word, width, room = 0, 0, 0
+        if room == 0:
+            word, width = f_word, f_width
+        else:
+            shift = width * 8
+            if isinstance(shift, int) and isinstance(f_word, int):
+                word = word | (f_word << shift)
+            else:
+                word = np.bitwise_or(word, np.left_shift(np.uint64(f_word) if isinstance(f_word, int) else f_word,
+                                                         np.uint64(shift) if isinstance(shift, int) else shift,
+                                                         dtype=np.uint64), dtype=np.uint64)
+            width = width + f_width
+        room += f_widest
+    flush()
+    return parts
+
+
+def _word_to_binary(word: np.ndarray | int, width: np.ndarray | int, widest: int, n: int) -> pa.Array:
+    """A binary array of the first ``width`` bytes of each little-endian uint64 ``word``."""
+    if isinstance(word, int) and isinstance(width, int):
+        one = word.to_bytes(_WORD_BYTES, "little")[:width]
+        data = np.frombuffer(one * n, dtype=np.uint8) if n else np.zeros(0, np.uint8)
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32) if width else np.zeros(n + 1, np.int32)
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    words = np.broadcast_to(np.asarray(word, dtype=np.uint64), n)
+    matrix = np.ascontiguousarray(words).view(np.uint8).reshape(n, _WORD_BYTES)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    if isinstance(width, int):
+        data = matrix[:, :width]
+        offsets[1:] = np.arange(width, (n + 1) * width, width, dtype=np.int32)
+    else:
+        data = matrix[_BYTE_MASKS[width].view(np.bool_).reshape(n, _WORD_BYTES)]
+        np.cumsum(width, out=offsets[1:], dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))])
+
+
 def _offsets(arr: pa.Array) -> np.ndarray:
     """The int32 offsets of a binary array, honouring a sliced array's offset."""
     return np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
@@ -181,24 +273,20 @@ class _Columns:
         and its shift: 1 when each value starts with the previous record's last byte."""
         n = len(self.values)
         body = self.body_sizes(timestamp_deltas, offset_deltas)
-        attributes = (np.zeros((n, 1), np.uint8), np.ones((n, 1), bool))
-        head = [_varint_columns(body), attributes, _varint_columns(timestamp_deltas),
-                _varint_columns(offset_deltas), _varint_columns(self.key_lengths)]
-        value_length = _varint_columns(self.value_lengths)
+        head = [body, 0, timestamp_deltas, offset_deltas, self.key_lengths]
         if self.header_blobs is not None:
-            parts = [_varints_to_binary(head, n), self.keys if self.keys is not None else _EMPTY,
-                     _varints_to_binary([value_length], n), self.values,
-                     _varints_to_binary([_varint_columns(self.header_counts)], n), self.header_blobs]
+            parts = [*_varint_parts(head, n), self.keys if self.keys is not None else _EMPTY,
+                     *_varint_parts([self.value_lengths], n), self.values,
+                     *_varint_parts([self.header_counts], n), self.header_blobs]
             shift = 0
         else:
             # Without headers every record ends with the same byte (header count 0). The
             # element-wise join costs per part, so that byte opens the *next* value, and
-            # without keys the value length joins the prefix too: 2 to 4 parts, not 5.
-            head.insert(0, (np.zeros((n, 1), np.uint8), np.ones((n, 1), bool)))
+            # without keys the value length joins the prefix too.
             if self.keys is None:
-                parts = [_varints_to_binary([*head, value_length], n), self.values]
+                parts = [*_varint_parts([0, *head, self.value_lengths], n), self.values]
             else:
-                parts = [_varints_to_binary(head, n), self.keys, _varints_to_binary([value_length], n), self.values]
+                parts = [*_varint_parts([0, *head], n), self.keys, *_varint_parts([self.value_lengths], n), self.values]
             shift = 1
         joined = pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
         return joined, shift

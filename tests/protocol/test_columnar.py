@@ -80,3 +80,18 @@ def test_encode_rows_equals_reference(rows):
         expected = [Record(k, v, t, tuple(hh) if h else ()) for k, v, t, hh in rows]
         assert enc.payload == encode_records(expected, ts[0])
         assert (enc.record_count, enc.max_timestamp) == (len(rows), max(ts))
+
+
+def test_wide_varints_and_long_prefixes_equal_reference():
+    # Timestamp deltas past 2**55 take more than 8 varint bytes (the general path); a
+    # 20k-record batch has 3-byte offset deltas, so the prefix spans two packed words.
+    n = 20_000
+    ts = np.arange(n, dtype=np.int64) * 7
+    ts[-1] = 2**61
+    keys = pa.array([b"k%d" % i for i in range(n)], pa.binary())
+    values = pa.array([None if i % 5 == 0 else b"v" * (i % 300) for i in range(n)], pa.binary())
+    (batch,) = encode_columns(keys, values, ts, None, batch_size=0)
+    expected = [Record(keys[i].as_py(), values[i].as_py(), int(ts[i])) for i in range(n)]
+    assert batch.payload == encode_records(expected, 0)
+    (batch,) = encode_columns(None, values, ts, None, batch_size=0)
+    assert batch.payload == encode_records([Record(None, r.value, r.timestamp) for r in expected], 0)
