@@ -27,7 +27,7 @@ _EMPTY = pa.scalar(b"", pa.binary())
 class EncodedRecords:
     """A finished records section for one record batch, compressed with ``codec``."""
 
-    payload: bytes
+    payload: bytes | memoryview  # uncompressed: a view of the chunk's encoded buffer
     codec: int
     record_count: int
     base_timestamp: int
@@ -101,33 +101,60 @@ _BYTE_MASKS = np.array([int.from_bytes(b"\x01" * w + b"\x00" * (8 - w), "little"
 _WORD_BYTES = 8
 
 
-def _varint_word(values: np.ndarray | int, n: int) -> tuple[np.ndarray | int, np.ndarray | int, int]:
-    """(word, width, widest) of the zigzag varints of ``values``: each varint's bytes packed
-    little-endian into a uint64 and its byte count. A scalar (one value for every row)
-    stays scalar. ``widest`` may exceed 8, in which case word is meaningless."""
+def _fold(values: np.ndarray) -> np.ndarray | int:
+    """``values`` as one int when every row holds the same number (fixed key or value
+    lengths, a constant timestamp delta): later passes then broadcast a scalar."""
+    if len(values) and values.min() == values.max():
+        return int(values[0])
+    return values
+
+
+def _widths(values: np.ndarray | int) -> np.ndarray | int:
+    """Bytes of the zigzag varint of each value (a scalar for a scalar)."""
     if isinstance(values, (int, np.integer)):
-        encoded = write_varint(int(values))
-        word = int.from_bytes(encoded[:_WORD_BYTES], "little")
-        return word, len(encoded), len(encoded)
-    u = _zigzag(values)
-    lo, hi = (int(u.min()), int(u.max())) if n else (0, 0)
-    if lo == hi:
-        return _varint_word(int(values[0]) if n else 0, n)
-    widest = max(1, (hi.bit_length() + 6) // 7)
-    if widest > _WORD_BYTES:
-        return 0, 0, widest
-    seven = np.uint64(0x7F)
-    word = u & seven
-    width = np.ones(n, dtype=np.uint64)
-    for j in range(1, widest):
-        more = u >= np.uint64(1 << (7 * j))  # a j-th byte exists: set the previous continuation bit
-        width += more
-        word |= ((u >> np.uint64(7 * j)) & seven) << np.uint64(8 * j)
-        word |= more.astype(np.uint64) << np.uint64(8 * j - 1)
-    return word, width, widest
+        return len(write_varint(int(values)))
+    lo, hi = int(values.min()), int(values.max())
+    if lo >= -1:  # zigzag(v) = 2v for v >= 0 and 1 for -1: compare v itself, no zigzag pass
+        widths = np.ones(len(values), dtype=np.int64)
+        threshold = 64
+        while threshold <= hi:
+            widths += values >= threshold
+            threshold <<= 7
+        return widths
+    return _uvarint_sizes(_zigzag(values))
 
 
-def _varint_parts(fields: Sequence[np.ndarray | int], n: int) -> list[pa.Array]:
+@dataclass(frozen=True, slots=True)
+class _Varints:
+    """The zigzag varints of one field of every row: each packed little-endian into a
+    uint64 ``word`` (valid when ``widest`` <= 8) and its byte count ``width``."""
+
+    values: np.ndarray | int
+    word: np.ndarray | int
+    width: np.ndarray | int
+    widest: int
+
+    @classmethod
+    def of(cls, values: np.ndarray | int) -> _Varints:
+        if isinstance(values, (int, np.integer)):
+            encoded = write_varint(int(values))
+            return cls(int(values), int.from_bytes(encoded[:_WORD_BYTES], "little"), len(encoded), len(encoded))
+        u = _zigzag(values)
+        hi = int(u.max()) if len(u) else 0
+        widest = max(1, (hi.bit_length() + 6) // 7)
+        width = _widths(values)
+        if widest > _WORD_BYTES:
+            return cls(values, 0, width, widest)
+        seven = np.uint64(0x7F)
+        word = u & seven
+        for j in range(1, widest):
+            # the j-th 7-bit group, and the previous byte's continuation bit when it exists
+            word |= ((u >> np.uint64(7 * j)) & seven) << np.uint64(8 * j)
+            word |= (u >= np.uint64(1 << (7 * j))).astype(np.uint64) << np.uint64(8 * j - 1)
+        return cls(values, word, width, widest)
+
+
+def _varint_parts(fields: Sequence[_Varints | int], n: int) -> list[pa.Array]:
     """Binary arrays whose element-wise concatenation is, per row, the zigzag varints of
     ``fields`` in order. Fields are packed side by side into one uint64 word per row (with
     per-row shifts) while they fit 8 bytes, and each word is cut to its used bytes with a
@@ -137,38 +164,31 @@ def _varint_parts(fields: Sequence[np.ndarray | int], n: int) -> list[pa.Array]:
     width: np.ndarray | int = 0
     room = 0  # widest total of the current word
 
-    def flush() -> None:
-        if room:
-            parts.append(_word_to_binary(word, width, room, n))
-
-    for values in fields:
-        f_word, f_width, f_widest = _varint_word(values, n)
-        if f_widest > _WORD_BYTES:  # a delta beyond 2**55: the general byte-matrix path
-            flush()
+    for field in fields:
+        f = field if isinstance(field, _Varints) else _Varints.of(field)
+        if room and room + f.widest > _WORD_BYTES:
+            parts.append(_word_to_binary(word, width, n))
             word, width, room = 0, 0, 0
-            parts.append(_varints_to_binary([_varint_columns(np.broadcast_to(np.int64(values), n)
-                                                             if isinstance(values, int) else values)], n))
+        if f.widest > _WORD_BYTES:  # a delta beyond 2**55: the general byte-matrix path
+            values = np.broadcast_to(np.int64(f.values), n) if isinstance(f.values, int) else f.values
+            parts.append(_varints_to_binary([_varint_columns(values)], n))
             continue
-        if room + f_widest > _WORD_BYTES:
-            flush()
-            word, width, room = 0, 0, 0
         if room == 0:
-            word, width = f_word, f_width
+            word, width = f.word, f.width
+        elif isinstance(width, int) and isinstance(f.word, int):
+            word, width = word | (f.word << (8 * width)), width + f.width
         else:
-            shift = width * 8
-            if isinstance(shift, int) and isinstance(f_word, int):
-                word = word | (f_word << shift)
-            else:
-                word = np.bitwise_or(word, np.left_shift(np.uint64(f_word) if isinstance(f_word, int) else f_word,
-                                                         np.uint64(shift) if isinstance(shift, int) else shift,
-                                                         dtype=np.uint64), dtype=np.uint64)
-            width = width + f_width
-        room += f_widest
-    flush()
+            shift = np.uint64(8 * width) if isinstance(width, int) else (width << 3).astype(np.uint64)
+            f_word = np.uint64(f.word) if isinstance(f.word, int) else f.word
+            word = np.bitwise_or(word, np.left_shift(f_word, shift, dtype=np.uint64), dtype=np.uint64)
+            width = width + f.width
+        room += f.widest
+    if room:
+        parts.append(_word_to_binary(word, width, n))
     return parts
 
 
-def _word_to_binary(word: np.ndarray | int, width: np.ndarray | int, widest: int, n: int) -> pa.Array:
+def _word_to_binary(word: np.ndarray | int, width: np.ndarray | int, n: int) -> pa.Array:
     """A binary array of the first ``width`` bytes of each little-endian uint64 ``word``."""
     if isinstance(word, int) and isinstance(width, int):
         one = word.to_bytes(_WORD_BYTES, "little")[:width]
@@ -241,39 +261,45 @@ def _header_blobs(headers: pa.Array, n: int) -> tuple[np.ndarray, pa.Array]:
 
 @dataclass(frozen=True, slots=True)
 class _Columns:
-    """Rows to encode, with the per-row lengths every pass needs."""
+    """Rows to encode, with what every pass needs: the varints of the lengths and the
+    bytes of each record that do not depend on where its batch starts."""
 
     keys: pa.Array | None
     values: pa.Array
-    key_lengths: np.ndarray
-    value_lengths: np.ndarray
-    header_counts: np.ndarray
+    key_lengths: _Varints
+    value_lengths: _Varints
+    header_counts: _Varints
     header_blobs: pa.Array | None
-    header_bytes: np.ndarray
+    fixed: np.ndarray | int  # record bytes after the attributes, offset and timestamp deltas
 
     @classmethod
     def of(cls, keys: pa.Array | None, values: pa.Array, headers: pa.Array | None) -> _Columns:
         n = len(values)
         if headers is not None:
             counts, blobs = _header_blobs(headers, n)
-            header_bytes = np.diff(_offsets(blobs)).astype(np.int64)
+            header_bytes = _fold(np.diff(_offsets(blobs)).astype(np.int64))
+            counts = _fold(counts)
         else:
-            counts, blobs, header_bytes = np.zeros(n, np.int64), None, np.zeros(n, np.int64)
-        return cls(keys, values, _lengths(keys, n), _lengths(values, n), counts, blobs, header_bytes)
+            counts, blobs, header_bytes = 0, None, 0
+        klen = _Varints.of(_fold(_lengths(keys, n)))
+        vlen = _Varints.of(_fold(_lengths(values, n)))
+        hcount = _Varints.of(counts)
+        fixed = (klen.width + np.maximum(klen.values, 0) + vlen.width + np.maximum(vlen.values, 0)
+                 + hcount.width + header_bytes)
+        return cls(keys, values, klen, vlen, hcount, blobs, fixed if isinstance(fixed, np.ndarray) else int(fixed))
 
-    def body_sizes(self, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray) -> np.ndarray:
-        """Size of each record after its length varint."""
-        klen, vlen = self.key_lengths, self.value_lengths
-        return (1 + varint_sizes(timestamp_deltas) + varint_sizes(offset_deltas) + varint_sizes(klen)
-                + np.maximum(klen, 0) + varint_sizes(vlen) + np.maximum(vlen, 0)
-                + varint_sizes(self.header_counts) + self.header_bytes)
+    def record_sizes(self, timestamp_deltas: np.ndarray | int, offset_deltas: np.ndarray | int) -> np.ndarray | int:
+        """Whole size of each record (length varint included) with these deltas."""
+        body = 1 + _widths(timestamp_deltas) + _widths(offset_deltas) + self.fixed
+        return body + _widths(body)
 
-    def encode(self, timestamp_deltas: np.ndarray, offset_deltas: np.ndarray) -> tuple[pa.Array, int]:
+    def encode(self, timestamp_deltas: np.ndarray | int, offset_deltas: np.ndarray) -> tuple[pa.Array, int]:
         """Every record, one binary value each, with the given deltas; returns the array
         and its shift: 1 when each value starts with the previous record's last byte."""
         n = len(self.values)
-        body = self.body_sizes(timestamp_deltas, offset_deltas)
-        head = [body, 0, timestamp_deltas, offset_deltas, self.key_lengths]
+        td, od = _Varints.of(timestamp_deltas), _Varints.of(offset_deltas)
+        body = 1 + td.width + od.width + self.fixed
+        head = [_Varints.of(body), 0, td, od, self.key_lengths]
         if self.header_blobs is not None:
             parts = [*_varint_parts(head, n), self.keys if self.keys is not None else _EMPTY,
                      *_varint_parts([self.value_lengths], n), self.values,
@@ -325,31 +351,49 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
     rows = np.arange(n, dtype=np.int64)
     columns = _Columns.of(keys, values, headers)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD)
-    if batch_size <= 0 or limit >= 2**31:
-        starts = np.zeros(1, dtype=np.int64)
-    else:
-        # Size each record as if the batch began at row 0; only the split uses this, and
-        # deltas measured from a later start are never longer for ordered input.
-        body = columns.body_sizes(timestamps - timestamps[0], rows)
-        sizes = body + varint_sizes(body)
-        starts = _split(sizes, limit) if sizes.sum() > limit else np.zeros(1, dtype=np.int64)
+    starts = np.zeros(1, dtype=np.int64)
+    if 0 < batch_size and limit < 2**31:
+        # Size every record with deltas at least as long as the ones it can get in any
+        # batch, so no batch overflows: an offset delta is below the count of records that
+        # fit in a batch; a timestamp delta is bounded by the spread of the timestamps.
+        sizes = columns.record_sizes(_timestamp_delta_bound(timestamps), np.minimum(rows, limit // 7))
+        sizes = np.broadcast_to(sizes, n)
+        if int(sizes.sum()) > limit:
+            starts = _split(sizes, limit)
     counts = np.diff(np.append(starts, n))
-    batch_of_row = np.repeat(np.arange(len(starts)), counts)
-    first_row = starts[batch_of_row]
     base_ts = timestamps[starts]
-    records, shift = columns.encode(timestamps - base_ts[batch_of_row], rows - first_row)
-    offsets = _offsets(records)
-    data = memoryview(records.buffers()[2])
-    end_of_data = int(offsets[-1])
-    max_ts = np.maximum.reduceat(timestamps, starts)
+    if len(starts) == 1:
+        offset_deltas, timestamp_deltas = rows, _fold(timestamps - base_ts[0])
+    else:
+        batch_of_row = np.repeat(np.arange(len(starts)), counts)
+        offset_deltas = rows - starts[batch_of_row]
+        timestamp_deltas = _fold(timestamps - base_ts[batch_of_row])
+    records, shift = columns.encode(timestamp_deltas, offset_deltas)
+    offsets = _offsets(records)[np.append(starts, n)] + shift
+    data = memoryview(records.buffers()[2]).cast("B")  # pyarrow exports signed bytes
+    end_of_data = int(_offsets(records)[-1])
+    max_ts = np.maximum.reduceat(timestamps, starts).tolist()
     out = []
-    for b, start in enumerate(starts.tolist()):
-        end = start + int(counts[b])
-        lo, hi = int(offsets[start]) + shift, int(offsets[end]) + shift
+    bounds = offsets.tolist()
+    for b, (count, ts0) in enumerate(zip(counts.tolist(), base_ts.tolist())):
+        lo, hi = bounds[b], bounds[b + 1]
+        # Uncompressed payloads stay views of the one encoded buffer: the batch header is
+        # joined in front of them at drain time, so a copy here would be wasted.
         section = data[lo:hi] if hi <= end_of_data else bytes(data[lo:end_of_data]) + b"\x00" * shift
-        payload = compress(codec, section) if codec else bytes(section)
-        out.append(EncodedRecords(payload, codec, end - start, int(base_ts[b]), int(max_ts[b]), hi - lo))
+        payload = compress(codec, section) if codec else section
+        out.append(EncodedRecords(payload, codec, count, ts0, max_ts[b], hi - lo))
     return out
+
+
+def _timestamp_delta_bound(timestamps: np.ndarray) -> np.ndarray | int:
+    """Per row, a value whose varint is at least as long as the row's timestamp delta
+    from any earlier row of the input (the base of whichever batch it lands in)."""
+    lo, hi = int(timestamps.min()), int(timestamps.max())
+    if lo == hi:
+        return 0
+    if (timestamps[1:] >= timestamps[:-1]).all():
+        return timestamps - timestamps[0]
+    return np.maximum(timestamps - lo, hi - timestamps)
 
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
