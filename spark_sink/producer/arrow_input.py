@@ -170,7 +170,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         if (parts == parts[0]).all():
             out.append(PartitionRows(topic, int(parts[0]), t_keys, t_values, t_ts, t_headers))
             continue
-        order = np.argsort(parts, kind="stable")
+        # Partition ids are small: a stable sort of 16-bit ids is a radix sort in numpy.
+        order = np.argsort(parts.astype(np.uint16) if count <= 1 << 16 else parts, kind="stable")
         sorted_parts = parts[order]
         cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
         index = pa.array(order)

@@ -25,43 +25,78 @@ def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.nda
     return (h & 0x7FFFFFFF) % num_partitions
 
 
-def murmur2_array(keys: pa.Array) -> np.ndarray:
-    """murmur2 of every value of a binary array (nulls hash as empty), as int32.
+def _mix_blocks(h: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """One murmur2 body step for a 4-byte little-endian block ``k`` of every hashed key."""
+    m = np.uint32(_M)
+    k = k * m
+    k ^= k >> np.uint32(24)
+    k *= m
+    return (h * m) ^ k
 
-    Vectorised across keys: one numpy pass per 4-byte block of the longest key.
+
+def murmur2_array(keys: pa.Array) -> np.ndarray:
+    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32.
+
+    Vectorised across keys: one numpy pass per 4-byte block of the longest key. Keys of
+    one length (the usual case) are a plain matrix view of Arrow's data buffer; keys of
+    mixed lengths read each block with one gather of 4 bytes.
     """
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
     if keys.type != pa.binary():
         keys = keys.cast(pa.binary())
     n = len(keys)
+    if n == 0:
+        return np.zeros(0, np.int32)
     offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset : keys.offset + n + 1].astype(np.int64)
     data_buf = keys.buffers()[2]
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    data = np.concatenate([data, np.zeros(4, np.uint8)])  # reads past a key's end stay in bounds
+    raw = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     starts = offsets[:-1]
-    lengths = (offsets[1:] - starts)
+    lengths = offsets[1:] - starts
     if keys.null_count:
         lengths = np.where(np.asarray(keys.is_null()), 0, lengths)
     m = np.uint32(_M)
-    h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
-    blocks = lengths >> 2
     with np.errstate(over="ignore"):
-        for j in range(int(blocks.max()) if n else 0):
-            active = blocks > j
-            pos = starts[active] + 4 * j
-            k = (data[pos].astype(np.uint32) | (data[pos + 1].astype(np.uint32) << 8)
-                 | (data[pos + 2].astype(np.uint32) << 16) | (data[pos + 3].astype(np.uint32) << 24))
-            k *= m
-            k ^= k >> np.uint32(24)
-            k *= m
-            h[active] = (h[active] * m) ^ k
-        rest = lengths & 3
-        tail = starts + (blocks << 2)
-        for r, shift in ((3, 16), (2, 8)):
-            sel = rest >= r
-            h[sel] ^= data[tail[sel] + (r - 1)].astype(np.uint32) << np.uint32(shift)
-        sel = rest >= 1
-        h[sel] ^= data[tail[sel]].astype(np.uint32)
-        h[sel] *= m
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo == hi and offsets[-1] - offsets[0] == n * lo:
+            # Every key has the same length: an n x length matrix, whole columns per step.
+            matrix = raw[offsets[0] : offsets[0] + n * lo].reshape(n, lo)
+            h = np.full(n, np.uint32(_SEED) ^ np.uint32(lo & 0xFFFFFFFF), dtype=np.uint32)
+            nblocks = lo >> 2
+            if nblocks:
+                blocks = np.ascontiguousarray(matrix[:, : 4 * nblocks]).view("<u4")
+                for j in range(nblocks):
+                    h = _mix_blocks(h, blocks[:, j])
+            tail = matrix[:, 4 * nblocks :].astype(np.uint32)
+            rest = lo & 3
+            if rest:
+                for r in range(rest - 1, 0, -1):  # bytes 3 and 2 of the tail, then byte 1
+                    h ^= tail[:, r] << np.uint32(8 * r)
+                h ^= tail[:, 0]
+                h *= m
+        else:
+            # Pad so a 4-byte read at any key position stays in bounds, and read blocks
+            # as rows of a 1-byte-stride window view.
+            data = np.concatenate([raw, np.zeros(4, np.uint8)])
+            windows = np.lib.stride_tricks.as_strided(data, shape=(max(len(data) - 3, 0), 4), strides=(1, 1))
+            h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
+            blocks = lengths >> 2
+            for j in range(hi >> 2):
+                active = np.flatnonzero(blocks > j) if j >= (lo >> 2) else None
+                pos = (starts if active is None else starts[active]) + 4 * j
+                k = np.ascontiguousarray(windows[pos]).view("<u4").ravel()
+                if active is None:
+                    h = _mix_blocks(h, k)
+                else:
+                    h[active] = _mix_blocks(h[active], k)
+            rest = lengths & 3
+            tail = starts + (blocks << 2)
+            for r, shift in ((3, 16), (2, 8)):
+                sel = rest >= r
+                h[sel] ^= data[tail[sel] + (r - 1)].astype(np.uint32) << np.uint32(shift)
+            sel = rest >= 1
+            h[sel] ^= data[tail[sel]].astype(np.uint32)
+            h[sel] *= m
         h ^= h >> np.uint32(13)
         h *= m
         h ^= h >> np.uint32(15)

@@ -28,6 +28,16 @@ def test_vectorised_equals_scalar(keys):
     assert murmur2_array(pa.array(keys, pa.binary())).tolist() == [murmur2(k) for k in keys]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 13), st.lists(st.binary(min_size=13, max_size=13), min_size=1, max_size=30), st.integers(0, 3))
+def test_vectorised_equal_length_keys(length, raw, cut):
+    # Keys of one length take the matrix path; a slice starts them mid-buffer.
+    keys = [k[:length] for k in raw]
+    arr = pa.array([b"x" * 5] * cut + keys, pa.binary()).slice(cut)
+    assert murmur2_array(arr).tolist() == [murmur2(k) for k in keys]
+    assert murmur2_array(pa.array(keys, pa.large_binary())).tolist() == [murmur2(k) for k in keys]
+
+
 def test_vectorised_handles_slices_nulls_and_strings():
     arr = pa.array(["", "a", "ab", "abc", "abcd", None, "abcde"]).slice(1)
     assert murmur2_array(arr).tolist() == [murmur2(k) for k in (b"a", b"ab", b"abc", b"abcd", b"", b"abcde")]
