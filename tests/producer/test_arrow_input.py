@@ -1,0 +1,145 @@
+"""send_arrow's planning: column checks, partition choice for whole columns, per-partition
+grouping in row order, timestamps in any unit; and the encoded batches decode to the rows."""
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_sink.producer.arrow_input import HEADER_TYPE, plan_arrow_send
+from spark_sink.producer.errors import ColumnError, InvalidPartitionError
+from spark_sink.producer.murmur2 import murmur2, partition_for_hash
+from spark_sink.protocol.records import decode_record_batches, encode_record_batch
+
+
+def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000):
+    sticky_calls = itertools.count()
+    groups = plan_arrow_send(
+        data, topic, partition_count=lambda _t: partitions,
+        sticky_partition=lambda _t, n: next(sticky_calls) % n,
+        ignore_keys=ignore_keys, batch_size=batch_size, now_ms=now_ms)
+    return groups
+
+
+def decoded(group, batch_size=16384, codec=0):
+    """Every record of a group, through real record batch bytes."""
+    out = []
+    for encoded in group.encode(batch_size, codec):
+        for e in encoded:
+            wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
+                                       base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec)
+            out += decode_record_batches(wire)[0].records
+    return out
+
+
+@pytest.mark.parametrize(("column", "array", "accepted"), [
+    ("value", pa.array([1], pa.int32()), "binary or string"),
+    ("key", pa.array([1.5]), "binary or string"),
+    ("topic", pa.array([b"t"]), "string"),
+    ("partition", pa.array([1], pa.int16()), "int32 or int64"),
+    ("headers", pa.array([["a"]]), "list<struct<key: string, value: binary>>"),
+    ("timestamp", pa.array([1], pa.int32()), "timestamp"),
+])
+def test_wrong_type_names_column_and_accepted_types(column, array, accepted):
+    cols = {"value": pa.array([b"v"]), column: array}
+    with pytest.raises(ColumnError) as e:
+        plan(pa.table(cols))
+    assert repr(column) in str(e.value) and accepted in str(e.value)
+
+
+def test_unknown_missing_value_and_missing_topic():
+    with pytest.raises(ColumnError, match="'offset' is not accepted"):
+        plan(pa.table({"value": [b"v"], "offset": [1]}))
+    with pytest.raises(ColumnError, match="'value' is required"):
+        plan(pa.table({"key": [b"k"]}))
+    with pytest.raises(ColumnError, match="no topic"):
+        plan(pa.table({"value": [b"v"]}), topic=None)
+    with pytest.raises(ColumnError, match="RecordBatch or Table"):
+        plan([b"v"])
+
+
+def test_explicit_partitions_are_range_checked():
+    for bad in (4, -2, 100):
+        with pytest.raises(InvalidPartitionError) as e:
+            plan(pa.table({"value": [b"a", b"b"], "partition": pa.array([0, bad], pa.int32())}))
+        assert "'t'" in str(e.value) and str(bad) in str(e.value) and "4 partitions" in str(e.value)
+
+
+def test_keys_hash_like_java_explicit_wins_and_null_keys_stick():
+    keys = [b"k%d" % i for i in range(200)] + [None] * 3
+    parts = pa.array([None] * 150 + [3] * 50 + [None] * 3, pa.int64())
+    values = [b"%d" % i for i in range(203)]
+    groups = plan(pa.table({"value": values, "key": pa.array(keys, pa.binary()), "partition": parts}), partitions=7)
+    where = {}
+    for g in groups:
+        assert g.topic == "t"
+        for v in g.values.to_pylist():
+            where[int(v)] = g.partition
+    for i in range(150):
+        assert where[i] == partition_for_hash(murmur2(keys[i]), 7), i
+    assert all(where[i] == 3 for i in range(150, 200))
+    assert len({where[i] for i in range(200, 203)}) == 1  # one sticky run
+
+
+def test_ignore_keys_and_sticky_runs_switch_after_a_batch():
+    n = 100
+    data = pa.table({"value": [b"x" * 84] * n, "key": [b"same"] * n})
+    groups = plan(data, ignore_keys=True, partitions=3, batch_size=1000)
+    # 100 bytes a row (value + 16 estimate): a run of about 10 rows per partition in turn.
+    assert sum(len(g) for g in groups) == n
+    assert {g.partition for g in groups} == {0, 1, 2}
+    keyed = plan(data, partitions=3, batch_size=1000)
+    assert [(g.partition, len(g)) for g in keyed] == [(partition_for_hash(murmur2(b"same"), 3), n)]
+
+
+def test_groups_keep_row_order_per_topic_and_partition_and_decode():
+    n = 300
+    rng = np.random.default_rng(3)
+    topics = pa.array(rng.choice(["a", "b", None], n).tolist())
+    parts = pa.array(rng.integers(0, 4, n), pa.int32())
+    headers = pa.array([[{"key": "i", "value": b"%d" % i}] if i % 2 else [] for i in range(n)], HEADER_TYPE)
+    data = pa.table({"value": [b"%d" % i for i in range(n)], "topic": topics, "partition": parts,
+                     "headers": headers, "timestamp": pa.array(np.arange(n) + 5_000, pa.int64())})
+    groups = plan(data, topic="dflt")
+    seen = []
+    for g in groups:
+        records = decoded(g, batch_size=200)
+        rows = [int(r.value) for r in records]
+        assert rows == sorted(rows)  # input order within a partition
+        for r in records:
+            i = int(r.value)
+            expected_topic = topics[i].as_py() or "dflt"
+            assert (g.topic, g.partition) == (expected_topic, parts[i].as_py())
+            assert r.timestamp == 5_000 + i
+            assert r.headers == ((("i", b"%d" % i),) if i % 2 else ())
+            seen.append(i)
+    assert sorted(seen) == list(range(n))
+
+
+def test_null_topic_without_default_names_the_row():
+    with pytest.raises(ColumnError, match="null at row 1"):
+        plan(pa.table({"value": [b"a", b"b"], "topic": ["x", None]}), topic=None)
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_timestamps_in_any_unit_become_millis_and_nulls_take_now(unit):
+    ts = pa.array([1_700_000_000, None], pa.int64()).cast(pa.timestamp("s")).cast(pa.timestamp(unit, tz="UTC"))
+    (g,) = plan(pa.table({"value": [b"a", b"b"], "timestamp": ts}), partitions=1, now_ms=42)
+    assert g.timestamps.tolist() == [1_700_000_000_000, 42]
+    assert [r.timestamp for r in decoded(g)] == [1_700_000_000_000, 42]
+
+
+def test_string_large_view_columns_and_large_list_headers():
+    headers = pa.array([[{"key": "h", "value": "v"}]], pa.large_list(pa.struct([("key", pa.large_string()),
+                                                                                ("value", pa.string())])))
+    data = pa.table({"value": pa.array(["val"], pa.string_view()), "key": pa.array(["k"], pa.large_string()),
+                     "headers": headers})
+    (g,) = plan(data, partitions=5)
+    (r,) = decoded(g, codec=1)
+    assert (r.key, r.value, r.headers) == (b"k", b"val", (("h", b"v"),))
+    assert g.partition == partition_for_hash(murmur2(b"k"), 5)
+
+
+def test_empty_input_plans_nothing():
+    assert plan(pa.table({"value": pa.array([], pa.binary())})) == []
