@@ -96,3 +96,13 @@ def test_wide_varints_and_long_prefixes_equal_reference():
     assert batch.payload == encode_records(expected, 0)
     (batch,) = encode_columns(None, values, ts, None, batch_size=0)
     assert batch.payload == encode_records([Record(None, r.value, r.timestamp) for r in expected], 0)
+
+
+def test_encode_rows_large_batches_take_the_vectorised_path_with_same_bytes():
+    n = 3000
+    keys = [None if i % 7 == 0 else b"k%d" % i for i in range(n)]
+    values = [None if i % 11 == 0 else b"v" * (i % 200) for i in range(n)]
+    ts = [1_700_000_000_000 + (i * 37) % 5000 for i in range(n)]  # out of order, negative deltas
+    enc = encode_rows(keys, values, ts, None)
+    assert enc.payload == encode_records([Record(k, v, t) for k, v, t in zip(keys, values, ts)], ts[0])
+    assert (enc.record_count, enc.base_timestamp, enc.max_timestamp) == (n, ts[0], max(ts))
