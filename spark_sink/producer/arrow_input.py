@@ -92,6 +92,10 @@ class PartitionRows:
     def encode(self, batch_size: int, codec: int) -> Iterator[list[EncodedRecords]]:
         """Record batches for these rows, a chunk of about 8 MiB of input at a time."""
         n = len(self.values)
+        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) <= _CHUNK_BYTES:
+            yield encode_columns(self.keys, self.values, self.timestamps, self.headers, batch_size=batch_size,
+                                 codec=codec)
+            return
         sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         if self.keys is not None:
             sizes += pc.binary_length(self.keys).fill_null(0).to_numpy(zero_copy_only=False)
@@ -105,11 +109,21 @@ class PartitionRows:
                 batch_size=batch_size, codec=codec)
 
 
+def _data_bytes(arr: pa.Array) -> int:
+    """Bytes of the values of a binary-like array (its buffers' total for view types)."""
+    if pa.types.is_binary(arr.type) or pa.types.is_string(arr.type):
+        offsets = np.frombuffer(arr.buffers()[1], np.int32)
+        return int(offsets[arr.offset + len(arr)] - offsets[arr.offset])
+    return arr.nbytes
+
+
 def _column(data: pa.RecordBatch | pa.Table, name: str) -> pa.Array | None:
     if name not in data.schema.names:
         return None
     col = data.column(name)
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
 
 
 def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:

@@ -356,10 +356,18 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
         # Size every record with deltas at least as long as the ones it can get in any
         # batch, so no batch overflows: an offset delta is below the count of records that
         # fit in a batch; a timestamp delta is bounded by the spread of the timestamps.
-        sizes = columns.record_sizes(_timestamp_delta_bound(timestamps), np.minimum(rows, limit // 7))
-        sizes = np.broadcast_to(sizes, n)
-        if int(sizes.sum()) > limit:
-            starts = _split(sizes, limit)
+        td_bound = _timestamp_delta_bound(timestamps)
+        if isinstance(td_bound, int) and isinstance(columns.fixed, int):
+            # Records differ only by their offset delta: every batch holds the same count,
+            # found once by sizing offset deltas 0, 1, 2, ... (the greedy split, exactly).
+            cap = min(n, limit // 7 + 1)
+            per_batch = int(np.searchsorted(np.cumsum(columns.record_sizes(td_bound, np.arange(cap))), limit, "right"))
+            starts = np.arange(0, n, max(per_batch, 1), dtype=np.int64)
+        else:
+            sizes = columns.record_sizes(td_bound, np.minimum(rows, limit // 7))
+            sizes = np.broadcast_to(sizes, n)
+            if int(sizes.sum()) > limit:
+                starts = _split(sizes, limit)
     counts = np.diff(np.append(starts, n))
     base_ts = timestamps[starts]
     if len(starts) == 1:

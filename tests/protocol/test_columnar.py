@@ -106,3 +106,25 @@ def test_encode_rows_large_batches_take_the_vectorised_path_with_same_bytes():
     enc = encode_rows(keys, values, ts, None)
     assert enc.payload == encode_records([Record(k, v, t) for k, v, t in zip(keys, values, ts)], ts[0])
     assert (enc.record_count, enc.base_timestamp, enc.max_timestamp) == (n, ts[0], max(ts))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 20), st.integers(0, 300), st.integers(61, 3000), st.booleans())
+def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, with_keys):
+    # Equal-size records with one timestamp take the count-per-batch path: every batch
+    # must match the reference bytes, fit batch_size, and be full (one more would not fit).
+    keys = [b"k" * key_size] * n if with_keys else [None] * n
+    values = [b"v" * value_size] * n
+    ts = np.full(n, 1_700_000_000_000, np.int64)
+    batches = encode_columns(pa.array(keys, pa.binary()) if with_keys else None, pa.array(values, pa.binary()), ts,
+                             None, batch_size=batch_size)
+    pos = 0
+    for b in batches:
+        chunk = [Record(keys[i], values[i], int(ts[i])) for i in range(pos, pos + b.record_count)]
+        assert b.payload == encode_records(chunk, int(ts[0]))
+        assert b.record_count == 1 or RECORD_BATCH_OVERHEAD + len(b.payload) <= batch_size
+        if pos + b.record_count < n:
+            grown = encode_records([*chunk, Record(keys[0], values[0], int(ts[0]))], int(ts[0]))
+            assert RECORD_BATCH_OVERHEAD + len(grown) > batch_size
+        pos += b.record_count
+    assert pos == n
