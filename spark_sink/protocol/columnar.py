@@ -27,7 +27,7 @@ _EMPTY = pa.scalar(b"", pa.binary())
 class EncodedRecords:
     """A finished records section for one record batch, compressed with ``codec``."""
 
-    payload: bytes | memoryview  # uncompressed: a view of the chunk's encoded buffer
+    payload: bytes
     codec: int
     record_count: int
     base_timestamp: int
@@ -385,10 +385,11 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
     bounds = offsets.tolist()
     for b, (count, ts0) in enumerate(zip(counts.tolist(), base_ts.tolist())):
         lo, hi = bounds[b], bounds[b + 1]
-        # Uncompressed payloads stay views of the one encoded buffer: the batch header is
-        # joined in front of them at drain time, so a copy here would be wasted.
+        # Payloads are copied out of the encoded buffer: a view would keep that whole
+        # buffer alive until the last of its batches is sent, memory buffer.memory does
+        # not account for.
         section = data[lo:hi] if hi <= end_of_data else bytes(data[lo:end_of_data]) + b"\x00" * shift
-        payload = compress(codec, section) if codec else section
+        payload = compress(codec, section) if codec else bytes(section)
         out.append(EncodedRecords(payload, codec, count, ts0, max_ts[b], hi - lo))
     return out
 
