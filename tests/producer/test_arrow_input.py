@@ -10,7 +10,7 @@ import pytest
 from spark_sink.producer.arrow_input import HEADER_TYPE, plan_arrow_send
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError
 from spark_sink.producer.murmur2 import murmur2, partition_for_hash
-from spark_sink.protocol.records import decode_record_batches, encode_record_batch
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
 
 
 def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000):
@@ -143,3 +143,16 @@ def test_string_large_view_columns_and_large_list_headers():
 
 def test_empty_input_plans_nothing():
     assert plan(pa.table({"value": pa.array([], pa.binary())})) == []
+
+
+def test_groups_larger_than_a_chunk_encode_in_pieces_in_order():
+    n = 9_000  # ~9.1 MB of values: more than one 8 MiB encoding chunk
+    values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
+    (g,) = plan(pa.table({"value": values}), partitions=1, batch_size=100_000)
+    chunks = list(g.encode(100_000, 0))
+    assert len(chunks) >= 2
+    records = [r for chunk in chunks for e in chunk for r in decode_record_batches(encode_record_batch(
+        e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
+        base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp))[0].records]
+    assert [int(r.value[:6]) for r in records] == list(range(n))
+    assert all(RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000 for chunk in chunks for e in chunk)
