@@ -206,6 +206,38 @@ def _cluster(bootstrap: str | None, topic: str, partitions: int) -> Iterator[str
         yield broker.bootstrap
 
 
+def _rss_mb() -> float:
+    """This process's resident set size now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return 0.0
+
+
+class _RssSampler:
+    """Peak RSS while the block runs, sampled every 5 ms (the process-wide peak would
+    include building the input data)."""
+
+    def __init__(self) -> None:
+        self.peak = _rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="kprod-perf-rss", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss_mb())
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_mb())
+
+
 def parse_props(items: list[str]) -> dict[str, str]:
     props = {}
     for item in items:
@@ -249,13 +281,19 @@ def main(argv: list[str] | None = None) -> int:
     topic = args.topic or f"kprod-perf-{uuid.uuid4().hex[:8]}"
     with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
         run: Callable[..., Result] = run_kprod_arrow if args.mode == "arrow" else run_kprod_record
-        results = [run(bootstrap, topic, table, props)]
+        rss_before = _rss_mb()
+        with _RssSampler() as sampler:
+            results = [run(bootstrap, topic, table, props)]
+        rss_peak = sampler.peak
         if args.compare:
             results.append(run_confluent(bootstrap, topic, table, **batching))
             results.append(run_kafka_python(bootstrap, topic, table, **batching))
     print(f"{args.num_records:,} records, {args.record_size} B values, {args.key_size} B keys, acks=all, "
           f"idempotence on, batch.size {effective.batch_size}, linger.ms {effective.linger_ms} (every client)")
     print(report(results))
+    print(f"memory: input table {table.nbytes / 2**20:,.0f} MiB, buffer.memory {effective.buffer_memory / 2**20:,.0f} MiB; "
+          f"peak RSS during the kprod run {rss_peak:,.0f} MiB, {rss_peak - rss_before:+,.0f} MiB over the RSS "
+          f"before it (which already held the table)")
     return 0
 
 
