@@ -249,8 +249,8 @@ def _header_blobs(headers: pa.Array, n: int) -> tuple[np.ndarray, pa.Array]:
         return counts, empty
     klen = _lengths(hkeys, m)
     klen[klen < 0] = 0  # header keys are strings; a null key is written as empty
-    key_prefix = _varints_to_binary([_varint_columns(klen)], m)
-    value_prefix = _varints_to_binary([_varint_columns(_lengths(hvalues, m))], m)
+    (key_prefix,) = _varint_parts([_Varints.of(_fold(klen))], m)
+    (value_prefix,) = _varint_parts([_Varints.of(_fold(_lengths(hvalues, m)))], m)
     joined = pc.binary_join_element_wise(key_prefix, hkeys, value_prefix, hvalues, _EMPTY,
                                          null_handling="replace", null_replacement="")
     entry_offsets = _offsets(joined)
