@@ -50,9 +50,10 @@ class RecordAccumulator:
         with self._lock:
             dq = self._batches.get(tp)
             if dq:
-                future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+                last = dq[-1]
+                future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
                 if future is not None:
-                    return future, len(dq) > 1 or dq[-1].is_full, False
+                    return future, last.estimated_size >= last.batch_size or len(dq) > 1, False
         # A new batch needs memory, which may block: never wait while holding the lock.
         size = max(self._config.batch_size, key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE + RECORD_BATCH_OVERHEAD)
         self._pool.allocate(size, max_block_ms)

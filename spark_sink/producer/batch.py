@@ -25,24 +25,21 @@ TopicPartition = tuple[str, int]
 SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
 
 
-class FutureRecordMetadata:
-    """The result of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises."""
+class FutureRecordMetadata(tuple):
+    """The result of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises.
 
-    __slots__ = ("_batch", "_index", "_timestamp", "_key_size", "_value_size")
+    A tuple (batch, index in it, timestamp, key size, value size) underneath: send() makes
+    one per record, and ``tuple.__new__`` costs half of a slotted ``__init__``.
+    """
 
-    def __init__(self, batch: ProducerBatch, index: int, timestamp: int, key_size: int, value_size: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp = timestamp
-        self._key_size = key_size
-        self._value_size = value_size
+    __slots__ = ()
 
     def done(self) -> bool:
-        return self._batch.completed
+        return self[0].completed
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the acknowledgement; raises the send's error, or KafkaTimeoutError."""
-        batch = self._batch
+        batch = self[0]
         if not batch.wait(timeout):
             raise KafkaTimeoutError(f"no acknowledgement within {timeout} s for a record to {batch.topic}-{batch.partition}")
         if batch.error is not None:
@@ -50,14 +47,21 @@ class FutureRecordMetadata:
         return self.metadata()
 
     def exception(self, timeout: float | None = None) -> Exception | None:
-        self._batch.wait(timeout)
-        return self._batch.error
+        self[0].wait(timeout)
+        return self[0].error
 
     def metadata(self) -> RecordMetadata:
-        batch = self._batch
-        offset = batch.base_offset + self._index if batch.base_offset >= 0 else -1
-        timestamp = batch.log_append_time if batch.log_append_time >= 0 else self._timestamp
-        return RecordMetadata(batch.topic, batch.partition, offset, timestamp, self._key_size, self._value_size)
+        batch, index, timestamp, key_size, value_size = self
+        offset = batch.base_offset + index if batch.base_offset >= 0 else -1
+        if batch.log_append_time >= 0:
+            timestamp = batch.log_append_time
+        return RecordMetadata(batch.topic, batch.partition, offset, timestamp, key_size, value_size)
+
+    def __repr__(self) -> str:
+        return f"FutureRecordMetadata({self[0].topic}-{self[0].partition}, index={self[1]}, done={self.done()})"
+
+
+_new_future = tuple.__new__
 
 
 class ProducerBatch:
@@ -113,9 +117,9 @@ class ProducerBatch:
                    key_size: int, value_size: int, headers_size: int) -> FutureRecordMetadata | None:
         """Add a record, or return None if it would overflow batch.size (or the batch is closed)."""
         size = key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE
-        if self.closed or (self.record_count and self.estimated_size + size > self.batch_size):
-            return None
         index = self.record_count
+        if self.closed or (index and self.estimated_size + size > self.batch_size):
+            return None
         self.keys.append(key)
         self.values.append(value)
         self.timestamps.append(timestamp)
@@ -127,7 +131,7 @@ class ProducerBatch:
             self.headers.append([])
         self.record_count = index + 1
         self.estimated_size += size
-        future = FutureRecordMetadata(self, index, timestamp, key_size, value_size)
+        future = _new_future(FutureRecordMetadata, (self, index, timestamp, key_size, value_size))
         if callback is not None:
             if self.callbacks is None:
                 self.callbacks = []

@@ -6,7 +6,10 @@ import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
 
-_SEED = 0x9747B28C
+SEED = 0x9747B28C
+# ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
+# a Python frame, for the per-record partitioner (which masks off the sign anyway).
+murmur2_unsigned = _c_murmurhash2
 _M = 0x5BD1E995
 
 
@@ -16,7 +19,7 @@ def murmur2(data: bytes) -> int:
     Kafka's murmur2 is Austin Appleby's MurmurHash2 with seed 0x9747b28c; the C binding
     costs a fraction of a pure-Python loop on the per-record send() path.
     """
-    h = _c_murmurhash2(data, _SEED)
+    h = _c_murmurhash2(data, SEED)
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -61,7 +64,7 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
         if lo == hi and offsets[-1] - offsets[0] == n * lo:
             # Every key has the same length: an n x length matrix, whole columns per step.
             matrix = raw[offsets[0] : offsets[0] + n * lo].reshape(n, lo)
-            h = np.full(n, np.uint32(_SEED) ^ np.uint32(lo & 0xFFFFFFFF), dtype=np.uint32)
+            h = np.full(n, np.uint32(SEED) ^ np.uint32(lo & 0xFFFFFFFF), dtype=np.uint32)
             nblocks = lo >> 2
             if nblocks:
                 blocks = np.ascontiguousarray(matrix[:, : 4 * nblocks]).view("<u4")
@@ -79,7 +82,7 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
             # as rows of a 1-byte-stride window view.
             data = np.concatenate([raw, np.zeros(4, np.uint8)])
             windows = np.lib.stride_tricks.as_strided(data, shape=(max(len(data) - 3, 0), 4), strides=(1, 1))
-            h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
+            h = np.uint32(SEED) ^ lengths.astype(np.uint32)
             blocks = lengths >> 2
             for j in range(hi >> 2):
                 active = np.flatnonzero(blocks > j) if j >= (lo >> 2) else None

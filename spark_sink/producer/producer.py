@@ -28,7 +28,7 @@ from spark_sink.producer.errors import (
 )
 from spark_sink.producer.idempotence import PartitionState
 from spark_sink.producer.metadata import Metadata
-from spark_sink.producer.murmur2 import murmur2
+from spark_sink.producer.murmur2 import SEED as MURMUR2_SEED, murmur2_unsigned
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
@@ -176,9 +176,8 @@ class KafkaProducer:
         for interceptor in self._send_interceptors:
             record = interceptor.on_send(record)
         topic = record.topic
-        count = self._metadata.partition_count(topic)
-        if count is None:
-            count = self._metadata.wait_for_topic(topic, c.max_block_ms, self._sender.wakeup)
+        leaders = self._metadata.leaders.get(topic)
+        count = len(leaders) if leaders else self._metadata.wait_for_topic(topic, c.max_block_ms, self._sender.wakeup)
         key, value = record.key, record.value
         if type(key) is not bytes and key is not None or c.key_serializer is not None:
             key = _to_bytes("key", key, c.key_serializer)
@@ -199,7 +198,7 @@ class KafkaProducer:
         sticky = False
         if partition is None:
             if key is not None and not c.partitioner_ignore_keys:
-                partition = (murmur2(key) & 0x7FFFFFFF) % count
+                partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % count  # Java's toPositive(murmur2)
             else:
                 sticky = True
                 partition = self._sticky.get(topic)
