@@ -6,7 +6,7 @@ from spark_sink.producer.errors import (
     BufferExhaustedError, ColumnError, ConfigError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
     RecordTooLargeError, SerializationError,
 )
-from spark_sink.producer.murmur2 import murmur2
+from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
 from spark_sink.producer.records import ProducerRecord, RecordMetadata
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError
-from spark_sink.producer.murmur2 import murmur2_array
+from spark_sink.producer.partitioner import murmur2_array
 from spark_sink.protocol.columnar import EncodedRecords, as_binary, encode_columns
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

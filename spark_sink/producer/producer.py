@@ -7,7 +7,6 @@ retries, delivery.timeout.ms and buffer.memory back-pressure behave the same for
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +27,7 @@ from spark_sink.producer.errors import (
 )
 from spark_sink.producer.idempotence import PartitionState
 from spark_sink.producer.metadata import Metadata
-from spark_sink.producer.murmur2 import SEED as MURMUR2_SEED, murmur2_unsigned
+from spark_sink.producer.partitioner import SEED as MURMUR2_SEED, StickyPartitions, murmur2_unsigned
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
@@ -157,7 +156,7 @@ class KafkaProducer:
         self._client = NetworkClient(c)
         self._partition_state = PartitionState(c)
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
-        self._sticky: dict[str, int] = {}
+        self._sticky = StickyPartitions(self._metadata.available_partitions)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
@@ -201,9 +200,7 @@ class KafkaProducer:
                 partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % count  # Java's toPositive(murmur2)
             else:
                 sticky = True
-                partition = self._sticky.get(topic)
-                if partition is None or partition >= count:
-                    partition = self._next_sticky(topic, count)
+                partition = self._sticky.current(topic, count)
         elif not 0 <= partition < count:
             raise InvalidPartitionError(
                 f"record for topic {topic!r} has partition {partition}, but the topic has {count} partitions (0..{count - 1})")
@@ -216,7 +213,7 @@ class KafkaProducer:
             topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size, c.max_block_ms)
         if batch_ready or new_batch:
             if batch_ready and sticky:
-                self._next_sticky(topic, count)
+                self._sticky.next(topic, count)
             self._sender.wakeup()
         return future
 
@@ -247,15 +244,6 @@ class KafkaProducer:
 
         return notify
 
-    def _next_sticky(self, topic: str, count: int) -> int:
-        """Pick a new sticky partition (different from the current one when possible)."""
-        available = self._metadata.available_partitions(topic) or list(range(count))
-        current = self._sticky.get(topic)
-        choices = [p for p in available if p != current] or available
-        partition = random.choice(choices)
-        self._sticky[topic] = partition
-        return partition
-
     # -- per table ------------------------------------------------------------
 
     def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None) -> ArrowSendFuture:
@@ -268,7 +256,7 @@ class KafkaProducer:
             return self._metadata.partition_count(t) or self._metadata.wait_for_topic(t, c.max_block_ms, self._sender.wakeup)
 
         groups = plan_arrow_send(
-            data, topic, partition_count=partition_count, sticky_partition=lambda t, n: self._next_sticky(t, n),
+            data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
         future = ArrowSendFuture()
         records = nbytes = 0

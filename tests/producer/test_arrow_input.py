@@ -9,7 +9,7 @@ import pytest
 
 from spark_sink.producer.arrow_input import HEADER_TYPE, plan_arrow_send
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError
-from spark_sink.producer.murmur2 import murmur2, partition_for_hash
+from spark_sink.producer.partitioner import murmur2, partition_for_hash
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
 
 

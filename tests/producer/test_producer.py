@@ -9,7 +9,7 @@ from spark_sink.producer import (
     ConfigError, InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError, ProducerRecord,
     RecordTooLargeError, SerializationError,
 )
-from spark_sink.producer.murmur2 import murmur2
+from spark_sink.producer.partitioner import murmur2
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

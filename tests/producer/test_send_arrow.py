@@ -9,7 +9,7 @@ import pytest
 
 from spark_sink.producer import ColumnError, InvalidPartitionError, KafkaProducer
 from spark_sink.producer.arrow_input import HEADER_TYPE
-from spark_sink.producer.murmur2 import murmur2
+from spark_sink.producer.partitioner import murmur2
 from tests.brokers import consume_all, create_topic, unique_topic
 
 N = 500

@@ -10,7 +10,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from spark_sink.producer.murmur2 import murmur2
+from spark_sink.producer.partitioner import murmur2
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import as_sent, read_topics
 

@@ -1,6 +1,14 @@
-"""Java Kafka's murmur2 hash, scalar and vectorised, so keyed records land where Java puts them."""
+"""Where a record goes: Java's built-in partitioner.
+
+An explicit partition wins; else ``toPositive(murmur2(key)) % partitions`` with Java's
+murmur2 (scalar and vectorised), so keyed records land where Java clients put them; else
+the sticky partition, which moves on when a batch fills.
+"""
 
 from __future__ import annotations
+
+import random
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +29,38 @@ def murmur2(data: bytes) -> int:
     """
     h = _c_murmurhash2(data, SEED)
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition Java's producer picks for a non-null ``key``."""
+    return (murmur2_unsigned(key, SEED) & 0x7FFFFFFF) % num_partitions
+
+
+class StickyPartitions:
+    """The sticky partition of each topic for records without a key.
+
+    ``available(topic)`` lists the partitions that have a leader; a new sticky partition
+    is picked at random among them, different from the current one when possible.
+    """
+
+    def __init__(self, available: Callable[[str], list[int]]) -> None:
+        self._available = available
+        self._current: dict[str, int] = {}
+
+    def current(self, topic: str, num_partitions: int) -> int:
+        partition = self._current.get(topic)
+        if partition is None or partition >= num_partitions:
+            partition = self.next(topic, num_partitions)
+        return partition
+
+    def next(self, topic: str, num_partitions: int) -> int:
+        """Move ``topic`` on to another partition (when a batch filled) and return it."""
+        available = [p for p in self._available(topic) if p < num_partitions] or list(range(num_partitions))
+        current = self._current.get(topic)
+        choices = [p for p in available if p != current] or available
+        partition = random.choice(choices)
+        self._current[topic] = partition
+        return partition
 
 
 def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.ndarray:

@@ -4,7 +4,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_sink.producer.murmur2 import murmur2, murmur2_array, partition_for_hash
+from spark_sink.producer.partitioner import (
+    StickyPartitions, murmur2, murmur2_array, partition_for_hash, partition_for_key,
+)
 
 # Values asserted by Apache Kafka's UtilsTest.testMurmur2.
 JAVA_CASES = {
@@ -56,3 +58,19 @@ def test_partition_matches_librdkafka_murmur2_partitioner(tansu):
         p.produce(topic, b"v", key=key, on_delivery=lambda err, msg: placed.__setitem__(msg.key(), msg.partition()))
     assert p.flush(30) == 0
     assert placed == {k: partition_for_hash(murmur2(k), 7) for k in placed}
+
+
+def test_partition_for_key_is_javas_to_positive_modulo():
+    # murmur2(b"21") is negative: toPositive masks the sign bit before the modulo.
+    assert partition_for_key(b"21", 7) == (-973932308 & 0x7FFFFFFF) % 7
+    assert all(partition_for_key(k, 5) == partition_for_hash(murmur2(k), 5) for k in JAVA_CASES)
+
+
+def test_sticky_partition_stays_until_moved_on_and_avoids_unavailable_partitions():
+    available = {"t": [1, 3]}
+    sticky = StickyPartitions(lambda topic: available.get(topic, []))
+    first = sticky.current("t", 4)
+    assert first in (1, 3) and sticky.current("t", 4) == first
+    assert sticky.next("t", 4) == ({1, 3} - {first}).pop()  # moves on, to the other live one
+    assert sticky.current("u", 2) in (0, 1)  # no leader known yet: any partition of the topic
+    assert sticky.current("t", 1) == 0  # the topic shrank below the sticky partition
