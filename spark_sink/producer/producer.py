@@ -206,7 +206,7 @@ class KafkaProducer:
                 f"record for topic {topic!r} has partition {partition}, but the topic has {count} partitions (0..{count - 1})")
         timestamp = record.timestamp
         if timestamp is None:
-            timestamp = int(time.time() * 1000)
+            timestamp = time.time_ns() // 1_000_000
         if self._ack_interceptors:
             callback = self._wrap_callback(callback)
         future, batch_ready, new_batch = self._accumulator.append(
