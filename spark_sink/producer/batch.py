@@ -15,7 +15,7 @@ from typing import Any
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.records import RecordMetadata
 from spark_sink.protocol.columnar import EncodedRecords, encode_rows
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, encode_record_batch
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, record_batch_header
 
 # Upper bound of a record's framing next to its key, value and headers: length,
 # attributes, timestamp delta, offset delta, key length, value length, header count.
@@ -148,13 +148,15 @@ class ProducerBatch:
         self.closed = True
         return self.encoded
 
-    def to_wire(self) -> bytes:
-        """The record batch as sent: header with this attempt's producer id/epoch/sequence."""
+    def to_wire(self) -> tuple[bytes, bytes]:
+        """The record batch as sent, as (header, payload): the header carries this attempt's
+        producer id, epoch and sequence; the payload is written as it is, never copied."""
         e = self.encoded
-        return encode_record_batch(
+        header = record_batch_header(
             e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
             base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec,
             producer_id=self.producer_id, producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+        return header, e.payload
 
     @property
     def wire_size(self) -> int:

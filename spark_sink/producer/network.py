@@ -86,7 +86,7 @@ class _Connection:
     sock: socket.socket | None = None
     protocol: KafkaProtocol | None = None
     versions: dict[int, int] = field(default_factory=dict)
-    # Frames waiting to be written as [view, on_written, queued_ms]; on_written is the
+    # Frame buffers waiting to be written as [view, on_written, queued_ms]; on_written is the
     # (callback, response) fired once the frame is out (requests that expect no response,
     # e.g. Produce with acks=0), queued_ms lets a write stuck behind a stalled socket time
     # out like a request in flight.
@@ -228,17 +228,21 @@ class NetworkClient:
 
     def _enqueue(self, conn: _Connection, api_key: int, version: int, body: dict[str, Any],
                  callback: Callback | None, expect_response: bool) -> None:
-        correlation_id, frame = conn.protocol.send_request(api_key, version, body, expect_response)
+        correlation_id, parts = conn.protocol.send_request_parts(api_key, version, body, expect_response)
         now = now_ms()
         conn.last_used_ms = now
+        on_written = None
         if expect_response:
             conn.in_flight.append(_InFlight(correlation_id, api_key, version, callback, now))
-            conn.outbox.append([memoryview(frame), None, now])
         else:
             if self._filter_unanswered:
                 conn.unanswered.append(correlation_id)
-            done = ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0)
-            conn.outbox.append([memoryview(frame), (callback, done) if callback else None, now])
+            if callback is not None:
+                on_written = (callback, ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0))
+        # One outbox entry per buffer (record bytes are written from where they are); the
+        # last one carries what to do once the whole frame is out.
+        last = len(parts) - 1
+        conn.outbox.extend([memoryview(part), on_written if i == last else None, now] for i, part in enumerate(parts))
         try:
             self._write(conn)
         except KProdError as exc:

@@ -12,7 +12,8 @@ from typing import Any
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.errors import CorruptRecordError
-from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_body, is_flexible
+from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_parts, is_flexible
+from spark_sink.protocol.produce import Buffer
 
 
 
@@ -44,13 +45,25 @@ class KafkaProtocol:
     def send_request(self, api_key: int, api_version: int, body: dict[str, Any],
                      expect_response: bool = True) -> tuple[int, bytes]:
         """Frame a request; returns (correlation id, bytes to write including the size prefix)."""
+        correlation_id, parts = self.send_request_parts(api_key, api_version, body, expect_response)
+        return correlation_id, b"".join(parts)
+
+    def send_request_parts(self, api_key: int, api_version: int, body: dict[str, Any],
+                           expect_response: bool = True) -> tuple[int, list[Buffer]]:
+        """As :meth:`send_request`, but the frame comes as buffers to write in order (for
+        ``sendmsg``), so record bytes are never copied into one frame."""
         correlation_id = self._next_correlation_id
         self._next_correlation_id = (correlation_id + 1) & 0x7FFFFFFF
-        payload = encode_request_header(api_key, api_version, correlation_id, self.client_id) + encode_request_body(
-            api_key, api_version, body)
+        header = encode_request_header(api_key, api_version, correlation_id, self.client_id)
+        parts = encode_request_parts(api_key, api_version, body)
+        size = len(header) + sum(len(part) for part in parts)
         if expect_response:
             self._pending.append((correlation_id, api_key, api_version))
-        return correlation_id, p.INT32.pack(len(payload)) + payload
+        if len(parts[0]) < 4096:  # the usual case: small leading fields join the header
+            parts[0] = p.INT32.pack(size) + header + parts[0]
+        else:
+            parts.insert(0, p.INT32.pack(size) + header)
+        return correlation_id, parts
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, dict[str, Any]]]:
         """Feed bytes read from the socket; returns completed responses in arrival order as

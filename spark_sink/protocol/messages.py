@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from spark_sink.protocol import produce
+from spark_sink.protocol import primitives as p
 from spark_sink.protocol.errors import UnsupportedVersionError  # type: ignore[attr-defined]
 from spark_sink.protocol.schema import Field as F
 from spark_sink.protocol.schema import Schema, decode, encode
@@ -38,6 +40,7 @@ class Api:
 
 _INT32_ARRAY = "[]int32"
 
+# The sender's path uses protocol/produce.py, which writes and reads these bytes by hand.
 PRODUCE = Api(
     ApiKey.PRODUCE, 3, 12,
     Schema((
@@ -51,7 +54,7 @@ PRODUCE = Api(
                 F("records", "records", nullable=True),
             )),
         )),
-    ), flexible_from=9),
+    ), flexible_from=produce.FLEXIBLE_FROM),
     Schema((
         F("responses", "[]struct", fields=(
             F("name", "string"),
@@ -69,7 +72,7 @@ PRODUCE = Api(
             )),
         )),
         F("throttle_time_ms", "int32", 1),
-    ), flexible_from=9),
+    ), flexible_from=produce.FLEXIBLE_FROM),
 )
 
 METADATA = Api(
@@ -184,8 +187,15 @@ def is_flexible(api_key: int, version: int, response: bool = False) -> bool:
     return version >= (api.response if response else api.request).flexible_from
 
 
+def encode_request_parts(api_key: int, version: int, body: dict[str, Any]) -> list[produce.Buffer]:
+    """A request body as buffers to write in order (record bytes are not copied)."""
+    if api_key == ApiKey.PRODUCE:
+        return produce.encode_request(version, body)
+    return [encode(APIS[api_key].request, version, body)]
+
+
 def encode_request_body(api_key: int, version: int, body: dict[str, Any]) -> bytes:
-    return encode(APIS[api_key].request, version, body)
+    return b"".join(encode_request_parts(api_key, version, body))
 
 
 def decode_request_body(api_key: int, version: int, data: bytes | memoryview) -> dict[str, Any]:
@@ -196,5 +206,9 @@ def encode_response_body(api_key: int, version: int, body: dict[str, Any]) -> by
     return encode(APIS[api_key].response, version, body)
 
 
-def decode_response_body(api_key: int, version: int, data: Any) -> dict[str, Any]:
+def decode_response_body(api_key: int, version: int, data: bytes | memoryview | p.Reader) -> dict[str, Any]:
+    if api_key == ApiKey.PRODUCE:
+        reader = data if isinstance(data, p.Reader) else p.Reader(data)
+        body, reader.pos = produce.decode_response(version, reader.buf[:reader.end], reader.pos)
+        return body
     return decode(APIS[api_key].response, version, data)

@@ -106,17 +106,23 @@ def encode_records(records: Iterable[Record], base_timestamp: int) -> bytes:
     )
 
 
-def encode_record_batch(payload: bytes, *, record_count: int, last_offset_delta: int, base_timestamp: int,
-                        max_timestamp: int, codec: int = 0, producer_id: int = -1, producer_epoch: int = -1,
-                        base_sequence: int = -1, transactional: bool = False, base_offset: int = 0,
-                        partition_leader_epoch: int = -1) -> bytes:
-    """The full batch: header + ``payload`` (already compressed with ``codec``), with its CRC."""
+def record_batch_header(payload: bytes | memoryview, *, record_count: int, last_offset_delta: int,
+                        base_timestamp: int, max_timestamp: int, codec: int = 0, producer_id: int = -1,
+                        producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
+                        base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+    """The 61-byte header that goes before ``payload`` (already compressed with ``codec``),
+    its CRC computed over both: header and payload can be written without joining them."""
     attributes = (codec & _CODEC_MASK) | (_TRANSACTIONAL_BIT if transactional else 0)
     covered = _CRC_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
                                producer_id, producer_epoch, base_sequence, record_count)
     crc = crc32c.crc32c(payload, crc32c.crc32c(covered))
     batch_length = RECORD_BATCH_OVERHEAD - 12 + len(payload)
-    return b"".join((_PREFIX.pack(base_offset, batch_length, partition_leader_epoch, MAGIC, crc), covered, payload))
+    return _PREFIX.pack(base_offset, batch_length, partition_leader_epoch, MAGIC, crc) + covered
+
+
+def encode_record_batch(payload: bytes, **fields: int | bool) -> bytes:
+    """The full batch: header + ``payload``; ``fields`` as for :func:`record_batch_header`."""
+    return record_batch_header(payload, **fields) + payload
 
 
 def build_record_batch(records: Sequence[Record], *, codec: int = 0, **ids: int | bool) -> bytes:
