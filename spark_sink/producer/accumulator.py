@@ -74,24 +74,37 @@ class RecordAccumulator:
             self._incomplete.add(batch)
             return future, len(dq) > 1 or batch.is_full, True
 
-    def append_encoded(self, topic: str, partition: int, encoded: Iterable[EncodedRecords], now: float,
-                       max_block_ms: float, listener: Callable[[ProducerBatch], None]) -> int:
-        """Append already-encoded batches after whatever the partition holds; returns how many."""
-        tp = (topic, partition)
-        count = 0
-        for records in encoded:
+    def append_encoded(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
+                       max_block_ms: float, listener: Callable[[ProducerBatch], None],
+                       wakeup: Callable[[], None]) -> None:
+        """Append already-encoded batches after whatever the partition holds; ``wakeup``
+        tells the sender there is something to send."""
+        total = sum(records.size_in_bytes for records in encoded)
+        if total <= self._pool.total // 4:
+            # One reservation for the whole group: a producer running ahead of the brokers
+            # then waits (and wakes) once per group instead of once per batch.
+            self._pool.allocate(total, max_block_ms)
+            self._enqueue_encoded(topic, partition, encoded, now, listener)
+            wakeup()
+            return
+        for records in encoded:  # a large group: batch by batch, each sendable before the next waits
             self._pool.allocate(records.size_in_bytes, max_block_ms)
-            batch = ProducerBatch(topic, partition, now, 0, records.size_in_bytes, self._config.batch_size,
-                                  encoded=records, listener=listener)
-            with self._lock:
-                dq = self._batches.setdefault(tp, deque())
-                if dq:
-                    dq[-1].closed = True  # later send() records must not overtake this batch
+            self._enqueue_encoded(topic, partition, [records], now, listener)
+            wakeup()
+
+    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
+                         listener: Callable[[ProducerBatch], None]) -> None:
+        batch_size = self._config.batch_size
+        batches = [ProducerBatch(topic, partition, now, 0, records.size_in_bytes, batch_size, encoded=records,
+                                 listener=listener) for records in encoded]
+        with self._lock:
+            dq = self._batches.setdefault((topic, partition), deque())
+            if dq:
+                dq[-1].closed = True  # later send() records must not overtake these batches
+            for batch in batches:
                 batch.order = next(self._order)
-                dq.append(batch)
-                self._incomplete.add(batch)
-            count += 1
-        return count
+            dq.extend(batches)
+            self._incomplete.update(batches)
 
     # -- sender side ----------------------------------------------------------
 
@@ -179,13 +192,17 @@ class RecordAccumulator:
                     expired.append(dq.popleft())
         return expired
 
-    def completed(self, batch: ProducerBatch) -> None:
-        """A batch finished (either way): release its memory."""
+    def completed(self, batches: Iterable[ProducerBatch]) -> None:
+        """Batches finished (either way): release their memory, once each."""
+        freed = 0
         with self._lock:
-            if batch not in self._incomplete:
-                return
-            self._incomplete.discard(batch)
-        self._pool.deallocate(batch.memory)
+            incomplete = self._incomplete
+            for batch in batches:
+                if batch in incomplete:
+                    incomplete.remove(batch)
+                    freed += batch.memory
+        if freed:
+            self._pool.deallocate(freed)
 
     def abort_undrained(self) -> list[ProducerBatch]:
         """Remove every queued batch (for a forced close); the caller fails them."""

@@ -9,18 +9,32 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 from spark_sink.producer.errors import BufferExhaustedError, RecordTooLargeError
 
 
+class _Waiter:
+    __slots__ = ("size", "cond")
+
+    def __init__(self, size: int, lock: threading.Lock) -> None:
+        self.size = size
+        self.cond = threading.Condition(lock)
+
+
 class BufferPool:
-    """A counting semaphore over bytes, fair to waiters in arrival order."""
+    """A counting semaphore over bytes, served to waiters in arrival order.
+
+    As in Java's pool, each waiter has its own condition and is woken only once the bytes
+    it asked for are there: a producer blocked for a large reservation is not woken (and
+    does not take the GIL from the sender) for every small batch that completes.
+    """
 
     def __init__(self, total_bytes: int) -> None:
         self.total = total_bytes
         self._available = total_bytes
-        self._cond = threading.Condition(threading.Lock())
-        self._waiters = 0
+        self._lock = threading.Lock()
+        self._waiters: deque[_Waiter] = deque()
 
     @property
     def available(self) -> int:
@@ -29,33 +43,40 @@ class BufferPool:
     @property
     def exhausted(self) -> bool:
         """True while some sender is blocked waiting for memory (batches should go now)."""
-        return self._waiters > 0
+        return bool(self._waiters)
 
     def allocate(self, size: int, max_block_ms: float) -> None:
         """Reserve ``size`` bytes, waiting up to ``max_block_ms`` for them."""
         if size > self.total:
             raise RecordTooLargeError(
                 f"a batch of {size} bytes is larger than buffer.memory ({self.total} bytes)")
-        with self._cond:
+        with self._lock:
             if self._available >= size and not self._waiters:
                 self._available -= size
                 return
             deadline = time.monotonic() + max_block_ms / 1000.0
-            self._waiters += 1
+            waiter = _Waiter(size, self._lock)
+            self._waiters.append(waiter)
             try:
-                while self._available < size:
+                while self._available < size or self._waiters[0] is not waiter:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise BufferExhaustedError(
                             f"failed to allocate {size} bytes within max.block.ms ({max_block_ms:.0f} ms): "
                             f"buffer.memory ({self.total} bytes) is full of records waiting to be sent")
-                    self._cond.wait(remaining)
+                    waiter.cond.wait(remaining)
                 self._available -= size
             finally:
-                self._waiters -= 1
+                self._waiters.remove(waiter)
+                self._wake_first()
 
     def deallocate(self, size: int) -> None:
-        """Return ``size`` bytes and wake waiters."""
-        with self._cond:
+        """Return ``size`` bytes; wake the first waiter if it can now proceed."""
+        with self._lock:
             self._available += size
-            self._cond.notify_all()
+            self._wake_first()
+
+    def _wake_first(self) -> None:
+        # Called with the lock held.
+        if self._waiters and self._available >= self._waiters[0].size:
+            self._waiters[0].cond.notify()

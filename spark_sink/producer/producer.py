@@ -269,8 +269,7 @@ class KafkaProducer:
                             f"larger than max.request.size ({c.max_request_size})")
                 future._add(len(encoded))
                 self._accumulator.append_encoded(group.topic, group.partition, encoded, now_ms(), c.max_block_ms,
-                                                 future._on_batch)
-                self._sender.wakeup()
+                                                 future._on_batch, self._sender.wakeup)
                 records += sum(e.record_count for e in encoded)
                 nbytes += sum(e.uncompressed_size for e in encoded)
         future._seal(records, nbytes)

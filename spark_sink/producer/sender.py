@@ -194,29 +194,31 @@ class Sender(threading.Thread):
         if response.body is None:  # acks=0: written is all we will ever know
             for batch in batches.values():
                 self._succeed(batch, -1, -1)
+            self._acc.completed(batches.values())
             return
+        succeeded = []
         for topic in response.body["responses"]:
             for part in topic["partition_responses"]:
                 batch = batches.pop((topic["name"], part["index"]), None)
                 if batch is None:
                     continue
                 code = part["error_code"]
-                if code == 0:
+                # DUPLICATE_SEQUENCE: already written by an earlier attempt whose answer was lost.
+                if code == 0 or code == _DUPLICATE_SEQUENCE:
                     self._succeed(batch, part["base_offset"], part["log_append_time_ms"])
-                elif code == _DUPLICATE_SEQUENCE:
-                    # Already written by an earlier attempt whose answer was lost.
-                    self._succeed(batch, part["base_offset"], part["log_append_time_ms"])
+                    succeeded.append(batch)
                 else:
                     message = part.get("error_message") or ""
                     error = error_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
                     self._retry_or_fail(batch, error, now)
+        self._acc.completed(succeeded)  # their memory, in one go
         for batch in batches.values():  # the broker did not mention these: treat as lost
             self._retry_or_fail(batch, KafkaError("no response for this partition"), now)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
+        """Acknowledged: the caller releases its memory (once per response, not per batch)."""
         self._in_flight_batches.discard(batch)
         self._partitions.finished(batch, retrying=False)
-        self._acc.completed(batch)
         batch.complete(base_offset, log_append_time, None)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
@@ -253,5 +255,5 @@ class Sender(threading.Thread):
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
         self._in_flight_batches.discard(batch)
-        self._acc.completed(batch)
+        self._acc.completed((batch,))
         batch.complete(-1, -1, error)

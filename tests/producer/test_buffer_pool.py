@@ -1,0 +1,112 @@
+"""BufferPool: buffer.memory accounting, blocking up to max.block.ms, waiters in order;
+and back-pressure end to end against a stalled broker."""
+
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+
+from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer.buffer_pool import BufferPool
+from spark_sink.producer.errors import BufferExhaustedError, RecordTooLargeError
+from tests.brokers import consume_all, create_topic, free_port, start_tansu, unique_topic
+from tests.faultproxy import FaultProxy
+
+
+def _allocate_in_thread(pool: BufferPool, size: int, done: list, max_block_ms: float = 10_000) -> threading.Thread:
+    def run():
+        pool.allocate(size, max_block_ms)
+        done.append(size)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_allocate_blocks_until_enough_is_freed():
+    pool = BufferPool(100)
+    pool.allocate(80, 0)
+    done: list = []
+    thread = _allocate_in_thread(pool, 50, done)
+    _wait_for(lambda: pool.exhausted)
+    pool.deallocate(20)  # 40 available: still not enough for 50
+    time.sleep(0.05)
+    assert done == [] and pool.exhausted
+    pool.deallocate(20)
+    thread.join(5)
+    assert done == [50] and pool.available == 10 and not pool.exhausted
+
+
+def test_waiters_are_served_in_arrival_order():
+    pool = BufferPool(100)
+    pool.allocate(100, 0)
+    done: list = []
+    big = _allocate_in_thread(pool, 90, done)
+    _wait_for(lambda: pool.exhausted)
+    small = _allocate_in_thread(pool, 10, done)
+    time.sleep(0.05)
+    pool.deallocate(50)  # enough for the small one, but the big one came first
+    time.sleep(0.05)
+    assert done == []
+    pool.deallocate(50)
+    big.join(5)
+    small.join(5)
+    assert done == [90, 10] and pool.available == 0
+
+
+def test_timeout_names_buffer_memory_and_max_block_ms_and_lets_the_next_waiter_go():
+    pool = BufferPool(100)
+    pool.allocate(60, 0)
+    done: list = []
+    with pytest.raises(BufferExhaustedError, match=r"max.block.ms \(50 ms\).*buffer.memory \(100 bytes\)"):
+        pool.allocate(70, 50)
+    assert not pool.exhausted and pool.available == 40
+    pool.allocate(40, 0)  # nothing left waiting: served at once
+    with pytest.raises(RecordTooLargeError, match="buffer.memory"):
+        pool.allocate(101, 1000)
+    assert done == []
+
+
+def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowledged():
+    port = free_port()
+    with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as broker:
+        topic = create_topic(broker.bootstrap, unique_topic("backpressure"), partitions=1)
+        config = {"bootstrap.servers": broker.bootstrap, "buffer.memory": 64 * 1024, "batch.size": 4096,
+                  "max.block.ms": 300, "linger.ms": 0}
+        with KafkaProducer(config) as producer:
+            before = [producer.send(ProducerRecord(topic, b"before-%d" % i)) for i in range(20)]
+            producer.flush(30)
+            proxy.stall()
+            accepted = []
+            started = time.monotonic()
+            with pytest.raises(BufferExhaustedError, match="buffer.memory"):
+                for i in range(10_000):  # 1 KiB each: far more than 64 KiB
+                    accepted.append(producer.send(ProducerRecord(topic, b"%05d" % i + b"x" * 1019)))
+            assert time.monotonic() - started < 30  # failed once full, never hung
+            assert 0 < len(accepted) < 64
+            proxy.stall(False)
+            producer.flush(60)
+        assert [f.result(0).offset for f in before] == list(range(20))
+        assert [f.result(0).offset for f in accepted] == list(range(20, 20 + len(accepted)))
+        got = consume_all(broker.bootstrap, topic, expected=20 + len(accepted))
+    assert [m.value() for m in got[:20]] == [b"before-%d" % i for i in range(20)]
+    assert [m.value()[:5] for m in got[20:]] == [b"%05d" % i for i in range(len(accepted))]
+
+
+def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(tansu):
+    topic = create_topic(tansu.bootstrap, unique_topic("arrow-backpressure"), partitions=2)
+    n = 20_000
+    values = pa.array([b"%08d" % i + b"v" * 92 for i in range(n)], pa.binary())  # ~2 MB against 256 KiB
+    config = {"bootstrap.servers": tansu.bootstrap, "buffer.memory": 256 * 1024, "batch.size": 16384}
+    with KafkaProducer(config) as producer:
+        result = producer.send_arrow(pa.table({"value": values}), topic=topic).result(60)
+    assert result.records == n
+    got = consume_all(tansu.bootstrap, topic, expected=n)
+    assert sorted(m.value()[:8] for m in got) == [b"%08d" % i for i in range(n)]
