@@ -14,6 +14,12 @@ from spark_sink.spark.writer import KProdBatchWriter, KProdStreamWriter
 
 log = logging.getLogger(__name__)
 
+UNSUPPORTED_OVERWRITE = (
+    "save mode 'overwrite' is not supported by kprod: a Kafka topic is append-only and cannot "
+    "be truncated. The accepted save mode is 'append': use .mode('append'). ('errorifexists', "
+    "Spark's default, and 'ignore' are refused by Spark itself for Python data sources.)"
+)
+
 
 class KProdDataSource(DataSource):
     """Writes a DataFrame's rows to Kafka as records, through kprod's columnar producer.
@@ -28,11 +34,11 @@ class KProdDataSource(DataSource):
         return "kprod"
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        # Spark hands a Python data source only two save modes: append (overwrite=False) and
+        # overwrite (True). It refuses 'errorifexists' (its default) and 'ignore' itself,
+        # with UNSUPPORTED_DATA_SOURCE_SAVE_MODE, before this method runs.
         if overwrite:
-            raise ConfigError(
-                "save mode 'overwrite' is not supported: Kafka topics are append-only. "
-                "Use .mode('append') (Spark allows only append and overwrite for Python data sources)"
-            )
+            raise ConfigError(UNSUPPORTED_OVERWRITE)
         options = parse_options(self.options)
         return KProdBatchWriter(options, plan_columns(schema, options.topic))
 

@@ -108,20 +108,6 @@ def test_spark_rejects_bad_producer_option(spark):
         _write(df, topic="t", **{"kafka.batch.size": "-5"})
 
 
-def test_spark_rejects_overwrite_mode(spark):
-    df = spark.createDataFrame([("a",)], "value string")
-    with pytest.raises(Exception, match="save mode 'overwrite' is not supported"):
-        _write(df, mode="overwrite", topic="t")
-
-
-@pytest.mark.parametrize("mode", ["ignore", "errorifexists"])
-def test_spark_itself_rejects_ignore_and_errorifexists(spark, mode):
-    # Spark allows only append and overwrite for Python data sources; documented in the README.
-    df = spark.createDataFrame([("a",)], "value string")
-    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
-        _write(df, mode=mode, topic="t")
-
-
 def test_streaming_rejects_bad_column_at_start(spark, tmp_path):
     df = spark.readStream.format("rate").load()  # columns timestamp, value (bigint)
     with pytest.raises(Exception, match=r"column 'value' has type bigint"):

@@ -1,0 +1,46 @@
+"""Batch save modes through real Spark against both brokers.
+
+What PySpark (4.1 to 4.3) does for a Python data source: only ``append`` and ``overwrite``
+reach ``DataSource.writer()``; ``errorifexists`` (also spelled ``error``/``default``, and
+Spark's default when no mode is set) and ``ignore`` are refused by Spark's DataFrameWriter
+itself with UNSUPPORTED_DATA_SOURCE_SAVE_MODE. kprod refuses ``overwrite``. So ``append``
+is the one batch mode that writes; every other mode fails on the driver, before any record
+is sent, which the read-back below proves against the topic itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from tests.brokers import consume_all, create_topic, unique_topic
+
+N = 20
+
+# (mode given to .mode(), or None for no .mode() call; what the error must say)
+REJECTED = [
+    ("overwrite", r"save mode 'overwrite' is not supported by kprod.*accepted save mode is 'append'"),
+    ("ignore", r'UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*"Ignore" mode'),
+    ("errorifexists", r'UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*"ErrorIfExists" mode'),
+    ("error", r'UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*"ErrorIfExists" mode'),
+    (None, r'UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*"ErrorIfExists" mode'),
+]
+
+
+def save(df, bootstrap, topic, mode):
+    writer = df.write.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+    if mode is not None:
+        writer = writer.mode(mode)
+    writer.save()
+
+
+def test_only_append_writes_and_other_modes_send_nothing(spark, broker):
+    topic = create_topic(broker.bootstrap, unique_topic("sm"), 2)
+    df = spark.range(N, numPartitions=2).select(F.col("id").cast("string").alias("value"))
+    for mode, error in REJECTED:
+        with pytest.raises(Exception, match=error):
+            save(df, broker.bootstrap, topic, mode)
+    save(df, broker.bootstrap, topic, "append")
+    # Read past the N appended records: a record from a refused write would show up here.
+    messages = consume_all(broker.bootstrap, topic, N, settle=1.0)
+    assert sorted(int(m.value()) for m in messages) == list(range(N))
