@@ -127,3 +127,36 @@ def test_delivery_failure_fails_the_write(spark, broker):
         F.col("id").cast("string").alias("value"), F.lit(5).alias("partition"))
     with pytest.raises(Exception, match=r"partition.*5.*2 partitions"):
         write(df, broker.bootstrap, topic=topic, **{"kafka.max.block.ms": "10000"})
+
+
+def test_every_column_at_once(spark, broker):
+    # All six columns in one DataFrame: two topics from the column, null and hashed keys,
+    # null values, explicit and null partitions, null and non-empty headers, and epoch-ms
+    # bigint timestamps (the timestamp type is covered above).
+    a = create_topic(broker.bootstrap, unique_topic("sea"), 2)
+    b = create_topic(broker.bootstrap, unique_topic("seb"), 3)
+    base_ms = 1_714_564_800_000
+    i = F.col("id")
+    df = spark.range(N, numPartitions=2).select(
+        F.when(i % 2 == 0, F.lit(a)).otherwise(F.lit(b)).alias("topic"),
+        F.when(i % 5 == 0, None).otherwise((i % 40).cast("string")).alias("key"),
+        F.when(i % 11 == 0, None).otherwise(F.concat(F.lit("v-"), i.cast("string"))).cast("binary").alias("value"),
+        F.when(i % 3 == 0, (i % 2).cast("int")).alias("partition"),
+        F.when(i % 4 != 0, F.array(F.struct(F.lit("n").alias("key"), i.cast("string").cast("binary").alias("value")),
+                                    F.struct(F.lit("e").alias("key"), F.lit(b"").alias("value"))))
+        .alias("headers"),
+        (F.lit(base_ms) + i * 37).alias("timestamp"),
+    )
+    write(df, broker.bootstrap)
+    got, messages = read_topics(spark, broker.bootstrap, {a: N // 2, b: N // 2})
+    expected = df.select("topic", F.col("key").cast("binary").alias("key"), "value", "headers", "timestamp")
+    assert_df_equality(got.drop("partition"), expected, ignore_row_order=True, ignore_column_order=True,
+                       ignore_nullable=True)
+    # Placement: explicit partitions win, keys follow Java's murmur2 on their topic's count.
+    sent = {(r.topic, r.timestamp): r for r in df.collect()}
+    for m in messages:
+        row = sent[(m.topic(), m.timestamp()[1])]
+        if row.partition is not None:
+            assert m.partition() == row.partition
+        elif row.key is not None:
+            assert m.partition() == (murmur2(row.key.encode()) & 0x7FFFFFFF) % (2 if m.topic() == a else 3)
