@@ -160,16 +160,25 @@ class RecordAccumulator:
                 batch = dq[0]
                 if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
                     continue
-                batch.seal(codec)
+                # An open batch's estimate bounds its encoded size from above.
                 if sizes[node] + batch.wire_size > max_request_size and drained[node]:
                     full.add(node)
                     continue
                 dq.popleft()
+                batch.closed = True  # its records are final: prepare() numbers them
                 prepare(batch)
                 batch.in_flight = True
                 sizes[node] += batch.wire_size
                 drained[node].append(batch)
-        return {n: b for n, b in drained.items() if b}
+        # Encoding happens outside the lock: send() keeps appending to the next batches
+        # meanwhile instead of waiting for (and handing the GIL back and forth with) it.
+        result = {}
+        for node, batches in drained.items():
+            if batches:
+                for batch in batches:
+                    batch.seal(codec)
+                result[node] = batches
+        return result
 
     def reenqueue(self, batch: ProducerBatch, now: float) -> None:
         """Put a batch back for a retry, ahead of later batches of its partition."""
