@@ -57,3 +57,19 @@ def test_stream_to_kafka_over_files_available_now(tansu, tmp_path):
     assert "committed 300 records" in done.stdout and "in 3 microbatches" in done.stdout
     messages = consume_all(tansu.bootstrap, topic, 300, settle=0.5)
     assert sorted(json.loads(m.value())["id"] for m in messages) == list(range(300))
+
+
+def test_bench_sink_delivers_every_row_it_times(tansu):
+    """The benchmark's figures stand for real deliveries: each Kafka sink's topic holds the
+    untimed write plus one per round, and every sink gets a rate and kprod its ratios."""
+    topic = unique_topic("jb")
+    rows, rounds = 3000, 2
+    done = run_job("bench_sink.py", "--bootstrap-servers", tansu.bootstrap, "--topic", topic, "--create-topic",
+                   "--partitions", "3", "--rows", str(rows), "--repeat", str(rounds), "--conf", "spark.master=local[2]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for label in ("no-op", "kprod", "confluent-kafka per row", "kprod / no-op", "kprod / confluent-kafka per row"):
+        assert f"  {label} " in done.stdout, done.stdout
+    for written in (topic, f"{topic}-confluent"):
+        values = [m.value() for m in consume_all(tansu.bootstrap, written, rows * (1 + rounds), settle=0.5)]
+        assert len(values) == rows * (1 + rounds)
+        assert sorted(set(values)) == sorted(f"{i:v>100}".encode() for i in range(rows))
