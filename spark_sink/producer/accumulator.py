@@ -7,12 +7,15 @@ partition per request, up to max.request.size per broker.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from spark_sink.producer.batch import RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, TopicPartition
+from spark_sink.producer.batch import (
+    RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition,
+)
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.network import now_ms
@@ -81,22 +84,27 @@ class RecordAccumulator:
         tells the sender there is something to send."""
         total = sum(records.size_in_bytes for records in encoded)
         if total <= self._pool.total // 4:
-            # One reservation for the whole group: a producer running ahead of the brokers
-            # then waits (and wakes) once per group instead of once per batch.
+            # One reservation for the whole group, freed with its last batch: their payloads
+            # share one buffer. A producer running ahead of the brokers then also waits
+            # (and wakes) once per group instead of once per batch.
             self._pool.allocate(total, max_block_ms)
-            self._enqueue_encoded(topic, partition, encoded, now, listener)
+            shared = SharedMemory(total, len(encoded))
+            self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
             wakeup()
             return
         for records in encoded:  # a large group: batch by batch, each sendable before the next waits
+            if isinstance(records.payload, memoryview):
+                # Its own copy, so that its memory is really free when the batch completes.
+                records = dataclasses.replace(records, payload=bytes(records.payload))
             self._pool.allocate(records.size_in_bytes, max_block_ms)
-            self._enqueue_encoded(topic, partition, [records], now, listener)
+            self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
             wakeup()
 
-    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
-                         listener: Callable[[ProducerBatch], None]) -> None:
+    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedMemory]],
+                         now: float, listener: Callable[[ProducerBatch], None]) -> None:
         batch_size = self._config.batch_size
-        batches = [ProducerBatch(topic, partition, now, 0, records.size_in_bytes, batch_size, encoded=records,
-                                 listener=listener) for records in encoded]
+        batches = [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records, listener=listener)
+                   for records, memory in encoded]
         with self._lock:
             dq = self._batches.setdefault((topic, partition), deque())
             if dq:
@@ -209,7 +217,8 @@ class RecordAccumulator:
             for batch in batches:
                 if batch in incomplete:
                     incomplete.remove(batch)
-                    freed += batch.memory
+                    memory = batch.memory
+                    freed += memory if isinstance(memory, int) else memory.release_one()
         if freed:
             self._pool.deallocate(freed)
 

@@ -64,6 +64,22 @@ class FutureRecordMetadata(tuple):
 _new_future = tuple.__new__
 
 
+class SharedMemory:
+    """buffer.memory reserved once for batches whose payloads are views of one encoded
+    buffer: the buffer lives until the last of them completes, and so does the reservation."""
+
+    __slots__ = ("size", "holders")
+
+    def __init__(self, size: int, holders: int) -> None:
+        self.size = size
+        self.holders = holders
+
+    def release_one(self) -> int:
+        """Bytes to give back to the pool now that one holder is done."""
+        self.holders -= 1
+        return 0 if self.holders else self.size
+
+
 class ProducerBatch:
     """Records for one topic-partition, sent in one record batch."""
 
@@ -74,13 +90,14 @@ class ProducerBatch:
         "base_offset", "log_append_time", "error", "completed", "_event",
     )
 
-    def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int, batch_size: int,
+    def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedMemory,
+                 batch_size: int,
                  encoded: EncodedRecords | None = None, listener: Callable[[ProducerBatch], None] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.created_ms = created_ms
         self.order = order  # creation order within the partition: retries go back in this order
-        self.memory = memory
+        self.memory = memory  # bytes reserved in the BufferPool for this batch alone, or a share
         self.batch_size = batch_size
         self.estimated_size = RECORD_BATCH_OVERHEAD if encoded is None else encoded.size_in_bytes
         self.record_count = 0 if encoded is None else encoded.record_count

@@ -27,7 +27,7 @@ _EMPTY = pa.scalar(b"", pa.binary())
 class EncodedRecords:
     """A finished records section for one record batch, compressed with ``codec``."""
 
-    payload: bytes
+    payload: bytes | memoryview  # uncompressed sections are views of one encoded buffer
     codec: int
     record_count: int
     base_timestamp: int
@@ -293,29 +293,22 @@ class _Columns:
         body = 1 + _widths(timestamp_deltas) + _widths(offset_deltas) + self.fixed
         return body + _widths(body)
 
-    def encode(self, timestamp_deltas: np.ndarray | int, offset_deltas: np.ndarray) -> tuple[pa.Array, int]:
-        """Every record, one binary value each, with the given deltas; returns the array
-        and its shift: 1 when each value starts with the previous record's last byte."""
+    def encode(self, timestamp_deltas: np.ndarray | int, offset_deltas: np.ndarray) -> pa.Array:
+        """Every record, one binary value each, with the given deltas."""
         n = len(self.values)
         td, od = _Varints.of(timestamp_deltas), _Varints.of(offset_deltas)
         body = 1 + td.width + od.width + self.fixed
         head = [_Varints.of(body), 0, td, od, self.key_lengths]
-        if self.header_blobs is not None:
-            parts = [*_varint_parts(head, n), self.keys if self.keys is not None else _EMPTY,
-                     *_varint_parts([self.value_lengths], n), self.values,
-                     *_varint_parts([self.header_counts], n), self.header_blobs]
-            shift = 0
+        # The element-wise join costs per part: runs of varints are packed into one part,
+        # and without keys the value length joins the prefix.
+        if self.keys is None:
+            parts = [*_varint_parts([*head, self.value_lengths], n), self.values]
         else:
-            # Without headers every record ends with the same byte (header count 0). The
-            # element-wise join costs per part, so that byte opens the *next* value, and
-            # without keys the value length joins the prefix too.
-            if self.keys is None:
-                parts = [*_varint_parts([0, *head, self.value_lengths], n), self.values]
-            else:
-                parts = [*_varint_parts([0, *head], n), self.keys, *_varint_parts([self.value_lengths], n), self.values]
-            shift = 1
-        joined = pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
-        return joined, shift
+            parts = [*_varint_parts(head, n), self.keys, *_varint_parts([self.value_lengths], n), self.values]
+        parts += _varint_parts([self.header_counts], n)
+        if self.header_blobs is not None:
+            parts.append(self.header_blobs)
+        return pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")
 
 
 def _split(sizes: np.ndarray, limit: int) -> np.ndarray:
@@ -376,20 +369,18 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
         batch_of_row = np.repeat(np.arange(len(starts)), counts)
         offset_deltas = rows - starts[batch_of_row]
         timestamp_deltas = _fold(timestamps - base_ts[batch_of_row])
-    records, shift = columns.encode(timestamp_deltas, offset_deltas)
-    offsets = _offsets(records)[np.append(starts, n)] + shift
+    records = columns.encode(timestamp_deltas, offset_deltas)
     data = memoryview(records.buffers()[2]).cast("B")  # pyarrow exports signed bytes
-    end_of_data = int(_offsets(records)[-1])
     max_ts = np.maximum.reduceat(timestamps, starts).tolist()
     out = []
-    bounds = offsets.tolist()
+    bounds = _offsets(records)[np.append(starts, n)].tolist()
     for b, (count, ts0) in enumerate(zip(counts.tolist(), base_ts.tolist())):
         lo, hi = bounds[b], bounds[b + 1]
-        # Payloads are copied out of the encoded buffer: a view would keep that whole
-        # buffer alive until the last of its batches is sent, memory buffer.memory does
-        # not account for.
-        section = data[lo:hi] if hi <= end_of_data else bytes(data[lo:end_of_data]) + b"\x00" * shift
-        payload = compress(codec, section) if codec else bytes(section)
+        # Uncompressed payloads are views, not copies: together they keep the encoded
+        # buffer alive until the last of them is sent (the accumulator reserves memory
+        # for the group as a whole, and frees it with the last batch).
+        section = data[lo:hi]
+        payload = compress(codec, section) if codec else section
         out.append(EncodedRecords(payload, codec, count, ts0, max_ts[b], hi - lo))
     return out
 

@@ -110,3 +110,63 @@ def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(tansu):
     assert result.records == n
     got = consume_all(tansu.bootstrap, topic, expected=n)
     assert sorted(m.value()[:8] for m in got) == [b"%08d" % i for i in range(n)]
+
+
+def _accumulator(buffer_memory: int):
+    from spark_sink.producer.accumulator import RecordAccumulator
+    from spark_sink.producer.config import ProducerConfig
+
+    config = ProducerConfig.from_dict({"bootstrap.servers": "localhost:9092", "buffer.memory": buffer_memory,
+                                       "batch.size": 16384})
+    pool = BufferPool(buffer_memory)
+    return RecordAccumulator(config, pool), pool
+
+
+def _encoded_group(rows: int):
+    import numpy as np
+
+    from spark_sink.protocol.columnar import encode_columns
+
+    values = pa.array([b"v" * 100] * rows, pa.binary())
+    return encode_columns(None, values, np.zeros(rows, np.int64), batch_size=16384)
+
+
+def _append_and_take(accumulator, group) -> list:
+    accumulator.append_encoded("t", 0, group, 0.0, 1000, listener=lambda batch: None, wakeup=lambda: None)
+    return accumulator.abort_undrained()
+
+
+def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_completes():
+    accumulator, pool = _accumulator(1 << 20)
+    group = _encoded_group(1000)  # ~110 KB in 7 batches, views of one buffer
+    assert len(group) > 2 and all(isinstance(e.payload, memoryview) for e in group)
+    total = sum(e.size_in_bytes for e in group)
+    batches = _append_and_take(accumulator, group)
+    assert pool.available == pool.total - total
+    for batch in batches[:-1]:
+        accumulator.completed([batch])
+        assert pool.available == pool.total - total  # the buffer is still alive
+    accumulator.completed(batches[-1:] + batches[:1])  # a batch completed twice frees nothing more
+    assert pool.available == pool.total
+
+
+def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch():
+    accumulator, pool = _accumulator(100_000)
+    group = _encoded_group(1000)  # ~110 KB: more than a quarter of buffer.memory (and all of it)
+    sizes = [e.size_in_bytes for e in group]
+    appended: list = []
+
+    def append():
+        accumulator.append_encoded("t", 0, group, 0.0, 10_000, listener=lambda batch: None, wakeup=lambda: None)
+
+    thread = threading.Thread(target=append, daemon=True)
+    thread.start()
+    while thread.is_alive() or accumulator.has_undrained():
+        for batch in accumulator.abort_undrained():  # as the sender would, one at a time
+            assert isinstance(batch.encoded.payload, bytes)
+            accumulator.completed([batch])
+            appended.append(batch)
+        time.sleep(0.001)
+    thread.join()
+    assert [b.encoded.size_in_bytes for b in appended] == sizes
+    assert pool.available == pool.total
