@@ -91,8 +91,8 @@ class ProducerBatch:
     )
 
     def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedMemory,
-                 batch_size: int,
-                 encoded: EncodedRecords | None = None, listener: Callable[[ProducerBatch], None] | None = None) -> None:
+                 batch_size: int, encoded: EncodedRecords | None = None,
+                 listener: Callable[[ProducerBatch], None] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.created_ms = created_ms
