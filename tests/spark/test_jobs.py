@@ -43,6 +43,23 @@ def test_file_to_kafka_packs_columns_into_json_values(tansu, tmp_path):
     assert json.loads(report.read_text())["records"] == 300
 
 
+def test_file_to_kafka_under_spark_submit(tansu, tmp_path):
+    """The same job started the way a cluster runs it, by spark-submit (whose JVM starts
+    the job's Python, not the other way round): it runs, and its Python workers find kprod."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    topic = create_topic(tansu.bootstrap, unique_topic("jss"), 2)
+    (tmp_path / "in.json").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(200)))
+    spark_submit = Path(_find_spark_home()) / "bin" / "spark-submit"
+    done = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", str(JOBS / "file_to_kafka.py"), str(tmp_path / "in.json"), "--bootstrap-servers", tansu.bootstrap,
+         "--topic", topic], env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "wrote 200 records" in done.stdout
+    messages = consume_all(tansu.bootstrap, topic, 200, settle=0.5)
+    assert sorted(json.loads(m.value())["n"] for m in messages) == list(range(200))
+
+
 def test_stream_to_kafka_over_files_available_now(tansu, tmp_path):
     topic = create_topic(tansu.bootstrap, unique_topic("js"), 2)
     source = tmp_path / "in"
