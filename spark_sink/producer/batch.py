@@ -8,6 +8,7 @@ written only when the batch is sent.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,8 @@ from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, record_batch_head
 # Upper bound of a record's framing next to its key, value and headers: length,
 # attributes, timestamp delta, offset delta, key length, value length, header count.
 RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
@@ -55,13 +58,13 @@ class FutureRecordMetadata(tuple):
         offset = batch.base_offset + index if batch.base_offset >= 0 else -1
         if batch.log_append_time >= 0:
             timestamp = batch.log_append_time
-        return RecordMetadata(batch.topic, batch.partition, offset, timestamp, key_size, value_size)
+        return _new_metadata(RecordMetadata, (batch.topic, batch.partition, offset, timestamp, key_size, value_size))
 
     def __repr__(self) -> str:
         return f"FutureRecordMetadata({self[0].topic}-{self[0].partition}, index={self[1]}, done={self.done()})"
 
 
-_new_future = tuple.__new__
+_new_future = _new_metadata = tuple.__new__
 
 
 class SharedMemory:
@@ -105,7 +108,10 @@ class ProducerBatch:
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []
         self.headers: list[list[tuple[str, bytes | None]]] | None = None
-        self.callbacks: list[tuple[SendCallback, FutureRecordMetadata]] | None = None
+        # Flat: callback, index, timestamp, key size, value size, then the next record's.
+        # A tuple (or future) per record kept until the batch completes would be one more
+        # object for the cyclic GC to walk on every collection while the batch is in flight.
+        self.callbacks: list[Any] | None = None
         self.encoded = encoded
         self.closed = encoded is not None  # no more appends
         self.listener = listener
@@ -152,7 +158,7 @@ class ProducerBatch:
         if callback is not None:
             if self.callbacks is None:
                 self.callbacks = []
-            self.callbacks.append((callback, future))
+            self.callbacks += (callback, index, timestamp, key_size, value_size)
         return future
 
     def seal(self, codec: int) -> EncodedRecords:
@@ -190,18 +196,23 @@ class ProducerBatch:
         if self._event is not None:
             self._event.set()
         if self.callbacks:
-            for callback, future in self.callbacks:
-                try:
-                    if error is None:
-                        callback(future.metadata(), None)
-                    else:
-                        callback(None, error)
-                except Exception:  # a user callback must not break delivery of the others
-                    import logging
-
-                    logging.getLogger(__name__).exception("send callback raised")
+            self._run_callbacks(error)
         if self.listener is not None:
             self.listener(self)
+
+    def _run_callbacks(self, error: Exception | None) -> None:
+        topic, partition, base, append_time = self.topic, self.partition, self.base_offset, self.log_append_time
+        entries = iter(self.callbacks)
+        for callback, index, timestamp, key_size, value_size in zip(entries, entries, entries, entries, entries):
+            try:
+                if error is None:
+                    callback(_new_metadata(RecordMetadata, (
+                        topic, partition, base + index if base >= 0 else -1,
+                        append_time if append_time >= 0 else timestamp, key_size, value_size)), None)
+                else:
+                    callback(None, error)
+            except Exception:  # a user callback must not break delivery of the others
+                log.exception("send callback raised")
 
     def wait(self, timeout: float | None) -> bool:
         if self.completed:
