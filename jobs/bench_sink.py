@@ -62,6 +62,7 @@ class _ConfluentWriter(DataSourceArrowWriter):
         producer = Producer({
             "bootstrap.servers": self.options["bootstrap.servers"], "acks": "all",
             "enable.idempotence": True, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+            "partitioner": "murmur2_random",  # keys where Java (and kprod) put them
         })
         delivered = [0]
         errors: list = []

@@ -142,8 +142,10 @@ def run_confluent(bootstrap: str, topic: str, table: pa.Table, batch_size: int =
     values, keys = _rows(table)
     latencies: list[float] = []
     errors: list[object] = []
+    # murmur2_random is librdkafka's Java-compatible partitioner: every client puts each
+    # key where Java would (librdkafka's default hashes with CRC32).
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": linger_ms, "batch.size": batch_size})
+                         "linger.ms": linger_ms, "batch.size": batch_size, "partitioner": "murmur2_random"})
     producer.list_topics(topic, timeout=30)
     progress = Progress("confluent-kafka", len(values))
     started = time.perf_counter()

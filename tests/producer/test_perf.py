@@ -1,6 +1,6 @@
 """kprod-perf, the benchmark behind the README's figures: every client's records really
-reach the topic, each exactly once and intact, and the report has a line for each client
-and ratio."""
+reach the topic, each exactly once, intact and on Java's partition for its key, and the
+report has a line for each client and ratio."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from spark_sink import perf
+from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, create_topic, unique_topic
 
 N = 2000
@@ -29,3 +30,4 @@ def test_every_client_delivers_every_record_it_times(tansu, capsys, mode):
     sent = Counter(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
     messages = consume_all(tansu.bootstrap, topic, len(CLIENTS) * N, settle=0.5)
     assert Counter((m.key(), m.value()) for m in messages) == Counter({row: n * len(CLIENTS) for row, n in sent.items()})
+    assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages)

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
@@ -87,6 +88,7 @@ def test_bench_sink_delivers_every_row_it_times(tansu):
     for label in ("no-op", "kprod", "confluent-kafka per row", "kprod / no-op", "kprod / confluent-kafka per row"):
         assert f"  {label} " in done.stdout, done.stdout
     for written in (topic, f"{topic}-confluent"):
-        values = [m.value() for m in consume_all(tansu.bootstrap, written, rows * (1 + rounds), settle=0.5)]
-        assert len(values) == rows * (1 + rounds)
-        assert sorted(set(values)) == sorted(f"{i:v>100}".encode() for i in range(rows))
+        messages = consume_all(tansu.bootstrap, written, rows * (1 + rounds), settle=0.5)
+        assert len(messages) == rows * (1 + rounds)
+        assert sorted({m.value() for m in messages}) == sorted(f"{i:v>100}".encode() for i in range(rows))
+        assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages)  # same placement
