@@ -62,16 +62,22 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _config_lines(path: str, comment_marks: str) -> Iterator[tuple[str, str]]:
+    """(raw, stripped) for each line of ``path`` that is neither blank nor a comment; a
+    missing file has none."""
+    file = Path(path)
+    if not file.exists():
+        return
+    for raw in file.read_text().splitlines():
+        line = raw.strip()
+        if line and line[0] not in comment_marks:
+            yield raw, line
+
+
 def read_properties(path: str) -> dict[str, str]:
     """Java-style properties: key=value (or key: value) lines; # and ! start comments."""
     out: dict[str, str] = {}
-    file = Path(path)
-    if not file.exists():
-        return out
-    for raw in file.read_text().splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
+    for raw, line in _config_lines(path, "#!"):
         for sep in ("=", ":"):
             if sep in line:
                 key, value = line.split(sep, 1)
@@ -85,13 +91,7 @@ def read_properties(path: str) -> dict[str, str]:
 def read_spark_defaults(path: str) -> dict[str, str]:
     """spark-defaults.conf: key, whitespace, value."""
     out: dict[str, str] = {}
-    file = Path(path)
-    if not file.exists():
-        return out
-    for raw in file.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
+    for _, line in _config_lines(path, "#"):
         parts = line.split(None, 1)
         out[parts[0]] = parts[1].strip() if len(parts) > 1 else ""
     return out

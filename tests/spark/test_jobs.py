@@ -92,3 +92,22 @@ def test_bench_sink_delivers_every_row_it_times(tansu):
         assert len(messages) == rows * (1 + rounds)
         assert sorted({m.value() for m in messages}) == sorted(f"{i:v>100}".encode() for i in range(rows))
         assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages)  # same placement
+
+
+def test_conf_files_are_read_as_their_formats_say(tmp_path):
+    sys.path.insert(0, str(JOBS))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(JOBS))
+    props = tmp_path / "producer.properties"
+    props.write_text("# comment\n! also a comment\n\nlinger.ms = 10\nacks: all\nclient.id=a=b\n")
+    assert _common.read_properties(str(props)) == {"linger.ms": "10", "acks": "all", "client.id": "a=b"}
+    props.write_text("linger.ms 10\n")
+    with pytest.raises(SystemExit, match=r"producer.properties: expected key=value, got 'linger.ms 10'"):
+        _common.read_properties(str(props))
+    defaults = tmp_path / "spark-defaults.conf"
+    defaults.write_text("# comment\nspark.master   local[2]\nspark.ui.enabled\tfalse\nspark.flag\n")
+    assert _common.read_spark_defaults(str(defaults)) == {
+        "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.flag": ""}
+    assert _common.read_properties(str(tmp_path / "missing")) == {} == _common.read_spark_defaults(str(tmp_path / "x"))
