@@ -77,6 +77,8 @@ class ArrowSendFuture:
         self._bytes = 0
         self._failed_records = 0
         self._error: Exception | None = None
+        # per partition: [count, order of the first batch, its first offset, order of the
+        # last batch, its last offset]
         self._ranges: dict[tuple[str, int], list[int]] = {}
         self._callbacks: list[Callable[[ArrowSendFuture], None]] = []
 
@@ -114,14 +116,21 @@ class ArrowSendFuture:
                 self._failed_records += batch.record_count
                 self._error = self._error or batch.error
             else:
+                # The range runs from the first offset of the partition's first batch (in
+                # send order) to the last offset of its last; an end whose batch came back
+                # without an offset (a retry the broker had already written) is -1.
+                known = batch.base_offset >= 0
+                first = batch.base_offset if known else -1
+                last = batch.base_offset + batch.record_count - 1 if known else -1
                 r = self._ranges.get(batch.tp)
-                first, last = batch.base_offset, batch.base_offset + batch.record_count - 1
                 if r is None:
-                    self._ranges[batch.tp] = [batch.record_count, first, last]
+                    self._ranges[batch.tp] = [batch.record_count, batch.order, first, batch.order, last]
                 else:
                     r[0] += batch.record_count
-                    r[1] = min(r[1], first) if first >= 0 else r[1]
-                    r[2] = max(r[2], last)
+                    if batch.order < r[1]:
+                        r[1], r[2] = batch.order, first
+                    if batch.order > r[3]:
+                        r[3], r[4] = batch.order, last
             self._pending -= 1
             if self._pending == 0 and self._sealed:
                 self._finish()
@@ -137,7 +146,8 @@ class ArrowSendFuture:
             error = self._error
             raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
                 if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
-        return ArrowSendResult(self._records, self._bytes, {tp: tuple(r) for tp, r in sorted(self._ranges.items())})
+        return ArrowSendResult(self._records, self._bytes,
+                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())})
 
 
 class KafkaProducer:

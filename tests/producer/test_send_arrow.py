@@ -133,3 +133,33 @@ def test_timestamp_as_int64_millis_and_large_types(tansu):
     a, b = sorted(consume_all(tansu.bootstrap, topic, 2), key=lambda m: m.offset())
     assert (a.key(), a.value(), a.timestamp()[1]) == (b"x", b"a", 1_700_000_000_123)
     assert b.timestamp()[1] > 1_700_000_000_123
+
+
+def test_summary_ranges_follow_send_order_and_mark_unknown_ends():
+    """A retried batch the broker had already written comes back without an offset: the
+    summary says -1 for that end of the range, never an offset that is not its records'."""
+    from spark_sink.producer.batch import ProducerBatch
+    from spark_sink.producer.producer import ArrowSendFuture
+
+    def batches(future, count):
+        return [ProducerBatch("t", 0, 0.0, order, 0, 16384, listener=future._on_batch) for order in range(count)]
+
+    future = ArrowSendFuture()
+    first, middle, last = batches(future, 3)
+    for b, n in ((first, 5), (middle, 7), (last, 3)):
+        b.record_count = n
+    future._add(3)
+    last.complete(40, -1, None)  # completion order need not be send order
+    first.complete(-1, -1, None)
+    middle.complete(20, -1, None)
+    future._seal(15, 150)
+    assert future.result(1).partitions == {("t", 0): (15, -1, 42)}
+
+    future = ArrowSendFuture()
+    first, last = batches(future, 2)
+    first.record_count, last.record_count = 4, 6
+    future._add(2)
+    first.complete(100, -1, None)
+    last.complete(-1, -1, None)
+    future._seal(10, 100)
+    assert future.result(1).partitions == {("t", 0): (10, 100, -1)}
