@@ -29,15 +29,24 @@ class KProdCommitMessage(WriterCommitMessage):
     seconds: float = 0.0
 
 
+def extend_ranges(into: PartitionRanges, later: PartitionRanges) -> None:
+    """Add the ranges of a later send by the same producer: counts add up, and a range
+    keeps its first offset and takes the later send's last (-1 stays -1: unknown)."""
+    for tp, (count, first, last) in later.items():
+        old = into.get(tp)
+        into[tp] = (count, first, last) if old is None else (old[0] + count, old[1], last)
+
+
 def merge_ranges(into: PartitionRanges, more: PartitionRanges) -> None:
-    """Add ``more`` to ``into``: counts add up, offset ranges widen."""
+    """Add the ranges of another task (another producer, interleaved): counts add up and
+    ranges widen; an end that is unknown (-1) in either leaves that end unknown."""
     for tp, (count, first, last) in more.items():
         old = into.get(tp)
         if old is None:
             into[tp] = (count, first, last)
         else:
-            firsts = [o for o in (old[1], first) if o >= 0]
-            into[tp] = (old[0] + count, min(firsts) if firsts else -1, max(old[2], last))
+            into[tp] = (old[0] + count, -1 if -1 in (old[1], first) else min(old[1], first),
+                        -1 if -1 in (old[2], last) else max(old[2], last))
 
 
 @dataclass(frozen=True)

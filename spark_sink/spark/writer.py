@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.spark.columns import ColumnPlan
-from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, merge_ranges, succeeded_tasks
+from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         result = future.result(options.flush_timeout_s)
         records += result.records
         nbytes += result.bytes
-        merge_ranges(ranges, result.partitions)
+        extend_ranges(ranges, result.partitions)  # futures settle in send order
 
     ok = False
     try:

@@ -1,0 +1,27 @@
+"""Offset ranges in commit messages: within a task (one producer, sends in order) and
+across tasks (producers interleaved); -1 is an end the broker did not tell."""
+
+from spark_sink.spark.messages import extend_ranges, merge_ranges
+
+TP, OTHER = ("t", 0), ("t", 1)
+
+
+def test_a_tasks_later_send_keeps_the_first_offset_and_takes_its_last():
+    ranges = {TP: (5, 10, 14)}
+    extend_ranges(ranges, {TP: (3, 20, 22), OTHER: (2, 7, 8)})
+    assert ranges == {TP: (8, 10, 22), OTHER: (2, 7, 8)}
+    extend_ranges(ranges, {TP: (4, 30, -1)})  # its last batch came back without an offset
+    assert ranges[TP] == (12, 10, -1)
+    unknown_start = {TP: (5, -1, 14)}
+    extend_ranges(unknown_start, {TP: (3, 20, 22)})  # a later send does not know where it began
+    assert unknown_start[TP] == (8, -1, 22)
+
+
+def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown():
+    ranges = {TP: (5, 10, 14)}
+    merge_ranges(ranges, {TP: (3, 4, 12), OTHER: (1, 0, 0)})
+    assert ranges == {TP: (8, 4, 14), OTHER: (1, 0, 0)}
+    merge_ranges(ranges, {TP: (2, -1, 30)})
+    assert ranges[TP] == (10, -1, 30)
+    merge_ranges(ranges, {TP: (2, 1, -1)})
+    assert ranges[TP] == (12, -1, -1)
