@@ -242,7 +242,7 @@ class _RssSampler:
     include building the input data)."""
 
     def __init__(self) -> None:
-        self.peak = _rss_mb()
+        self.start = self.peak = _rss_mb()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="kprod-perf-rss", daemon=True)
 
@@ -270,13 +270,19 @@ def parse_props(items: list[str]) -> dict[str, str]:
     return props
 
 
-def report(results: list[Result]) -> str:
+def report(rounds: list[list[Result]]) -> str:
+    """Each client's best round, then kprod's ratio to each other client (best to best,
+    and its spread over the rounds, where each ratio compares runs of the same round)."""
+    best = [max(runs, key=lambda r: r.records_per_s) for runs in zip(*rounds)]
     lines = [f"{'client':<26}{'records/s':>14}{'MB/s':>10}{'p50 ms':>10}{'p99 ms':>10}"]
-    for r in results:
+    for r in best:
         lines.append(f"{r.client:<26}{r.records_per_s:>14,.0f}{r.mb_per_s:>10.1f}{r.percentile(50):>10.1f}{r.percentile(99):>10.1f}")
-    ours = results[0]
-    for r in results[1:]:
-        lines.append(f"{ours.client} / {r.client}: {ours.records_per_s / r.records_per_s:.2f}x")
+    for i, other in enumerate(best[1:], start=1):
+        line = f"{best[0].client} / {other.client}: {best[0].records_per_s / other.records_per_s:.2f}x"
+        if len(rounds) > 1:
+            per_round = [runs[0].records_per_s / runs[i].records_per_s for runs in rounds]
+            line += f" (per round {min(per_round):.2f}-{max(per_round):.2f}x)"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -291,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE", help="kprod producer settings (Java names)")
     ap.add_argument("--mode", choices=["arrow", "record"], default="arrow", help="send_arrow or per-record send()")
     ap.add_argument("--compare", action="store_true", help="also run confluent-kafka and kafka-python on the same data")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="rounds, each running every client once in a rotating order; the best round of each "
+                         "client is reported (default: %(default)s)")
     args = ap.parse_args(argv)
 
     props = {"acks": "all", "enable.idempotence": "true", **parse_props(args.producer_props)}
@@ -301,20 +310,32 @@ def main(argv: list[str] | None = None) -> int:
     batching = {"batch_size": effective.batch_size, "linger_ms": effective.linger_ms}
     table = make_data(args.num_records, args.record_size, args.key_size)
     topic = args.topic or f"kprod-perf-{uuid.uuid4().hex[:8]}"
-    with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
-        run: Callable[..., Result] = run_kprod_arrow if args.mode == "arrow" else run_kprod_record
-        rss_before = _rss_mb()
+    run_kprod = run_kprod_arrow if args.mode == "arrow" else run_kprod_record
+    memory = [0.0, 0.0]  # peak RSS and its growth, of the kprod run that grew it most
+
+    def kprod(bootstrap: str) -> Result:
         with _RssSampler() as sampler:
-            results = [run(bootstrap, topic, table, props)]
-        rss_peak = sampler.peak
-        if args.compare:
-            results.append(run_confluent(bootstrap, topic, table, **batching))
-            results.append(run_kafka_python(bootstrap, topic, table, **batching))
+            result = run_kprod(bootstrap, topic, table, props)
+        if sampler.peak - sampler.start >= memory[1]:
+            memory[:] = [sampler.peak, sampler.peak - sampler.start]
+        return result
+
+    clients: list[Callable[[str], Result]] = [kprod]
+    if args.compare:
+        clients.append(lambda bootstrap: run_confluent(bootstrap, topic, table, **batching))
+        clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, table, **batching))
+    rounds: list[list[Result]] = []
+    with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
+        for n in range(max(1, args.repeat)):
+            # A rotating order: the broker slows as it fills, so no client always goes first.
+            results = {i: clients[i](bootstrap) for i in [(n + k) % len(clients) for k in range(len(clients))]}
+            rounds.append([results[i] for i in range(len(clients))])
     print(f"{args.num_records:,} records, {args.record_size} B values, {args.key_size} B keys, acks=all, "
-          f"idempotence on, batch.size {effective.batch_size}, linger.ms {effective.linger_ms} (every client)")
-    print(report(results))
+          f"idempotence on, batch.size {effective.batch_size}, linger.ms {effective.linger_ms} (every client)"
+          + (f", best of {len(rounds)} rounds" if len(rounds) > 1 else ""))
+    print(report(rounds))
     print(f"memory: input table {table.nbytes / 2**20:,.0f} MiB, buffer.memory {effective.buffer_memory / 2**20:,.0f} MiB; "
-          f"peak RSS during the kprod run {rss_peak:,.0f} MiB, {rss_peak - rss_before:+,.0f} MiB over the RSS "
+          f"peak RSS during the kprod run {memory[0]:,.0f} MiB, {memory[1]:+,.0f} MiB over the RSS "
           f"before it (which already held the table)")
     return 0
 
