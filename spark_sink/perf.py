@@ -6,7 +6,9 @@ Without --bootstrap-servers it starts the embedded local broker. With --compare 
 runs confluent-kafka (per-record produce with a delivery callback) and kafka-python on
 the same data in the same run, and prints kprod's throughput as a ratio of each. Every
 client checks the delivery of every record (a delivery callback, or kafka-python's
-errback), and a run with a failed record prints no figure.
+errback), and a run with a failed record prints no figure. With --repeat N each client
+runs N times, in rounds of a rotating order, and the ratios also show their spread over
+the rounds.
 """
 
 from __future__ import annotations
