@@ -10,6 +10,19 @@ from tests.brokers import consume_all, create_topic, free_port, start_tansu, uni
 from tests.faultproxy import FaultProxy
 
 
+# Short timeouts and backoffs: many retries fit into a run that cuts connections.
+RETRY_FAST = {"linger.ms": 1, "request.timeout.ms": 3000, "delivery.timeout.ms": 120000, "retry.backoff.ms": 20,
+              "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100}
+
+
+def assert_order_per_key(messages) -> None:
+    """Values (sent as increasing integers) come back increasing for every key."""
+    per_key = collections.defaultdict(list)
+    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
+        per_key[m.key()].append(int(m.value()))
+    assert all(v == sorted(v) for v in per_key.values())
+
+
 def test_connections_cut_repeatedly_lose_and_duplicate_nothing():
     port = free_port()
     with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as broker:
@@ -27,9 +40,7 @@ def test_connections_cut_repeatedly_lose_and_duplicate_nothing():
                         acked[i] = (md.partition, md.offset)
             return done
 
-        config = {"bootstrap.servers": broker.bootstrap, "batch.size": 2048, "linger.ms": 1,
-                  "request.timeout.ms": 3000, "delivery.timeout.ms": 120000, "retry.backoff.ms": 20,
-                  "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100}
+        config = {**RETRY_FAST, "bootstrap.servers": broker.bootstrap, "batch.size": 2048}
         with KafkaProducer(config) as p, proxy.cutting(every_s=0.25):
             for i in range(n):
                 p.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 11)), callback(i))
@@ -48,10 +59,7 @@ def test_connections_cut_repeatedly_lose_and_duplicate_nothing():
         # (DUPLICATE_SEQUENCE_NUMBER) carries no offset: -1, as the Java client reports.
         wrong = [(i, where[i], acked[i]) for i in range(n) if where[i] != acked[i] and acked[i] != (where[i][0], -1)]
         assert not wrong, (len(wrong), wrong[:5])
-        per_key = collections.defaultdict(list)
-        for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
-            per_key[m.key()].append(int(m.value()))
-        assert all(v == sorted(v) for v in per_key.values())
+        assert_order_per_key(messages)
 
 
 def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorders_nothing():
@@ -64,9 +72,7 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
         topic = create_topic(broker.bootstrap, unique_topic("arrow-faults"), partitions=3)
         n, chunk = 60_000, 2_000
         table = pa.table({"key": [b"k%d" % (i % 11) for i in range(n)], "value": [b"%d" % i for i in range(n)]})
-        config = {"bootstrap.servers": broker.bootstrap, "batch.size": 4096, "linger.ms": 1,
-                  "request.timeout.ms": 3000, "delivery.timeout.ms": 120000, "retry.backoff.ms": 20,
-                  "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100}
+        config = {**RETRY_FAST, "bootstrap.servers": broker.bootstrap, "batch.size": 4096}
         with KafkaProducer(config) as p, proxy.cutting(every_s=0.25):
             futures = []
             for start in range(0, n, chunk):
@@ -79,10 +85,7 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
         messages = consume_all(broker.bootstrap, topic, n, timeout=60, settle=1.0)
         values = [int(m.value()) for m in messages]
         assert len(values) == len(set(values)) == n  # nothing lost, nothing twice
-        per_key = collections.defaultdict(list)
-        for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
-            per_key[m.key()].append(int(m.value()))
-        assert all(v == sorted(v) for v in per_key.values())  # input order per key
+        assert_order_per_key(messages)
         # Each call's summary is where its own records are: per partition their count, and
         # their first and last offsets (-1 only where a retry came back as a duplicate,
         # which carries no offset).
