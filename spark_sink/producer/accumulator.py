@@ -152,7 +152,7 @@ class RecordAccumulator:
         return ready, next_ms, unknown
 
     def drain(self, leader_of: LeaderOf, nodes: set[int], max_request_size: int, now: float,
-              can_send: Callable[[TopicPartition], bool], codec: int,
+              can_send: Callable[[TopicPartition], bool], codec: int, level: int | None,
               prepare: Callable[[ProducerBatch], None]) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, up to max.request.size."""
         drained: dict[int, list[ProducerBatch]] = {n: [] for n in nodes}
@@ -184,7 +184,7 @@ class RecordAccumulator:
         for node, batches in drained.items():
             if batches:
                 for batch in batches:
-                    batch.seal(codec)
+                    batch.seal(codec, level)
                 result[node] = batches
         return result
 

@@ -89,12 +89,12 @@ class PartitionRows:
     def __len__(self) -> int:
         return len(self.values)
 
-    def encode(self, batch_size: int, codec: int) -> Iterator[list[EncodedRecords]]:
+    def encode(self, batch_size: int, codec: int, level: int | None = None) -> Iterator[list[EncodedRecords]]:
         """Record batches for these rows, a chunk of about 8 MiB of input at a time."""
         n = len(self.values)
         if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) <= _CHUNK_BYTES:
             yield encode_columns(self.keys, self.values, self.timestamps, self.headers, batch_size=batch_size,
-                                 codec=codec)
+                                 codec=codec, level=level)
             return
         sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         if self.keys is not None:
@@ -106,7 +106,7 @@ class PartitionRows:
                 None if self.keys is None else self.keys.slice(lo, hi - lo),
                 self.values.slice(lo, hi - lo), self.timestamps[lo:hi],
                 None if self.headers is None else self.headers.slice(lo, hi - lo),
-                batch_size=batch_size, codec=codec)
+                batch_size=batch_size, codec=codec, level=level)
 
 
 def _data_bytes(arr: pa.Array) -> int:

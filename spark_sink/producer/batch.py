@@ -161,10 +161,10 @@ class ProducerBatch:
             self.callbacks += (callback, index, timestamp, key_size, value_size)
         return future
 
-    def seal(self, codec: int) -> EncodedRecords:
+    def seal(self, codec: int, level: int | None = None) -> EncodedRecords:
         """Encode the records (once); the open lists are dropped."""
         if self.encoded is None:
-            self.encoded = encode_rows(self.keys, self.values, self.timestamps, self.headers, codec)
+            self.encoded = encode_rows(self.keys, self.values, self.timestamps, self.headers, codec, level)
             self.keys = self.values = self.timestamps = []  # type: ignore[assignment]
             self.headers = None
             self.estimated_size = self.encoded.size_in_bytes

@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_sink.producer.errors import ConfigError
+from spark_sink.protocol.compression import DEFAULT_LEVELS, LEVEL_RANGES, Codec
 
 log = logging.getLogger(__name__)
 
-_COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_COMPRESSION_CODECS = {c.name.lower(): int(c) for c in Codec}
 _MAX_IDEMPOTENT_IN_FLIGHT = 5
 _INT32_MAX = 2**31 - 1
 
@@ -87,6 +88,21 @@ def _compression(key: str, value: Any) -> str:
     return text
 
 
+def _level(codec: Codec) -> Callable[[str, Any], int]:
+    """A compression level in Java's range for ``codec`` (or its default, e.g. gzip's -1)."""
+    low, high = LEVEL_RANGES[codec]
+    default = DEFAULT_LEVELS[codec]
+    parse_int = _int(-(2**31), _INT32_MAX)
+
+    def parse(key: str, value: Any) -> int:
+        level = parse_int(key, value)
+        if level != default and not low <= level <= high:
+            raise ConfigError(f"{key}: expected an integer in [{low}, {high}] (or {default}), got {level}")
+        return level
+
+    return parse
+
+
 def _bootstrap(key: str, value: Any) -> tuple[tuple[str, int], ...]:
     entries = value.split(",") if isinstance(value, str) else list(value or ())
     servers = []
@@ -134,6 +150,9 @@ _KEYS: tuple[_Key, ...] = (
     _Key("max.in.flight.requests.per.connection", 5, _int(1, _INT32_MAX), "unacknowledged requests per broker"),
     _Key("enable.idempotence", True, _bool, "exactly one copy of each record per partition, in order"),
     _Key("compression.type", "none", _compression, "none, gzip, snappy, lz4 or zstd"),
+    _Key("compression.gzip.level", DEFAULT_LEVELS[Codec.GZIP], _level(Codec.GZIP), "1-9, -1 for zlib's default (6)"),
+    _Key("compression.lz4.level", DEFAULT_LEVELS[Codec.LZ4], _level(Codec.LZ4), "1-17; 9 is lz4's fast mode, others LZ4HC"),
+    _Key("compression.zstd.level", DEFAULT_LEVELS[Codec.ZSTD], _level(Codec.ZSTD), "-131072 to 22"),
     _Key("metadata.max.age.ms", 300000, _int(0), "refresh metadata at least this often"),
     _Key("metadata.max.idle.ms", 300000, _int(5000), "forget topics not produced to for this long"),
     _Key("partitioner.ignore.keys", False, _bool, "spread keyed records like keyless ones"),
@@ -171,6 +190,9 @@ class ProducerConfig:
     max_in_flight_requests_per_connection: int
     enable_idempotence: bool
     compression_type: str
+    compression_gzip_level: int
+    compression_lz4_level: int
+    compression_zstd_level: int
     metadata_max_age_ms: int
     metadata_max_idle_ms: int
     partitioner_ignore_keys: bool
@@ -189,6 +211,11 @@ class ProducerConfig:
     def compression_codec(self) -> int:
         """The record batch attribute value of compression.type (0 none ... 4 zstd)."""
         return _COMPRESSION_CODECS[self.compression_type]
+
+    @property
+    def compression_level(self) -> int | None:
+        """compression.<type>.level of the configured codec (None for none and snappy)."""
+        return getattr(self, f"compression_{self.compression_type}_level", None)
 
     @classmethod
     def from_dict(cls, settings: Mapping[str, Any]) -> ProducerConfig:

@@ -271,7 +271,7 @@ class KafkaProducer:
         future = ArrowSendFuture()
         records = nbytes = 0
         for group in groups:
-            for encoded in group.encode(c.batch_size, c.compression_codec):
+            for encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
                 for e in encoded:
                     if e.size_in_bytes > c.max_request_size:
                         raise RecordTooLargeError(

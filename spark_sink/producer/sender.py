@@ -101,7 +101,8 @@ class Sender(threading.Thread):
                 poll_ms = min(poll_ms, max(5.0, self._client.connection_delay_ms(node, now)))
         if sendable:
             drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
-                                      self._config.compression_codec, self._partitions.prepare)
+                                      self._config.compression_codec, self._config.compression_level,
+                                      self._partitions.prepare)
             for node, batches in drained.items():
                 self._send_produce(node, batches)
             if drained:

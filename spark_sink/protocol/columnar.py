@@ -329,7 +329,7 @@ def _split(sizes: np.ndarray, limit: int) -> np.ndarray:
 
 
 def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None = None,
-                   *, batch_size: int, codec: int = 0) -> list[EncodedRecords]:
+                   *, batch_size: int, codec: int = 0, level: int | None = None) -> list[EncodedRecords]:
     """Encode rows, in order, into record batches of at most ``batch_size`` bytes each.
 
     ``keys``/``values`` are binary-like arrays (nulls allowed), ``timestamps`` int64
@@ -380,7 +380,7 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
         # buffer alive until the last of them is sent (the accumulator reserves memory
         # for the group as a whole, and frees it with the last batch).
         section = data[lo:hi]
-        payload = compress(codec, section) if codec else section
+        payload = compress(codec, section, level) if codec else section
         out.append(EncodedRecords(payload, codec, count, ts0, max_ts[b], hi - lo))
     return out
 
@@ -442,17 +442,18 @@ def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], time
 
 
 def encode_rows(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
-                headers: list[Sequence[tuple[str, bytes | None]]] | None = None, codec: int = 0) -> EncodedRecords:
+                headers: list[Sequence[tuple[str, bytes | None]]] | None = None, codec: int = 0,
+                level: int | None = None) -> EncodedRecords:
     """One record batch from Python lists (how the per-record send() path seals a batch)."""
     n = len(values)
     if n <= _ROW_LOOP_MAX and not (headers is not None and any(headers)):
         section = _encode_rows_loop(keys, values, timestamps)
-        payload = compress(codec, section) if codec else section
+        payload = compress(codec, section, level) if codec else section
         return EncodedRecords(payload, codec, n, timestamps[0], max(timestamps), len(section))
     key_array = None if all(k is None for k in keys) else pa.array(keys, pa.binary())
     header_array = None
     if headers is not None and any(headers):
         header_array = pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers], _HEADER_TYPE)
     (encoded,) = encode_columns(key_array, pa.array(values, pa.binary()), np.fromiter(timestamps, np.int64, n),
-                                header_array, batch_size=0, codec=codec)
+                                header_array, batch_size=0, codec=codec, level=level)
     return encoded

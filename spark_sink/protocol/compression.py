@@ -1,4 +1,5 @@
-"""Record batch compression codecs (attribute bits 0-2), all through cramjam."""
+"""Record batch compression codecs (attribute bits 0-2): lz4 through python-lz4, the
+others through cramjam. Levels follow Java's ``compression.<codec>.level`` (KIP-390)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import struct
 from enum import IntEnum
 
 import cramjam
+import lz4.frame
 
 
 class Codec(IntEnum):
@@ -31,18 +33,34 @@ def codec_from_name(name: str) -> Codec:
         raise ValueError(f"unknown compression {name!r}; expected one of {', '.join(_BY_NAME)}") from None
 
 
-def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Compress a records section. Snappy is written as a raw block, as librdkafka does."""
+# Java's defaults: gzip -1 (zlib's 6), lz4 9 (which Java maps to lz4's fast mode), zstd 3.
+DEFAULT_LEVELS = {Codec.GZIP: -1, Codec.LZ4: 9, Codec.ZSTD: 3}
+LEVEL_RANGES = {Codec.GZIP: (1, 9), Codec.LZ4: (1, 17), Codec.ZSTD: (-131072, 22)}
+_ZLIB_DEFAULT = 6
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None = None) -> bytes:
+    """Compress a records section at ``level`` (None: the codec's default).
+
+    Snappy is written as a raw block, as librdkafka does. lz4 is a frame of independent
+    64 KiB blocks without checksums, as Java writes it: Java's reader (and so a Kafka
+    broker validating a batch) refuses linked blocks. Its default level is lz4's fast
+    mode, as in Java; another level selects LZ4HC at that level, as in Java.
+    """
     if codec == Codec.NONE:
         return bytes(data)
+    if level is None:
+        level = DEFAULT_LEVELS.get(codec)
     if codec == Codec.GZIP:
-        return bytes(cramjam.gzip.compress(data, level=6))
+        return bytes(cramjam.gzip.compress(data, level=_ZLIB_DEFAULT if level == -1 else level))
     if codec == Codec.SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == Codec.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return lz4.frame.compress(
+            data, compression_level=0 if level == DEFAULT_LEVELS[Codec.LZ4] else level,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False, store_size=False)
     if codec == Codec.ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=3))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec id {codec}")
 
 
@@ -57,7 +75,7 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
             return _decompress_xerial(memoryview(data))
         return bytes(cramjam.snappy.decompress_raw(data))
     if codec == Codec.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
+        return lz4.frame.decompress(data)
     if codec == Codec.ZSTD:
         return bytes(cramjam.zstd.decompress(data))
     raise ValueError(f"unknown compression codec id {codec}")

@@ -35,6 +35,9 @@ def test_values_parse_from_strings_as_spark_options_do():
         ({**BOOT, "batch.size": "big"}, "batch.size"),
         ({**BOOT, "batch.size": -1}, "batch.size"),
         ({**BOOT, "compression.type": "brotli"}, "compression.type"),
+        ({**BOOT, "compression.gzip.level": 0}, "compression.gzip.level"),
+        ({**BOOT, "compression.lz4.level": 18}, "compression.lz4.level"),
+        ({**BOOT, "compression.zstd.level": "fast"}, "compression.zstd.level"),
         ({**BOOT, "enable.idempotence": "maybe"}, "enable.idempotence"),
         ({**BOOT, "enable.idempotence": True, "acks": 1}, "enable.idempotence"),
         ({**BOOT, "delivery.timeout.ms": 1000}, "delivery.timeout.ms"),
@@ -44,6 +47,16 @@ def test_values_parse_from_strings_as_spark_options_do():
 def test_bad_config_names_the_key(settings, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         ProducerConfig.from_dict(settings)
+
+
+def test_compression_levels_are_java_s():
+    c = ProducerConfig.from_dict(BOOT)
+    assert (c.compression_gzip_level, c.compression_lz4_level, c.compression_zstd_level) == (-1, 9, 3)
+    assert c.compression_level is None
+    c = ProducerConfig.from_dict({**BOOT, "compression.type": "zstd", "compression.zstd.level": "-7"})
+    assert c.compression_level == -7
+    assert ProducerConfig.from_dict({**BOOT, "compression.type": "snappy"}).compression_level is None
+    assert ProducerConfig.from_dict({**BOOT, "compression.type": "lz4", "compression.lz4.level": 12}).compression_level == 12
 
 
 def test_idempotence_left_default_is_dropped_when_incompatible():

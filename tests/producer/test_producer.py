@@ -30,12 +30,15 @@ def _records(topic):
     return out
 
 
-@pytest.mark.parametrize("codec", CODECS)
-def test_round_trip_every_codec(broker, codec):
+@pytest.mark.parametrize("codec, level", [(c, None) for c in CODECS] + [("gzip", 1), ("lz4", 12), ("zstd", -3)])
+def test_round_trip_every_codec(broker, codec, level):
     topic = create_topic(broker.bootstrap, unique_topic(codec), partitions=3)
     records = _records(topic)
     callbacks = []
-    with KafkaProducer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 2}) as p:
+    config = {"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 2}
+    if level is not None:
+        config[f"compression.{codec}.level"] = level
+    with KafkaProducer(config) as p:
         futures = [p.send(r, callback=lambda md, err: callbacks.append((md, err))) for r in records]
         p.flush(60)
         metadata = [f.result(10) for f in futures]

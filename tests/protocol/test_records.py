@@ -1,5 +1,6 @@
 """Record batch v2 and codecs: round trips, golden header bytes, CRC checks."""
 
+import os
 import struct
 
 import crc32c
@@ -76,6 +77,54 @@ def test_corrupted_batch_is_rejected():
 def test_codecs_round_trip_large_payload(codec):
     payload = b"kafka " * 50000 + bytes(range(256)) * 10
     assert decompress(codec, compress(codec, payload)) == payload
+
+
+@pytest.mark.parametrize("codec, levels", [(Codec.GZIP, [-1, 1, 9]), (Codec.LZ4, [1, 3, 9, 12, 17]),
+                                           (Codec.ZSTD, [-5, 1, 3, 19])])
+def test_every_level_round_trips(codec, levels):
+    payload = b"level " * 20000 + bytes(range(256)) * 40
+    for level in levels:
+        assert decompress(codec, compress(codec, payload, level)) == payload
+
+
+def _read_lz4_as_java(frame: bytes) -> bytes:
+    """Decode an lz4 frame with the checks of Java's Lz4BlockInputStream, which a Kafka
+    broker runs on every compressed batch: version 1, independent blocks (it refuses
+    linked ones), blocks of 64 KiB to 4 MiB; each block stored raw or lz4-compressed."""
+    import lz4.block
+
+    magic, flg, bd = struct.unpack_from("<IBB", frame)
+    assert magic == 0x184D2204
+    assert flg >> 6 == 1 and flg & 3 == 0, "version 1, reserved bits clear"
+    assert flg >> 5 & 1, "Dependent block stream is unsupported"
+    block_max = 1 << (2 * (bd >> 4 & 7) + 8)
+    assert 4 <= bd >> 4 & 7 <= 7 and bd & 0x8F == 0
+    pos = 7 + (8 if flg >> 3 & 1 else 0)  # magic, FLG, BD, [content size], header checksum
+    out = []
+    while True:
+        (size,) = struct.unpack_from("<I", frame, pos)
+        pos += 4
+        if size == 0:
+            break
+        length = size & 0x7FFFFFFF
+        block = frame[pos : pos + length]
+        out.append(block if size & 0x80000000 else lz4.block.decompress(block, uncompressed_size=block_max))
+        pos += length + (4 if flg >> 4 & 1 else 0)
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("level", [None, 1, 12])
+def test_lz4_frames_are_what_java_reads(level):
+    # Compressible and incompressible stretches, several 64 KiB blocks.
+    payload = (b"kafka " * 30000 + bytes(range(256)) * 300 + os.urandom(70000))
+    frame = compress(Codec.LZ4, payload, level)
+    assert _read_lz4_as_java(frame) == payload
+
+
+def test_lz4_reads_linked_block_frames_of_other_clients():
+    import cramjam
+    payload = b"linked " * 40000
+    assert decompress(Codec.LZ4, bytes(cramjam.lz4.compress(payload))) == payload
 
 
 def test_snappy_reads_xerial_framing():

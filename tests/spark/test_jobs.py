@@ -114,3 +114,17 @@ def test_conf_files_are_read_as_their_formats_say(tmp_path):
     assert _common.read_spark_defaults(str(defaults)) == {
         "spark.master": "local[2]", "spark.ui.enabled": "false", "spark.flag": ""}
     assert _common.read_properties(str(tmp_path / "missing")) == {} == _common.read_spark_defaults(str(tmp_path / "x"))
+
+
+def test_producer_properties_lists_every_setting_a_file_can_hold():
+    # Callables and the bootstrap servers cannot come from the file; every other key is
+    # there, commented out at its default, so that the file documents the producer.
+    from spark_sink.producer.config import KEYS, ProducerConfig
+
+    text = (JOBS.parent / "conf" / "producer.properties").read_text()
+    listed = {line.lstrip("#").split("=", 1)[0]: line.split("=", 1)[1]
+              for line in text.splitlines() if "=" in line and not line.startswith("# ")}
+    not_in_file = {"bootstrap.servers", "interceptors", "key.serializer", "value.serializer", "transactional.id"}
+    assert set(listed) == set(KEYS) - not_in_file
+    defaults = ProducerConfig.from_dict({"bootstrap.servers": "h:1"})
+    assert ProducerConfig.from_dict({"bootstrap.servers": "h:1", **listed}) == defaults
