@@ -12,7 +12,8 @@
 After one untimed write through each sink, every round writes the frame once through
 each sink, in a rotating order. Prints each sink's best rows/s, the ratios of kprod to the
 others, and the spread of those ratios within rounds. Both Kafka writers use acks=all with
-idempotence. Without --bootstrap-servers the embedded local broker is started for the run.
+idempotence and kprod's compression.type (``--producer-prop compression.type=lz4``: the
+confluent-kafka writer compresses too). Without --bootstrap-servers the embedded local broker is started for the run.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class _ConfluentWriter(DataSourceArrowWriter):
             "bootstrap.servers": self.options["bootstrap.servers"], "acks": "all",
             "enable.idempotence": True, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
             "partitioner": "murmur2_random",  # keys where Java (and kprod) put them
+            "compression.type": self.options["compression.type"],
         })
         delivered = [0]
         errors: list = []
@@ -132,6 +134,12 @@ def _time_write(df, fmt: str, options: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
+def _compression(kprod_options: dict[str, str]) -> str:
+    """kprod's compression.type, which the confluent-kafka writer gets too (same name in
+    librdkafka; each codec at its library's default level)."""
+    return kprod_options.get("kafka.compression.type", "none").strip().lower()
+
+
 def run(args: argparse.Namespace, bootstrap: str) -> dict[str, list[float]]:
     """rows/s of each sink, one figure per round."""
     spark = _common.spark_session(args, "kprod bench_sink")
@@ -145,7 +153,8 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[str, list[float]]:
     sinks["kprod"] = ("kprod", kprod_options)
     if not args.skip_confluent:
         sinks["confluent-kafka per row"] = (
-            "bench_confluent", {"bootstrap.servers": bootstrap, "topic": topics["bench_confluent"]})
+            "bench_confluent", {"bootstrap.servers": bootstrap, "topic": topics["bench_confluent"],
+                                "compression.type": _compression(kprod_options)})
 
     # Cached once, so every sink reads the same rows from memory.
     df = _frame(spark, args.rows, args.tasks, args.key_size, args.value_size).cache()
@@ -179,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         args.topic = f"{args.topic}-{uuid.uuid4().hex[:6]}"
     with _common.kafka_cluster(args) as bootstrap:
         rates = run(args, bootstrap)
+        compression = _compression(_common.producer_options(args, bootstrap))
     print(f"\nsink benchmark: {args.rows} rows, {args.key_size}-byte keys, {args.value_size}-byte values, "
-          f"{args.tasks} tasks, acks=all, idempotence on, best of {args.repeat} round(s)")
+          f"{args.tasks} tasks, acks=all, idempotence on, compression {compression}, best of {args.repeat} round(s)")
     for label, per_round in rates.items():
         print(f"  {label:<24} {max(per_round):>12,.0f} rows/s")
     for peer in [label for label in rates if label != "kprod"]:

@@ -81,14 +81,16 @@ def test_stream_to_kafka_over_files_available_now(tansu, tmp_path):
 def test_bench_sink_delivers_every_row_it_times(tansu):
     """The benchmark's figures stand for real deliveries: kprod's topic holds the untimed
     write plus one per round, each row on Java's partition, and every sink gets a rate and
-    kprod its ratios. (The confluent-kafka writer counts its own delivery reports and fails
+    kprod its ratios. Both Kafka writers compress with lz4 here. (The confluent-kafka writer counts its own delivery reports and fails
     the job on a shortfall; its topic is not read back: in one CI run Tansu served only
     8,502 of the 9,000 records confluent-kafka had been told were delivered.)"""
     topic = unique_topic("jb")
     rows, rounds = 3000, 2
     done = run_job("bench_sink.py", "--bootstrap-servers", tansu.bootstrap, "--topic", topic, "--create-topic",
-                   "--partitions", "3", "--rows", str(rows), "--repeat", str(rounds), "--conf", "spark.master=local[2]")
+                   "--partitions", "3", "--rows", str(rows), "--repeat", str(rounds), "--conf", "spark.master=local[2]",
+                   "--producer-prop", "compression.type=lz4")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "compression lz4" in done.stdout
     for label in ("no-op", "kprod", "confluent-kafka per row", "kprod / no-op", "kprod / confluent-kafka per row"):
         assert f"  {label} " in done.stdout, done.stdout
     messages = consume_all(tansu.bootstrap, topic, rows * (1 + rounds), settle=0.5)
