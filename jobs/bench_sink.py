@@ -12,8 +12,9 @@
 After one untimed write through each sink, every round writes the frame once through
 each sink, in a rotating order. Prints each sink's best rows/s, the ratios of kprod to the
 others, and the spread of those ratios within rounds. Both Kafka writers use acks=all with
-idempotence and kprod's compression.type (``--producer-prop compression.type=lz4``: the
-confluent-kafka writer compresses too). Without --bootstrap-servers the embedded local broker is started for the run.
+idempotence and kprod's compression.type (with ``--producer-prop compression.type=lz4``
+the confluent-kafka writer compresses too). Without --bootstrap-servers the embedded
+local broker is started for the run.
 """
 
 from __future__ import annotations

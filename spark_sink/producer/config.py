@@ -93,11 +93,12 @@ def _level(codec: Codec) -> Callable[[str, Any], int]:
     low, high = LEVEL_RANGES[codec]
     default = DEFAULT_LEVELS[codec]
     parse_int = _int(-(2**31), _INT32_MAX)
+    accepted = f"[{low}, {high}]" + ("" if low <= default <= high else f" or {default}")
 
     def parse(key: str, value: Any) -> int:
         level = parse_int(key, value)
         if level != default and not low <= level <= high:
-            raise ConfigError(f"{key}: expected an integer in [{low}, {high}] (or {default}), got {level}")
+            raise ConfigError(f"{key}: expected an integer in {accepted}, got {level}")
         return level
 
     return parse
