@@ -141,12 +141,13 @@ def _compression(kprod_options: dict[str, str]) -> str:
     return kprod_options.get("kafka.compression.type", "none").strip().lower()
 
 
-def run(args: argparse.Namespace, bootstrap: str) -> dict[str, list[float]]:
-    """rows/s of each sink, one figure per round."""
+def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]], str]:
+    """rows/s of each sink, one figure per round, and the compression both Kafka writers used."""
     spark = _common.spark_session(args, "kprod bench_sink")
     spark.dataSource.register(NoopDataSource)
     spark.dataSource.register(ConfluentDataSource)
     kprod_options = {**_common.producer_options(args, bootstrap), "topic": args.topic}
+    compression = _compression(kprod_options)
     topics = {"kprod": args.topic, "bench_confluent": f"{args.topic}-confluent"}
     if not args.skip_confluent:
         _common.create_topic(bootstrap, topics["bench_confluent"], args.partitions)
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[str, list[float]]:
     if not args.skip_confluent:
         sinks["confluent-kafka per row"] = (
             "bench_confluent", {"bootstrap.servers": bootstrap, "topic": topics["bench_confluent"],
-                                "compression.type": _compression(kprod_options)})
+                                "compression.type": compression})
 
     # Cached once, so every sink reads the same rows from memory.
     df = _frame(spark, args.rows, args.tasks, args.key_size, args.value_size).cache()
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[str, list[float]]:
             rates[label].append(args.rows / seconds)
             say(f"round {round_no + 1}: {label}: {args.rows} rows in {seconds:.2f} s = {rates[label][-1]:,.0f} rows/s")
     df.unpersist()
-    return rates
+    return rates, compression
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.bootstrap_servers:
         args.topic = f"{args.topic}-{uuid.uuid4().hex[:6]}"
     with _common.kafka_cluster(args) as bootstrap:
-        rates = run(args, bootstrap)
-        compression = _compression(_common.producer_options(args, bootstrap))
+        rates, compression = run(args, bootstrap)
     print(f"\nsink benchmark: {args.rows} rows, {args.key_size}-byte keys, {args.value_size}-byte values, "
           f"{args.tasks} tasks, acks=all, idempotence on, compression {compression}, best of {args.repeat} round(s)")
     for label, per_round in rates.items():
