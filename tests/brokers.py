@@ -155,14 +155,16 @@ def consumer(bootstrap: str, **overrides: object) -> Consumer:
     return Consumer(config)
 
 
-def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, settle: float = 0.0) -> list:
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, settle: float = 0.0,
+                overrides: dict[str, object] | None = None) -> list:
     """Read ``topic`` from the beginning of every partition until ``expected`` records.
 
     Partitions are assigned directly (group subscribe is slow on Tansu). With ``settle``,
     keep reading that long after reaching ``expected`` so extra (duplicate) records show.
-    Raises AssertionError if fewer than ``expected`` arrive in time.
+    Raises AssertionError if fewer than ``expected`` arrive in time. ``overrides`` are
+    consumer settings (TLS, say).
     """
-    c = consumer(bootstrap)
+    c = consumer(bootstrap, **(overrides or {}))
     try:
         metadata = c.list_topics(topic, timeout=timeout)
         partitions = sorted(metadata.topics[topic].partitions)

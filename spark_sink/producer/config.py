@@ -104,6 +104,38 @@ def _level(codec: Codec) -> Callable[[str, Any], int]:
     return parse
 
 
+def _security_protocol(key: str, value: Any) -> str:
+    text = str(value).strip().upper()
+    if text in ("SASL_PLAINTEXT", "SASL_SSL"):
+        raise ConfigError(f"{key}: SASL is not supported yet; use PLAINTEXT or SSL, got {value!r}")
+    if text not in ("PLAINTEXT", "SSL"):
+        raise ConfigError(f"{key}: expected PLAINTEXT or SSL, got {value!r}")
+    return text
+
+
+def _pem_store_type(key: str, value: Any) -> str:
+    text = str(value).strip().upper()
+    if text != "PEM":
+        raise ConfigError(f"{key}: only PEM is supported (convert a {value} store to PEM with keytool and openssl), "
+                          f"got {value!r}")
+    return text
+
+
+def _secret(key: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string")  # the value itself stays out of messages
+    return value
+
+
+def _hostname_check(key: str, value: Any) -> str:
+    text = "" if value is None else str(value).strip().lower()
+    if text not in ("", "https"):
+        raise ConfigError(f"{key}: expected https (check the broker's host name) or an empty string, got {value!r}")
+    return text
+
+
 def _bootstrap(key: str, value: Any) -> tuple[tuple[str, int], ...]:
     entries = value.split(",") if isinstance(value, str) else list(value or ())
     servers = []
@@ -167,6 +199,14 @@ _KEYS: tuple[_Key, ...] = (
     _Key("receive.buffer.bytes", 32768, _int(-1, _INT32_MAX), "SO_RCVBUF, -1 for the OS default"),
     _Key("connections.max.idle.ms", 540000, _int(0), "close connections idle this long"),
     _Key("transactional.id", None, _optional_str, "not supported yet; must be unset"),
+    _Key("security.protocol", "PLAINTEXT", _security_protocol, "PLAINTEXT or SSL (TLS); SASL not yet"),
+    _Key("ssl.truststore.location", None, _optional_str, "PEM file of the CA certificates to trust (default: the system's)"),
+    _Key("ssl.truststore.certificates", None, _optional_str, "the CA certificates to trust, as PEM text"),
+    _Key("ssl.truststore.type", "PEM", _pem_store_type, "PEM (the only type supported)"),
+    _Key("ssl.keystore.location", None, _optional_str, "PEM file with this client's private key and certificate chain (mutual TLS)"),
+    _Key("ssl.keystore.type", "PEM", _pem_store_type, "PEM (the only type supported)"),
+    _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location"),
+    _Key("ssl.endpoint.identification.algorithm", "https", _hostname_check, "https checks the broker's host name; empty skips"),
 )
 KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}
 
@@ -207,6 +247,14 @@ class ProducerConfig:
     receive_buffer_bytes: int
     connections_max_idle_ms: int
     transactional_id: str | None
+    security_protocol: str
+    ssl_truststore_location: str | None
+    ssl_truststore_certificates: str | None
+    ssl_truststore_type: str
+    ssl_keystore_location: str | None
+    ssl_keystore_type: str
+    ssl_key_password: str | None = dataclasses.field(repr=False)
+    ssl_endpoint_identification_algorithm: str
 
     @property
     def compression_codec(self) -> int:

@@ -40,5 +40,10 @@ class InvalidPartitionError(KProdError, ValueError):
     """A record names a partition that its topic does not have."""
 
 
+class SslAuthenticationError(KProdError, ConnectionError):
+    """The TLS handshake with a broker failed (its certificate was not trusted, or names
+    another host): not retried, as in Java; the message says which setting to check."""
+
+
 class ProducerClosedError(KProdError, RuntimeError):
     """send() was called on a producer that is closing or closed."""

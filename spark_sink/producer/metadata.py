@@ -54,14 +54,19 @@ class Metadata:
     def available_partitions(self, topic: str) -> list[int]:
         return [p for p, node in enumerate(self.leaders.get(topic, ())) if node >= 0]
 
-    def wait_for_topic(self, topic: str, max_block_ms: float, wakeup: Callable[[], None]) -> int:
-        """Partition count of ``topic``, fetching metadata and waiting up to max.block.ms."""
+    def wait_for_topic(self, topic: str, max_block_ms: float, wakeup: Callable[[], None],
+                       fatal: Callable[[], Exception | None] = lambda: None) -> int:
+        """Partition count of ``topic``, fetching metadata and waiting up to max.block.ms;
+        ``fatal()`` returning an error (a failed TLS handshake) ends the wait with it."""
         deadline = time.monotonic() + max_block_ms / 1000.0
         with self._cond:
             while True:
                 count = self.partition_count(topic)
                 if count:
                     return count
+                failure = fatal()
+                if failure is not None:
+                    raise failure
                 error = self.topic_errors.get(topic)
                 if error is not None and error.code in _FATAL_TOPIC_ERRORS:
                     raise type(error)(f"topic {topic!r}: {error.message or error.name}")

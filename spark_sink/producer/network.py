@@ -13,6 +13,7 @@ import logging
 import random
 import selectors
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -23,7 +24,7 @@ from enum import Enum
 from typing import Any
 
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
 from spark_sink.protocol.errors import KafkaConnectionError, KProdError, error_for_code
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.messages import ApiKey, choose_version
@@ -38,6 +39,32 @@ _MAX_IOV = 64
 # broker that does answer them (Tansu does) answers in order, so a few suffice.
 _MAX_UNANSWERED = 4096
 _FRAME_HEAD = struct.Struct(">iI")  # size prefix, correlation id
+
+
+def ssl_context(config: ProducerConfig) -> ssl.SSLContext | None:
+    """The TLS context of security.protocol=SSL (None for PLAINTEXT); a file that cannot
+    be read is a ConfigError naming its key, at producer creation."""
+    if config.security_protocol != "SSL":
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # certificates always verified
+    context.check_hostname = config.ssl_endpoint_identification_algorithm == "https"
+    key = ""
+    try:
+        # A truststore replaces the system's CAs, as in Java.
+        if config.ssl_truststore_location:
+            key = "ssl.truststore.location"
+            context.load_verify_locations(cafile=config.ssl_truststore_location)
+        if config.ssl_truststore_certificates:
+            key = "ssl.truststore.certificates"
+            context.load_verify_locations(cadata=config.ssl_truststore_certificates)
+        if not key:
+            context.load_default_certs()
+        if config.ssl_keystore_location:
+            key = "ssl.keystore.location"
+            context.load_cert_chain(config.ssl_keystore_location, password=config.ssl_key_password)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ConfigError(f"{key}: cannot load it as PEM: {exc}") from None
+    return context
 
 
 def now_ms() -> float:
@@ -64,8 +91,9 @@ Callback = Callable[[ClientResponse], None]
 class _State(Enum):
     DISCONNECTED = 0
     CONNECTING = 1
-    CHECKING_API_VERSIONS = 2
-    READY = 3
+    HANDSHAKING = 2  # TLS
+    CHECKING_API_VERSIONS = 3
+    READY = 4
 
 
 @dataclass(slots=True)
@@ -116,6 +144,10 @@ class NetworkClient:
         self._conns: dict[int, _Connection] = {}
         for i, (host, port) in enumerate(config.bootstrap_servers):
             self._conns[-(i + 1)] = _Connection(-(i + 1), host, port)
+        self._ssl = ssl_context(config)
+        # The last TLS handshake that failed on trust; cleared by one that succeeds. Read
+        # by threads waiting for metadata, which then fail at once, as in Java.
+        self.authentication_error: SslAuthenticationError | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -262,6 +294,9 @@ class NetworkClient:
                 if conn.state is _State.CONNECTING:
                     self._finish_connect(conn)
                     continue
+                if conn.state is _State.HANDSHAKING:
+                    self._handshake(conn)
+                    continue
                 if events & selectors.EVENT_WRITE:
                     self._write(conn)
                 if events & selectors.EVENT_READ:
@@ -339,6 +374,41 @@ class NetworkClient:
         err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             raise KafkaConnectionError(f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(err, err)}")
+        if self._ssl is not None:
+            # The wrapped socket takes over the file descriptor: register it instead.
+            self._selector.unregister(conn.sock)
+            conn.sock = self._ssl.wrap_socket(conn.sock, server_hostname=conn.host, do_handshake_on_connect=False)
+            self._selector.register(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            conn.writing = True
+            conn.state = _State.HANDSHAKING
+            self._handshake(conn)
+            return
+        self._start_api_versions(conn)
+
+    def _handshake(self, conn: _Connection) -> None:
+        """One step of the TLS handshake; waits for whichever direction it needs next."""
+        try:
+            conn.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+            return
+        except ssl.SSLWantWriteError:
+            self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            return
+        except ssl.SSLCertVerificationError as exc:
+            error = SslAuthenticationError(
+                f"TLS handshake with {conn.host}:{conn.port} failed: certificate verify failed: "
+                f"{exc.verify_message or exc} "
+                "(check ssl.truststore.location / ssl.truststore.certificates, and "
+                "ssl.endpoint.identification.algorithm for the host name)")
+            self.authentication_error = error
+            raise error from None
+        except (ssl.SSLError, OSError) as exc:
+            raise KafkaConnectionError(f"TLS handshake with {conn.host}:{conn.port} failed: {exc}") from exc
+        self.authentication_error = None
+        self._start_api_versions(conn)
+
+    def _start_api_versions(self, conn: _Connection) -> None:
         conn.state = _State.CHECKING_API_VERSIONS
         self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
         conn.writing = False
@@ -424,12 +494,12 @@ class NetworkClient:
             return
         while outbox:
             try:
-                if len(outbox) == 1:
+                if len(outbox) == 1 or self._ssl is not None:  # SSLSocket has no sendmsg
                     sent = sock.send(outbox[0][0])
                 else:
                     # Several queued frames go out in one syscall (writev), no joining copy.
                     sent = sock.sendmsg([entry[0] for entry in islice(outbox, _MAX_IOV)])
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
             except OSError as exc:
                 raise KafkaConnectionError(f"write to node {conn.node_id} failed: {exc}") from exc
@@ -459,7 +529,7 @@ class NetworkClient:
         while sock is not None:
             try:
                 n = sock.recv_into(buf)
-            except (BlockingIOError, InterruptedError):
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as exc:
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
@@ -477,7 +547,9 @@ class NetworkClient:
                     if entry.callback is not None:
                         self._completed.append((entry.callback, ClientResponse(
                             conn.node_id, api_key, version, correlation_id, body, None, now - entry.sent_ms)))
-            if n < _RECV_SIZE:
+            # A TLS socket may hold decrypted bytes that select() does not announce: read on
+            # until it would block.
+            if n < _RECV_SIZE and self._ssl is None:
                 return
             sock = conn.sock
 
@@ -560,7 +632,7 @@ class NetworkClient:
                 nearest = min(nearest, conn.in_flight[0].sent_ms + request_timeout - now)
             if conn.outbox:
                 nearest = min(nearest, conn.outbox[0][2] + request_timeout - now)
-            if conn.state is _State.CONNECTING:
+            if conn.state is _State.CONNECTING or conn.state is _State.HANDSHAKING:
                 nearest = min(nearest, conn.connect_started_ms + setup_timeout - now)
         return max(0.0, nearest)
 
@@ -580,7 +652,7 @@ class NetworkClient:
                 # state, so everything in flight on it fails and it is closed.
                 self._disconnect(conn, KafkaTimeoutError(
                     f"request to node {conn.node_id} timed out after {request_timeout} ms (request.timeout.ms)"))
-            elif state is _State.CONNECTING and now - conn.connect_started_ms >= setup_timeout:
+            elif state in (_State.CONNECTING, _State.HANDSHAKING) and now - conn.connect_started_ms >= setup_timeout:
                 self._disconnect(conn, KafkaConnectionError(
                     f"connecting to {conn.host}:{conn.port} took over {setup_timeout} ms "
                     "(socket.connection.setup.timeout.ms)"))

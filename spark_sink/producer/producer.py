@@ -186,7 +186,7 @@ class KafkaProducer:
             record = interceptor.on_send(record)
         topic = record.topic
         leaders = self._metadata.leaders.get(topic)
-        count = len(leaders) if leaders else self._metadata.wait_for_topic(topic, c.max_block_ms, self._sender.wakeup)
+        count = len(leaders) if leaders else self._wait_for_topic(topic)
         key, value = record.key, record.value
         if type(key) is not bytes and key is not None or c.key_serializer is not None:
             key = _to_bytes("key", key, c.key_serializer)
@@ -263,7 +263,7 @@ class KafkaProducer:
         c = self.config
 
         def partition_count(t: str) -> int:
-            return self._metadata.partition_count(t) or self._metadata.wait_for_topic(t, c.max_block_ms, self._sender.wakeup)
+            return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
@@ -289,9 +289,13 @@ class KafkaProducer:
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic`` (fetching metadata, up to max.block.ms)."""
-        count = self._metadata.partition_count(topic) or self._metadata.wait_for_topic(
-            topic, self.config.max_block_ms, self._sender.wakeup)
-        return list(range(count))
+        return list(range(self._metadata.partition_count(topic) or self._wait_for_topic(topic)))
+
+    def _wait_for_topic(self, topic: str) -> int:
+        """Partition count once metadata names ``topic``: up to max.block.ms, or until a
+        TLS handshake fails on trust (raised at once, as Java does)."""
+        return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
+                                             lambda: self._client.authentication_error)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed."""
