@@ -119,14 +119,15 @@ def test_conf_files_are_read_as_their_formats_say(tmp_path):
 
 
 def test_producer_properties_lists_every_setting_a_file_can_hold():
-    # Callables and the bootstrap servers cannot come from the file; every other key is
-    # there, commented out at its default, so that the file documents the producer.
+    # Callables, the bootstrap servers and PEM text cannot come from the file; every other
+    # key is there, commented out at its default, so that the file documents the producer.
     from spark_sink.producer.config import KEYS, ProducerConfig
 
     text = (JOBS.parent / "conf" / "producer.properties").read_text()
     listed = {line.lstrip("#").split("=", 1)[0]: line.split("=", 1)[1]
               for line in text.splitlines() if "=" in line and not line.startswith("# ")}
-    not_in_file = {"bootstrap.servers", "interceptors", "key.serializer", "value.serializer", "transactional.id"}
+    not_in_file = {"bootstrap.servers", "interceptors", "key.serializer", "value.serializer", "transactional.id",
+                   "ssl.truststore.certificates"}
     assert set(listed) == set(KEYS) - not_in_file
     defaults = ProducerConfig.from_dict({"bootstrap.servers": "h:1"})
     assert ProducerConfig.from_dict({"bootstrap.servers": "h:1", **listed}) == defaults
