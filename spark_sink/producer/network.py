@@ -48,17 +48,16 @@ def ssl_context(config: ProducerConfig) -> ssl.SSLContext | None:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # certificates always verified
     context.check_hostname = config.ssl_endpoint_identification_algorithm == "https"
-    key = ""
+    key = "ssl.truststore.location"  # the setting being loaded, for the error
     try:
         # A truststore replaces the system's CAs, as in Java.
+        if not (config.ssl_truststore_location or config.ssl_truststore_certificates):
+            context.load_default_certs()
         if config.ssl_truststore_location:
-            key = "ssl.truststore.location"
             context.load_verify_locations(cafile=config.ssl_truststore_location)
         if config.ssl_truststore_certificates:
             key = "ssl.truststore.certificates"
             context.load_verify_locations(cadata=config.ssl_truststore_certificates)
-        if not key:
-            context.load_default_certs()
         if config.ssl_keystore_location:
             key = "ssl.keystore.location"
             context.load_cert_chain(config.ssl_keystore_location, password=config.ssl_key_password)
