@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_sink.producer.errors import ConfigError
 from spark_sink.protocol.compression import DEFAULT_LEVELS, LEVEL_RANGES, Codec
+from spark_sink.protocol.sasl import MECHANISMS as SASL_MECHANISMS
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +106,18 @@ def _level(codec: Codec) -> Callable[[str, Any], int]:
     return parse
 
 
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
 def _security_protocol(key: str, value: Any) -> str:
     text = str(value).strip().upper()
-    if text in ("SASL_PLAINTEXT", "SASL_SSL"):
-        raise ConfigError(f"{key}: SASL is not supported yet; use PLAINTEXT or SSL, got {value!r}")
-    if text not in ("PLAINTEXT", "SSL"):
-        raise ConfigError(f"{key}: expected PLAINTEXT or SSL, got {value!r}")
+    if text not in _SECURITY_PROTOCOLS:
+        raise ConfigError(f"{key}: expected one of {', '.join(_SECURITY_PROTOCOLS)}, got {value!r}")
     return text
+
+
+def _upper(key: str, value: Any) -> str:
+    return _str(key, value).strip().upper()
 
 
 def _pem_store_type(key: str, value: Any) -> str:
@@ -166,6 +173,52 @@ def _interceptors(key: str, value: Any) -> tuple:
     return items
 
 
+# A JAAS entry as Kafka reads sasl.jaas.config: `LoginModuleClass flag key="value" ...;`.
+_JAAS_ENTRY = re.compile(r"\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\b(.*?);?\s*", re.S)
+_JAAS_OPTION = re.compile(r'\s*([\w.]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s";]+))', re.S)
+
+
+def jaas_options(text: str) -> dict[str, str]:
+    """The options of a one-entry sasl.jaas.config. Errors never quote the text: it holds
+    a password."""
+    entry = _JAAS_ENTRY.fullmatch(text)
+    if entry is None:
+        raise ConfigError('sasl.jaas.config: expected `<LoginModule class> required username="..." password="...";`')
+    options, rest = {}, entry.group(3)
+    while rest.strip():
+        option = _JAAS_OPTION.match(rest)
+        if option is None:
+            raise ConfigError('sasl.jaas.config: expected options as key="value" after the login module and flag')
+        quoted, bare = option.group(2), option.group(3)
+        options[option.group(1)] = re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else bare
+        rest = rest[option.end():]
+    return options
+
+
+def sasl_credentials(jaas_config: str | None) -> tuple[str, str]:
+    """User name and password from sasl.jaas.config (PlainLoginModule and ScramLoginModule
+    both take them as the username and password options)."""
+    if not jaas_config:
+        raise ConfigError("sasl.jaas.config: required with security.protocol=SASL_PLAINTEXT or SASL_SSL, e.g. "
+                          'org.apache.kafka.common.security.plain.PlainLoginModule required username="..." password="...";')
+    options = jaas_options(jaas_config)
+    missing = [name for name in ("username", "password") if name not in options]
+    if missing:
+        raise ConfigError(f"sasl.jaas.config: the {' and '.join(missing)} option(s) are missing")
+    return options["username"], options["password"]
+
+
+def _check_sasl(values: dict[str, Any]) -> None:
+    if not values["security_protocol"].startswith("SASL_"):
+        return  # sasl.* settings are ignored then, as in Java
+    mechanism = values["sasl_mechanism"]
+    if mechanism not in SASL_MECHANISMS:
+        hint = " (Java's default, Kerberos, is not supported)" if mechanism == "GSSAPI" else ""
+        raise ConfigError(f"sasl.mechanism: expected one of {', '.join(SASL_MECHANISMS)} with "
+                          f"security.protocol={values['security_protocol']}, got {mechanism!r}{hint}")
+    sasl_credentials(values["sasl_jaas_config"])
+
+
 _KEYS: tuple[_Key, ...] = (
     _Key("bootstrap.servers", None, _bootstrap, "host:port list used to discover the cluster"),
     _Key("client.id", "kprod", _str, "client id sent with every request"),
@@ -199,7 +252,9 @@ _KEYS: tuple[_Key, ...] = (
     _Key("receive.buffer.bytes", 32768, _int(-1, _INT32_MAX), "SO_RCVBUF, -1 for the OS default"),
     _Key("connections.max.idle.ms", 540000, _int(0), "close connections idle this long"),
     _Key("transactional.id", None, _optional_str, "not supported yet; must be unset"),
-    _Key("security.protocol", "PLAINTEXT", _security_protocol, "PLAINTEXT or SSL (TLS); SASL not yet"),
+    _Key("security.protocol", "PLAINTEXT", _security_protocol, "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL"),
+    _Key("sasl.mechanism", "GSSAPI", _upper, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (not GSSAPI, Java's default)"),
+    _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." options'),
     _Key("ssl.truststore.location", None, _optional_str, "PEM file of the CA certificates to trust (default: the system's)"),
     _Key("ssl.truststore.certificates", None, _optional_str, "the CA certificates to trust, as PEM text"),
     _Key("ssl.truststore.type", "PEM", _pem_store_type, "PEM (the only type supported)"),
@@ -248,6 +303,8 @@ class ProducerConfig:
     connections_max_idle_ms: int
     transactional_id: str | None
     security_protocol: str
+    sasl_mechanism: str
+    sasl_jaas_config: str | None = dataclasses.field(repr=False)
     ssl_truststore_location: str | None
     ssl_truststore_certificates: str | None
     ssl_truststore_type: str
@@ -288,6 +345,7 @@ class ProducerConfig:
         values["enable_idempotence"] = _resolve_idempotence(settings, values)
         if values["transactional_id"] is not None:
             raise ConfigError("transactional.id: transactions are not supported yet; leave it unset")
+        _check_sasl(values)
         if values["delivery_timeout_ms"] < values["linger_ms"] + values["request_timeout_ms"]:
             raise ConfigError(
                 "delivery.timeout.ms: must be at least linger.ms + request.timeout.ms "

@@ -40,9 +40,20 @@ class InvalidPartitionError(KProdError, ValueError):
     """A record names a partition that its topic does not have."""
 
 
-class SslAuthenticationError(KProdError, ConnectionError):
-    """The TLS handshake with a broker failed (its certificate was not trusted, or names
-    another host): not retried, as in Java; the message says which setting to check."""
+class AuthenticationError(KProdError, ConnectionError):
+    """A broker and this client could not authenticate each other. Not retriable: threads
+    waiting for metadata fail with it at once, as in Java; the message says which setting
+    to check."""
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake with a broker failed: its certificate was not trusted, or names
+    another host."""
+
+
+class SaslAuthenticationError(AuthenticationError):
+    """SASL authentication failed: wrong credentials, a mechanism the broker does not
+    enable, or a broker that could not prove it knows the password (SCRAM)."""
 
 
 class ProducerClosedError(KProdError, RuntimeError):

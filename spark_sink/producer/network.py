@@ -1,7 +1,7 @@
 """NetworkClient: non-blocking connections to brokers, the only module with sockets.
 
 One selector multiplexes every broker connection. Each connection negotiates API
-versions right after connecting, keeps its requests in flight in order, resumes partial
+versions right after connecting (then authenticates, with SASL), keeps its requests in flight in order, resumes partial
 writes on the next poll and is closed (failing what is in flight) on errors and request
 timeouts. Only the Sender thread calls it, except :meth:`NetworkClient.wakeup`.
 """
@@ -23,8 +23,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
+from spark_sink.producer.config import ProducerConfig, sasl_credentials
+from spark_sink.producer.errors import (
+    AuthenticationError,
+    ConfigError,
+    KafkaTimeoutError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
+)
+from spark_sink.protocol import sasl
 from spark_sink.protocol.errors import KafkaConnectionError, KProdError, error_for_code
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.messages import ApiKey, choose_version
@@ -42,9 +49,9 @@ _FRAME_HEAD = struct.Struct(">iI")  # size prefix, correlation id
 
 
 def ssl_context(config: ProducerConfig) -> ssl.SSLContext | None:
-    """The TLS context of security.protocol=SSL (None for PLAINTEXT); a file that cannot
-    be read is a ConfigError naming its key, at producer creation."""
-    if config.security_protocol != "SSL":
+    """The TLS context of security.protocol=SSL or SASL_SSL (else None); a file that
+    cannot be read is a ConfigError naming its key, at producer creation."""
+    if not config.security_protocol.endswith("SSL"):
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # certificates always verified
     context.check_hostname = config.ssl_endpoint_identification_algorithm == "https"
@@ -92,7 +99,8 @@ class _State(Enum):
     CONNECTING = 1
     HANDSHAKING = 2  # TLS
     CHECKING_API_VERSIONS = 3
-    READY = 4
+    AUTHENTICATING = 4  # SASL
+    READY = 5
 
 
 @dataclass(slots=True)
@@ -113,6 +121,11 @@ class _Connection:
     sock: socket.socket | None = None
     protocol: KafkaProtocol | None = None
     versions: dict[int, int] = field(default_factory=dict)
+    sasl_exchange: sasl.SaslMechanism | None = None  # under way
+    # When a SASL session with a lifetime (KIP-368) is due to be replaced: from then on no
+    # new request is sent, and once none is in flight the connection is closed and a new
+    # one authenticates. 0: no lifetime.
+    reauthenticate_ms: float = 0.0
     # Frame buffers waiting to be written as [view, on_written, queued_ms]; on_written is the
     # (callback, response) fired once the frame is out (requests that expect no response,
     # e.g. Produce with acks=0), queued_ms lets a write stuck behind a stalled socket time
@@ -144,9 +157,12 @@ class NetworkClient:
         for i, (host, port) in enumerate(config.bootstrap_servers):
             self._conns[-(i + 1)] = _Connection(-(i + 1), host, port)
         self._ssl = ssl_context(config)
-        # The last TLS handshake that failed on trust; cleared by one that succeeds. Read
-        # by threads waiting for metadata, which then fail at once, as in Java.
-        self.authentication_error: SslAuthenticationError | None = None
+        self._sasl_credentials = (
+            sasl_credentials(config.sasl_jaas_config) if config.security_protocol.startswith("SASL_") else None)
+        # The last authentication (TLS or SASL) that failed; cleared when a connection
+        # becomes ready. Read by threads waiting for metadata, which then fail at once, as
+        # in Java.
+        self.authentication_error: AuthenticationError | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -192,6 +208,11 @@ class NetworkClient:
         conn = self._conns.get(node_id)
         if conn is None:
             return False
+        if conn.state is _State.READY and conn.reauthenticate_ms and now >= conn.reauthenticate_ms:
+            if conn.in_flight or conn.outbox:
+                return False  # let the session's last requests finish
+            self._disconnect(conn, KafkaConnectionError("SASL session lifetime ending; authenticating anew"),
+                             backoff=False)
         if conn.state is _State.READY:
             # As Java's canSendMore: not while the last request is still being written. A
             # slow socket then leaves batches in the accumulator, where they keep filling,
@@ -404,7 +425,6 @@ class NetworkClient:
             raise error from None
         except (ssl.SSLError, OSError) as exc:
             raise KafkaConnectionError(f"TLS handshake with {conn.host}:{conn.port} failed: {exc}") from exc
-        self.authentication_error = None
         self._start_api_versions(conn)
 
     def _start_api_versions(self, conn: _Connection) -> None:
@@ -435,11 +455,86 @@ class NetworkClient:
             except KProdError:
                 continue  # not usable at any common version; send() will say so
         conn.versions = versions
+        if self._sasl_credentials is None:
+            self._mark_ready(conn)
+        else:
+            self._start_sasl(conn)
+
+    def _mark_ready(self, conn: _Connection) -> None:
         conn.state = _State.READY
+        conn.sasl_exchange = None
         conn.last_used_ms = now_ms()
         conn.failures = 0
         conn.backoff_ms = 0.0
-        log.debug("node %s ready, versions %s", conn.node_id, versions)
+        self.authentication_error = None
+        log.debug("node %s ready, versions %s", conn.node_id, conn.versions)
+
+    # -- SASL (KIP-43 handshake, KIP-152 SaslAuthenticate) --------------------
+
+    def _start_sasl(self, conn: _Connection) -> None:
+        conn.state = _State.AUTHENTICATING
+        if ApiKey.SASL_HANDSHAKE not in conn.versions or ApiKey.SASL_AUTHENTICATE not in conn.versions:
+            self._fail_sasl(conn, "the broker does not support SaslHandshake v1 and SaslAuthenticate "
+                                  "(Kafka 1.0 or newer), or has no SASL listener on this port")
+            return
+        self._enqueue(conn, ApiKey.SASL_HANDSHAKE, conn.versions[ApiKey.SASL_HANDSHAKE],
+                      {"mechanism": self._config.sasl_mechanism}, self._on_sasl_handshake, True)
+
+    def _on_sasl_handshake(self, response: ClientResponse) -> None:
+        conn = self._authenticating(response)
+        if conn is None:
+            return
+        body = response.body
+        if body["error_code"] == 33:  # UNSUPPORTED_SASL_MECHANISM
+            offered = ", ".join(body["mechanisms"] or ()) or "none"
+            self._fail_sasl(conn, f"sasl.mechanism {self._config.sasl_mechanism} is not enabled on the broker; "
+                                  f"it offers {offered}")
+            return
+        if body["error_code"]:
+            self._fail_sasl(conn, f"SaslHandshake failed: {error_for_code(body['error_code']).name}")
+            return
+        conn.sasl_exchange = sasl.mechanism(self._config.sasl_mechanism, *self._sasl_credentials)
+        self._send_sasl_token(conn, conn.sasl_exchange.first_token())
+
+    def _send_sasl_token(self, conn: _Connection, token: bytes) -> None:
+        self._enqueue(conn, ApiKey.SASL_AUTHENTICATE, conn.versions[ApiKey.SASL_AUTHENTICATE],
+                      {"auth_bytes": token}, self._on_sasl_authenticate, True)
+
+    def _on_sasl_authenticate(self, response: ClientResponse) -> None:
+        conn = self._authenticating(response)
+        if conn is None or conn.sasl_exchange is None:
+            return
+        body = response.body
+        if body["error_code"]:
+            reason = body["error_message"] or error_for_code(body["error_code"]).name
+            self._fail_sasl(conn, f"{reason} (check the username and password in sasl.jaas.config)")
+            return
+        try:
+            token = conn.sasl_exchange.respond(body["auth_bytes"] or b"")
+        except sasl.SaslError as exc:
+            self._fail_sasl(conn, str(exc))
+            return
+        if token is not None:
+            self._send_sasl_token(conn, token)
+            return
+        lifetime = body.get("session_lifetime_ms", 0)
+        # Java's choice: renew at a random 85-95% of the lifetime, so that a fleet of
+        # clients does not reconnect at once, well before the broker closes the connection.
+        conn.reauthenticate_ms = now_ms() + lifetime * random.uniform(0.85, 0.95) if lifetime > 0 else 0.0
+        self._mark_ready(conn)
+
+    def _authenticating(self, response: ClientResponse) -> _Connection | None:
+        """The connection a SASL response belongs to, if it is still authenticating."""
+        conn = self._conns.get(response.node_id)
+        if conn is None or response.error is not None or conn.state is not _State.AUTHENTICATING:
+            return None
+        return conn
+
+    def _fail_sasl(self, conn: _Connection, reason: str) -> None:
+        error = SaslAuthenticationError(
+            f"SASL {self._config.sasl_mechanism} authentication with {conn.host}:{conn.port} failed: {reason}")
+        self.authentication_error = error
+        self._disconnect(conn, error)
 
     def _fail_connect(self, conn: _Connection, error: Exception, now: float) -> None:
         conn.state = _State.DISCONNECTED
@@ -467,6 +562,8 @@ class NetworkClient:
         conn.state = _State.DISCONNECTED
         conn.writing = False
         conn.versions = {}
+        conn.sasl_exchange = None
+        conn.reauthenticate_ms = 0.0
         now = now_ms()
         for entry in conn.in_flight:
             if entry.callback is not None:

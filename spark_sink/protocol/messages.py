@@ -23,8 +23,10 @@ class ApiKey(IntEnum):
     PRODUCE = 0
     METADATA = 3
     FIND_COORDINATOR = 10
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    SASL_AUTHENTICATE = 36
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,29 @@ FIND_COORDINATOR = Api(
     ), flexible_from=3),
 )
 
-APIS: dict[int, Api] = {api.key: api for api in (PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR)}
+# v1 only: v0 (Kafka 0.10) sends the SASL tokens unframed, outside the Kafka protocol.
+SASL_HANDSHAKE = Api(
+    ApiKey.SASL_HANDSHAKE, 1, 1,
+    Schema((F("mechanism", "string"),)),
+    Schema((
+        F("error_code", "int16"),
+        F("mechanisms", "[]string"),
+    )),
+)
+
+SASL_AUTHENTICATE = Api(
+    ApiKey.SASL_AUTHENTICATE, 0, 2,
+    Schema((F("auth_bytes", "bytes"),), flexible_from=2),
+    Schema((
+        F("error_code", "int16"),
+        F("error_message", "string", nullable=True),
+        F("auth_bytes", "bytes"),
+        F("session_lifetime_ms", "int64", 1),
+    ), flexible_from=2),
+)
+
+APIS: dict[int, Api] = {api.key: api for api in (
+    PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE)}
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
 
 

@@ -66,7 +66,7 @@ def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
 
 
 @pytest.mark.parametrize("settings, named", [
-    ({"security.protocol": "SASL_SSL"}, "security.protocol"),
+    ({"security.protocol": "SSL_TLS"}, "security.protocol"),
     ({"security.protocol": "TLS"}, "security.protocol"),
     ({"security.protocol": "SSL", "ssl.truststore.type": "JKS"}, "ssl.truststore.type"),
     ({"security.protocol": "SSL", "ssl.truststore.location": "/nonexistent/ca.pem"}, "ssl.truststore.location"),

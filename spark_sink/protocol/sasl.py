@@ -1,0 +1,143 @@
+"""SASL client mechanisms as sans-IO objects: tokens in, tokens out.
+
+A mechanism starts with :meth:`SaslMechanism.first_token`; each server token goes to
+:meth:`SaslMechanism.respond`, which returns the next client token, or None once the
+exchange is complete on the client's side. Failures raise :class:`SaslError`. The network
+client carries the tokens in SaslAuthenticate requests (KIP-152).
+
+PLAIN is RFC 4616; SCRAM-SHA-256/512 is RFC 5802 and RFC 7677 as Kafka uses it (KIP-84):
+no channel binding, the password's UTF-8 bytes without SASLprep, and at least 4096
+iterations (Kafka's own floor, which its clients enforce).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from typing import Protocol
+
+from spark_sink.protocol.errors import KProdError
+
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+_SCRAM_MIN_ITERATIONS = 4096
+_GS2_HEADER = b"n,,"  # no channel binding, no authorization id
+
+
+class SaslError(KProdError):
+    """The SASL exchange failed on the client's side (a bad server message or signature)."""
+
+
+class SaslMechanism(Protocol):
+    name: str
+
+    def first_token(self) -> bytes: ...
+
+    def respond(self, challenge: bytes) -> bytes | None: ...
+
+
+def mechanism(name: str, username: str, password: str) -> SaslMechanism:
+    """A fresh client exchange for mechanism ``name`` (one per connection)."""
+    if name == "PLAIN":
+        return Plain(username, password)
+    if name in _SCRAM_HASHES:
+        return Scram(name, username, password)
+    raise ValueError(f"unsupported SASL mechanism {name!r}; expected one of {', '.join(MECHANISMS)}")
+
+
+class Plain:
+    """PLAIN: one token carrying the user name and password; the server answers empty."""
+
+    name = "PLAIN"
+
+    def __init__(self, username: str, password: str) -> None:
+        self._token = b"\x00" + username.encode() + b"\x00" + password.encode()
+
+    def first_token(self) -> bytes:
+        return self._token
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        return None
+
+
+class Scram:
+    """SCRAM-SHA-256/512: client-first, server-first, client-final (the proof),
+    server-final (the server's signature, checked: the server proves it knows the
+    password too)."""
+
+    def __init__(self, name: str, username: str, password: str, nonce: str | None = None) -> None:
+        self.name = name
+        self._hash = _SCRAM_HASHES[name]
+        self._password = password.encode()
+        self._nonce = nonce or secrets.token_urlsafe(24)  # printable, never a comma
+        # RFC 5802 section 5.1: '=' and ',' in the user name are escaped.
+        user = username.replace("=", "=3D").replace(",", "=2C")
+        self._client_first_bare = f"n={user},r={self._nonce}".encode()
+        self._server_signature: bytes | None = None
+        self._step = 0
+
+    def first_token(self) -> bytes:
+        return _GS2_HEADER + self._client_first_bare
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        self._step += 1
+        if self._step == 1:
+            return self._client_final(challenge)
+        if self._step == 2:
+            self._verify_server_final(challenge)
+            return None
+        raise SaslError(f"{self.name}: unexpected server message after the exchange completed")
+
+    def _client_final(self, server_first: bytes) -> bytes:
+        attrs = _attributes(self.name, server_first)
+        if "m" in attrs:
+            raise SaslError(f"{self.name}: the server asks for an extension kprod does not know")
+        try:
+            nonce, salt, iterations = attrs["r"], base64.b64decode(attrs["s"], validate=True), int(attrs["i"])
+        except (KeyError, ValueError) as exc:
+            raise SaslError(f"{self.name}: malformed server-first message ({exc})") from None
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
+            raise SaslError(f"{self.name}: the server's nonce does not extend the client's")
+        if iterations < _SCRAM_MIN_ITERATIONS:
+            raise SaslError(f"{self.name}: the server asks for {iterations} iterations, "
+                            f"fewer than the minimum of {_SCRAM_MIN_ITERATIONS}")
+        salted = hashlib.pbkdf2_hmac(self._hash, self._password, salt, iterations)
+        client_key = self._hmac(salted, b"Client Key")
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        without_proof = b"c=" + base64.b64encode(_GS2_HEADER) + b",r=" + nonce.encode()
+        auth_message = b",".join((self._client_first_bare, server_first, without_proof))
+        signature = self._hmac(stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        self._server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
+        return without_proof + b",p=" + base64.b64encode(proof)
+
+    def _verify_server_final(self, server_final: bytes) -> None:
+        attrs = _attributes(self.name, server_final)
+        if "e" in attrs:
+            raise SaslError(f"{self.name}: the server refused the proof: {attrs['e']}")
+        try:
+            signature = base64.b64decode(attrs["v"], validate=True)
+        except (KeyError, ValueError):
+            raise SaslError(f"{self.name}: malformed server-final message") from None
+        if not hmac.compare_digest(signature, self._server_signature or b""):
+            raise SaslError(f"{self.name}: the server's signature is wrong (it does not know the password)")
+
+    def _hmac(self, key: bytes, message: bytes) -> bytes:
+        return hmac.new(key, message, self._hash).digest()
+
+
+def _attributes(name: str, message: bytes) -> dict[str, str]:
+    """``k=v,k=v`` of a SCRAM message (values may contain '=')."""
+    try:
+        text = message.decode()
+    except UnicodeDecodeError:
+        raise SaslError(f"{name}: server message is not UTF-8") from None
+    attrs = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or len(key) != 1:
+            raise SaslError(f"{name}: malformed server message {text!r}")
+        attrs[key] = value
+    return attrs
