@@ -1,9 +1,9 @@
 """NetworkClient: non-blocking connections to brokers, the only module with sockets.
 
 One selector multiplexes every broker connection. Each connection negotiates API
-versions right after connecting (then authenticates, with SASL), keeps its requests in flight in order, resumes partial
-writes on the next poll and is closed (failing what is in flight) on errors and request
-timeouts. Only the Sender thread calls it, except :meth:`NetworkClient.wakeup`.
+versions right after connecting (then authenticates, with SASL), keeps its requests in
+flight in order, resumes partial writes on the next poll and is closed (failing what is
+in flight) on errors and request timeouts. Only the Sender thread calls it, except :meth:`NetworkClient.wakeup`.
 """
 
 from __future__ import annotations
