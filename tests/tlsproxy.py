@@ -43,12 +43,31 @@ def make_pki(directory: Path, name: str = "kprod-test-ca") -> Pki:
     return Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key")
 
 
-class TlsProxy:
-    """Accept TLS on 127.0.0.1:``port`` and forward the plaintext to ``target``."""
+def make_client_cert(pki: Pki, name: str = "kprod-client") -> tuple[Path, Path]:
+    """A client certificate (for mutual TLS) signed by ``pki``'s CA: (cert.pem, key.pem)."""
+    directory = pki.ca.parent
 
-    def __init__(self, pki: Pki, target_host: str, target_port: int, port: int = 0) -> None:
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.pem", "-days", "2")
+    return directory / f"{name}.pem", directory / f"{name}.key"
+
+
+class TlsProxy:
+    """Accept TLS on 127.0.0.1:``port`` and forward the plaintext to ``target``; with
+    ``require_client_cert``, only clients with a certificate from ``pki``'s CA (mutual TLS)."""
+
+    def __init__(self, pki: Pki, target_host: str, target_port: int, port: int = 0,
+                 require_client_cert: bool = False) -> None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(pki.server_cert, pki.server_key)
+        if require_client_cert:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=pki.ca)
         self._target = (target_host, target_port)
         self._loop = asyncio.new_event_loop()
         self._server = self._loop.run_until_complete(

@@ -120,11 +120,14 @@ def _upper(key: str, value: Any) -> str:
     return _str(key, value).strip().upper()
 
 
-def _pem_store_type(key: str, value: Any) -> str:
+def _store_type(key: str, value: Any) -> str:
     text = str(value).strip().upper()
-    if text != "PEM":
-        raise ConfigError(f"{key}: only PEM is supported (convert a {value} store to PEM with keytool and openssl), "
-                          f"got {value!r}")
+    if text == "JKS":
+        raise ConfigError(f"{key}: JKS stores are not read by kprod; convert the store with `keytool "
+                          "-importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12` "
+                          "and set PKCS12")
+    if text not in ("PEM", "PKCS12"):
+        raise ConfigError(f"{key}: expected PEM or PKCS12, got {value!r}")
     return text
 
 
@@ -257,9 +260,11 @@ _KEYS: tuple[_Key, ...] = (
     _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." options'),
     _Key("ssl.truststore.location", None, _optional_str, "PEM file of the CA certificates to trust (default: the system's)"),
     _Key("ssl.truststore.certificates", None, _optional_str, "the CA certificates to trust, as PEM text"),
-    _Key("ssl.truststore.type", "PEM", _pem_store_type, "PEM (the only type supported)"),
+    _Key("ssl.truststore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
+    _Key("ssl.truststore.password", None, _secret, "password of a PKCS12 truststore, if it has one"),
     _Key("ssl.keystore.location", None, _optional_str, "PEM file with this client's private key and certificate chain (mutual TLS)"),
-    _Key("ssl.keystore.type", "PEM", _pem_store_type, "PEM (the only type supported)"),
+    _Key("ssl.keystore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
+    _Key("ssl.keystore.password", None, _secret, "password of a PKCS12 keystore"),
     _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location"),
     _Key("ssl.endpoint.identification.algorithm", "https", _hostname_check, "https checks the broker's host name; empty skips"),
 )
@@ -308,8 +313,10 @@ class ProducerConfig:
     ssl_truststore_location: str | None
     ssl_truststore_certificates: str | None
     ssl_truststore_type: str
+    ssl_truststore_password: str | None = dataclasses.field(repr=False)
     ssl_keystore_location: str | None
     ssl_keystore_type: str
+    ssl_keystore_password: str | None = dataclasses.field(repr=False)
     ssl_key_password: str | None = dataclasses.field(repr=False)
     ssl_endpoint_identification_algorithm: str
 

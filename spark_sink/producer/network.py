@@ -26,11 +26,11 @@ from typing import Any
 from spark_sink.producer.config import ProducerConfig, sasl_credentials
 from spark_sink.producer.errors import (
     AuthenticationError,
-    ConfigError,
     KafkaTimeoutError,
     SaslAuthenticationError,
     SslAuthenticationError,
 )
+from spark_sink.producer.tls import ssl_context
 from spark_sink.protocol import sasl
 from spark_sink.protocol.errors import KafkaConnectionError, KProdError, error_for_code
 from spark_sink.protocol.framing import KafkaProtocol
@@ -46,31 +46,6 @@ _MAX_IOV = 64
 # broker that does answer them (Tansu does) answers in order, so a few suffice.
 _MAX_UNANSWERED = 4096
 _FRAME_HEAD = struct.Struct(">iI")  # size prefix, correlation id
-
-
-def ssl_context(config: ProducerConfig) -> ssl.SSLContext | None:
-    """The TLS context of security.protocol=SSL or SASL_SSL (else None); a file that
-    cannot be read is a ConfigError naming its key, at producer creation."""
-    if not config.security_protocol.endswith("SSL"):
-        return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # certificates always verified
-    context.check_hostname = config.ssl_endpoint_identification_algorithm == "https"
-    key = "ssl.truststore.location"  # the setting being loaded, for the error
-    try:
-        # A truststore replaces the system's CAs, as in Java.
-        if not (config.ssl_truststore_location or config.ssl_truststore_certificates):
-            context.load_default_certs()
-        if config.ssl_truststore_location:
-            context.load_verify_locations(cafile=config.ssl_truststore_location)
-        if config.ssl_truststore_certificates:
-            key = "ssl.truststore.certificates"
-            context.load_verify_locations(cadata=config.ssl_truststore_certificates)
-        if config.ssl_keystore_location:
-            key = "ssl.keystore.location"
-            context.load_cert_chain(config.ssl_keystore_location, password=config.ssl_key_password)
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        raise ConfigError(f"{key}: cannot load it as PEM: {exc}") from None
-    return context
 
 
 def now_ms() -> float:

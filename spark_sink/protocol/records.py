@@ -21,7 +21,7 @@ import crc32c
 
 from spark_sink.protocol.compression import compress, decompress
 from spark_sink.protocol.errors import CorruptRecordError
-from spark_sink.protocol.primitives import Reader, write_uvarint, write_varint
+from spark_sink.protocol.primitives import Reader, write_varint
 
 RECORD_BATCH_OVERHEAD = 61
 MAGIC = 2

@@ -1,13 +1,18 @@
 """security.protocol=SSL: TLS to the brokers, through a TLS-terminating proxy in front of
 Tansu, read back over TLS by confluent-kafka's consumer."""
 
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.producer.errors import ConfigError, SslAuthenticationError
+from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
 from tests.brokers import consume_all, free_port, start_tansu, unique_topic
-from tests.tlsproxy import TlsProxy, make_pki
+from tests.tlsproxy import TlsProxy, make_client_cert, make_pki
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +63,6 @@ def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, t
 
 
 def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
-    from spark_sink.producer.errors import KafkaTimeoutError
-
     with KafkaProducer({"bootstrap.servers": tls_broker.bootstrap, "max.block.ms": 1500}) as p:
         with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
             p.partitions_for(unique_topic("tls"))
@@ -68,7 +71,7 @@ def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
 @pytest.mark.parametrize("settings, named", [
     ({"security.protocol": "SSL_TLS"}, "security.protocol"),
     ({"security.protocol": "TLS"}, "security.protocol"),
-    ({"security.protocol": "SSL", "ssl.truststore.type": "JKS"}, "ssl.truststore.type"),
+    ({"security.protocol": "SSL", "ssl.truststore.type": "BCFKS"}, "ssl.truststore.type"),
     ({"security.protocol": "SSL", "ssl.truststore.location": "/nonexistent/ca.pem"}, "ssl.truststore.location"),
     ({"security.protocol": "SSL", "ssl.keystore.location": "/nonexistent/me.pem"}, "ssl.keystore.location"),
     ({"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "ldap"},
@@ -77,3 +80,75 @@ def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
 def test_bad_tls_settings_name_the_key(settings, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         KafkaProducer({"bootstrap.servers": "127.0.0.1:9", **settings})
+
+
+def _keytool(*args):
+    subprocess.run(["keytool", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def mtls(pki):
+    """(bootstrap, client cert, client key) of a Tansu broker behind a proxy that requires a
+    client certificate from the test CA."""
+    cert, key = make_client_cert(pki)
+    port = free_port()
+    with TlsProxy(pki, "127.0.0.1", port, require_client_cert=True) as proxy, \
+            start_tansu(port=port, advertised_port=proxy.port) as broker:
+        yield broker.bootstrap, cert, key
+
+
+@pytest.mark.skipif(shutil.which("keytool") is None, reason="needs Java's keytool to write the stores")
+def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path):
+    bootstrap, cert, key = mtls
+    # A truststore as Java users have them: keytool's PKCS12 with a trusted-certificate entry.
+    truststore = tmp_path / "truststore.p12"
+    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
+             "-storetype", "PKCS12", "-storepass", "changeit")
+    keystore = tmp_path / "keystore.p12"
+    subprocess.run(["openssl", "pkcs12", "-export", "-in", str(cert), "-inkey", str(key), "-certfile", str(pki.ca),
+                    "-out", str(keystore), "-passout", "pass:store-secret"], check=True, capture_output=True)
+    config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
+              "ssl.truststore.location": str(truststore), "ssl.truststore.type": "PKCS12",
+              "ssl.truststore.password": "changeit", "ssl.keystore.location": str(keystore),
+              "ssl.keystore.type": "PKCS12", "ssl.keystore.password": "store-secret"}
+    topic = unique_topic("p12")
+    with KafkaProducer(config) as p:
+        assert p.send(ProducerRecord(topic, b"mutual")).result(30).offset >= 0
+    assert not list(Path(tempfile.gettempdir()).glob("kprod-keystore-*"))  # the key's temporary file is gone
+    # The same broker refuses a client without a certificate: the stores above did the work.
+    with KafkaProducer({**config, "ssl.keystore.location": None, "max.block.ms": 3000}) as p:
+        with pytest.raises(KafkaTimeoutError):
+            p.partitions_for(topic)
+
+
+def test_pem_keystore_for_mutual_tls(mtls, pki, tmp_path):
+    bootstrap, cert, key = mtls
+    keystore = tmp_path / "client.pem"
+    keystore.write_bytes(key.read_bytes() + cert.read_bytes())
+    config = {"bootstrap.servers": bootstrap, **_tls(pki, **{"ssl.keystore.location": str(keystore)})}
+    with KafkaProducer(config) as p:
+        assert p.send(ProducerRecord(unique_topic("pem-mtls"), b"mutual")).result(30).offset >= 0
+
+
+def test_store_errors_name_the_setting_and_hide_the_password(pki, tmp_path):
+    base = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}
+    truststore = tmp_path / "t.p12"
+    subprocess.run(["openssl", "pkcs12", "-export", "-nokeys", "-in", str(pki.ca), "-out", str(truststore),
+                    "-passout", "pass:right-one"], check=True, capture_output=True)
+    cases = [
+        ({"ssl.truststore.location": str(truststore), "ssl.truststore.type": "PKCS12",
+          "ssl.truststore.password": "wrong-one"}, "ssl.truststore.location.*ssl.truststore.password"),
+        ({"ssl.truststore.location": str(truststore)}, "is not PEM.*ssl.truststore.type=PKCS12"),
+        ({"ssl.keystore.location": str(truststore), "ssl.keystore.type": "PKCS12",
+          "ssl.keystore.password": "right-one"}, "ssl.keystore.location.*no private key"),
+        ({"ssl.truststore.type": "JKS"}, "ssl.truststore.type.*keytool -importkeystore"),
+    ]
+    if shutil.which("keytool"):
+        jks = tmp_path / "t.jks"
+        _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(jks),
+                 "-storetype", "JKS", "-storepass", "changeit")
+        cases.append(({"ssl.truststore.location": str(jks)}, "is a JKS store.*keytool -importkeystore"))
+    for settings, named in cases:
+        with pytest.raises(ConfigError, match=named) as info:
+            KafkaProducer({**base, **settings})
+        assert "wrong-one" not in str(info.value) and "right-one" not in str(info.value)
