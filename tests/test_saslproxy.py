@@ -9,7 +9,6 @@ expire, SASL requests on an authenticated connection.
 from __future__ import annotations
 
 import socket
-import ssl
 import struct
 import time
 from collections.abc import Iterator
@@ -137,10 +136,8 @@ def test_a_mechanism_the_listener_lacks_is_refused(sasl):
 
 def test_sasl_ssl(tmp_path):
     pki = make_pki(tmp_path)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(pki.server_cert, pki.server_key)
     port = free_port()
-    with SaslProxy("127.0.0.1", port, USERS, ssl_context=context) as proxy, \
+    with SaslProxy("127.0.0.1", port, USERS, ssl_context=pki.server_context()) as proxy, \
             start_tansu(port=port, advertised_port=proxy.port) as broker:
         config = client_config(broker.bootstrap, "SCRAM-SHA-512", "bob", USERS["bob"], protocol="SASL_SSL")
         produce_and_read_back({**config, "ssl.ca.location": str(pki.ca)})

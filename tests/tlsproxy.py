@@ -25,6 +25,12 @@ class Pki:
     server_cert: Path
     server_key: Path
 
+    def server_context(self) -> ssl.SSLContext:
+        """A server-side TLS context presenting the server certificate."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.server_cert, self.server_key)
+        return context
+
 
 def make_pki(directory: Path, name: str = "kprod-test-ca") -> Pki:
     """Create a CA and a server certificate with the openssl command-line tool."""
@@ -63,8 +69,7 @@ class TlsProxy:
 
     def __init__(self, pki: Pki, target_host: str, target_port: int, port: int = 0,
                  require_client_cert: bool = False) -> None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(pki.server_cert, pki.server_key)
+        context = pki.server_context()
         if require_client_cert:
             context.verify_mode = ssl.CERT_REQUIRED
             context.load_verify_locations(cafile=pki.ca)

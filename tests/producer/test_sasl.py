@@ -2,7 +2,6 @@
 front of Tansu (the proxy's SCRAM server is scramp's, and it is itself checked against
 librdkafka in tests/test_saslproxy.py), and confluent-kafka reads the records back."""
 
-import ssl
 import time
 
 import pyarrow as pa
@@ -59,10 +58,8 @@ def test_send_and_send_arrow_authenticated(proxied, mechanism, user):
 
 def test_sasl_over_tls(tmp_path):
     pki = make_pki(tmp_path)
-    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_tls.load_cert_chain(pki.server_cert, pki.server_key)
     port = free_port()
-    with SaslProxy("127.0.0.1", port, USERS, ssl_context=server_tls) as proxy, \
+    with SaslProxy("127.0.0.1", port, USERS, ssl_context=pki.server_context()) as proxy, \
             start_tansu(port=port, advertised_port=proxy.port) as broker:
         topic = unique_topic("sasl-ssl")
         config = {"bootstrap.servers": broker.bootstrap, "ssl.truststore.location": str(pki.ca),
