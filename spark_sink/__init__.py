@@ -7,17 +7,18 @@ on first use so that ``import spark_sink`` does not import Spark.
 from typing import Any
 
 from spark_sink.producer import (
-    ArrowSendFuture, ArrowSendResult, BufferExhaustedError, ColumnError, ConfigError, FutureRecordMetadata,
-    InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError, ProducerConfig, ProducerRecord,
-    RecordMetadata, RecordTooLargeError, SerializationError,
+    ArrowSendFuture, ArrowSendResult, AuthenticationError, BufferExhaustedError, ColumnError, ConfigError,
+    FutureRecordMetadata, InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError,
+    ProducerConfig, ProducerRecord, RecordMetadata, RecordTooLargeError, SaslAuthenticationError,
+    SerializationError, SslAuthenticationError,
 )
 from spark_sink.protocol.errors import KafkaError, KProdError
 
 __all__ = [
-    "ArrowSendFuture", "ArrowSendResult", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
-    "InvalidPartitionError", "KafkaError", "KafkaProducer", "KafkaTimeoutError", "KProdDataSource", "KProdError",
-    "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata", "RecordTooLargeError",
-    "SerializationError",
+    "ArrowSendFuture", "ArrowSendResult", "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
+    "FutureRecordMetadata", "InvalidPartitionError", "KafkaError", "KafkaProducer", "KafkaTimeoutError",
+    "KProdDataSource", "KProdError", "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
+    "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
 ]
 
 
