@@ -57,7 +57,7 @@ class Metadata:
     def wait_for_topic(self, topic: str, max_block_ms: float, wakeup: Callable[[], None],
                        fatal: Callable[[], Exception | None] = lambda: None) -> int:
         """Partition count of ``topic``, fetching metadata and waiting up to max.block.ms;
-        ``fatal()`` returning an error (a failed TLS handshake) ends the wait with it."""
+        ``fatal()`` returning an error (failed authentication) ends the wait with it."""
         deadline = time.monotonic() + max_block_ms / 1000.0
         with self._cond:
             while True:

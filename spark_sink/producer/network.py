@@ -3,7 +3,8 @@
 One selector multiplexes every broker connection. Each connection negotiates API
 versions right after connecting (then authenticates, with SASL), keeps its requests in
 flight in order, resumes partial writes on the next poll and is closed (failing what is
-in flight) on errors and request timeouts. Only the Sender thread calls it, except :meth:`NetworkClient.wakeup`.
+in flight) on errors and request timeouts. Only the Sender thread calls it, except
+:meth:`NetworkClient.wakeup`.
 """
 
 from __future__ import annotations
@@ -703,7 +704,7 @@ class NetworkClient:
                 nearest = min(nearest, conn.in_flight[0].sent_ms + request_timeout - now)
             if conn.outbox:
                 nearest = min(nearest, conn.outbox[0][2] + request_timeout - now)
-            if conn.state is _State.CONNECTING or conn.state is _State.HANDSHAKING:
+            if conn.state in (_State.CONNECTING, _State.HANDSHAKING):
                 nearest = min(nearest, conn.connect_started_ms + setup_timeout - now)
         return max(0.0, nearest)
 

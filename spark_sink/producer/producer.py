@@ -292,8 +292,8 @@ class KafkaProducer:
         return list(range(self._metadata.partition_count(topic) or self._wait_for_topic(topic)))
 
     def _wait_for_topic(self, topic: str) -> int:
-        """Partition count once metadata names ``topic``: up to max.block.ms, or until a
-        TLS handshake fails on trust (raised at once, as Java does)."""
+        """Partition count once metadata names ``topic``: up to max.block.ms, or until TLS
+        or SASL authentication fails (raised at once, as Java does)."""
         return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
                                              lambda: self._client.authentication_error)
 

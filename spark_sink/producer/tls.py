@@ -41,7 +41,7 @@ def _load_truststore(context: ssl.SSLContext, config: ProducerConfig) -> None:
                 context.load_verify_locations(cadata=_pkcs12_certificates(key, config.ssl_truststore_location,
                                                                           config.ssl_truststore_password))
             else:
-                _refuse_jks(key, config.ssl_truststore_location, "ssl.truststore.type")
+                _check_pem_file(key, config.ssl_truststore_location, "ssl.truststore.type")
                 context.load_verify_locations(cafile=config.ssl_truststore_location)
         if config.ssl_truststore_certificates:
             key = "ssl.truststore.certificates"
@@ -58,7 +58,7 @@ def _load_keystore(context: ssl.SSLContext, config: ProducerConfig) -> None:
         if config.ssl_keystore_type == "PKCS12":
             _load_pkcs12_keystore(context, config)
         else:
-            _refuse_jks(key, location, "ssl.keystore.type")
+            _check_pem_file(key, location, "ssl.keystore.type")
             context.load_cert_chain(location, password=config.ssl_key_password)
     except ConfigError:
         raise
@@ -66,7 +66,8 @@ def _load_keystore(context: ssl.SSLContext, config: ProducerConfig) -> None:
         raise ConfigError(f"{key}: cannot load it as {config.ssl_keystore_type}: {exc}") from None
 
 
-def _refuse_jks(key: str, location: str, type_key: str) -> None:
+def _check_pem_file(key: str, location: str, type_key: str) -> None:
+    """Refuse, naming ``type_key``, a JKS or DER (PKCS12) file given as PEM."""
     with open(location, "rb") as f:
         head = f.read(4)
     if head == _JKS_MAGIC:
