@@ -18,6 +18,7 @@ from spark_sink.producer.batch import (
 )
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.errors import ProducerClosedError
 from spark_sink.producer.network import now_ms
 from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
@@ -42,6 +43,7 @@ class RecordAccumulator:
         self._order = itertools.count()
         self._flushes = 0
         self.closed = False
+        self._stopped: Exception | None = None  # why the Sender stopped, once it has
 
     # -- appending (user threads) ---------------------------------------------
 
@@ -53,6 +55,8 @@ class RecordAccumulator:
         # acquire/release rather than ``with``: half the cost on the per-record path.
         self._lock.acquire()
         try:
+            if self._stopped is not None:
+                self._raise_stopped()
             dq = self._batches.get(tp)
             if dq:
                 last = dq[-1]
@@ -65,6 +69,9 @@ class RecordAccumulator:
         size = max(self._config.batch_size, key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE + RECORD_BATCH_OVERHEAD)
         self._pool.allocate(size, max_block_ms)
         with self._lock:
+            if self._stopped is not None:
+                self._pool.deallocate(size)
+                self._raise_stopped()
             dq = self._batches.setdefault(tp, deque())
             if dq:
                 future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
@@ -106,6 +113,8 @@ class RecordAccumulator:
         batches = [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records, listener=listener)
                    for records, memory in encoded]
         with self._lock:
+            if self._stopped is not None:
+                self._raise_stopped()
             dq = self._batches.setdefault((topic, partition), deque())
             if dq:
                 dq[-1].closed = True  # later send() records must not overtake these batches
@@ -221,6 +230,14 @@ class RecordAccumulator:
                     freed += memory if isinstance(memory, int) else memory.release_one()
         if freed:
             self._pool.deallocate(freed)
+
+    def stop(self, reason: Exception) -> None:
+        """The Sender has stopped: appends fail from now on, naming ``reason``."""
+        with self._lock:
+            self._stopped = reason
+
+    def _raise_stopped(self) -> None:
+        raise ProducerClosedError(f"the producer has stopped sending: {self._stopped}")
 
     def abort_undrained(self) -> list[ProducerBatch]:
         """Remove every queued batch (for a forced close); the caller fails them."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from spark_sink.producer.errors import BufferExhaustedError, RecordTooLargeError
 
@@ -30,8 +31,9 @@ class BufferPool:
     does not take the GIL from the sender) for every small batch that completes.
     """
 
-    def __init__(self, total_bytes: int) -> None:
+    def __init__(self, total_bytes: int, on_block: Callable[[], None] | None = None) -> None:
         self.total = total_bytes
+        self.on_block = on_block  # told when a caller is about to wait (the memory is in batches to send)
         self._available = total_bytes
         self._lock = threading.Lock()
         self._waiters: deque[_Waiter] = deque()
@@ -57,6 +59,8 @@ class BufferPool:
             deadline = time.monotonic() + max_block_ms / 1000.0
             waiter = _Waiter(size, self._lock)
             self._waiters.append(waiter)
+            if self.on_block is not None:
+                self.on_block()
             try:
                 while self._available < size or self._waiters[0] is not waiter:
                     remaining = deadline - time.monotonic()

@@ -3,8 +3,9 @@
 One selector multiplexes every broker connection. Each connection negotiates API
 versions right after connecting (then authenticates, with SASL), keeps its requests in
 flight in order, resumes partial writes on the next poll and is closed (failing what is
-in flight) on errors and request timeouts. Only the Sender thread calls it, except
-:meth:`NetworkClient.wakeup`.
+in flight) on errors and request timeouts. Only the thread doing the Sender's work (the
+one holding its I/O lock) calls it, except :meth:`NetworkClient.wakeup` and
+:meth:`NetworkClient.wait`.
 """
 
 from __future__ import annotations
@@ -143,6 +144,9 @@ class NetworkClient:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        # Watches the wakeup socket alone: for a wait that must not be cut short by broker I/O.
+        self._wakeup_selector = selectors.DefaultSelector()
+        self._wakeup_selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._completed: list[tuple[Callback, ClientResponse]] = []
         # One receive buffer for every connection: KafkaProtocol copies what it is fed, and
         # only the polling thread reads, so recv_into() never allocates per read.
@@ -280,7 +284,7 @@ class NetworkClient:
     def poll(self, timeout_ms: float) -> None:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
         connection attempts, then run the callbacks of completed requests."""
-        timeout_ms = min(timeout_ms, self._next_timeout_ms(now_ms()))
+        timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
         for key, events in self._selector.select(max(0.0, timeout_ms) / 1000.0):
             conn = key.data
             if conn is None:
@@ -314,6 +318,15 @@ class NetworkClient:
             except Exception:  # a callback bug must not kill the I/O thread
                 log.exception("request callback failed")
 
+    def wait(self, timeout_ms: float, io: bool = True) -> None:
+        """Block up to ``timeout_ms`` until wakeup() is called or (``io``) some I/O is ready,
+        handling nothing: the next poll(0) does. Unlike the other methods, it may run while
+        another thread uses the client (the Sender waits here without its I/O lock)."""
+        if io:
+            self._selector.select(max(0.0, timeout_ms) / 1000.0)
+        elif self._wakeup_selector.select(max(0.0, timeout_ms) / 1000.0):
+            self._drain_wakeups()  # else the next wait would return at once, and the next
+
     def wakeup(self) -> None:
         """Interrupt a blocking poll; safe from any thread."""
         if self._wakeup_pending:
@@ -333,6 +346,7 @@ class NetworkClient:
             self._disconnect(conn, KafkaConnectionError("producer network client closed"), backoff=False)
         self._run_callbacks()
         self._selector.close()
+        self._wakeup_selector.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -695,7 +709,8 @@ class NetworkClient:
         # byte: this thread is awake and returns from poll() after this.
         self._wakeup_pending = False
 
-    def _next_timeout_ms(self, now: float) -> float:
+    def next_timeout_ms(self, now: float) -> float:
+        """Milliseconds until the nearest request or connection-setup timeout."""
         nearest = float("inf")
         request_timeout = self._config.request_timeout_ms
         setup_timeout = self._config.socket_connection_setup_timeout_ms

@@ -31,6 +31,7 @@ from spark_sink.producer.partitioner import SEED as MURMUR2_SEED, StickyPartitio
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
+from spark_sink.protocol.errors import KProdError
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,7 @@ class KafkaProducer:
         self._client = NetworkClient(c)
         self._partition_state = PartitionState(c)
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
+        self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._sticky = StickyPartitions(self._metadata.available_partitions)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
@@ -224,7 +226,10 @@ class KafkaProducer:
         if batch_ready or new_batch:
             if batch_ready and sticky:
                 self._sticky.next(topic, count)
-            self._sender.wakeup()
+            if new_batch:
+                self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
+            else:
+                self._sender.batch_ready()
         return future
 
     @staticmethod
@@ -299,6 +304,9 @@ class KafkaProducer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed."""
+        if self._in_callback():
+            # Java refuses this too: the flush would wait for the very round running it.
+            raise KProdError("flush() inside a send callback is not permitted: it would wait for itself")
         deadline = None if timeout is None else time.monotonic() + timeout
         self._accumulator.begin_flush()
         try:
@@ -317,6 +325,11 @@ class KafkaProducer:
         if self._closed:
             return
         self._closed = True
+        if self._in_callback():
+            # As Java does: waiting here would wait for the round running this callback.
+            log.warning("close() called from a send callback: closing without waiting (close(0))")
+            self._sender.force_close()
+            return
         if timeout == 0:
             self._sender.force_close()
         else:
@@ -325,6 +338,10 @@ class KafkaProducer:
         if self._sender.is_alive():
             self._sender.force_close()
             self._sender.join()
+
+    def _in_callback(self) -> bool:
+        """True on a thread running the sender's work (and so a send callback)."""
+        return self._sender.io_thread == threading.get_ident()
 
     def __enter__(self) -> KafkaProducer:
         return self

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from spark_sink.producer.accumulator import RecordAccumulator
@@ -23,6 +25,9 @@ _DUPLICATE_SEQUENCE = 46
 _OUT_OF_ORDER_SEQUENCE = 45
 _PRODUCER_ID_ERRORS = {47, 59}  # INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID
 _MAX_POLL_MS = 100.0
+# How long after a sending thread last did the sender's work the Sender thread leaves the
+# broker connections to it.
+_HANDOVER_MS = 10.0
 
 
 class Sender(threading.Thread):
@@ -42,11 +47,27 @@ class Sender(threading.Thread):
         self._pid_in_flight = False
         self._in_flight_batches: set[ProducerBatch] = set()
         self.fatal_error: Exception | None = None
+        # Held by whichever thread does the sender's work: this one, or a sending thread
+        # (run_in_caller). The client, the in-flight state and the producer id are touched
+        # only under it.
+        self.io_lock = threading.Lock()
+        self.io_thread: int | None = None  # the thread holding io_lock
+        self._stopped = False
+        self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
+        self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
 
     # -- lifecycle ------------------------------------------------------------
 
     def wakeup(self) -> None:
+        """Have this thread look at once (flush, close, a new topic): no sending thread is
+        going to do the work meanwhile."""
+        self._caller_ran_ms = -1e18
         self._client.wakeup()
+
+    def batch_ready(self) -> None:
+        """A batch is ready to send: wake this thread, unless a sending thread does the work."""
+        if now_ms() - self._caller_ran_ms >= _HANDOVER_MS:
+            self._client.wakeup()
 
     def initiate_close(self) -> None:
         """Stop once everything queued is sent."""
@@ -61,32 +82,93 @@ class Sender(threading.Thread):
 
     def run(self) -> None:
         try:
-            while self._running:
-                self.run_once()
-            while not self._force_close and (self._acc.has_undrained() or self._in_flight_batches):
-                self.run_once()
+            while True:
+                handover_left = _HANDOVER_MS - (now_ms() - self._caller_ran_ms)
+                if handover_left > 0:
+                    # A sending thread does the work (run_in_caller): keep off the GIL, and
+                    # look again when it may have stopped.
+                    self._client.wait(handover_left, io=False)
+                    continue
+                with self._doing_io():
+                    if not (self._running or not self._force_close
+                            and (self._acc.has_undrained() or self._in_flight_batches)):
+                        break
+                    wait_ms = self.run_once()
+                    self._waiting_until = now_ms() + wait_ms
+                if wait_ms > 0:
+                    self._client.wait(wait_ms)  # without the lock: a sending thread may take over
+                self._waiting_until = 0.0
         except Exception as exc:  # never die silently: fail everything with the cause
             log.exception("sender thread failed")
             self.fatal_error = exc
         finally:
-            self._force_close = True  # what fails from here on is not retried
-            error = self.fatal_error or KProdError("producer closed before these records were acknowledged")
-            self._client.close()
-            for batch in self._acc.abort_undrained():
-                self._fail(batch, error)
-            for batch in list(self._in_flight_batches):
-                self._fail(batch, error)
+            with self._doing_io():
+                self._stopped = True
+                self._force_close = True  # what fails from here on is not retried
+                error = self.fatal_error or KProdError("producer closed before these records were acknowledged")
+                self._acc.stop(error)
+                self._acc.abort_undrained()
+                # Every batch not yet completed, wherever it is: queued, in flight, or
+                # dropped between the two by a round that was interrupted.
+                for batch in self._acc.incomplete():
+                    self._fail(batch, error)
+                self._client.close()
+
+    def run_in_caller(self) -> None:
+        """Do one round of the sender's work on the calling (sending) thread.
+
+        With the GIL, two threads sharing per-record work are slower than one: each handover
+        of the GIL between cores costs more than the work it hands over. So while the
+        application sends, its own thread seals and sends the batches it fills and handles
+        the responses, and this thread sleeps until the application stops sending.
+        """
+        if self.io_thread == threading.get_ident():
+            return  # a send() from a callback of the round this thread is already doing
+        with self._doing_io():
+            if self._stopped:
+                return
+            try:
+                wait_ms = self.run_once()
+            except BaseException as exc:
+                # The round may have left a batch half sent: stop the producer and fail
+                # every record not acknowledged rather than leave one waiting forever. A
+                # bug is the producer's, not the send's (its record is queued): only an
+                # interruption (KeyboardInterrupt) goes on up.
+                log.exception("sender round failed on a sending thread")
+                self.fatal_error = exc if isinstance(exc, Exception) else KProdError(f"producer stopped by {exc!r}")
+                self._running = False
+                self._force_close = True
+                self.wakeup()
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            self._caller_ran_ms = now_ms()
+        if now_ms() + wait_ms < self._waiting_until:
+            self._client.wakeup()  # this thread waits on the brokers beyond something now due
+
+    @contextmanager
+    def _doing_io(self) -> Iterator[None]:
+        # Blocking (not a try-lock) on purpose: while this thread waits, the GIL goes to
+        # the thread doing a round, which then finishes sooner.
+        with self.io_lock:
+            self.io_thread = threading.get_ident()
+            try:
+                yield
+            finally:
+                self.io_thread = None
 
     # -- one loop -------------------------------------------------------------
 
-    def run_once(self) -> None:
+    def run_once(self) -> float:
+        """Send what is ready and handle the I/O that is ready, without blocking; returns
+        how long the Sender may wait before the next round. Only with ``io_lock`` held."""
         now = now_ms()
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if not self._ensure_producer_id(now):
             self._fail_expired(now)
-            self._client.poll(min(poll_ms, 50.0))
-            return
+            self._client.poll(0)
+            return min(poll_ms, 50.0, self._client.next_timeout_ms(now))
         leader_of = self._metadata.leader
         can_send = self._partitions.can_send
         ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send)
@@ -108,7 +190,8 @@ class Sender(threading.Thread):
             if drained:
                 poll_ms = 0.0
         self._fail_expired(now)
-        self._client.poll(max(0.0, poll_ms))
+        self._client.poll(0)
+        return min(poll_ms, self._client.next_timeout_ms(now_ms()))
 
     def _fail_expired(self, now: float) -> None:
         timeout = self._config.delivery_timeout_ms

@@ -10,6 +10,7 @@ from spark_sink.producer import (
     RecordTooLargeError, SerializationError,
 )
 from spark_sink.producer.partitioner import murmur2
+from spark_sink.protocol.errors import KProdError
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -147,3 +148,95 @@ def test_callbacks_from_many_threads(tansu):
             t.join()
         p.flush(60)
     assert len(calls) == 8000 and not any(calls)
+
+
+def test_the_sending_thread_does_the_io_while_it_sends(tansu):
+    """While an application sends, its own thread seals, sends and acknowledges the batches
+    it fills (so the two threads do not trade the GIL per record); every record still gets
+    exactly one callback."""
+    topic = create_topic(tansu.bootstrap, unique_topic("caller-io"), partitions=3)
+    calls = []
+    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+        p.partitions_for(topic)
+        for i in range(50_000):
+            p.send(ProducerRecord(topic, b"v" * 100, key=b"%d" % i),
+                   lambda md, err: calls.append((md, err, threading.get_ident())))
+        acknowledged_while_sending = len(calls)
+        p.flush(60)
+    assert len(calls) == 50_000 and not any(err for _, err, _ in calls)
+    assert len({(md.partition, md.offset) for md, _, _ in calls}) == 50_000
+    assert acknowledged_while_sending > 0
+    on_this_thread = sum(thread == threading.get_ident() for _, _, thread in calls[:acknowledged_while_sending])
+    assert on_this_thread > acknowledged_while_sending // 2
+
+
+def test_callbacks_may_send_but_not_flush_or_wait_for_close(tansu):
+    """A callback runs on whichever thread does the sender's work, the sending thread
+    included: send() from it works, flush() raises instead of waiting for itself (as in
+    Java), close() closes without waiting."""
+    topic = create_topic(tansu.bootstrap, unique_topic("cb-reentry"), partitions=3)
+    outcomes, flush_errors, resent = [], [], []
+
+    def resend(md, err):
+        resent.append(err)
+
+    def callback(md, err):
+        outcomes.append(err)
+        if len(outcomes) % 500 == 1:
+            p.send(ProducerRecord(topic, b"from a callback"), resend)
+            try:
+                p.flush(5)
+            except Exception as exc:  # noqa: BLE001 - the test inspects it
+                flush_errors.append(exc)
+
+    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+        for i in range(5000):
+            p.send(ProducerRecord(topic, b"%d" % i), callback)
+        p.flush(60)
+    assert len(outcomes) == 5000 and not any(outcomes)
+    assert resent and not any(resent) and len(flush_errors) == len(resent)
+    assert all(isinstance(e, KProdError) and "callback" in str(e) for e in flush_errors)
+    assert len(consume_all(tansu.bootstrap, topic, 5000 + len(resent))) == 5000 + len(resent)
+
+    closed = threading.Event()
+
+    def close_on_first(md, err):
+        if not closed.is_set():
+            closed.set()
+            q.close()
+
+    q = KafkaProducer({"bootstrap.servers": tansu.bootstrap})
+    futures = []
+    try:
+        for i in range(100_000):
+            futures.append(q.send(ProducerRecord(topic, b"%d" % i), close_on_first))
+    except ProducerClosedError:
+        pass
+    assert closed.wait(30)
+    q.close(30)
+    # Closed without waiting: every record is acknowledged or failed, none left hanging.
+    assert all(f.exception(30) is None or "closed" in str(f.exception()) for f in futures)
+
+
+def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(tansu):
+    """Ctrl-C can land while the sending thread does the sender's work (here: raised from a
+    callback). The producer then stops: every record is acknowledged or failed, none left
+    waiting, and a later send() says the producer stopped."""
+    topic = create_topic(tansu.bootstrap, unique_topic("interrupted"), partitions=3)
+    this_thread = threading.get_ident()
+
+    def interrupt(md, err):
+        if threading.get_ident() == this_thread:
+            raise KeyboardInterrupt
+
+    p = KafkaProducer({"bootstrap.servers": tansu.bootstrap})
+    futures = []
+    with pytest.raises(KeyboardInterrupt):
+        for i in range(1_000_000):
+            futures.append(p.send(ProducerRecord(topic, b"%d" % i), interrupt))
+    for f in futures:
+        assert f.exception(30) is None or "stopped" in str(f.exception())
+    assert any(f.exception() is not None for f in futures)
+    with pytest.raises(ProducerClosedError, match="stopped"):
+        p.send(ProducerRecord(topic, b"after"))
+    p.close(30)
