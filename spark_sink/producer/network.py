@@ -284,7 +284,8 @@ class NetworkClient:
     def poll(self, timeout_ms: float) -> None:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
         connection attempts, then run the callbacks of completed requests."""
-        timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
+        if timeout_ms > 0:
+            timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
         for key, events in self._selector.select(max(0.0, timeout_ms) / 1000.0):
             conn = key.data
             if conn is None:

@@ -122,9 +122,15 @@ class Sender(threading.Thread):
         application sends, its own thread seals and sends the batches it fills and handles
         the responses, and this thread sleeps until the application stops sending.
         """
-        if self.io_thread == threading.get_ident():
+        me = threading.get_ident()
+        if self.io_thread == me:
             return  # a send() from a callback of the round this thread is already doing
-        with self._doing_io():
+        # Blocking on purpose: while this thread waits, the GIL goes to the thread doing a
+        # round, which then finishes sooner. (Not _doing_io(): a generator costs as much as
+        # the rest of an idle round's bookkeeping.)
+        self.io_lock.acquire()
+        self.io_thread = me
+        try:
             if self._stopped:
                 return
             try:
@@ -143,13 +149,14 @@ class Sender(threading.Thread):
                     raise
                 return
             self._caller_ran_ms = now_ms()
+        finally:
+            self.io_thread = None
+            self.io_lock.release()
         if now_ms() + wait_ms < self._waiting_until:
             self._client.wakeup()  # this thread waits on the brokers beyond something now due
 
     @contextmanager
     def _doing_io(self) -> Iterator[None]:
-        # Blocking (not a try-lock) on purpose: while this thread waits, the GIL goes to
-        # the thread doing a round, which then finishes sooner.
         with self.io_lock:
             self.io_thread = threading.get_ident()
             try:
