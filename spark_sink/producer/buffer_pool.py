@@ -31,9 +31,10 @@ class BufferPool:
     does not take the GIL from the sender) for every small batch that completes.
     """
 
-    def __init__(self, total_bytes: int, on_block: Callable[[], None] | None = None) -> None:
+    def __init__(self, total_bytes: int) -> None:
         self.total = total_bytes
-        self.on_block = on_block  # told when a caller is about to wait (the memory is in batches to send)
+        # Called when a caller is about to wait: the memory is in batches someone must send.
+        self.on_block: Callable[[], None] | None = None
         self._available = total_bytes
         self._lock = threading.Lock()
         self._waiters: deque[_Waiter] = deque()

@@ -326,7 +326,7 @@ class NetworkClient:
         if io:
             self._selector.select(max(0.0, timeout_ms) / 1000.0)
         elif self._wakeup_selector.select(max(0.0, timeout_ms) / 1000.0):
-            self._drain_wakeups()  # else the next wait would return at once, and the next
+            self._drain_wakeups()  # else every later wait would return at once
 
     def wakeup(self) -> None:
         """Interrupt a blocking poll; safe from any thread."""

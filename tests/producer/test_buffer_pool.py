@@ -30,6 +30,24 @@ def _wait_for(condition, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def test_a_caller_about_to_wait_tells_on_block_once():
+    """The producer sets on_block to wake its sender thread: a sending thread that had been
+    doing the sender's work is about to stop doing it."""
+    pool = BufferPool(100)
+    calls = []
+    pool.on_block = lambda: calls.append(1)
+    pool.allocate(60, 1000)
+    pool.allocate(40, 1000)
+    assert calls == []  # no wait, no call
+    done = []
+    _allocate_in_thread(pool, 50, done)
+    _wait_for(lambda: pool.exhausted)
+    assert calls == [1]
+    pool.deallocate(60)
+    _wait_for(lambda: done == [50])
+    assert calls == [1]
+
+
 def test_allocate_blocks_until_enough_is_freed():
     pool = BufferPool(100)
     pool.allocate(80, 0)
