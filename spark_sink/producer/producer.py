@@ -341,7 +341,7 @@ class KafkaProducer:
 
     def _in_callback(self) -> bool:
         """True on a thread running the sender's work (and so a send callback)."""
-        return self._sender.io_thread == threading.get_ident()
+        return self._sender.io_lock.holder == threading.get_ident()
 
     def __enter__(self) -> KafkaProducer:
         return self

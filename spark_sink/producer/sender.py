@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from spark_sink.producer.accumulator import RecordAccumulator
@@ -30,6 +28,30 @@ _MAX_POLL_MS = 100.0
 _HANDOVER_MS = 10.0
 
 
+class IoLock:
+    """The lock of whichever thread does the Sender's work, knowing which thread holds it
+    (a callback asks, to refuse a flush() that would wait for itself).
+
+    Taken blocking on purpose: while a thread waits for it, the GIL goes to the thread
+    doing a round, which then finishes sooner. A class, not a generator context manager:
+    a sending thread takes it once per batch.
+    """
+
+    __slots__ = ("_lock", "holder")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.holder: int | None = None
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self.holder = threading.get_ident()
+
+    def __exit__(self, *exc: object) -> None:
+        self.holder = None
+        self._lock.release()
+
+
 class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers."""
 
@@ -50,8 +72,7 @@ class Sender(threading.Thread):
         # Held by whichever thread does the sender's work: this one, or a sending thread
         # (run_in_caller). The client, the in-flight state and the producer id are touched
         # only under it.
-        self.io_lock = threading.Lock()
-        self.io_thread: int | None = None  # the thread holding io_lock
+        self.io_lock = IoLock()
         self._stopped = False
         self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
         self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
@@ -89,7 +110,7 @@ class Sender(threading.Thread):
                     # look again when it may have stopped.
                     self._client.wait(handover_left, io=False)
                     continue
-                with self._doing_io():
+                with self.io_lock:
                     if not (self._running or not self._force_close
                             and (self._acc.has_undrained() or self._in_flight_batches)):
                         break
@@ -102,7 +123,7 @@ class Sender(threading.Thread):
             log.exception("sender thread failed")
             self.fatal_error = exc
         finally:
-            with self._doing_io():
+            with self.io_lock:
                 self._stopped = True
                 self._force_close = True  # what fails from here on is not retried
                 error = self.fatal_error or KProdError("producer closed before these records were acknowledged")
@@ -122,15 +143,9 @@ class Sender(threading.Thread):
         application sends, its own thread seals and sends the batches it fills and handles
         the responses, and this thread sleeps until the application stops sending.
         """
-        me = threading.get_ident()
-        if self.io_thread == me:
+        if self.io_lock.holder == threading.get_ident():
             return  # a send() from a callback of the round this thread is already doing
-        # Blocking on purpose: while this thread waits, the GIL goes to the thread doing a
-        # round, which then finishes sooner. (Not _doing_io(): a generator costs as much as
-        # the rest of an idle round's bookkeeping.)
-        self.io_lock.acquire()
-        self.io_thread = me
-        try:
+        with self.io_lock:
             if self._stopped:
                 return
             try:
@@ -149,20 +164,8 @@ class Sender(threading.Thread):
                     raise
                 return
             self._caller_ran_ms = now_ms()
-        finally:
-            self.io_thread = None
-            self.io_lock.release()
         if now_ms() + wait_ms < self._waiting_until:
             self._client.wakeup()  # this thread waits on the brokers beyond something now due
-
-    @contextmanager
-    def _doing_io(self) -> Iterator[None]:
-        with self.io_lock:
-            self.io_thread = threading.get_ident()
-            try:
-                yield
-            finally:
-                self.io_thread = None
 
     # -- one loop -------------------------------------------------------------
 
