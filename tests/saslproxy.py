@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import ssl
 import struct
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
 from scramp import ScramException, ScramMechanism
+
+from tests.asyncserver import BackgroundServer
 
 PRODUCE = 0
 SASL_HANDSHAKE = 17
@@ -207,12 +208,8 @@ class SaslProxy:
                     for user, password in self.users.items()})
         self._target = (target_host, target_port)
         self._connections: set[asyncio.Task] = set()
-        self._loop = asyncio.new_event_loop()
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", port, ssl=ssl_context))
-        self.port: int = self._server.sockets[0].getsockname()[1]
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"saslproxy-{self.port}", daemon=True)
-        self._thread.start()
+        self._server = BackgroundServer(self._handle, port, ssl_context, "saslproxy")
+        self.port = self._server.port
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -232,18 +229,7 @@ class SaslProxy:
 
     def close(self) -> None:
         """Stop listening and end every connection."""
-        async def stop() -> None:
-            self._server.close()
-            for task in list(self._connections):
-                task.cancel()
-            await self._server.wait_closed()
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._server.close(self._connections)
 
     def __enter__(self) -> SaslProxy:
         return self

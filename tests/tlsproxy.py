@@ -12,9 +12,10 @@ import asyncio
 import contextlib
 import ssl
 import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.asyncserver import BackgroundServer
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,8 @@ class TlsProxy:
             context.verify_mode = ssl.CERT_REQUIRED
             context.load_verify_locations(cafile=pki.ca)
         self._target = (target_host, target_port)
-        self._loop = asyncio.new_event_loop()
-        self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", port, ssl=context))
-        self.port: int = self._server.sockets[0].getsockname()[1]
-        self._thread = threading.Thread(target=self._loop.run_forever, name=f"tlsproxy-{self.port}", daemon=True)
-        self._thread.start()
+        self._server = BackgroundServer(self._handle, port, context, "tlsproxy")
+        self.port = self._server.port
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
@@ -102,14 +99,7 @@ class TlsProxy:
                 writer.close()
 
     def close(self) -> None:
-        async def stop() -> None:
-            self._server.close()
-            await self._server.wait_closed()
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        self._server.close()
 
     def __enter__(self) -> TlsProxy:
         return self
