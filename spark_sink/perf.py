@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -230,36 +228,35 @@ def _cluster(bootstrap: str | None, topic: str, partitions: int) -> Iterator[str
         yield broker.bootstrap
 
 
-def _rss_mb() -> float:
-    """This process's resident set size now (Linux /proc; 0 elsewhere)."""
+def _proc_status_kb(field: str) -> float:
+    """A memory figure of this process from /proc/self/status, in KiB (0 if unavailable)."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1])
     except OSError:
-        return 0.0
+        pass
+    return 0.0
 
 
-class _RssSampler:
-    """Peak RSS while the block runs, sampled every 5 ms (the process-wide peak would
-    include building the input data)."""
+class _PeakRss:
+    """Peak RSS while the block runs, without a sampling thread (one would take the GIL
+    from the client it measures): the kernel's high-water mark, reset on entry so that it
+    excludes building the input data (Linux /proc; zeros elsewhere)."""
 
-    def __init__(self) -> None:
-        self.start = self.peak = _rss_mb()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="kprod-perf-rss", daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.005):
-            self.peak = max(self.peak, _rss_mb())
-
-    def __enter__(self) -> _RssSampler:
-        self._thread.start()
+    def __enter__(self) -> _PeakRss:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM to the current RSS
+        except OSError:
+            pass
+        self.start = _proc_status_kb("VmRSS") / 1024
+        self.peak = self.start
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, _rss_mb())
+        self.peak = max(self.start, _proc_status_kb("VmHWM") / 1024)
 
 
 def parse_props(items: list[str]) -> dict[str, str]:
@@ -316,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     memory = [0.0, 0.0]  # peak RSS and its growth, of the kprod run that grew it most
 
     def kprod(bootstrap: str) -> Result:
-        with _RssSampler() as sampler:
+        with _PeakRss() as sampler:
             result = run_kprod(bootstrap, topic, table, props)
         if sampler.peak - sampler.start >= memory[1]:
             memory[:] = [sampler.peak, sampler.peak - sampler.start]
