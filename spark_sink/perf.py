@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -80,10 +81,19 @@ def make_data(num_records: int, record_size: int, key_size: int) -> pa.Table:
     return pa.table(cols)
 
 
-def _rows(table: pa.Table) -> tuple[list[bytes], list[bytes | None]]:
-    values = table.column("value").to_pylist()
-    keys = table.column("key").to_pylist() if "key" in table.column_names else [None] * len(values)
-    return values, keys
+class Rows(NamedTuple):
+    """The table as the per-record clients send it, built once, before any run is timed or
+    its memory measured."""
+
+    values: list[bytes]
+    keys: list[bytes | None]
+    payload_bytes: int
+
+    @classmethod
+    def of(cls, table: pa.Table) -> Rows:
+        values = table.column("value").to_pylist()
+        keys = table.column("key").to_pylist() if "key" in table.column_names else [None] * len(values)
+        return cls(values, keys, _payload(table))
 
 
 def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str, str], chunk: int = 50_000) -> Result:
@@ -106,8 +116,8 @@ def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str
     return Result("kprod send_arrow", table.num_rows, seconds, _payload(table), latencies)
 
 
-def run_kprod_record(bootstrap: str, topic: str, table: pa.Table, props: dict[str, str]) -> Result:
-    values, keys = _rows(table)
+def run_kprod_record(bootstrap: str, topic: str, rows: Rows, props: dict[str, str]) -> Result:
+    values, keys, payload = rows
     latencies: list[float] = []
     progress = Progress("kprod send", len(values))
     errors: list[Exception] = []
@@ -133,13 +143,13 @@ def run_kprod_record(bootstrap: str, topic: str, table: pa.Table, props: dict[st
         seconds = time.perf_counter() - started
     progress.close()
     _raise_if_failed("kprod", errors)
-    return Result("kprod send", len(values), seconds, _payload(table), latencies)
+    return Result("kprod send", len(values), seconds, payload, latencies)
 
 
-def run_confluent(bootstrap: str, topic: str, table: pa.Table, batch_size: int = 16384, linger_ms: int = 5) -> Result:
+def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 16384, linger_ms: int = 5) -> Result:
     from confluent_kafka import Producer
 
-    values, keys = _rows(table)
+    values, keys, payload = rows
     latencies: list[float] = []
     errors: list[object] = []
     # murmur2_random is librdkafka's Java-compatible partitioner: every client puts each
@@ -176,13 +186,13 @@ def run_confluent(bootstrap: str, topic: str, table: pa.Table, batch_size: int =
     seconds = time.perf_counter() - started
     progress.close()
     _raise_if_failed("confluent-kafka", errors)
-    return Result("confluent-kafka produce", len(values), seconds, _payload(table), latencies)
+    return Result("confluent-kafka produce", len(values), seconds, payload, latencies)
 
 
-def run_kafka_python(bootstrap: str, topic: str, table: pa.Table, batch_size: int = 16384, linger_ms: int = 5) -> Result:
+def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 16384, linger_ms: int = 5) -> Result:
     from kafka import KafkaProducer as KP
 
-    values, keys = _rows(table)
+    values, keys, payload = rows
     latencies: list[float] = []
     producer = KP(bootstrap_servers=bootstrap, acks="all", linger_ms=linger_ms, batch_size=batch_size)
     producer.partitions_for(topic)
@@ -201,7 +211,7 @@ def run_kafka_python(bootstrap: str, topic: str, table: pa.Table, batch_size: in
     producer.close()
     progress.close()
     _raise_if_failed("kafka-python", errors)
-    return Result("kafka-python send", len(values), seconds, _payload(table), latencies)
+    return Result("kafka-python send", len(values), seconds, payload, latencies)
 
 
 def _raise_if_failed(client: str, errors: list) -> None:
@@ -309,20 +319,23 @@ def main(argv: list[str] | None = None) -> int:
     batching = {"batch_size": effective.batch_size, "linger_ms": effective.linger_ms}
     table = make_data(args.num_records, args.record_size, args.key_size)
     topic = args.topic or f"kprod-perf-{uuid.uuid4().hex[:8]}"
-    run_kprod = run_kprod_arrow if args.mode == "arrow" else run_kprod_record
+    rows = Rows.of(table) if args.mode == "record" or args.compare else None
     memory = [0.0, 0.0]  # peak RSS and its growth, of the kprod run that grew it most
 
     def kprod(bootstrap: str) -> Result:
         with _PeakRss() as sampler:
-            result = run_kprod(bootstrap, topic, table, props)
+            if args.mode == "arrow":
+                result = run_kprod_arrow(bootstrap, topic, table, props)
+            else:
+                result = run_kprod_record(bootstrap, topic, rows, props)
         if sampler.peak - sampler.start >= memory[1]:
             memory[:] = [sampler.peak, sampler.peak - sampler.start]
         return result
 
     clients: list[Callable[[str], Result]] = [kprod]
     if args.compare:
-        clients.append(lambda bootstrap: run_confluent(bootstrap, topic, table, **batching))
-        clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, table, **batching))
+        clients.append(lambda bootstrap: run_confluent(bootstrap, topic, rows, **batching))
+        clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, rows, **batching))
     rounds: list[list[Result]] = []
     with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
         for n in range(max(1, args.repeat)):
@@ -335,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report(rounds))
     print(f"memory: input table {table.nbytes / 2**20:,.0f} MiB, buffer.memory {effective.buffer_memory / 2**20:,.0f} MiB; "
           f"peak RSS during the kprod run {memory[0]:,.0f} MiB, {memory[1]:+,.0f} MiB over the RSS "
-          f"before it (which already held the table)")
+          f"before it (which already held the input data)")
     return 0
 
 
