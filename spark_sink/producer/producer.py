@@ -173,14 +173,40 @@ class KafkaProducer:
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
         self._closed = False
+        # send() may go the short way: no serializers, interceptors or ignored keys, not closed
+        self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys)
         self._sender.start()
 
     # -- per record -----------------------------------------------------------
 
     def send(self, record: ProducerRecord, callback: SendCallback | None = None) -> FutureRecordMetadata:
         """Queue one record; ``callback(metadata, exception)`` runs once it is acknowledged or failed."""
-        # The per-record hot path: no encoding, one lock, nothing that allocates per record
-        # beyond the future.
+        # The per-record hot path. The common record (bytes key and value, nothing else set,
+        # no serializers or interceptors, a topic with known leaders) goes the short way;
+        # every other record, and every error, goes through _send.
+        key = record.key
+        value = record.value
+        if (self._plain and type(key) is bytes and type(value) is bytes and record.partition is None
+                and record.timestamp is None and not record.headers):
+            topic = record.topic
+            leaders = self._metadata.leaders.get(topic)
+            key_size = len(key)
+            value_size = len(value)
+            if leaders and key_size + value_size <= self._max_record_payload:
+                future, batch_ready, new_batch = self._accumulator.append(
+                    topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders),
+                    time.time_ns() // 1_000_000, key, value, None, callback, key_size, value_size, 0,
+                    self.config.max_block_ms)
+                if new_batch:
+                    self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
+                elif batch_ready:
+                    self._sender.batch_ready()
+                return future
+        return self._send(record, callback)
+
+    def _send(self, record: ProducerRecord, callback: SendCallback | None) -> FutureRecordMetadata:
+        """send() for every record: serializers, interceptors, headers, explicit partitions,
+        timestamps, metadata waits and every error."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
         c = self.config
@@ -325,6 +351,7 @@ class KafkaProducer:
         if self._closed:
             return
         self._closed = True
+        self._plain = False  # send() then goes the long way, which refuses it
         if self._in_callback():
             # As Java does: waiting here would wait for the round running this callback.
             log.warning("close() called from a send callback: closing without waiting (close(0))")
