@@ -253,7 +253,8 @@ def _proc_status_kb(field: str) -> float:
 class _PeakRss:
     """Peak RSS while the block runs, without a sampling thread (one would take the GIL
     from the client it measures): the kernel's high-water mark, reset on entry so that it
-    excludes building the input data (Linux /proc; zeros elsewhere)."""
+    excludes building the input data. Linux only (zeros elsewhere); where the reset is
+    refused, the figure includes the process's earlier peaks."""
 
     def __enter__(self) -> _PeakRss:
         try:
