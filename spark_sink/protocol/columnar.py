@@ -20,7 +20,7 @@ from spark_sink.protocol.compression import compress
 from spark_sink.protocol.primitives import write_uvarint, write_varint
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
-_EMPTY = b""  # a Python bytes separator: pa.scalar() at import would load pandas
+_EMPTY = pa.scalar(b"", pa.binary())
 
 
 @dataclass(frozen=True, slots=True)
