@@ -413,7 +413,7 @@ def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], time
 
     Every piece of a record goes into one list and is copied once, by the final join:
     no per-record concatenation (cold 100-byte values: ~25% faster than joining a body
-    first, and ~20% faster again than concatenating the varints).
+    first, and ~10% faster again than concatenating the varints).
     """
     base = timestamps[0]
     parts: list[bytes] = []
