@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from spark_sink.producer.batch import (
     RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition,
+    new_future,
 )
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
@@ -83,6 +84,41 @@ class RecordAccumulator:
             dq.append(batch)
             self._incomplete.add(batch)
             return future, len(dq) > 1 or batch.is_full, True
+
+    def append_plain(self, tp: TopicPartition, timestamp: int, key: bytes, value: bytes,
+                     callback: SendCallback | None, key_size: int, value_size: int
+                     ) -> tuple[FutureRecordMetadata, bool] | None:
+        """append() for a header-less record that fits the open batch of ``tp``: returns
+        (future, a batch is ready to send), or None when it needs append() (no open batch
+        with room for it, or the producer has stopped).
+
+        send()'s common case, once per record: try_append inlined, no memory to reserve.
+        """
+        lock = self._lock
+        lock.acquire()  # acquire/release rather than ``with``: half the cost
+        try:
+            dq = self._batches.get(tp)
+            if not dq or self._stopped is not None:
+                return None
+            last = dq[-1]
+            size = last.estimated_size + key_size + value_size + RECORD_OVERHEAD_ESTIMATE
+            if last.closed or size > last.batch_size or last.headers is not None:
+                return None
+            index = last.record_count
+            last.record_count = index + 1
+            last.estimated_size = size
+            last.keys.append(key)
+            last.values.append(value)
+            last.timestamps.append(timestamp)
+            if callback is not None:
+                if last.callbacks is None:
+                    last.callbacks = [callback, index, timestamp, key_size, value_size]
+                else:
+                    last.callbacks += (callback, index, timestamp, key_size, value_size)
+            future = new_future(FutureRecordMetadata, (last, index, timestamp, key_size, value_size))
+            return future, size >= last.batch_size or len(dq) > 1
+        finally:
+            lock.release()
 
     def append_encoded(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
                        max_block_ms: float, listener: Callable[[ProducerBatch], None],

@@ -64,7 +64,7 @@ class FutureRecordMetadata(tuple):
         return f"FutureRecordMetadata({self[0].topic}-{self[0].partition}, index={self[1]}, done={self.done()})"
 
 
-_new_future = _new_metadata = tuple.__new__
+new_future = _new_metadata = tuple.__new__  # tuple subclasses made without __init__
 
 
 class SharedMemory:
@@ -154,7 +154,7 @@ class ProducerBatch:
             self.headers.append([])
         self.record_count = index + 1
         self.estimated_size += size
-        future = _new_future(FutureRecordMetadata, (self, index, timestamp, key_size, value_size))
+        future = new_future(FutureRecordMetadata, (self, index, timestamp, key_size, value_size))
         if callback is not None:
             if self.callbacks is None:
                 self.callbacks = []

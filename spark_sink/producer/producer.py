@@ -182,8 +182,9 @@ class KafkaProducer:
     def send(self, record: ProducerRecord, callback: SendCallback | None = None) -> FutureRecordMetadata:
         """Queue one record; ``callback(metadata, exception)`` runs once it is acknowledged or failed."""
         # The per-record hot path. The common record (bytes key and value, nothing else set,
-        # no serializers or interceptors, a topic with known leaders) goes the short way;
-        # every other record, and every error, goes through _send.
+        # no serializers or interceptors, a topic with known leaders) that fits its
+        # partition's open batch goes the short way; every other record, and every error,
+        # goes through _send.
         key = record.key
         value = record.value
         if (self._plain and type(key) is bytes and type(value) is bytes and record.partition is None
@@ -193,15 +194,14 @@ class KafkaProducer:
             key_size = len(key)
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
-                future, batch_ready, new_batch = self._accumulator.append(
-                    topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders),
-                    time.time_ns() // 1_000_000, key, value, None, callback, key_size, value_size, 0,
-                    self.config.max_block_ms)
-                if new_batch:
-                    self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
-                elif batch_ready:
-                    self._sender.batch_ready()
-                return future
+                appended = self._accumulator.append_plain(
+                    (topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)),
+                    time.time_ns() // 1_000_000, key, value, callback, key_size, value_size)
+                if appended is not None:
+                    future, batch_ready = appended
+                    if batch_ready:
+                        self._sender.batch_ready()
+                    return future
         return self._send(record, callback)
 
     def _send(self, record: ProducerRecord, callback: SendCallback | None) -> FutureRecordMetadata:
