@@ -92,7 +92,8 @@ class RecordAccumulator:
         (future, a batch is ready to send), or None when it needs append() (no open batch
         with room for it, or the producer has stopped).
 
-        send()'s common case, once per record: try_append inlined, no memory to reserve.
+        send()'s common case, once per record: ProducerBatch.try_append inlined (keep the
+        two in step), no memory to reserve.
         """
         lock = self._lock
         lock.acquire()  # acquire/release rather than ``with``: half the cost
