@@ -64,39 +64,120 @@ def make_client_cert(pki: Pki, name: str = "kprod-client") -> tuple[Path, Path]:
     return directory / f"{name}.pem", directory / f"{name}.key"
 
 
+class _TlsSession:
+    """The server side of one TLS connection over asyncio streams, on memory BIOs.
+
+    asyncio's own TLS closes a refused handshake without sending its alert; a broker sends
+    it (with TLS 1.3 the client learns only from that alert that its certificate was
+    refused), so the handshake is driven here.
+    """
+
+    def __init__(self, context: ssl.SSLContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._reader, self._writer = reader, writer
+
+    async def handshake(self) -> bool:
+        """True once the session is up; False if it was refused (the alert is sent) or the
+        client went away."""
+        while True:
+            try:
+                self._tls.do_handshake()
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._feed():
+                    return False
+                continue
+            except ssl.SSLError:
+                await self._flush()
+                return False
+            await self._flush()
+            return True
+
+    async def read(self) -> bytes:
+        """Plaintext from the client; b"" once it has closed."""
+        while True:
+            try:
+                data = self._tls.read(65536)
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._feed():
+                    return b""
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+            await self._flush()
+            return data
+
+    async def write(self, data: bytes) -> None:
+        self._tls.write(data)
+        await self._flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            self._writer.close()
+
+    async def _feed(self) -> bool:
+        data = await self._reader.read(65536)
+        if not data:
+            self._incoming.write_eof()
+            return False
+        self._incoming.write(data)
+        return True
+
+    async def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data:
+            self._writer.write(data)
+            await self._writer.drain()
+
+
 class TlsProxy:
     """Accept TLS on 127.0.0.1:``port`` and forward the plaintext to ``target``; with
     ``require_client_cert``, only clients with a certificate from ``pki``'s CA (mutual TLS)."""
 
     def __init__(self, pki: Pki, target_host: str, target_port: int, port: int = 0,
                  require_client_cert: bool = False) -> None:
-        context = pki.server_context()
+        self._context = pki.server_context()
         if require_client_cert:
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_verify_locations(cafile=pki.ca)
+            self._context.verify_mode = ssl.CERT_REQUIRED
+            self._context.load_verify_locations(cafile=pki.ca)
         self._target = (target_host, target_port)
-        self._server = BackgroundServer(self._handle, port, context, "tlsproxy")
+        self._server = BackgroundServer(self._handle, port, None, "tlsproxy")
         self.port = self._server.port
 
     async def _handle(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        session = _TlsSession(self._context, client_reader, client_writer)
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+            if await session.handshake():
+                upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+                await asyncio.gather(self._decrypt(session, upstream_writer), self._encrypt(upstream_reader, session))
         except OSError:
-            client_writer.close()
-            return
-        await asyncio.gather(self._pipe(client_reader, upstream_writer), self._pipe(upstream_reader, client_writer))
+            pass
+        finally:
+            session.close()
 
     @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _decrypt(session: _TlsSession, upstream: asyncio.StreamWriter) -> None:
         try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (OSError, ssl.SSLError):
+            while data := await session.read():
+                upstream.write(data)
+                await upstream.drain()
+        except OSError:
             pass
         finally:
             with contextlib.suppress(OSError, RuntimeError):
-                writer.close()
+                upstream.close()
+
+    @staticmethod
+    async def _encrypt(upstream: asyncio.StreamReader, session: _TlsSession) -> None:
+        try:
+            while data := await upstream.read(65536):
+                await session.write(data)
+        except OSError:  # ssl.SSLError included
+            pass
+        finally:
+            session.close()
 
     def close(self) -> None:
         self._server.close()

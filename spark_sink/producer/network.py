@@ -50,6 +50,13 @@ _MAX_UNANSWERED = 4096
 _FRAME_HEAD = struct.Struct(">iI")  # size prefix, correlation id
 
 
+def _is_tls_alert(exc: OSError) -> bool:
+    """True for a TLS protocol error (an alert from the peer, a failed check), not for a
+    connection that merely ended or broke."""
+    return isinstance(exc, ssl.SSLError) and not isinstance(
+        exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
+
+
 def now_ms() -> float:
     """Monotonic milliseconds, the clock every timeout in the producer uses."""
     return time.monotonic() * 1000.0
@@ -414,9 +421,22 @@ class NetworkClient:
                 "ssl.endpoint.identification.algorithm for the host name)")
             self.authentication_error = error
             raise error from None
-        except (ssl.SSLError, OSError) as exc:
+        except OSError as exc:  # ssl.SSLError included
+            if _is_tls_alert(exc):
+                raise self._tls_refused(conn, exc) from None
             raise KafkaConnectionError(f"TLS handshake with {conn.host}:{conn.port} failed: {exc}") from exc
         self._start_api_versions(conn)
+
+    def _tls_refused(self, conn: _Connection, exc: ssl.SSLError) -> SslAuthenticationError:
+        """The broker refused the TLS session with an alert: an authentication failure, as
+        Java's SslAuthenticationException, so that waiting threads fail at once."""
+        hint = ("the broker may require a client certificate: set ssl.keystore.location"
+                if self._config.ssl_keystore_location is None
+                else "check the client certificate in ssl.keystore.location and that the broker trusts its CA")
+        error = SslAuthenticationError(
+            f"the TLS session with {conn.host}:{conn.port} was refused: {exc.reason or exc} ({hint})")
+        self.authentication_error = error
+        return error
 
     def _start_api_versions(self, conn: _Connection) -> None:
         conn.state = _State.CHECKING_API_VERSIONS
@@ -619,6 +639,11 @@ class NetworkClient:
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as exc:
+                if conn.state is not _State.READY and _is_tls_alert(exc):
+                    # With TLS 1.3 the client's side of the handshake ends before the broker
+                    # has checked the client's certificate: a refusal arrives as an alert on
+                    # the first read.
+                    raise self._tls_refused(conn, exc) from None
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
             if not n:
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")

@@ -4,6 +4,7 @@ Tansu, read back over TLS by confluent-kafka's consumer."""
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -116,8 +117,8 @@ def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path):
         assert p.send(ProducerRecord(topic, b"mutual")).result(30).offset >= 0
     assert not list(Path(tempfile.gettempdir()).glob("kprod-keystore-*"))  # the key's temporary file is gone
     # The same broker refuses a client without a certificate: the stores above did the work.
-    with KafkaProducer({**config, "ssl.keystore.location": None, "max.block.ms": 3000}) as p:
-        with pytest.raises(KafkaTimeoutError):
+    with KafkaProducer({**config, "ssl.keystore.location": None, "max.block.ms": 30000}) as p:
+        with pytest.raises(SslAuthenticationError, match="ssl.keystore"):
             p.partitions_for(topic)
 
 
@@ -128,6 +129,20 @@ def test_pem_keystore_for_mutual_tls(mtls, pki, tmp_path):
     config = {"bootstrap.servers": bootstrap, **_tls(pki, **{"ssl.keystore.location": str(keystore)})}
     with KafkaProducer(config) as p:
         assert p.send(ProducerRecord(unique_topic("pem-mtls"), b"mutual")).result(30).offset >= 0
+
+
+def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls, pki):
+    """A broker that requires a client certificate refuses the session (with TLS 1.3, by an
+    alert after the client's side of the handshake is done): a fatal authentication error
+    naming the setting, not retries until max.block.ms."""
+    bootstrap, _, _ = mtls
+    config = {"bootstrap.servers": bootstrap, "max.block.ms": 60000, **_tls(pki)}
+    started = time.monotonic()
+    with KafkaProducer(config) as p:
+        with pytest.raises(SslAuthenticationError, match="ssl.keystore.location") as info:
+            p.send(ProducerRecord(unique_topic("no-cert"), b"x")).result(60)
+    assert time.monotonic() - started < 20
+    assert "certificate" in str(info.value)
 
 
 def test_store_errors_name_the_setting_and_hide_the_password(pki, tmp_path):
