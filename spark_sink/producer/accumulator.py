@@ -215,14 +215,15 @@ class RecordAccumulator:
                 if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
                     continue
                 # An open batch's estimate bounds its encoded size from above.
-                if sizes[node] + batch.wire_size > max_request_size and drained[node]:
+                size = sizes[node] + batch.wire_size
+                if size > max_request_size and drained[node]:
                     full.add(node)
                     continue
                 dq.popleft()
                 batch.closed = True  # its records are final: prepare() numbers them
                 prepare(batch)
                 batch.in_flight = True
-                sizes[node] += batch.wire_size
+                sizes[node] = size
                 drained[node].append(batch)
         # Encoding happens outside the lock: send() keeps appending to the next batches
         # meanwhile instead of waiting for (and handing the GIL back and forth with) it.

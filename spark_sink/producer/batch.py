@@ -87,7 +87,7 @@ class ProducerBatch:
     """Records for one topic-partition, sent in one record batch."""
 
     __slots__ = (
-        "topic", "partition", "created_ms", "order", "memory", "batch_size", "estimated_size", "record_count",
+        "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "estimated_size", "record_count",
         "keys", "values", "timestamps", "headers", "callbacks", "encoded", "closed", "listener",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence", "in_flight",
         "base_offset", "log_append_time", "error", "completed", "_event",
@@ -98,6 +98,7 @@ class ProducerBatch:
                  listener: Callable[[ProducerBatch], None] | None = None) -> None:
         self.topic = topic
         self.partition = partition
+        self.tp: TopicPartition = (topic, partition)
         self.created_ms = created_ms
         self.order = order  # creation order within the partition: retries go back in this order
         self.memory = memory  # bytes reserved in the BufferPool for this batch alone, or a share
@@ -126,10 +127,6 @@ class ProducerBatch:
         self.error: Exception | None = None
         self.completed = False
         self._event: threading.Event | None = None
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
 
     @property
     def is_full(self) -> bool:

@@ -35,6 +35,12 @@ _COPY_BELOW = 1024
 
 
 def _uvarint(value: int) -> bytes:
+    if value < 0x80:  # the usual lengths and counts take one to three bytes
+        return bytes((value,))
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -73,13 +79,13 @@ def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
                 small += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
                 pieces = (records,) if isinstance(records, (bytes, bytearray, memoryview)) else records
-                size = sum(len(piece) for piece in pieces)
+                size = sum(map(len, pieces))
                 small += _uvarint(size + 1) if flexible else _I32.pack(size)
                 for piece in pieces:
                     if len(piece) < _COPY_BELOW:
                         small += piece
                     else:
-                        out.append(bytes(small))
+                        out.append(small)
                         out.append(piece)
                         small = bytearray()
             if flexible:
@@ -88,7 +94,7 @@ def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
             small += b"\x00"  # topic's tagged fields
     if flexible:
         small += b"\x00"  # request's tagged fields
-    out.append(bytes(small))
+    out.append(small)
     return out
 
 
@@ -100,98 +106,117 @@ def decode_response(version: int, buf: memoryview, pos: int = 0) -> tuple[dict[s
         raise CorruptRecordError(f"truncated or corrupt Produce v{version} response: {exc}") from exc
 
 
+def _uvarint_at(buf: memoryview, pos: int) -> tuple[int, int]:
+    """(unsigned varint at ``pos``, position after it)."""
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("varint longer than 10 bytes")
+
+
+def _skip_tagged_at(buf: memoryview, pos: int) -> int:
+    """Position after the tagged-field section at ``pos`` (its fields are not used)."""
+    count, pos = _uvarint_at(buf, pos)
+    for _ in range(count):
+        _, pos = _uvarint_at(buf, pos)  # tag
+        size, pos = _uvarint_at(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise IndexError("tagged field past the end of the response")
+    return pos
+
+
+def _string_at(buf: memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
+    if flexible:
+        n, pos = _uvarint_at(buf, pos)
+        n -= 1
+    else:
+        (n,) = _I16.unpack_from(buf, pos)
+        pos += 2
+    if n < 0:
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise IndexError("string past the end of the response")
+    return str(buf[pos:end], "utf-8"), end
+
+
+def _count_at(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """(array length, -1 for null; position after it)."""
+    if flexible:
+        n, pos = _uvarint_at(buf, pos)
+        return n - 1, pos
+    return _I32.unpack_from(buf, pos)[0], pos + 4
+
+
+# A flexible partition response's usual tail: no record errors, a null error message, no
+# tagged fields. Matched whole, it saves three varint reads per partition.
+_PLAIN_TAIL = b"\x01\x00\x00"
+_PARTITION_V5 = struct.Struct(">ihqqq")  # index, error_code, base_offset, log_append_time_ms, log_start_offset
+
+
 def _decode_response(version: int, buf: memoryview, pos: int) -> tuple[dict[str, Any], int]:
     flexible = version >= FLEXIBLE_FROM
-    unpack_i32 = _I32.unpack_from
-
-    def uvarint() -> int:
-        nonlocal pos
-        result = shift = 0
-        while True:
-            b = buf[pos]
-            pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError("varint longer than 10 bytes")
-
-    def count() -> int:
-        nonlocal pos
-        if flexible:
-            return uvarint() - 1
-        (n,) = unpack_i32(buf, pos)
-        pos += 4
-        return n
-
-    def string() -> str | None:
-        nonlocal pos
-        if flexible:
-            n = uvarint() - 1
-        else:
-            (n,) = _I16.unpack_from(buf, pos)
-            pos += 2
-        if n < 0:
-            return None
-        end = pos + n
-        if end > len(buf):
-            raise IndexError("string past the end of the response")
-        value = str(buf[pos:end], "utf-8")
-        pos = end
-        return value
-
-    def skip_tagged() -> None:
-        nonlocal pos
-        for _ in range(uvarint()):
-            uvarint()  # tag
-            size = uvarint()  # not ``pos += uvarint()``: that would add to pos as it was before the call
-            pos += size
-        if pos > len(buf):
-            raise IndexError("tagged field past the end of the response")
-
     responses: list[dict[str, Any]] | None = None
-    n_topics = count()
+    n_topics, pos = _count_at(buf, pos, flexible)
     if n_topics >= 0:
         responses = []
         for _ in range(n_topics):
-            name = string()
+            name, pos = _string_at(buf, pos, flexible)
             partitions: list[dict[str, Any]] | None = None
-            n_parts = count()
+            n_parts, pos = _count_at(buf, pos, flexible)
             if n_parts >= 0:
                 partitions = []
                 for _ in range(n_parts):
-                    index, error_code, base_offset = _PARTITION_HEAD.unpack_from(buf, pos)
-                    pos += 14
-                    part: dict[str, Any] = {"index": index, "error_code": error_code, "base_offset": base_offset}
                     if version >= 5:
-                        part["log_append_time_ms"], part["log_start_offset"] = _I64_PAIR.unpack_from(buf, pos)
-                        pos += 16
+                        index, error_code, base_offset, append_time, start_offset = _PARTITION_V5.unpack_from(buf, pos)
+                        pos += 30
+                        part: dict[str, Any] = {"index": index, "error_code": error_code, "base_offset": base_offset,
+                                                "log_append_time_ms": append_time, "log_start_offset": start_offset}
                     else:
-                        (part["log_append_time_ms"],) = _I64.unpack_from(buf, pos)
-                        pos += 8
-                    if version >= 8:
-                        errors: list[dict[str, Any]] | None = None
-                        n_errors = count()
-                        if n_errors >= 0:
-                            errors = []
-                            for _ in range(n_errors):
-                                (batch_index,) = unpack_i32(buf, pos)
-                                pos += 4
-                                errors.append({"batch_index": batch_index, "batch_index_error_message": string()})
-                                if flexible:
-                                    skip_tagged()
-                        part["record_errors"] = errors
-                        part["error_message"] = string()
-                    if flexible:
-                        skip_tagged()
+                        index, error_code, base_offset = _PARTITION_HEAD.unpack_from(buf, pos)
+                        (append_time,) = _I64.unpack_from(buf, pos + 14)
+                        pos += 22
+                        part = {"index": index, "error_code": error_code, "base_offset": base_offset,
+                                "log_append_time_ms": append_time}
+                    if flexible and buf[pos:pos + 3] == _PLAIN_TAIL:
+                        part["record_errors"] = []
+                        part["error_message"] = None
+                        pos += 3
+                    elif version >= 8:
+                        pos = _record_errors(buf, pos, flexible, part)
+                        if flexible:
+                            pos = _skip_tagged_at(buf, pos)
                     partitions.append(part)
             responses.append({"name": name, "partition_responses": partitions})
             if flexible:
-                skip_tagged()
+                pos = pos + 1 if buf[pos] == 0 else _skip_tagged_at(buf, pos)
     body: dict[str, Any] = {"responses": responses}
-    (body["throttle_time_ms"],) = unpack_i32(buf, pos)
+    (body["throttle_time_ms"],) = _I32.unpack_from(buf, pos)
     pos += 4
     if flexible:
-        skip_tagged()
+        pos = _skip_tagged_at(buf, pos)
     return body, pos
+
+
+def _record_errors(buf: memoryview, pos: int, flexible: bool, part: dict[str, Any]) -> int:
+    """Read a partition's record_errors and error_message (v8+) into ``part``."""
+    errors: list[dict[str, Any]] | None = None
+    n_errors, pos = _count_at(buf, pos, flexible)
+    if n_errors >= 0:
+        errors = []
+        for _ in range(n_errors):
+            (batch_index,) = _I32.unpack_from(buf, pos)
+            message, pos = _string_at(buf, pos + 4, flexible)
+            errors.append({"batch_index": batch_index, "batch_index_error_message": message})
+            if flexible:
+                pos = _skip_tagged_at(buf, pos)
+    part["record_errors"] = errors
+    part["error_message"], pos = _string_at(buf, pos, flexible)
+    return pos

@@ -99,3 +99,10 @@ def test_framed_parts_are_the_framed_bytes():
     _, frame = KafkaProtocol("kp").send_request(ApiKey.PRODUCE, 9, body)
     assert b"".join(parts) == frame
     assert p.INT32.unpack_from(frame)[0] == len(frame) - 4
+
+
+@pytest.mark.parametrize("value", [0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**31 - 1, 2**35])
+def test_unsigned_varints_at_every_width_boundary(value):
+    encoded = produce._uvarint(value)
+    assert encoded == p.write_uvarint(value)
+    assert produce._uvarint_at(memoryview(b"x" + encoded), 1) == (value, 1 + len(encoded))
