@@ -29,6 +29,7 @@ class FaultProxy:
         self._closed = False
         self.connections_accepted = 0
         self.connections_cut = 0
+        self._cut = threading.Condition()
         threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
 
     # -- faults ---------------------------------------------------------------
@@ -42,8 +43,18 @@ class FaultProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
-        self.connections_cut += len(pairs)
+        with self._cut:
+            self.connections_cut += len(pairs)
+            self._cut.notify_all()
         return len(pairs)
+
+    def wait_for_cut(self, timeout: float = 10.0) -> None:
+        """Block until at least one more connection has been cut (a test paces its sends
+        on the cuts, so a fast run still meets several of them)."""
+        with self._cut:
+            before = self.connections_cut
+            if not self._cut.wait_for(lambda: self.connections_cut > before, timeout):
+                raise TimeoutError(f"no connection cut within {timeout} s")
 
     def set_delay(self, ms: float) -> None:
         """Hold every forwarded chunk for ``ms`` milliseconds."""

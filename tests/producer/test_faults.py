@@ -3,7 +3,6 @@ duplicated (idempotence), per-key order holds and every send gets exactly one ca
 
 import collections
 import threading
-import time
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, free_port, start_tansu, unique_topic
@@ -44,8 +43,8 @@ def test_connections_cut_repeatedly_lose_and_duplicate_nothing():
         with KafkaProducer(config) as p, proxy.cutting(every_s=0.25):
             for i in range(n):
                 p.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 11)), callback(i))
-                if i % 2000 == 0:
-                    time.sleep(0.05)  # spread the sends over several cuts
+                if i % 5000 == 4999:
+                    proxy.wait_for_cut()  # spread the sends over several cuts, however fast they go
             p.flush(120)
         assert proxy.connections_cut > 3
         assert sorted(outcomes) == list(range(n)) and set(outcomes.values()) == {1}  # one callback each
@@ -77,7 +76,8 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
             futures = []
             for start in range(0, n, chunk):
                 futures.append(p.send_arrow(table.slice(start, chunk), topic=topic))
-                time.sleep(0.02)  # spread the sends over several cuts
+                if start % (5 * chunk) == 4 * chunk:
+                    proxy.wait_for_cut()  # spread the sends over several cuts, however fast they go
             results = [f.result(120) for f in futures]
         assert proxy.connections_cut > 3
         assert sum(r.records for r in results) == n
