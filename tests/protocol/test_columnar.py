@@ -1,10 +1,15 @@
-"""The columnar encoder writes exactly the bytes of the row-wise reference encoder."""
+"""The columnar encoder writes exactly the bytes of the row-wise reference encoder, on
+both of its paths: vectorised, and row by row for small header-less inputs."""
+
+import contextlib
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_sink.protocol import columnar
 from spark_sink.protocol.columnar import encode_columns, encode_rows
 from spark_sink.protocol.compression import Codec, decompress
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_record_batches, encode_record_batch, encode_records
@@ -23,44 +28,60 @@ rows_st = st.lists(
 )
 
 
+@contextlib.contextmanager
+def _path(vectorised: bool):
+    """Force encode_columns onto one path (small inputs otherwise take the row loop)."""
+    saved = columnar._ROW_LOOP_MAX
+    columnar._ROW_LOOP_MAX = 0 if vectorised else saved
+    try:
+        yield
+    finally:
+        columnar._ROW_LOOP_MAX = saved
+
+
 def _reference(rows):
     return [Record(k, v, ts, tuple(h)) for k, v, ts, h in rows]
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.booleans())
-def test_single_batch_equals_row_wise_encoder(rows, with_headers):
+@given(rows_st, st.booleans(), st.booleans())
+def test_single_batch_equals_row_wise_encoder(rows, with_headers, vectorised):
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
     headers = pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in rows], HEADERS) if with_headers else None
-    (batch,) = encode_columns(keys, values, ts, headers, batch_size=0)
+    with _path(vectorised):
+        (batch,) = encode_columns(keys, values, ts, headers, batch_size=0)
     expected = _reference([(k, v, t, h if with_headers else []) for k, v, t, h in rows])
     assert batch.payload == encode_records(expected, rows[0][2])
     assert (batch.record_count, batch.base_timestamp, batch.max_timestamp) == (len(rows), rows[0][2], max(ts))
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.integers(61, 600), st.booleans())
-def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_size, ordered):
+@given(rows_st, st.integers(61, 600), st.booleans(), st.booleans())
+def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_size, ordered, vectorised):
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
     ts = np.sort(ts) if ordered else ts  # out-of-order timestamps give negative deltas
-    batches = encode_columns(keys, values, ts, None, batch_size=batch_size)
+    with _path(vectorised):
+        batches = encode_columns(keys, values, ts, None, batch_size=batch_size)
     assert sum(b.record_count for b in batches) == len(rows)
     pos = 0
     for b in batches:
         chunk = [Record(rows[i][0], rows[i][1], int(ts[i])) for i in range(pos, pos + b.record_count)]
         assert b.payload == encode_records(chunk, int(ts[pos]))
         assert b.record_count == 1 or RECORD_BATCH_OVERHEAD + len(b.payload) <= batch_size
+        assert b.max_timestamp == max(int(t) for t in ts[pos:pos + b.record_count])
         pos += b.record_count
 
 
-def test_string_large_and_view_types_are_accepted():
+@pytest.mark.parametrize("vectorised", [False, True])
+def test_string_large_and_view_types_are_accepted(vectorised):
     for t in (pa.string(), pa.large_binary(), pa.large_string(), pa.binary_view(), pa.string_view()):
-        (b,) = encode_columns(pa.array(["k"], t), pa.array(["v"], t), np.array([5]), batch_size=0)
-        assert b.payload == encode_records([Record(b"k", b"v", 5)], 5)
+        with _path(vectorised):
+            (b,) = encode_columns(pa.array(["k", None], t), pa.array(["v", "w"], t), np.array([5, 6]), batch_size=0)
+        assert b.payload == encode_records([Record(b"k", b"v", 5), Record(None, b"w", 6)], 5)
 
 
 def test_encode_rows_with_codec_round_trips():
@@ -109,15 +130,17 @@ def test_encode_rows_large_batches_take_the_vectorised_path_with_same_bytes():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 300), st.integers(0, 20), st.integers(0, 300), st.integers(61, 3000), st.booleans())
-def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, with_keys):
+@given(st.integers(1, 300), st.integers(0, 20), st.integers(0, 300), st.integers(61, 3000), st.booleans(),
+       st.booleans())
+def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, with_keys, vectorised):
     # Equal-size records with one timestamp take the count-per-batch path: every batch
     # must match the reference bytes, fit batch_size, and be full (one more would not fit).
     keys = [b"k" * key_size] * n if with_keys else [None] * n
     values = [b"v" * value_size] * n
     ts = np.full(n, 1_700_000_000_000, np.int64)
-    batches = encode_columns(pa.array(keys, pa.binary()) if with_keys else None, pa.array(values, pa.binary()), ts,
-                             None, batch_size=batch_size)
+    with _path(vectorised):
+        batches = encode_columns(pa.array(keys, pa.binary()) if with_keys else None, pa.array(values, pa.binary()),
+                                 ts, None, batch_size=batch_size)
     pos = 0
     for b in batches:
         chunk = [Record(keys[i], values[i], int(ts[i])) for i in range(pos, pos + b.record_count)]
@@ -128,3 +151,20 @@ def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, wit
             assert RECORD_BATCH_OVERHEAD + len(grown) > batch_size
         pos += b.record_count
     assert pos == n
+
+
+@pytest.mark.parametrize("vectorised", [False, True])
+def test_records_larger_than_batch_size_get_their_own_batch(vectorised):
+    # Lengths past 16383 take 3-byte varints, beyond the row loop's lookup table.
+    keys = [b"a", b"k" * 17_000, None, b"b"]
+    values = [b"1", b"v" * 20_000, b"w" * 16_000, b"2"]
+    ts = np.array([10, 11, 9, 12], np.int64)
+    with _path(vectorised):
+        batches = encode_columns(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), ts, batch_size=16384)
+    assert [b.record_count for b in batches] == [1, 1, 2]
+    assert [(b.base_timestamp, b.max_timestamp) for b in batches] == [(10, 10), (11, 11), (9, 12)]
+    pos = 0
+    for b in batches:
+        chunk = [Record(k, v, int(t)) for k, v, t in zip(keys[pos:], values[pos:], ts[pos:])][:b.record_count]
+        assert b.payload == encode_records(chunk, int(ts[pos]))
+        pos += b.record_count
