@@ -1,5 +1,5 @@
-"""The task side (one producer per task, Arrow batches to ``send_arrow``) and the driver
-side (commit and abort) of batch and streaming writes."""
+"""The task side (one producer per task; Spark's Arrow batches joined and sent with
+``send_arrow``) and the driver side (commit and abort) of batch and streaming writes."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ log = logging.getLogger(__name__)
 # surfaces a delivery failure early instead of after the whole partition was encoded.
 _MAX_PENDING_SENDS = 64
 
+# Spark hands a task Arrow batches of spark.sql.execution.arrow.maxRecordsPerBatch rows
+# (10,000 unless set). send_arrow closes every partition's record batch at the end of a
+# call, so 1,000 rows to a 48-partition topic would make record batches of ~20 records,
+# each a broker must store and a request must carry, and small groups cost more to
+# encode. Consecutive batches are therefore joined up to this many rows or bytes per call
+# (kprod-perf's producer alone, 48 partitions: 0.62 M rows/s at 10,000 rows a call, 1.15 M
+# at 100,000).
+_SEND_ROWS = 100_000
+_SEND_BYTES = 8 << 20
+
 
 def _task_identity() -> tuple[int, int]:
     from pyspark import TaskContext
@@ -42,6 +52,27 @@ def _prepare(batch: pa.RecordBatch, plan: ColumnPlan) -> pa.RecordBatch:
         return batch
     keep = [i for i in range(batch.num_columns) if i not in plan.drop]
     return pa.RecordBatch.from_arrays([batch.column(i) for i in keep], names=[plan.names[i] for i in keep])
+
+
+def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int = _SEND_ROWS,
+             min_bytes: int = _SEND_BYTES) -> Iterator[pa.Table]:
+    """Consecutive non-empty batches, in order, joined into tables of at least ``min_rows``
+    rows or ``min_bytes`` bytes (the last table may be smaller)."""
+    import pyarrow as pa
+
+    held: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        held.append(batch)
+        rows += batch.num_rows
+        nbytes += batch.nbytes
+        if rows >= min_rows or nbytes >= min_bytes:
+            yield pa.Table.from_batches(held)
+            held, rows, nbytes = [], 0, 0
+    if held:
+        yield pa.Table.from_batches(held)
 
 
 def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan) -> KProdCommitMessage:
@@ -70,10 +101,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
 
     ok = False
     try:
-        for batch in iterator:
-            if batch.num_rows == 0:
-                continue
-            pending.append(producer.send_arrow(_prepare(batch, plan), options.topic))
+        for table in coalesce(_prepare(batch, plan) for batch in iterator):
+            pending.append(producer.send_arrow(table, options.topic))
             # Settle what is already done (cheap) and, past the bound, wait for the oldest.
             while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
                 settle(pending.pop(0))

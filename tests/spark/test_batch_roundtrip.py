@@ -94,6 +94,24 @@ def test_explicit_partitions_and_order_within_a_task(spark, broker):
             assert ids == sorted(ids)
 
 
+def test_many_small_arrow_batches_are_joined_without_loss_or_reordering(spark, broker):
+    # Spark's Arrow batches of 7 rows: a task joins them into larger send_arrow calls.
+    topic = create_topic(broker.bootstrap, unique_topic("small-batches"), 3)
+    df = spark.range(N, numPartitions=2).select(
+        F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+    try:
+        write(df, broker.bootstrap, topic=topic)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    _, messages = compare(spark, df, broker, {topic: N}, topic)
+    for p in range(3):  # one key per value: each partition holds each task's rows in order
+        in_p = sorted((m.offset(), int(m.value())) for m in messages if m.partition() == p)
+        for half in (lambda i: i < N // 2, lambda i: i >= N // 2):
+            ids = [i for _, i in in_p if half(i)]
+            assert ids == sorted(ids)
+
+
 def test_topic_column_to_two_topics(spark, broker):
     a = create_topic(broker.bootstrap, unique_topic("sa"), 2)
     b = create_topic(broker.bootstrap, unique_topic("sb"), 3)
