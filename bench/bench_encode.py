@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_sink.perf import make_data
-from spark_sink.producer.arrow_input import PartitionRows
+from spark_sink.producer.arrow_input import TopicRows
 from spark_sink.protocol.compression import codec_from_name
 from spark_sink.protocol.records import encode_record_batch
 
@@ -48,14 +48,14 @@ def main() -> None:
     codec = int(codec_from_name(args.codec))
 
     table = make_data(args.num_records, args.record_size, args.key_size)
-    rows = PartitionRows(
-        topic="bench", partition=0,
-        keys=table.column("key").chunk(0) if args.key_size else None,
+    rows = TopicRows(
+        topic="bench", keys=table.column("key").chunk(0) if args.key_size else None,
         values=table.column("value").chunk(0),
-        timestamps=np.full(args.num_records, 1_700_000_000_000, dtype=np.int64), headers=None)
+        timestamps=np.full(args.num_records, 1_700_000_000_000, dtype=np.int64), headers=None,
+        partitions=[0], starts=[0])
 
     def records() -> list:
-        return [b for chunk in rows.encode(args.batch_size, codec) for b in chunk]
+        return [b for _, chunk in rows.encode(args.batch_size, codec) for b in chunk]
 
     def wire() -> list[bytes]:
         return [encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,

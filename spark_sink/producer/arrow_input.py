@@ -7,6 +7,7 @@ partition, headers, timestamp.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -76,37 +77,55 @@ def validate_schema(schema: pa.Schema, default_topic: str | None) -> None:
 
 
 @dataclass(frozen=True)
-class PartitionRows:
-    """The rows of one call bound for one partition, in input order."""
+class TopicRows:
+    """The rows of one call bound for one topic, grouped by partition, input order kept
+    within each: rows ``starts[i]`` up to the next start go to ``partitions[i]``."""
 
     topic: str
-    partition: int
     keys: pa.Array | None
     values: pa.Array
     timestamps: np.ndarray
     headers: pa.Array | None
+    partitions: list[int]
+    starts: list[int]
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def encode(self, batch_size: int, codec: int, level: int | None = None) -> Iterator[list[EncodedRecords]]:
-        """Record batches for these rows, a chunk of about 8 MiB of input at a time."""
+    def encode(self, batch_size: int, codec: int, level: int | None = None
+               ) -> Iterator[tuple[int, list[EncodedRecords]]]:
+        """(partition, its record batches), in row order. The rows of about 8 MiB of input
+        are encoded at a time, every partition among them in one pass; a partition spanning
+        two chunks comes in two pieces, in order."""
         n = len(self.values)
-        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) <= _CHUNK_BYTES:
-            yield encode_columns(self.keys, self.values, self.timestamps, self.headers, batch_size=batch_size,
-                                 codec=codec, level=level)
-            return
-        sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        if self.keys is not None:
-            sizes += pc.binary_length(self.keys).fill_null(0).to_numpy(zero_copy_only=False)
-        chunk = np.cumsum(sizes) // _CHUNK_BYTES
-        bounds = [0, *(np.flatnonzero(np.diff(chunk)) + 1).tolist(), n]
-        for lo, hi in zip(bounds, bounds[1:]):
-            yield encode_columns(
-                None if self.keys is None else self.keys.slice(lo, hi - lo),
-                self.values.slice(lo, hi - lo), self.timestamps[lo:hi],
-                None if self.headers is None else self.headers.slice(lo, hi - lo),
-                batch_size=batch_size, codec=codec, level=level)
+        chunk_starts = [0]
+        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > _CHUNK_BYTES:
+            sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            if self.keys is not None:
+                sizes += pc.binary_length(self.keys).fill_null(0).to_numpy(zero_copy_only=False)
+            chunk = np.cumsum(sizes) // _CHUNK_BYTES
+            chunk_starts += (np.flatnonzero(np.diff(chunk)) + 1).tolist()
+        # Pieces: one partition's rows within one chunk.
+        pieces = sorted(set(self.starts).union(chunk_starts))
+        piece_partitions = [self.partitions[bisect.bisect_right(self.starts, p) - 1] for p in pieces]
+        chunk_ends = [*chunk_starts[1:], n]
+        first = 0
+        for lo, hi in zip(chunk_starts, chunk_ends):
+            last = bisect.bisect_left(pieces, hi)
+            encoded = encode_columns(
+                None if self.keys is None else self.keys.slice(lo, hi - lo), self.values.slice(lo, hi - lo),
+                self.timestamps[lo:hi], None if self.headers is None else self.headers.slice(lo, hi - lo),
+                batch_size=batch_size, codec=codec, level=level, segments=[p - lo for p in pieces[first:last]])
+            # Batches never span pieces: hand them out by their record counts.
+            batches = iter(encoded)
+            for piece in range(first, last):
+                rows = (pieces[piece + 1] if piece + 1 < len(pieces) else n) - pieces[piece]
+                group = []
+                while rows > 0:
+                    group.append(next(batches))
+                    rows -= group[-1].record_count
+                yield piece_partitions[piece], group
+            first = last
 
 
 def _data_bytes(arr: pa.Array) -> int:
@@ -138,8 +157,8 @@ def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
 
 def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
                     partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
-                    ignore_keys: bool, batch_size: int, now_ms: int) -> list[PartitionRows]:
-    """Validate ``data`` and split it into per-partition row groups (input order kept)."""
+                    ignore_keys: bool, batch_size: int, now_ms: int) -> list[TopicRows]:
+    """Validate ``data`` and group its rows per topic and partition (input order kept)."""
     if not isinstance(data, (pa.RecordBatch, pa.Table)):
         raise ColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, got {type(data).__name__}")
     validate_schema(data.schema, default_topic)
@@ -174,7 +193,7 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         if len(groups) == 1:
             groups = [(groups[0][0], None)]
 
-    out: list[PartitionRows] = []
+    out: list[TopicRows] = []
     for topic, rows in groups:
         take = (lambda a: a) if rows is None else (lambda a: None if a is None else a.take(pa.array(rows)))
         t_values, t_keys, t_headers = take(values), take(keys), take(headers)
@@ -182,21 +201,16 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         count = partition_count(topic)
         parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys, batch_size, sticky_partition)
         if (parts == parts[0]).all():
-            out.append(PartitionRows(topic, int(parts[0]), t_keys, t_values, t_ts, t_headers))
+            out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, [int(parts[0])], [0]))
             continue
         # Partition ids are small: a stable sort of 16-bit ids is a radix sort in numpy.
         order = np.argsort(parts.astype(np.uint16) if count <= 1 << 16 else parts, kind="stable")
         sorted_parts = parts[order]
-        cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = [0, *(np.flatnonzero(np.diff(sorted_parts)) + 1).tolist()]
         index = pa.array(order)
-        s_values, s_keys, s_headers = t_values.take(index), None if t_keys is None else t_keys.take(index), \
-            None if t_headers is None else t_headers.take(index)
-        s_ts = t_ts[order]
-        for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(order)]])):
-            lo, hi = int(lo), int(hi)
-            out.append(PartitionRows(
-                topic, int(sorted_parts[lo]), None if s_keys is None else s_keys.slice(lo, hi - lo),
-                s_values.slice(lo, hi - lo), s_ts[lo:hi], None if s_headers is None else s_headers.slice(lo, hi - lo)))
+        out.append(TopicRows(
+            topic, None if t_keys is None else t_keys.take(index), t_values.take(index), t_ts[order],
+            None if t_headers is None else t_headers.take(index), sorted_parts[starts].tolist(), starts))
     return out
 
 

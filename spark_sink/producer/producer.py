@@ -302,14 +302,14 @@ class KafkaProducer:
         future = ArrowSendFuture()
         records = nbytes = 0
         for group in groups:
-            for encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
+            for partition, encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
                 for e in encoded:
                     if e.size_in_bytes > c.max_request_size:
                         raise RecordTooLargeError(
-                            f"a record to {group.topic}-{group.partition} makes a batch of {e.size_in_bytes} bytes, "
+                            f"a record to {group.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
                             f"larger than max.request.size ({c.max_request_size})")
                 future._add(len(encoded))
-                self._accumulator.append_encoded(group.topic, group.partition, encoded, now_ms(), c.max_block_ms,
+                self._accumulator.append_encoded(group.topic, partition, encoded, now_ms(), c.max_block_ms,
                                                  future._on_batch, self._sender.wakeup)
                 records += sum(e.record_count for e in encoded)
                 nbytes += sum(e.uncompressed_size for e in encoded)

@@ -329,27 +329,36 @@ def _split(sizes: np.ndarray, limit: int) -> np.ndarray:
 
 
 def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None = None,
-                   *, batch_size: int, codec: int = 0, level: int | None = None) -> list[EncodedRecords]:
+                   *, batch_size: int, codec: int = 0, level: int | None = None,
+                   segments: Sequence[int] = (0,)) -> list[EncodedRecords]:
     """Encode rows, in order, into record batches of at most ``batch_size`` bytes each.
 
     ``keys``/``values`` are binary-like arrays (nulls allowed), ``timestamps`` int64
-    milliseconds, ``headers`` a list<struct<key, value>> array or None.
+    milliseconds, ``headers`` a list<struct<key, value>> array or None. ``segments`` are
+    the rows that start a batch whatever its size (0 first): several partitions' rows are
+    encoded in one pass, numpy's fixed cost paid once. No batch spans two segments, and the
+    uncompressed payloads of a segment are views of a buffer of its own, so that one
+    partition's unsent batches never keep another's bytes alive.
     """
     values = as_binary(values)
     keys = as_binary(keys)
     n = len(values)
     if n == 0:
         return []
+    ends = [*segments[1:], n]
     if n <= _ROW_LOOP_MAX and headers is None:
-        # A small group (a partition's share of a small table): numpy's fixed cost per
-        # call (~300 us for this function) would outweigh the rows' own.
-        return _encode_small(keys.to_pylist() if keys is not None else [None] * n, values.to_pylist(),
-                             np.asarray(timestamps, dtype=np.int64).tolist(), batch_size, codec, level)
+        # Few rows (a partition's share of a small table): numpy's fixed cost per call
+        # (~300 us for this function) would outweigh the rows' own.
+        key_list = keys.to_pylist() if keys is not None else [None] * n
+        value_list, ts_list = values.to_pylist(), np.asarray(timestamps, dtype=np.int64).tolist()
+        return [e for lo, hi in zip(segments, ends)
+                for e in _encode_small(key_list[lo:hi], value_list[lo:hi], ts_list[lo:hi], batch_size, codec, level)]
     timestamps = np.asarray(timestamps, dtype=np.int64)
     rows = np.arange(n, dtype=np.int64)
     columns = _Columns.of(keys, values, headers)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD)
-    starts = np.zeros(1, dtype=np.int64)
+    seg = np.asarray(segments, dtype=np.int64)
+    starts = seg
     if 0 < batch_size and limit < 2**31:
         # Size every record with deltas at least as long as the ones it can get in any
         # batch, so no batch overflows: an offset delta is below the count of records that
@@ -359,13 +368,16 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
             # Records differ only by their offset delta: every batch holds the same count,
             # found once by sizing offset deltas 0, 1, 2, ... (the greedy split, exactly).
             cap = min(n, limit // 7 + 1)
-            per_batch = int(np.searchsorted(np.cumsum(columns.record_sizes(td_bound, np.arange(cap))), limit, "right"))
-            starts = np.arange(0, n, max(per_batch, 1), dtype=np.int64)
+            per_batch = max(1, int(np.searchsorted(np.cumsum(columns.record_sizes(td_bound, np.arange(cap))),
+                                                   limit, "right")))
+            per_segment = -(-(np.asarray(ends) - seg) // per_batch)
+            within = np.arange(int(per_segment.sum())) - np.repeat(np.cumsum(per_segment) - per_segment, per_segment)
+            starts = np.repeat(seg, per_segment) + within * per_batch
         else:
-            sizes = columns.record_sizes(td_bound, np.minimum(rows, limit // 7))
-            sizes = np.broadcast_to(sizes, n)
-            if int(sizes.sum()) > limit:
-                starts = _split(sizes, limit)
+            sizes = np.broadcast_to(columns.record_sizes(td_bound, np.minimum(rows, limit // 7)), n)
+            totals = np.add.reduceat(sizes, seg).tolist()
+            starts = np.concatenate([_split(sizes[lo:hi], limit) + lo if total > limit else [lo]
+                                     for lo, hi, total in zip(segments, ends, totals)]).astype(np.int64)
     counts = np.diff(np.append(starts, n))
     base_ts = timestamps[starts]
     if len(starts) == 1:
@@ -377,16 +389,23 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
     records = columns.encode(timestamp_deltas, offset_deltas)
     data = memoryview(records.buffers()[2]).cast("B")  # pyarrow exports signed bytes
     max_ts = np.maximum.reduceat(timestamps, starts).tolist()
-    out = []
+    counts_list, base_list = counts.tolist(), base_ts.tolist()
     bounds = _offsets(records)[np.append(starts, n)].tolist()
-    for b, (count, ts0) in enumerate(zip(counts.tolist(), base_ts.tolist())):
-        lo, hi = bounds[b], bounds[b + 1]
-        # Uncompressed payloads are views, not copies: together they keep the encoded
-        # buffer alive until the last of them is sent (the accumulator reserves memory
-        # for the group as a whole, and frees it with the last batch).
-        section = data[lo:hi]
-        payload = compress(codec, section, level) if codec else section
-        out.append(EncodedRecords(payload, codec, count, ts0, max_ts[b], hi - lo))
+    first_batches = [*np.searchsorted(starts, seg).tolist(), len(starts)]
+    out = []
+    for b0, b1 in zip(first_batches, first_batches[1:]):
+        # Uncompressed payloads are views, not copies: together they keep their buffer
+        # alive until the last of them is sent (the accumulator reserves memory for a
+        # partition's group as a whole, and frees it with its last batch).
+        buffer, base = data, 0
+        if len(seg) > 1 and not codec:
+            base = bounds[b0]
+            buffer = memoryview(bytes(data[base:bounds[b1]]))
+        for b in range(b0, b1):
+            lo, hi = bounds[b], bounds[b + 1]
+            section = buffer[lo - base:hi - base]
+            payload = compress(codec, section, level) if codec else section
+            out.append(EncodedRecords(payload, codec, counts_list[b], base_list[b], max_ts[b], hi - lo))
     return out
 
 

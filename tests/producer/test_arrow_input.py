@@ -2,30 +2,56 @@
 grouping in row order, timestamps in any unit; and the encoded batches decode to the rows."""
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer.arrow_input import HEADER_TYPE, plan_arrow_send
+from spark_sink.producer.arrow_input import HEADER_TYPE, TopicRows, plan_arrow_send
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError
 from spark_sink.producer.partitioner import murmur2, partition_for_hash
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
 
 
+@dataclass(frozen=True)
+class Group:
+    """One partition's rows of a plan, as a single-partition TopicRows."""
+
+    topic: str
+    partition: int
+    rows: TopicRows
+
+    keys = property(lambda self: self.rows.keys)
+    values = property(lambda self: self.rows.values)
+    timestamps = property(lambda self: self.rows.timestamps)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000):
+    """The plan, split into one Group per topic and partition."""
     sticky_calls = itertools.count()
-    groups = plan_arrow_send(
+    planned = plan_arrow_send(
         data, topic, partition_count=lambda _t: partitions,
         sticky_partition=lambda _t, n: next(sticky_calls) % n,
         ignore_keys=ignore_keys, batch_size=batch_size, now_ms=now_ms)
+    groups = []
+    for t in planned:
+        assert t.starts[0] == 0 and t.starts == sorted(t.starts) and len(set(t.partitions)) == len(t.partitions)
+        for p, lo, hi in zip(t.partitions, t.starts, [*t.starts[1:], len(t)]):
+            cut = (lambda a: None if a is None else a.slice(lo, hi - lo))
+            groups.append(Group(t.topic, p, TopicRows(t.topic, cut(t.keys), cut(t.values), t.timestamps[lo:hi],
+                                                      cut(t.headers), [p], [0])))
     return groups
 
 
 def decoded(group, batch_size=16384, codec=0):
     """Every record of a group, through real record batch bytes."""
     out = []
-    for encoded in group.encode(batch_size, codec):
+    for partition, encoded in group.rows.encode(batch_size, codec):
+        assert partition == group.partition
         for e in encoded:
             wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
                                        base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec)
@@ -149,10 +175,29 @@ def test_groups_larger_than_a_chunk_encode_in_pieces_in_order():
     n = 9_000  # ~9.1 MB of values: more than one 8 MiB encoding chunk
     values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
     (g,) = plan(pa.table({"value": values}), partitions=1, batch_size=100_000)
-    chunks = list(g.encode(100_000, 0))
+    chunks = [encoded for _, encoded in g.rows.encode(100_000, 0)]
     assert len(chunks) >= 2
     records = [r for chunk in chunks for e in chunk for r in decode_record_batches(encode_record_batch(
         e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
         base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp))[0].records]
     assert [int(r.value[:6]) for r in records] == list(range(n))
     assert all(RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000 for chunk in chunks for e in chunk)
+
+
+def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
+    # ~12 MB over 5 partitions: partitions share encoding passes, and some span two chunks.
+    n = 12_000
+    parts = pa.array([(i * 7) % 5 for i in range(n)], pa.int32())
+    values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
+    (t,) = plan_arrow_send(pa.table({"value": values, "partition": parts}), "t", partition_count=lambda _t: 5,
+                           sticky_partition=lambda _t, n: 0, ignore_keys=False, batch_size=100_000, now_ms=1)
+    pieces = list(t.encode(100_000, 0))
+    assert len(pieces) > 5  # some partition came in two pieces
+    got: dict[int, list[int]] = {}
+    for partition, encoded in pieces:
+        for e in encoded:
+            assert RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000
+            wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
+                                       base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp)
+            got.setdefault(partition, []).extend(int(r.value[:6]) for r in decode_record_batches(wire)[0].records)
+    assert got == {p: [i for i in range(n) if (i * 7) % 5 == p] for p in range(5)}

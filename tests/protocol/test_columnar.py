@@ -168,3 +168,29 @@ def test_records_larger_than_batch_size_get_their_own_batch(vectorised):
         chunk = [Record(k, v, int(t)) for k, v, t in zip(keys[pos:], values[pos:], ts[pos:])][:b.record_count]
         assert b.payload == encode_records(chunk, int(ts[pos]))
         pos += b.record_count
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows_st, st.sets(st.integers(1, 39)), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans())
+def test_segments_start_batches_of_their_own(rows, cuts, batch_size, uniform, vectorised):
+    # Several partitions' rows in one pass: every segment starts a batch, none spans two.
+    if uniform:
+        rows = [(b"k", b"v" * 30, 7, [])] * len(rows)
+    segments = [0, *sorted(c for c in cuts if c < len(rows))]
+    keys = pa.array([r[0] for r in rows], pa.binary())
+    values = pa.array([r[1] for r in rows], pa.binary())
+    ts = np.array([r[2] for r in rows], np.int64)
+    with _path(vectorised):
+        batches = encode_columns(keys, values, ts, None, batch_size=batch_size, segments=segments)
+    firsts, pos = [], 0
+    for b in batches:
+        firsts.append(pos)
+        chunk = [Record(rows[i][0], rows[i][1], int(ts[i])) for i in range(pos, pos + b.record_count)]
+        assert b.payload == encode_records(chunk, int(ts[pos]))
+        assert batch_size == 0 or b.record_count == 1 or RECORD_BATCH_OVERHEAD + len(b.payload) <= batch_size
+        pos += b.record_count
+    assert pos == len(rows) and set(segments) <= set(firsts)
+    if batch_size == 0:
+        assert firsts == segments
+    if vectorised:  # each segment's payloads are views of a buffer of its own
+        assert len({id(b.payload.obj) for b in batches}) == len(segments)
