@@ -465,7 +465,11 @@ def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], time
 def _encode_small(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int], batch_size: int,
                   codec: int, level: int | None) -> list[EncodedRecords]:
     """encode_columns() for a few header-less rows, row by row: records laid out as in
-    _encode_rows_loop, split greedily at batch_size (exact sizes, as the accumulator would)."""
+    _encode_rows_loop, split greedily at batch_size (exact sizes, as the accumulator would).
+
+    Kept apart from _encode_rows_loop, which seals every send() batch and needs no split:
+    this loop's bookkeeping would cost it ~11% (593 against 533 ns a record).
+    """
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
     sections: list[tuple[bytes, int, int]] = []  # (records section, first row, rows)
     parts: list[bytes] = []
