@@ -27,6 +27,11 @@ def write_uvarint(value: int) -> bytes:
     """Unsigned LEB128 (protobuf-style) varint."""
     if 0 <= value < 128:
         return _SMALL_UVARINTS[value]
+    # Lengths and counts mostly take two or three bytes: written without a loop.
+    if 128 <= value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0x4000 <= value < 0x200000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
     out = bytearray()
     value &= 0xFFFFFFFFFFFFFFFF
     while value >= 0x80:

@@ -18,6 +18,7 @@ import struct
 from typing import Any
 
 from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.primitives import write_uvarint
 
 FLEXIBLE_FROM = 9  # first version with compact lengths and tagged fields
 
@@ -34,26 +35,11 @@ _I64_PAIR = struct.Struct(">qq")
 _COPY_BELOW = 1024
 
 
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:  # the usual lengths and counts take one to three bytes
-        return bytes((value,))
-    if value < 0x4000:
-        return bytes((value & 0x7F | 0x80, value >> 7))
-    if value < 0x200000:
-        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\x00" if flexible else b"\xff\xff"
     data = value.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
+    return (write_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
 
 
 def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
@@ -67,11 +53,11 @@ def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
     small = bytearray(_string(body.get("transactional_id"), flexible))
     small += _ACKS_TIMEOUT.pack(body.get("acks", 0), body.get("timeout_ms", 0))
     topics = body.get("topic_data") or ()
-    small += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    small += write_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for topic in topics:
         small += _string(topic.get("name", ""), flexible)
         partitions = topic.get("partition_data") or ()
-        small += _uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
+        small += write_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for part in partitions:
             small += _I32.pack(part.get("index", 0))
             records = part.get("records")
@@ -80,7 +66,7 @@ def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
             else:
                 pieces = (records,) if isinstance(records, (bytes, bytearray, memoryview)) else records
                 size = sum(map(len, pieces))
-                small += _uvarint(size + 1) if flexible else _I32.pack(size)
+                small += write_uvarint(size + 1) if flexible else _I32.pack(size)
                 for piece in pieces:
                     if len(piece) < _COPY_BELOW:
                         small += piece

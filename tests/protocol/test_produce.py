@@ -103,6 +103,8 @@ def test_framed_parts_are_the_framed_bytes():
 
 @pytest.mark.parametrize("value", [0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**31 - 1, 2**35])
 def test_unsigned_varints_at_every_width_boundary(value):
-    encoded = produce._uvarint(value)
-    assert encoded == p.write_uvarint(value)
+    encoded = p.write_uvarint(value)
+    # LEB128 by its definition: seven bits a byte, low first, the top bit on all but the last.
+    groups = [(value >> shift) & 0x7F for shift in range(0, max(value.bit_length(), 1), 7)]
+    assert encoded == bytes([g | 0x80 for g in groups[:-1]] + groups[-1:])
     assert produce._uvarint_at(memoryview(b"x" + encoded), 1) == (value, 1 + len(encoded))
