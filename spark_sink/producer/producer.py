@@ -31,6 +31,7 @@ from spark_sink.producer.partitioner import SEED as MURMUR2_SEED, StickyPartitio
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
+from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.protocol.errors import KProdError
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
@@ -296,23 +297,26 @@ class KafkaProducer:
         def partition_count(t: str) -> int:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
-        groups = plan_arrow_send(
-            data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
-            ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
-        future = ArrowSendFuture()
-        records = nbytes = 0
-        for group in groups:
-            for partition, encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
-                for e in encoded:
-                    if e.size_in_bytes > c.max_request_size:
-                        raise RecordTooLargeError(
-                            f"a record to {group.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
-                            f"larger than max.request.size ({c.max_request_size})")
-                future._add(len(encoded))
-                self._accumulator.append_encoded(group.topic, partition, encoded, now_ms(), c.max_block_ms,
-                                                 future._on_batch, self._sender.wakeup)
-                records += sum(e.record_count for e in encoded)
-                nbytes += sum(e.uncompressed_size for e in encoded)
+        # The Sender thread reads responses while this thread encodes: hand it the GIL
+        # within 0.5 ms instead of 5 (see switch_interval).
+        with short_switch_interval():
+            groups = plan_arrow_send(
+                data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
+                ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
+            future = ArrowSendFuture()
+            records = nbytes = 0
+            for group in groups:
+                for partition, encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
+                    for e in encoded:
+                        if e.size_in_bytes > c.max_request_size:
+                            raise RecordTooLargeError(
+                                f"a record to {group.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
+                                f"larger than max.request.size ({c.max_request_size})")
+                    future._add(len(encoded))
+                    self._accumulator.append_encoded(group.topic, partition, encoded, now_ms(), c.max_block_ms,
+                                                     future._on_batch, self._sender.wakeup)
+                    records += sum(e.record_count for e in encoded)
+                    nbytes += sum(e.uncompressed_size for e in encoded)
         future._seal(records, nbytes)
         return future
 

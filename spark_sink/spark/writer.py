@@ -82,6 +82,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     retries it or aborts the write, so nothing is swallowed.
     """
     from spark_sink.producer import KafkaProducer
+    from spark_sink.producer.switch_interval import short_switch_interval
 
     started = time.monotonic()
     partition_id, attempt = _task_identity()
@@ -101,11 +102,14 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
 
     ok = False
     try:
-        for table in coalesce(_prepare(batch, plan) for batch in iterator):
-            pending.append(producer.send_arrow(table, options.topic))
-            # Settle what is already done (cheap) and, past the bound, wait for the oldest.
-            while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
-                settle(pending.pop(0))
+        # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
+        # Sender's wait for it short for the whole loop, not only inside each call.
+        with short_switch_interval():
+            for table in coalesce(_prepare(batch, plan) for batch in iterator):
+                pending.append(producer.send_arrow(table, options.topic))
+                # Settle what is already done (cheap) and, past the bound, wait for the oldest.
+                while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
+                    settle(pending.pop(0))
         producer.flush(options.flush_timeout_s)
         for future in pending:
             settle(future)
