@@ -292,31 +292,34 @@ class KafkaProducer:
         """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns."""
         if self._closed:
             raise ProducerClosedError("send_arrow() after close()")
+        # The Sender thread reads responses while this thread encodes: hand it the GIL
+        # within 0.5 ms instead of 5 (see switch_interval).
+        with short_switch_interval():
+            return self._send_arrow(data, topic)
+
+    def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None) -> ArrowSendFuture:
         c = self.config
 
         def partition_count(t: str) -> int:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
-        # The Sender thread reads responses while this thread encodes: hand it the GIL
-        # within 0.5 ms instead of 5 (see switch_interval).
-        with short_switch_interval():
-            groups = plan_arrow_send(
-                data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
-                ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
-            future = ArrowSendFuture()
-            records = nbytes = 0
-            for group in groups:
-                for partition, encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
-                    for e in encoded:
-                        if e.size_in_bytes > c.max_request_size:
-                            raise RecordTooLargeError(
-                                f"a record to {group.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
-                                f"larger than max.request.size ({c.max_request_size})")
-                    future._add(len(encoded))
-                    self._accumulator.append_encoded(group.topic, partition, encoded, now_ms(), c.max_block_ms,
-                                                     future._on_batch, self._sender.wakeup)
-                    records += sum(e.record_count for e in encoded)
-                    nbytes += sum(e.uncompressed_size for e in encoded)
+        groups = plan_arrow_send(
+            data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
+            ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
+        future = ArrowSendFuture()
+        records = nbytes = 0
+        for group in groups:
+            for partition, encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
+                for e in encoded:
+                    if e.size_in_bytes > c.max_request_size:
+                        raise RecordTooLargeError(
+                            f"a record to {group.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
+                            f"larger than max.request.size ({c.max_request_size})")
+                future._add(len(encoded))
+                self._accumulator.append_encoded(group.topic, partition, encoded, now_ms(), c.max_block_ms,
+                                                 future._on_batch, self._sender.wakeup)
+                records += sum(e.record_count for e in encoded)
+                nbytes += sum(e.uncompressed_size for e in encoded)
         future._seal(records, nbytes)
         return future
 

@@ -8,6 +8,8 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.producer import ColumnError, KafkaProducer
+from spark_sink.producer import producer as producer_module
+from spark_sink.producer.arrow_input import plan_arrow_send
 from spark_sink.producer.switch_interval import SWITCH_INTERVAL_S, short_switch_interval
 from tests.brokers import create_topic, unique_topic
 
@@ -71,7 +73,14 @@ def test_restored_when_the_block_raises():
     assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
-def test_send_arrow_restores_it_after_success_and_after_a_column_error(tansu):
+def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_errors(tansu, monkeypatch):
+    seen = []
+
+    def observed_plan(*args, **kwargs):  # the real planner, with the interval it ran under noted
+        seen.append(sys.getswitchinterval())
+        return plan_arrow_send(*args, **kwargs)
+
+    monkeypatch.setattr(producer_module, "plan_arrow_send", observed_plan)
     topic = create_topic(tansu.bootstrap, unique_topic("switch"), partitions=2)
     with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as producer:
         future = producer.send_arrow(pa.table({"value": [b"a", b"b"]}), topic=topic)
@@ -80,3 +89,4 @@ def test_send_arrow_restores_it_after_success_and_after_a_column_error(tansu):
         with pytest.raises(ColumnError, match="colour"):
             producer.send_arrow(pa.table({"value": [b"a"], "colour": [1]}), topic=topic)
         assert sys.getswitchinterval() == pytest.approx(0.005)
+    assert seen == [pytest.approx(SWITCH_INTERVAL_S)] * 2
