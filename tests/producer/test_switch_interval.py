@@ -16,9 +16,10 @@ from tests.brokers import create_topic, unique_topic
 
 @pytest.fixture(autouse=True)
 def default_interval():
+    saved = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     yield
-    sys.setswitchinterval(0.005)
+    sys.setswitchinterval(saved)
 
 
 def test_lowered_inside_and_restored_after():
