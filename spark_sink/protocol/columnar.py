@@ -432,8 +432,60 @@ _NULL_LENGTH = write_varint(-1)
 _ROW_LOOP_MAX = 512
 
 
-def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int]) -> bytes:
-    """Header-less records of a small batch; same bytes as the vectorised path.
+# For n < 2**14: how many bytes n's varint takes, and those plus n (a length-prefixed field).
+_VARINT_SIZE = [len(v) for v in _SMALL_VARINTS]
+_FIELD_SIZE = [len(v) + n for n, v in enumerate(_SMALL_VARINTS)]
+
+
+def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
+                      max_timestamp: int) -> bytes:
+    """Header-less records of a small batch; same bytes as the vectorised path."""
+    base = timestamps[0]
+    if len(values) < 1 << 14 and max_timestamp - base < 1 << 14 and min(timestamps) >= base:
+        # Every offset and timestamp delta has a ready-made varint. The short loops
+        # below raise TypeError on a null value (or a null key among others) and
+        # IndexError on a field of 16 KiB or more: such batches take the general loop.
+        try:
+            if keys.count(None) == len(keys):
+                return _encode_keyless_rows(values, timestamps)
+            return _encode_keyed_rows(keys, values, timestamps)
+        except (TypeError, IndexError):
+            pass
+    return _encode_any_rows(keys, values, timestamps)
+
+
+def _encode_keyed_rows(keys: list[bytes], values: list[bytes], timestamps: list[int]) -> bytes:
+    """_encode_any_rows for records with a key and a value each, whose fields, offset and
+    timestamp deltas are all below 2**14: table lookups, no branches (~30% faster)."""
+    base = timestamps[0]
+    parts: list[bytes] = []
+    extend = parts.extend
+    varint, varint_size, field_size = _SMALL_VARINTS, _VARINT_SIZE, _FIELD_SIZE
+    for i, key, value, ts in zip(range(len(values)), keys, values, timestamps):
+        key_size, value_size, delta = len(key), len(value), ts - base
+        # size: attributes and header count (one byte each), the deltas, key and value
+        size = 2 + varint_size[delta] + varint_size[i] + field_size[key_size] + field_size[value_size]
+        extend((varint[size], b"\x00", varint[delta], varint[i], varint[key_size], key, varint[value_size], value,
+                b"\x00"))
+    return b"".join(parts)
+
+
+def _encode_keyless_rows(values: list[bytes], timestamps: list[int]) -> bytes:
+    """_encode_keyed_rows for records without a key."""
+    base = timestamps[0]
+    parts: list[bytes] = []
+    extend = parts.extend
+    varint, varint_size, field_size = _SMALL_VARINTS, _VARINT_SIZE, _FIELD_SIZE
+    null_size = 2 + len(_NULL_LENGTH)
+    for i, value, ts in zip(range(len(values)), values, timestamps):
+        value_size, delta = len(value), ts - base
+        size = null_size + varint_size[delta] + varint_size[i] + field_size[value_size]
+        extend((varint[size], b"\x00", varint[delta], varint[i], _NULL_LENGTH, varint[value_size], value, b"\x00"))
+    return b"".join(parts)
+
+
+def _encode_any_rows(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int]) -> bytes:
+    """Header-less records, any of them null or large, any timestamps.
 
     Every piece of a record goes into one list and is copied once, by the final join:
     no per-record concatenation (cold 100-byte values: ~25% faster than joining a body
@@ -514,9 +566,10 @@ def encode_rows(keys: list[bytes | None], values: list[bytes | None], timestamps
     """One record batch from Python lists (how the per-record send() path seals a batch)."""
     n = len(values)
     if n <= _ROW_LOOP_MAX and not (headers is not None and any(headers)):
-        section = _encode_rows_loop(keys, values, timestamps)
+        max_timestamp = max(timestamps)
+        section = _encode_rows_loop(keys, values, timestamps, max_timestamp)
         payload = compress(codec, section, level) if codec else section
-        return EncodedRecords(payload, codec, n, timestamps[0], max(timestamps), len(section))
+        return EncodedRecords(payload, codec, n, timestamps[0], max_timestamp, len(section))
     key_array = None if all(k is None for k in keys) else pa.array(keys, pa.binary())
     header_array = None
     if headers is not None and any(headers):

@@ -104,6 +104,26 @@ def test_encode_rows_equals_reference(rows):
         assert (enc.record_count, enc.max_timestamp) == (len(rows), max(ts))
 
 
+# Sizes around the 2**14 edge of the row loop's varint tables, and a null value now and then.
+_near_value_st = st.none() | st.binary(max_size=30) | st.integers(16_350, 16_400).map(lambda n: b"v" * n)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=20), _near_value_st, st.integers(-3, 16_400)), min_size=1, max_size=40),
+       st.sampled_from(["every", "none", "some"]))
+def test_encode_rows_of_a_send_batch_equals_reference(rows, keys_present):
+    # What send() seals: timestamps close to the first (the row loop's table lookups),
+    # with keys on every record, on none or on some; a negative or wide delta, a null
+    # value or a 16 KiB field takes its general loop.
+    base = 1_700_000_000_000
+    keys = [k if keys_present == "every" or keys_present == "some" and i % 2 else None for i, (k, _, _) in enumerate(rows)]
+    values = [v for _, v, _ in rows]
+    ts = [base] + [base + d for _, _, d in rows[1:]]
+    enc = encode_rows(keys, values, ts)
+    assert enc.payload == encode_records([Record(k, v, t) for k, v, t in zip(keys, values, ts)], base)
+    assert (enc.record_count, enc.base_timestamp, enc.max_timestamp) == (len(rows), base, max(ts))
+
+
 def test_wide_varints_and_long_prefixes_equal_reference():
     # Timestamp deltas past 2**55 take more than 8 varint bytes (the general path); a
     # 20k-record batch has 3-byte offset deltas, so the prefix spans two packed words.
