@@ -40,6 +40,8 @@ class RecordAccumulator:
         self._pool = pool
         self._lock = threading.Lock()
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        # The same deques by topic, then partition: send()'s lookup without a tuple key.
+        self._by_topic: dict[str, dict[int, deque[ProducerBatch]]] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._order = itertools.count()
         self._flushes = 0
@@ -73,7 +75,7 @@ class RecordAccumulator:
             if self._stopped is not None:
                 self._pool.deallocate(size)
                 self._raise_stopped()
-            dq = self._batches.setdefault(tp, deque())
+            dq = self._deque(tp)
             if dq:
                 future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
                 if future is not None:  # another thread made room meanwhile
@@ -85,10 +87,10 @@ class RecordAccumulator:
             self._incomplete.add(batch)
             return future, len(dq) > 1 or batch.is_full, True
 
-    def append_plain(self, tp: TopicPartition, timestamp: int, key: bytes, value: bytes,
+    def append_plain(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
                      callback: SendCallback | None, key_size: int, value_size: int
                      ) -> tuple[FutureRecordMetadata, bool] | None:
-        """append() for a header-less record that fits the open batch of ``tp``: returns
+        """append() for a header-less record that fits the open batch of its partition: returns
         (future, a batch is ready to send), or None when it needs append() (no open batch
         with room for it, or the producer has stopped).
 
@@ -98,7 +100,10 @@ class RecordAccumulator:
         lock = self._lock
         lock.acquire()  # acquire/release rather than ``with``: half the cost
         try:
-            dq = self._batches.get(tp)
+            try:
+                dq = self._by_topic[topic][partition]
+            except KeyError:  # the partition's first record
+                return None
             if not dq or self._stopped is not None:
                 return None
             last = dq[-1]
@@ -152,7 +157,7 @@ class RecordAccumulator:
         with self._lock:
             if self._stopped is not None:
                 self._raise_stopped()
-            dq = self._batches.setdefault((topic, partition), deque())
+            dq = self._deque((topic, partition))
             if dq:
                 dq[-1].closed = True  # later send() records must not overtake these batches
             for batch in batches:
@@ -241,7 +246,7 @@ class RecordAccumulator:
         batch.attempts += 1
         batch.last_attempt_ms = now
         with self._lock:
-            dq = self._batches.setdefault(batch.tp, deque())
+            dq = self._deque(batch.tp)
             i = 0
             while i < len(dq) and dq[i].order < batch.order:
                 i += 1
@@ -269,6 +274,14 @@ class RecordAccumulator:
         if freed:
             self._pool.deallocate(freed)
 
+    def _deque(self, tp: TopicPartition) -> deque[ProducerBatch]:
+        """The partition's deque, made on first use. Only with the lock held."""
+        dq = self._batches.get(tp)
+        if dq is None:
+            dq = self._batches[tp] = deque()
+            self._by_topic.setdefault(tp[0], {})[tp[1]] = dq
+        return dq
+
     def stop(self, reason: Exception) -> None:
         """The Sender has stopped: appends fail from now on, naming ``reason``."""
         with self._lock:
@@ -281,7 +294,8 @@ class RecordAccumulator:
         """Remove every queued batch (for a forced close); the caller fails them."""
         with self._lock:
             batches = [b for dq in self._batches.values() for b in dq]
-            self._batches.clear()
+            for dq in self._batches.values():
+                dq.clear()
         return batches
 
     def has_undrained(self) -> bool:

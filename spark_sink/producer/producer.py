@@ -196,7 +196,7 @@ class KafkaProducer:
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
                 appended = self._accumulator.append_plain(
-                    (topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)),
+                    topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders),
                     time.time_ns() // 1_000_000, key, value, callback, key_size, value_size)
                 if appended is not None:
                     future, batch_ready = appended
