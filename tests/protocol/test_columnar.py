@@ -191,17 +191,24 @@ def test_records_larger_than_batch_size_get_their_own_batch(vectorised):
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.sets(st.integers(1, 39)), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans())
-def test_segments_start_batches_of_their_own(rows, cuts, batch_size, uniform, vectorised):
+@given(rows_st, st.sets(st.integers(1, 39)), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans(),
+       st.booleans())
+def test_segments_start_batches_of_their_own(rows, cuts, batch_size, uniform, vectorised, join_apart):
     # Several partitions' rows in one pass: every segment starts a batch, none spans two.
+    # Each segment is joined on its own (large segments) or all at once and copied out.
     if uniform:
         rows = [(b"k", b"v" * 30, 7, [])] * len(rows)
     segments = [0, *sorted(c for c in cuts if c < len(rows))]
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
-    with _path(vectorised):
-        batches = encode_columns(keys, values, ts, None, batch_size=batch_size, segments=segments)
+    saved = columnar._SEPARATE_JOIN_ROWS
+    columnar._SEPARATE_JOIN_ROWS = 1 if join_apart else 1 << 30
+    try:
+        with _path(vectorised):
+            batches = encode_columns(keys, values, ts, None, batch_size=batch_size, segments=segments)
+    finally:
+        columnar._SEPARATE_JOIN_ROWS = saved
     firsts, pos = [], 0
     for b in batches:
         firsts.append(pos)
