@@ -310,8 +310,6 @@ class _Columns:
         parts += _varint_parts([self.header_counts], n)
         if self.header_blobs is not None:
             parts.append(self.header_blobs)
-        if len(segments) == 1:
-            return [pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="")]
         return [pc.binary_join_element_wise(*(p.slice(lo, hi - lo) for p in parts), _EMPTY,
                                             null_handling="replace", null_replacement="")
                 for lo, hi in zip(segments, [*segments[1:], n])]
