@@ -29,14 +29,19 @@ rows_st = st.lists(
 
 
 @contextlib.contextmanager
-def _path(vectorised: bool):
-    """Force encode_columns onto one path (small inputs otherwise take the row loop)."""
-    saved = columnar._ROW_LOOP_MAX
-    columnar._ROW_LOOP_MAX = 0 if vectorised else saved
+def _threshold(name: str, value: int):
+    """Set one of columnar's size thresholds for the block."""
+    saved = getattr(columnar, name)
+    setattr(columnar, name, value)
     try:
         yield
     finally:
-        columnar._ROW_LOOP_MAX = saved
+        setattr(columnar, name, saved)
+
+
+def _path(vectorised: bool):
+    """Force encode_columns onto one path (small inputs otherwise take the row loop)."""
+    return _threshold("_ROW_LOOP_MAX", 0 if vectorised else columnar._ROW_LOOP_MAX)
 
 
 def _reference(rows):
@@ -202,13 +207,8 @@ def test_segments_start_batches_of_their_own(rows, cuts, batch_size, uniform, ve
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
-    saved = columnar._SEPARATE_JOIN_ROWS
-    columnar._SEPARATE_JOIN_ROWS = 1 if join_apart else 1 << 30
-    try:
-        with _path(vectorised):
-            batches = encode_columns(keys, values, ts, None, batch_size=batch_size, segments=segments)
-    finally:
-        columnar._SEPARATE_JOIN_ROWS = saved
+    with _path(vectorised), _threshold("_SEPARATE_JOIN_ROWS", 1 if join_apart else 1 << 30):
+        batches = encode_columns(keys, values, ts, None, batch_size=batch_size, segments=segments)
     firsts, pos = [], 0
     for b in batches:
         firsts.append(pos)
