@@ -1,5 +1,6 @@
-"""The columnar encoder writes exactly the bytes of the row-wise reference encoder, on
-both of its paths: vectorised, and row by row for small header-less inputs."""
+"""The columnar encoder writes exactly the bytes of the row-wise reference encoder, and so
+does encode_rows (send()'s batches) on both of its paths: a Python loop for small
+header-less batches, the columnar encoder for the others."""
 
 import contextlib
 
@@ -39,38 +40,31 @@ def _threshold(name: str, value: int):
         setattr(columnar, name, saved)
 
 
-def _path(vectorised: bool):
-    """Force encode_columns onto one path (small inputs otherwise take the row loop)."""
-    return _threshold("_ROW_LOOP_MAX", 0 if vectorised else columnar._ROW_LOOP_MAX)
-
-
 def _reference(rows):
     return [Record(k, v, ts, tuple(h)) for k, v, ts, h in rows]
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.booleans(), st.booleans())
-def test_single_batch_equals_row_wise_encoder(rows, with_headers, vectorised):
+@given(rows_st, st.booleans())
+def test_single_batch_equals_row_wise_encoder(rows, with_headers):
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
     headers = pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in rows], HEADERS) if with_headers else None
-    with _path(vectorised):
-        (batch,) = encode_columns(keys, values, ts, headers, batch_size=0)
+    (batch,) = encode_columns(keys, values, ts, headers, batch_size=0)
     expected = _reference([(k, v, t, h if with_headers else []) for k, v, t, h in rows])
     assert batch.payload == encode_records(expected, rows[0][2])
     assert (batch.record_count, batch.base_timestamp, batch.max_timestamp) == (len(rows), rows[0][2], max(ts))
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.integers(61, 600), st.booleans(), st.booleans())
-def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_size, ordered, vectorised):
+@given(rows_st, st.integers(61, 600), st.booleans())
+def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_size, ordered):
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
     ts = np.sort(ts) if ordered else ts  # out-of-order timestamps give negative deltas
-    with _path(vectorised):
-        batches = encode_columns(keys, values, ts, None, batch_size=batch_size)
+    batches = encode_columns(keys, values, ts, None, batch_size=batch_size)
     assert sum(b.record_count for b in batches) == len(rows)
     pos = 0
     for b in batches:
@@ -81,11 +75,9 @@ def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_s
         pos += b.record_count
 
 
-@pytest.mark.parametrize("vectorised", [False, True])
-def test_string_large_and_view_types_are_accepted(vectorised):
+def test_string_large_and_view_types_are_accepted():
     for t in (pa.string(), pa.large_binary(), pa.large_string(), pa.binary_view(), pa.string_view()):
-        with _path(vectorised):
-            (b,) = encode_columns(pa.array(["k", None], t), pa.array(["v", "w"], t), np.array([5, 6]), batch_size=0)
+        (b,) = encode_columns(pa.array(["k", None], t), pa.array(["v", "w"], t), np.array([5, 6]), batch_size=0)
         assert b.payload == encode_records([Record(b"k", b"v", 5), Record(None, b"w", 6)], 5)
 
 
@@ -142,6 +134,10 @@ def test_wide_varints_and_long_prefixes_equal_reference():
     assert batch.payload == encode_records(expected, 0)
     (batch,) = encode_columns(None, values, ts, None, batch_size=0)
     assert batch.payload == encode_records([Record(None, r.value, r.timestamp) for r in expected], 0)
+    # Deltas whose zigzag value has its top bit set (10-byte varints).
+    ts = np.array([0, 2**62 + 5, -(2**62), 2**63 - 1], np.int64)
+    (batch,) = encode_columns(None, pa.array([b"a", b"b", None, b""]), ts, None, batch_size=0)
+    assert batch.payload == encode_records([Record(None, v, int(t)) for v, t in zip([b"a", b"b", None, b""], ts)], 0)
 
 
 def test_encode_rows_large_batches_take_the_vectorised_path_with_same_bytes():
@@ -155,17 +151,15 @@ def test_encode_rows_large_batches_take_the_vectorised_path_with_same_bytes():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 300), st.integers(0, 20), st.integers(0, 300), st.integers(61, 3000), st.booleans(),
-       st.booleans())
-def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, with_keys, vectorised):
-    # Equal-size records with one timestamp take the count-per-batch path: every batch
-    # must match the reference bytes, fit batch_size, and be full (one more would not fit).
+@given(st.integers(1, 300), st.integers(0, 20), st.integers(0, 300), st.integers(61, 3000), st.booleans())
+def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, with_keys):
+    # Every batch must match the reference bytes, fit batch_size, and be full (one more
+    # equal record would not fit).
     keys = [b"k" * key_size] * n if with_keys else [None] * n
     values = [b"v" * value_size] * n
     ts = np.full(n, 1_700_000_000_000, np.int64)
-    with _path(vectorised):
-        batches = encode_columns(pa.array(keys, pa.binary()) if with_keys else None, pa.array(values, pa.binary()),
-                                 ts, None, batch_size=batch_size)
+    batches = encode_columns(pa.array(keys, pa.binary()) if with_keys else None, pa.array(values, pa.binary()),
+                             ts, None, batch_size=batch_size)
     pos = 0
     for b in batches:
         chunk = [Record(keys[i], values[i], int(ts[i])) for i in range(pos, pos + b.record_count)]
@@ -178,14 +172,12 @@ def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, wit
     assert pos == n
 
 
-@pytest.mark.parametrize("vectorised", [False, True])
-def test_records_larger_than_batch_size_get_their_own_batch(vectorised):
+def test_records_larger_than_batch_size_get_their_own_batch():
     # Lengths past 16383 take 3-byte varints, beyond the row loop's lookup table.
     keys = [b"a", b"k" * 17_000, None, b"b"]
     values = [b"1", b"v" * 20_000, b"w" * 16_000, b"2"]
     ts = np.array([10, 11, 9, 12], np.int64)
-    with _path(vectorised):
-        batches = encode_columns(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), ts, batch_size=16384)
+    batches = encode_columns(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), ts, batch_size=16384)
     assert [b.record_count for b in batches] == [1, 1, 2]
     assert [(b.base_timestamp, b.max_timestamp) for b in batches] == [(10, 10), (11, 11), (9, 12)]
     pos = 0
@@ -196,28 +188,31 @@ def test_records_larger_than_batch_size_get_their_own_batch(vectorised):
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.sets(st.integers(1, 39)), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans(),
-       st.booleans())
-def test_segments_start_batches_of_their_own(rows, cuts, batch_size, uniform, vectorised, join_apart):
+@given(rows_st, st.data(), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans(), st.booleans())
+def test_segments_start_batches_of_their_own(rows, data, batch_size, uniform, with_headers, apart):
     # Several partitions' rows in one pass: every segment starts a batch, none spans two.
-    # Each segment is joined on its own (large segments) or all at once and copied out.
+    # Each segment is written into a buffer of its own, or all at once and copied out.
     if uniform:
-        rows = [(b"k", b"v" * 30, 7, [])] * len(rows)
+        rows = [(b"k", b"v" * 30, 7, [("h", b"x")])] * len(rows)
+    cuts = data.draw(st.sets(st.integers(1, max(1, len(rows) - 1))))
     segments = [0, *sorted(c for c in cuts if c < len(rows))]
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
+    headers = pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in rows], HEADERS) if with_headers else None
     ts = np.array([r[2] for r in rows], np.int64)
-    with _path(vectorised), _threshold("_SEPARATE_JOIN_ROWS", 1 if join_apart else 1 << 30):
-        batches = encode_columns(keys, values, ts, None, batch_size=batch_size, segments=segments)
+    with _threshold("_SEPARATE_BUFFER_ROWS", 1 if apart else 1 << 30):
+        batches = encode_columns(keys, values, ts, headers, batch_size=batch_size, segments=segments)
+    picked = [(*r[:3], r[3] if with_headers else []) for r in rows]
     firsts, pos = [], 0
     for b in batches:
         firsts.append(pos)
-        chunk = [Record(rows[i][0], rows[i][1], int(ts[i])) for i in range(pos, pos + b.record_count)]
-        assert b.payload == encode_records(chunk, int(ts[pos]))
+        chunk = _reference(picked[pos:pos + b.record_count])
+        assert b.payload == encode_records(chunk, picked[pos][2])
+        assert (b.base_timestamp, b.max_timestamp) == (picked[pos][2], max(r.timestamp for r in chunk))
         assert batch_size == 0 or b.record_count == 1 or RECORD_BATCH_OVERHEAD + len(b.payload) <= batch_size
         pos += b.record_count
     assert pos == len(rows) and set(segments) <= set(firsts)
     if batch_size == 0:
         assert firsts == segments
-    if vectorised:  # each segment's payloads are views of a buffer of its own
-        assert len({id(b.payload.obj) for b in batches}) == len(segments)
+    # each segment's payloads are views of a buffer of its own
+    assert len({id(b.payload.obj) for b in batches}) == len(segments)
