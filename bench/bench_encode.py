@@ -2,10 +2,12 @@
 
     python bench/bench_encode.py [--num-records 1000000] [--record-size 100] [--key-size 10]
                                  [--batch-size 16384] [--codec none|gzip|snappy|lz4|zstd]
+                                 [--partitions 1]
 
 Two figures for the encoder:
   records  the records sections, encoded as ``send_arrow`` does it in the caller's thread
-           (one partition's rows, chunk by chunk, split at batch.size, payloads copied out);
+           (chunk by chunk, each row into its partition's batches, split at batch.size;
+           with --partitions N the rows go where Java's murmur2 of their keys puts them);
   wire     the same plus each batch's header and CRC-32C (done at drain time in the
            producer, when the sequence number is known): the bytes that go on the wire.
 The memcpy of the same number of bytes into a preallocated buffer is the physical floor:
@@ -22,6 +24,7 @@ import pyarrow as pa
 
 from spark_sink.perf import make_data
 from spark_sink.producer.arrow_input import TopicRows
+from spark_sink.producer.partitioner import murmur2_array, partition_for_hash
 from spark_sink.protocol.compression import codec_from_name
 from spark_sink.protocol.records import encode_record_batch
 
@@ -42,20 +45,24 @@ def main() -> None:
     ap.add_argument("--key-size", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=16384)
     ap.add_argument("--codec", default="none")
+    ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     pa.set_cpu_count(1)  # one core: Arrow kernels must not fan out to a thread pool
     codec = int(codec_from_name(args.codec))
 
     table = make_data(args.num_records, args.record_size, args.key_size)
+    keys = table.column("key").chunk(0) if args.key_size else None
+    partitions = 0
+    if args.partitions > 1:
+        partitions = partition_for_hash(murmur2_array(keys).astype(np.int64), args.partitions)
     rows = TopicRows(
-        topic="bench", keys=table.column("key").chunk(0) if args.key_size else None,
-        values=table.column("value").chunk(0),
+        topic="bench", keys=keys, values=table.column("value").chunk(0),
         timestamps=np.full(args.num_records, 1_700_000_000_000, dtype=np.int64), headers=None,
-        partitions=[0], starts=[0])
+        partitions=partitions, partition_count=max(1, args.partitions))
 
     def records() -> list:
-        return [b for _, chunk in rows.encode(args.batch_size, codec) for b in chunk]
+        return [b for chunk in rows.encode(args.batch_size, codec) for _, encoded in chunk for b in encoded]
 
     def wire() -> list[bytes]:
         return [encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
@@ -73,7 +80,7 @@ def main() -> None:
     copy_s = best_of(args.runs, lambda: np.copyto(dst, src))
     n = args.num_records
     print(f"{n:,} records ({args.key_size} B keys, {args.record_size} B values), codec {args.codec}, "
-          f"batch.size {args.batch_size}: {len(batches):,} batches, {payload / 1e6:.1f} MB records, "
+          f"{args.partitions} partition(s), batch.size {args.batch_size}: {len(batches):,} batches, {payload / 1e6:.1f} MB records, "
           f"{total / 1e6:.1f} MB on the wire; one core")
     for name, seconds in (("records", records_s), ("wire", wire_s), ("memcpy", copy_s)):
         print(f"{name:8s} {n / seconds / 1e6:8.2f} M records/s {total / seconds / 1e6:9.0f} MB/s"

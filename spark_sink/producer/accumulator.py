@@ -126,28 +126,31 @@ class RecordAccumulator:
         finally:
             lock.release()
 
-    def append_encoded(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
+    def append_encoded(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], now: float,
                        max_block_ms: float, listener: Callable[[ProducerBatch], None],
                        wakeup: Callable[[], None]) -> None:
-        """Append already-encoded batches after whatever the partition holds; ``wakeup``
-        tells the sender there is something to send."""
-        total = sum(records.size_in_bytes for records in encoded)
+        """Append already-encoded batches, ``(partition, batches)`` per partition, each
+        after whatever its partition holds; ``wakeup`` tells the sender there is something
+        to send."""
+        total = sum(records.size_in_bytes for _, encoded in groups for records in encoded)
         if total <= self._pool.total // 4:
-            # One reservation for the whole group, freed with its last batch: their payloads
+            # One reservation for them all, freed with the last of them: their payloads
             # share one buffer. A producer running ahead of the brokers then also waits
-            # (and wakes) once per group instead of once per batch.
+            # (and wakes) once per call instead of once per batch.
             self._pool.allocate(total, max_block_ms)
-            shared = SharedMemory(total, len(encoded))
-            self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
+            shared = SharedMemory(total, sum(len(encoded) for _, encoded in groups))
+            for partition, encoded in groups:
+                self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
             wakeup()
             return
-        for records in encoded:  # a large group: batch by batch, each sendable before the next waits
-            if isinstance(records.payload, memoryview):
-                # Its own copy, so that its memory is really free when the batch completes.
-                records = dataclasses.replace(records, payload=bytes(records.payload))
-            self._pool.allocate(records.size_in_bytes, max_block_ms)
-            self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
-            wakeup()
+        for partition, encoded in groups:
+            for records in encoded:  # a large call: batch by batch, each sendable before the next waits
+                if isinstance(records.payload, memoryview):
+                    # Its own copy, so that its memory is really free when the batch completes.
+                    records = dataclasses.replace(records, payload=bytes(records.payload))
+                self._pool.allocate(records.size_in_bytes, max_block_ms)
+                self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
+                wakeup()
 
     def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedMemory]],
                          now: float, listener: Callable[[ProducerBatch], None]) -> None:

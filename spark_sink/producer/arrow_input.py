@@ -1,5 +1,5 @@
 """Arrow input for ``send_arrow``: check the columns, pick partitions for whole columns,
-group rows per partition and encode them lazily, chunk by chunk.
+and encode rows lazily, chunk by chunk, into each partition's record batches.
 
 Columns (the Spark Kafka sink's, plus ``timestamp``): value (required), key, topic,
 partition, headers, timestamp.
@@ -7,7 +7,6 @@ partition, headers, timestamp.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ import pyarrow.compute as pc
 
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError
 from spark_sink.producer.partitioner import murmur2_array
-from spark_sink.protocol.columnar import EncodedRecords, as_binary, encode_columns
+from spark_sink.protocol.columnar import EncodedRecords, as_binary, encode_groups
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -31,7 +30,7 @@ ACCEPTED_TYPES = {
 }
 
 # Rows encoded at a time: bounds the memory of encoded-but-not-yet-buffered bytes.
-_CHUNK_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def _is_binary_like(t: pa.DataType) -> bool:
@@ -78,54 +77,48 @@ def validate_schema(schema: pa.Schema, default_topic: str | None) -> None:
 
 @dataclass(frozen=True)
 class TopicRows:
-    """The rows of one call bound for one topic, grouped by partition, input order kept
-    within each: rows ``starts[i]`` up to the next start go to ``partitions[i]``."""
+    """The rows of one call bound for one topic, in input order, and each row's partition
+    (``partitions``: an array, or one int for every row)."""
 
     topic: str
     keys: pa.Array | None
     values: pa.Array
     timestamps: np.ndarray
     headers: pa.Array | None
-    partitions: list[int]
-    starts: list[int]
+    partitions: np.ndarray | int
+    partition_count: int
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def encode(self, batch_size: int, codec: int, level: int | None = None
-               ) -> Iterator[tuple[int, list[EncodedRecords]]]:
-        """(partition, its record batches), in row order. The rows of about 8 MiB of input
-        are encoded at a time, every partition among them in one pass; a partition spanning
-        two chunks comes in two pieces, in order."""
+    def encode(self, batch_size: int, codec: int, level: int | None = None, chunk_bytes: int = CHUNK_BYTES
+               ) -> Iterator[list[tuple[int, list[EncodedRecords]]]]:
+        """The rows of about ``chunk_bytes`` of input at a time, in input order, as record
+        batches per partition: ``[(partition, its batches), ...]`` for each partition among
+        them. A partition spanning two chunks comes in two pieces, in order; the
+        uncompressed payloads of one chunk share one buffer."""
         n = len(self.values)
-        chunk_starts = [0]
-        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > _CHUNK_BYTES:
+        bounds = [0]
+        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > chunk_bytes:
             sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
             if self.keys is not None:
                 sizes += pc.binary_length(self.keys).fill_null(0).to_numpy(zero_copy_only=False)
-            chunk = np.cumsum(sizes) // _CHUNK_BYTES
-            chunk_starts += (np.flatnonzero(np.diff(chunk)) + 1).tolist()
-        # Pieces: one partition's rows within one chunk.
-        pieces = sorted(set(self.starts).union(chunk_starts))
-        piece_partitions = [self.partitions[bisect.bisect_right(self.starts, p) - 1] for p in pieces]
-        chunk_ends = [*chunk_starts[1:], n]
-        first = 0
-        for lo, hi in zip(chunk_starts, chunk_ends):
-            last = bisect.bisect_left(pieces, hi)
-            encoded = encode_columns(
-                None if self.keys is None else self.keys.slice(lo, hi - lo), self.values.slice(lo, hi - lo),
-                self.timestamps[lo:hi], None if self.headers is None else self.headers.slice(lo, hi - lo),
-                batch_size=batch_size, codec=codec, level=level, segments=[p - lo for p in pieces[first:last]])
-            # Batches never span pieces: hand them out by their record counts.
-            batches = iter(encoded)
-            for piece in range(first, last):
-                rows = (pieces[piece + 1] if piece + 1 < len(pieces) else n) - pieces[piece]
-                group = []
-                while rows > 0:
-                    group.append(next(batches))
-                    rows -= group[-1].record_count
-                yield piece_partitions[piece], group
-            first = last
+            chunk = np.cumsum(sizes) // chunk_bytes
+            bounds += (np.flatnonzero(np.diff(chunk)) + 1).tolist()
+        bounds.append(n)
+        single = isinstance(self.partitions, int)
+        for lo, hi in zip(bounds, bounds[1:]):
+            def cut(a: pa.Array | None) -> pa.Array | None:
+                return None if a is None else a.slice(lo, hi - lo)
+
+            groups = encode_groups(
+                cut(self.keys), cut(self.values), self.timestamps[lo:hi], cut(self.headers),
+                None if single else self.partitions[lo:hi], 1 if single else self.partition_count,
+                batch_size=batch_size, codec=codec, level=level)
+            if single:
+                yield [(self.partitions, groups[0])]
+            else:
+                yield [(partition, batches) for partition, batches in enumerate(groups) if batches]
 
 
 def _data_bytes(arr: pa.Array) -> int:
@@ -158,7 +151,8 @@ def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
 def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
                     partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
                     ignore_keys: bool, batch_size: int, now_ms: int) -> list[TopicRows]:
-    """Validate ``data`` and group its rows per topic and partition (input order kept)."""
+    """Validate ``data``, split its rows per topic and pick each row's partition (input
+    order kept)."""
     if not isinstance(data, (pa.RecordBatch, pa.Table)):
         raise ColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, got {type(data).__name__}")
     validate_schema(data.schema, default_topic)
@@ -200,17 +194,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         t_ts = timestamps if rows is None else timestamps[rows]
         count = partition_count(topic)
         parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys, batch_size, sticky_partition)
-        if (parts == parts[0]).all():
-            out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, [int(parts[0])], [0]))
-            continue
-        # Partition ids are small: a stable sort of 16-bit ids is a radix sort in numpy.
-        order = np.argsort(parts.astype(np.uint16) if count <= 1 << 16 else parts, kind="stable")
-        sorted_parts = parts[order]
-        starts = [0, *(np.flatnonzero(np.diff(sorted_parts)) + 1).tolist()]
-        index = pa.array(order)
-        out.append(TopicRows(
-            topic, None if t_keys is None else t_keys.take(index), t_values.take(index), t_ts[order],
-            None if t_headers is None else t_headers.take(index), sorted_parts[starts].tolist(), starts))
+        one = int(parts[0]) if (parts == parts[0]).all() else None
+        out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, parts if one is None else one, count))
     return out
 
 

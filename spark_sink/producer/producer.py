@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_sink.producer.accumulator import RecordAccumulator
-from spark_sink.producer.arrow_input import plan_arrow_send
+from spark_sink.producer.arrow_input import CHUNK_BYTES, plan_arrow_send
 from spark_sink.producer.batch import (
     RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, headers_size,
 )
@@ -308,18 +308,22 @@ class KafkaProducer:
             ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
         future = ArrowSendFuture()
         records = nbytes = 0
-        for group in groups:
-            for partition, encoded in group.encode(c.batch_size, c.compression_codec, c.compression_level):
-                for e in encoded:
-                    if e.size_in_bytes > c.max_request_size:
-                        raise RecordTooLargeError(
-                            f"a record to {group.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
-                            f"larger than max.request.size ({c.max_request_size})")
-                future._add(len(encoded))
-                self._accumulator.append_encoded(group.topic, partition, encoded, now_ms(), c.max_block_ms,
-                                                 future._on_batch, self._sender.wakeup)
-                records += sum(e.record_count for e in encoded)
-                nbytes += sum(e.uncompressed_size for e in encoded)
+        # A chunk's batches share one buffer and one reservation of buffer.memory: at most
+        # an eighth of it, so that the reservation never waits for more than a quarter.
+        chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
+        for rows in groups:
+            for chunk in rows.encode(c.batch_size, c.compression_codec, c.compression_level, chunk_bytes):
+                for partition, encoded in chunk:
+                    for e in encoded:
+                        if e.size_in_bytes > c.max_request_size:
+                            raise RecordTooLargeError(
+                                f"a record to {rows.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
+                                f"larger than max.request.size ({c.max_request_size})")
+                    future._add(len(encoded))
+                    records += sum(e.record_count for e in encoded)
+                    nbytes += sum(e.uncompressed_size for e in encoded)
+                self._accumulator.append_encoded(rows.topic, chunk, now_ms(), c.max_block_ms, future._on_batch,
+                                                 self._sender.wakeup)
         future._seal(records, nbytes)
         return future
 

@@ -106,63 +106,58 @@ def _header_column(headers: pa.Array | None) -> tuple:
     return entry_offsets[:-1], entry_offsets[1:], _frozen(sizes), keys, values
 
 
-# Average rows per segment from which each segment is written into a buffer of its own,
-# rather than all at once and copied out (110-byte records, ns a row, apart against at
-# once: 2,000 rows in 48 segments 127 against 90; 600 in 6 105 against 94; 10,000 in 48
-# 49 against 130; 70,000 in 6 34 against 130).
-_SEPARATE_BUFFER_ROWS = 128
+_NO_GROUPS = _NO_LENGTHS
 
 
-def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None = None,
-                   *, batch_size: int, codec: int = 0, level: int | None = None,
-                   segments: Sequence[int] = (0,)) -> list[EncodedRecords]:
-    """Encode rows into record batches of at most ``batch_size`` bytes each (0: one batch).
+def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None,
+                  groups: np.ndarray | None, group_count: int, *, batch_size: int, codec: int = 0,
+                  level: int | None = None) -> list[list[EncodedRecords]]:
+    """Encode rows into record batches of at most ``batch_size`` bytes each (0: no limit),
+    each row into the batches of its group (its partition): returns each group's batches.
 
     ``keys``/``values`` are binary-like arrays (nulls allowed), ``timestamps`` int64
-    milliseconds, ``headers`` a list<struct<key, value>> array or None, all of one length.
-    ``segments`` are the rows that start a batch whatever its size (0 first): several
-    partitions' rows are encoded in one pass. No batch spans two segments, and the uncompressed payloads of a
-    segment are views of a buffer of its own, so that one partition's unsent batches never
-    keep another's bytes alive.
+    milliseconds, ``headers`` a list<struct<key, value>> array or None, ``groups`` each
+    row's group, 0 up to ``group_count`` (None: all in group 0). Rows are read in input
+    order, and each group's batches keep it: grouping rows per partition needs no copy of
+    the columns. The uncompressed payloads of all groups are views of one buffer, which
+    lives as long as any of them.
     """
     values = as_binary(values)
     keys = as_binary(keys)
-    n = len(values)
-    if n == 0:
-        return []
+    out: list[list[EncodedRecords]] = [[] for _ in range(group_count)]
+    if len(values) == 0:
+        return out
     timestamps = _frozen(np.ascontiguousarray(timestamps, dtype=np.int64))
-    key_column, value_column, header_column = _column(keys), _column(values), _header_column(headers)
-    columns = (key_column, value_column, header_column, timestamps)
+    group_ids = _NO_GROUPS if groups is None else _frozen(np.ascontiguousarray(groups, dtype=np.int64))
+    columns = (_column(keys), _column(values), _header_column(headers), timestamps)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
-    seg = _frozen(np.asarray(segments, dtype=np.int64))
-    first, sizes, max_ts = plan_batches(key_column[2], value_column[2], header_column[2], timestamps, seg, limit)
-    ends = np.cumsum(sizes)
-    bounds = [0, *ends.tolist()]  # byte offset of each batch in the whole output
-    first_batches = [*np.searchsorted(first, seg).tolist(), len(first)]
-    segment_ends = [*segments[1:], n]
-    separate = len(seg) > 1 and n >= _SEPARATE_BUFFER_ROWS * len(seg)
-    if not separate:
-        whole = np.empty(bounds[-1], np.uint8)
-        write_records(whole, 0, n, first, 0, *columns)
-    counts = np.diff(np.append(first, n)).tolist()
-    base_ts = timestamps[first].tolist()
-    max_list = max_ts.tolist()
-    out = []
-    for k, (b0, b1) in enumerate(zip(first_batches, first_batches[1:])):
-        base = bounds[b0]
-        if separate:
-            buffer = np.empty(bounds[b1] - base, np.uint8)
-            write_records(buffer, segments[k], segment_ends[k], first, b0, *columns)
-        elif len(seg) > 1 and not codec:
-            buffer = whole[base:bounds[b1]].copy()  # a buffer of its own
-        else:
-            buffer, base = whole, 0
-        data = memoryview(buffer)
-        for b in range(b0, b1):
-            section = data[bounds[b] - base:bounds[b + 1] - base]
-            payload = compress(codec, section, level) if codec else section
-            out.append(EncodedRecords(payload, codec, counts[b], base_ts[b], max_list[b], len(section)))
+    opens, batch_group, counts, sizes, base_ts, max_ts = plan_batches(
+        columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count, limit)
+    # The buffer holds group 0's records, then group 1's, ...; each group's batches in the
+    # order they were opened, which is input order.
+    group_bytes = np.bincount(batch_group, weights=sizes, minlength=group_count).astype(np.int64)
+    group_starts = np.zeros(group_count, np.int64)
+    np.cumsum(group_bytes[:-1], out=group_starts[1:])
+    buffer = np.empty(int(group_bytes.sum()), np.uint8)
+    write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
+    order = np.argsort(batch_group, kind="stable")
+    ends = np.cumsum(sizes[order]).tolist()
+    data = memoryview(buffer)
+    start = 0
+    for end, group, count, base, largest in zip(ends, batch_group[order].tolist(), counts[order].tolist(),
+                                                base_ts[order].tolist(), max_ts[order].tolist()):
+        section = data[start:end]
+        payload = compress(codec, section, level) if codec else section
+        out[group].append(EncodedRecords(payload, codec, count, base, largest, end - start))
+        start = end
     return out
+
+
+def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None = None,
+                   *, batch_size: int, codec: int = 0, level: int | None = None) -> list[EncodedRecords]:
+    """:func:`encode_groups` for rows that all go to one partition."""
+    return encode_groups(keys, values, timestamps, headers, None, 1, batch_size=batch_size, codec=codec,
+                         level=level)[0]
 
 
 # Zigzag varints of small non-negative numbers (offset deltas, lengths, small

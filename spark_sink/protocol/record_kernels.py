@@ -87,75 +87,88 @@ def header_sizes(entry_offsets, key_lengths, value_lengths):
 
 
 @njit(**_JIT)
-def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, segment_starts, limit):
-    """Split rows (in send order) into record batches.
+def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, group_count, limit):
+    """Split rows into record batches, each row in its group's (a partition's) batches.
 
-    Greedy and exact, as the accumulator fills a batch: a batch takes rows while its
-    records section stays within ``limit`` bytes (a row larger than that gets a batch of
-    its own), and every position in ``segment_starts`` (ascending, 0 first) starts a new
-    batch. Returns, per batch: its first row, its records section size and its largest
-    timestamp. Empty ``key_lengths``: no keys; empty ``header_sizes``: no headers.
+    Rows are read in input order and each group's rows keep that order. Greedy and exact,
+    as the accumulator fills a batch: a group's batch takes rows while its records section
+    stays within ``limit`` bytes (a row larger than that gets a batch of its own).
+    Empty ``key_lengths``: no keys; empty ``header_sizes``: no headers; empty ``groups``:
+    every row in group 0.
+
+    Returns whether each row opens a batch, and per batch, in the order they were opened:
+    its group, record count, records section size, first and largest timestamp.
     """
     has_keys = len(key_lengths) != 0
     has_headers = len(header_sizes) != 0
+    has_groups = len(groups) != 0
     n = len(value_lengths)
-    first = np.empty(n, np.int64)
+    opens = np.zeros(n, np.bool_)
+    batch_group = np.empty(n, np.int64)
+    counts = np.empty(n, np.int64)
     sizes = np.empty(n, np.int64)
+    base_ts = np.empty(n, np.int64)
     max_ts = np.empty(n, np.int64)
-    batch = -1
-    segment = 0
-    base = np.int64(0)
-    for j in range(n):
-        ts = timestamps[j]
+    current = np.full(group_count, -1, np.int64)  # each group's open batch
+    batches = 0
+    for i in range(n):
+        group = groups[i] if has_groups else 0
+        ts = timestamps[i]
         # attributes, key, value, headers: all but the two deltas
-        fixed = (1 + _field_size(key_lengths[j] if has_keys else -1) + _field_size(value_lengths[j])
-                 + (header_sizes[j] if has_headers else 1))
-        opens = batch < 0
-        if segment < len(segment_starts) and segment_starts[segment] == j:
-            opens = True
-            segment += 1
-        if not opens:
-            size = _record_size(fixed, ts - base, np.int64(j - first[batch]))
-            opens = sizes[batch] + size > limit
-        if opens:
-            batch += 1
-            first[batch] = j
+        fixed = (1 + _field_size(key_lengths[i] if has_keys else -1) + _field_size(value_lengths[i])
+                 + (header_sizes[i] if has_headers else 1))
+        batch = current[group]
+        size = 0
+        if batch >= 0:
+            size = _record_size(fixed, ts - base_ts[batch], counts[batch])
+            if sizes[batch] + size > limit:
+                batch = -1
+        if batch < 0:
+            batch = batches
+            batches += 1
+            current[group] = batch
+            opens[i] = True
+            batch_group[batch] = group
+            counts[batch] = 0
             sizes[batch] = 0
+            base_ts[batch] = ts
             max_ts[batch] = ts
-            base = ts
             size = _record_size(fixed, np.int64(0), np.int64(0))
+        counts[batch] += 1
         sizes[batch] += size
         if ts > max_ts[batch]:
             max_ts[batch] = ts
-    return first[:batch + 1], sizes[:batch + 1], max_ts[:batch + 1]
+    return (opens, batch_group[:batches], counts[:batches], sizes[:batches], base_ts[:batches],
+            max_ts[:batches])
 
 
 @njit(**_JIT)
-def write_records(out, lo, hi, batch_first, batch, keys, values, headers, timestamps):
-    """Write the records of rows ``lo``..``hi`` into ``out`` (from its start), split into
-    batches as :func:`plan_batches` split them; ``batch`` is the batch holding row ``lo``.
-    Returns the bytes written."""
+def write_records(out, group_starts, opens, groups, keys, values, headers, timestamps):
+    """Write every row's record into ``out``, each group's records from its start in
+    ``group_starts`` on, split into batches where ``opens`` (from :func:`plan_batches`)
+    says."""
     key_data, key_starts, key_lengths = keys
     value_data, value_starts, value_lengths = values
     first_entry, end_entry, header_sizes, (hkey_data, hkey_starts, hkey_lengths), hvalues = headers
     hvalue_data, hvalue_starts, hvalue_lengths = hvalues
     has_keys = len(key_lengths) != 0
     has_headers = len(header_sizes) != 0
-    pos = 0
-    start = batch_first[batch]
-    base = timestamps[start]
-    next_start = batch_first[batch + 1] if batch + 1 < len(batch_first) else hi
-    for j in range(lo, hi):
-        if j == next_start:
-            batch += 1
-            start = j
-            base = timestamps[j]
-            next_start = batch_first[batch + 1] if batch + 1 < len(batch_first) else hi
-        key_length = key_lengths[j] if has_keys else -1
-        value_length = value_lengths[j]
-        timestamp_delta = timestamps[j] - base
-        offset_delta = np.int64(j - start)
-        fixed = 1 + _field_size(key_length) + _field_size(value_length) + (header_sizes[j] if has_headers else 1)
+    has_groups = len(groups) != 0
+    cursor = group_starts.copy()
+    in_batch = np.zeros(len(group_starts), np.int64)  # records so far in each group's batch
+    base = np.zeros(len(group_starts), np.int64)  # and its first timestamp
+    for i in range(len(value_lengths)):
+        group = groups[i] if has_groups else 0
+        if opens[i]:
+            in_batch[group] = 0
+            base[group] = timestamps[i]
+        offset_delta = in_batch[group]
+        in_batch[group] = offset_delta + 1
+        timestamp_delta = timestamps[i] - base[group]
+        key_length = key_lengths[i] if has_keys else -1
+        value_length = value_lengths[i]
+        fixed = 1 + _field_size(key_length) + _field_size(value_length) + (header_sizes[i] if has_headers else 1)
+        pos = cursor[group]
         pos = _put_varint(out, pos, fixed + _varint_size(timestamp_delta) + _varint_size(offset_delta))
         out[pos] = 0  # attributes
         pos = _put_varint(out, pos + 1, timestamp_delta)
@@ -164,37 +177,37 @@ def write_records(out, lo, hi, batch_first, batch, keys, values, headers, timest
         # and indexing ``out`` and the data directly to a byte loop 7x slower.
         pos = _put_varint(out, pos, key_length)
         if key_length > 0:
-            src = key_data[key_starts[j]:key_starts[j] + key_length]
+            src = key_data[key_starts[i]:key_starts[i] + key_length]
             dst = out[pos:pos + key_length]
-            for i in range(key_length):
-                dst[i] = src[i]
+            for k in range(key_length):
+                dst[k] = src[k]
             pos += key_length
         pos = _put_varint(out, pos, value_length)
         if value_length > 0:
-            src = value_data[value_starts[j]:value_starts[j] + value_length]
+            src = value_data[value_starts[i]:value_starts[i] + value_length]
             dst = out[pos:pos + value_length]
-            for i in range(value_length):
-                dst[i] = src[i]
+            for k in range(value_length):
+                dst[k] = src[k]
             pos += value_length
         if not has_headers:
             out[pos] = 0  # no headers
-            pos += 1
+            cursor[group] = pos + 1
             continue
-        pos = _put_varint(out, pos, np.int64(end_entry[j] - first_entry[j]))
-        for e in range(first_entry[j], end_entry[j]):
+        pos = _put_varint(out, pos, np.int64(end_entry[i] - first_entry[i]))
+        for e in range(first_entry[i], end_entry[i]):
             length = hkey_lengths[e] if hkey_lengths[e] > 0 else 0  # a null key is written empty
             pos = _put_varint(out, pos, length)
             src = hkey_data[hkey_starts[e]:hkey_starts[e] + length]
             dst = out[pos:pos + length]
-            for i in range(length):
-                dst[i] = src[i]
+            for k in range(length):
+                dst[k] = src[k]
             pos += length
             length = hvalue_lengths[e]
             pos = _put_varint(out, pos, length)
             if length > 0:
                 src = hvalue_data[hvalue_starts[e]:hvalue_starts[e] + length]
                 dst = out[pos:pos + length]
-                for i in range(length):
-                    dst[i] = src[i]
+                for k in range(length):
+                    dst[k] = src[k]
                 pos += length
-    return pos
+        cursor[group] = pos

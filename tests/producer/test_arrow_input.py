@@ -39,18 +39,20 @@ def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, 
         ignore_keys=ignore_keys, batch_size=batch_size, now_ms=now_ms)
     groups = []
     for t in planned:
-        assert t.starts[0] == 0 and t.starts == sorted(t.starts) and len(set(t.partitions)) == len(t.partitions)
-        for p, lo, hi in zip(t.partitions, t.starts, [*t.starts[1:], len(t)]):
-            cut = (lambda a: None if a is None else a.slice(lo, hi - lo))
-            groups.append(Group(t.topic, p, TopicRows(t.topic, cut(t.keys), cut(t.values), t.timestamps[lo:hi],
-                                                      cut(t.headers), [p], [0])))
+        parts = np.full(len(t), t.partitions) if isinstance(t.partitions, int) else t.partitions
+        for p in sorted(set(parts.tolist())):
+            mask = parts == p
+            cut = (lambda a: None if a is None else a.filter(pa.array(mask)))
+            groups.append(Group(t.topic, p, TopicRows(t.topic, cut(t.keys), cut(t.values), t.timestamps[mask],
+                                                      cut(t.headers), p, t.partition_count)))
     return groups
 
 
 def decoded(group, batch_size=16384, codec=0):
     """Every record of a group, through real record batch bytes."""
     out = []
-    for partition, encoded in group.rows.encode(batch_size, codec):
+    for chunk in group.rows.encode(batch_size, codec):
+        ((partition, encoded),) = chunk
         assert partition == group.partition
         for e in encoded:
             wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
@@ -175,7 +177,7 @@ def test_groups_larger_than_a_chunk_encode_in_pieces_in_order():
     n = 9_000  # ~9.1 MB of values: more than one 8 MiB encoding chunk
     values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
     (g,) = plan(pa.table({"value": values}), partitions=1, batch_size=100_000)
-    chunks = [encoded for _, encoded in g.rows.encode(100_000, 0)]
+    chunks = [encoded for chunk in g.rows.encode(100_000, 0) for _, encoded in chunk]
     assert len(chunks) >= 2
     records = [r for chunk in chunks for e in chunk for r in decode_record_batches(encode_record_batch(
         e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
@@ -191,8 +193,11 @@ def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
     values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
     (t,) = plan_arrow_send(pa.table({"value": values, "partition": parts}), "t", partition_count=lambda _t: 5,
                            sticky_partition=lambda _t, n: 0, ignore_keys=False, batch_size=100_000, now_ms=1)
-    pieces = list(t.encode(100_000, 0))
+    chunks = list(t.encode(100_000, 0))
+    pieces = [piece for chunk in chunks for piece in chunk]
     assert len(pieces) > 5  # some partition came in two pieces
+    for chunk in chunks:  # a chunk's payloads share one buffer
+        assert len({id(e.payload.obj) for _, encoded in chunk for e in encoded}) == 1
     got: dict[int, list[int]] = {}
     for partition, encoded in pieces:
         for e in encoded:

@@ -140,26 +140,30 @@ def _accumulator(buffer_memory: int):
     return RecordAccumulator(config, pool), pool
 
 
-def _encoded_group(rows: int):
+def _encoded_groups(rows: int) -> list:
+    """(partition, batches) for two partitions, every payload a view of one buffer."""
     import numpy as np
 
-    from spark_sink.protocol.columnar import encode_columns
+    from spark_sink.protocol.columnar import encode_groups
 
     values = pa.array([b"v" * 100] * rows, pa.binary())
-    return encode_columns(None, values, np.zeros(rows, np.int64), batch_size=16384)
+    groups = encode_groups(None, values, np.zeros(rows, np.int64), None, np.arange(rows) % 2, 2, batch_size=16384)
+    return list(enumerate(groups))
 
 
-def _append_and_take(accumulator, group) -> list:
-    accumulator.append_encoded("t", 0, group, 0.0, 1000, listener=lambda batch: None, wakeup=lambda: None)
+def _append_and_take(accumulator, groups) -> list:
+    accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda batch: None, wakeup=lambda: None)
     return accumulator.abort_undrained()
 
 
 def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_completes():
     accumulator, pool = _accumulator(1 << 20)
-    group = _encoded_group(1000)  # ~110 KB in 7 batches, views of one buffer
-    assert len(group) > 2 and all(isinstance(e.payload, memoryview) for e in group)
-    total = sum(e.size_in_bytes for e in group)
-    batches = _append_and_take(accumulator, group)
+    groups = _encoded_groups(1000)  # ~110 KB in 8 batches of two partitions, views of one buffer
+    encoded = [e for _, batches in groups for e in batches]
+    assert len(encoded) > 2 and len({id(e.payload.obj) for e in encoded}) == 1
+    total = sum(e.size_in_bytes for e in encoded)
+    batches = _append_and_take(accumulator, groups)
+    assert len(batches) == len(encoded) and {b.partition for b in batches} == {0, 1}
     assert pool.available == pool.total - total
     for batch in batches[:-1]:
         accumulator.completed([batch])
@@ -170,12 +174,12 @@ def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_compl
 
 def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch():
     accumulator, pool = _accumulator(100_000)
-    group = _encoded_group(1000)  # ~110 KB: more than a quarter of buffer.memory (and all of it)
-    sizes = [e.size_in_bytes for e in group]
+    groups = _encoded_groups(1000)  # ~110 KB: more than a quarter of buffer.memory (and all of it)
+    sizes = [e.size_in_bytes for _, batches in groups for e in batches]
     appended: list = []
 
     def append():
-        accumulator.append_encoded("t", 0, group, 0.0, 10_000, listener=lambda batch: None, wakeup=lambda: None)
+        accumulator.append_encoded("t", groups, 0.0, 10_000, listener=lambda batch: None, wakeup=lambda: None)
 
     thread = threading.Thread(target=append, daemon=True)
     thread.start()

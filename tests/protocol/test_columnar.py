@@ -2,8 +2,6 @@
 does encode_rows (send()'s batches) on both of its paths: a Python loop for small
 header-less batches, the columnar encoder for the others."""
 
-import contextlib
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -11,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_sink.protocol import columnar
-from spark_sink.protocol.columnar import encode_columns, encode_rows
+from spark_sink.protocol.columnar import encode_columns, encode_groups, encode_rows
 from spark_sink.protocol.compression import Codec, decompress
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_record_batches, encode_record_batch, encode_records
 
@@ -27,17 +25,6 @@ rows_st = st.lists(
     min_size=1,
     max_size=40,
 )
-
-
-@contextlib.contextmanager
-def _threshold(name: str, value: int):
-    """Set one of columnar's size thresholds for the block."""
-    saved = getattr(columnar, name)
-    setattr(columnar, name, value)
-    try:
-        yield
-    finally:
-        setattr(columnar, name, saved)
 
 
 def _reference(rows):
@@ -188,31 +175,30 @@ def test_records_larger_than_batch_size_get_their_own_batch():
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows_st, st.data(), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans(), st.booleans())
-def test_segments_start_batches_of_their_own(rows, data, batch_size, uniform, with_headers, apart):
-    # Several partitions' rows in one pass: every segment starts a batch, none spans two.
-    # Each segment is written into a buffer of its own, or all at once and copied out.
+@given(rows_st, st.data(), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans())
+def test_groups_keep_input_order_in_batches_of_their_own(rows, data, batch_size, uniform, with_headers):
+    # Several partitions' rows in one pass, in input order: each group gets batches of
+    # its own, its rows in input order; all payloads are views of one buffer.
     if uniform:
         rows = [(b"k", b"v" * 30, 7, [("h", b"x")])] * len(rows)
-    cuts = data.draw(st.sets(st.integers(1, max(1, len(rows) - 1))))
-    segments = [0, *sorted(c for c in cuts if c < len(rows))]
+    group_count = data.draw(st.integers(1, 5))
+    groups = data.draw(st.lists(st.integers(0, group_count - 1), min_size=len(rows), max_size=len(rows)))
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     headers = pa.array([[{"key": k, "value": v} for k, v in r[3]] for r in rows], HEADERS) if with_headers else None
     ts = np.array([r[2] for r in rows], np.int64)
-    with _threshold("_SEPARATE_BUFFER_ROWS", 1 if apart else 1 << 30):
-        batches = encode_columns(keys, values, ts, headers, batch_size=batch_size, segments=segments)
-    picked = [(*r[:3], r[3] if with_headers else []) for r in rows]
-    firsts, pos = [], 0
-    for b in batches:
-        firsts.append(pos)
-        chunk = _reference(picked[pos:pos + b.record_count])
-        assert b.payload == encode_records(chunk, picked[pos][2])
-        assert (b.base_timestamp, b.max_timestamp) == (picked[pos][2], max(r.timestamp for r in chunk))
-        assert batch_size == 0 or b.record_count == 1 or RECORD_BATCH_OVERHEAD + len(b.payload) <= batch_size
-        pos += b.record_count
-    assert pos == len(rows) and set(segments) <= set(firsts)
-    if batch_size == 0:
-        assert firsts == segments
-    # each segment's payloads are views of a buffer of its own
-    assert len({id(b.payload.obj) for b in batches}) == len(segments)
+    encoded = encode_groups(keys, values, ts, headers, np.array(groups), group_count, batch_size=batch_size)
+    assert len(encoded) == group_count
+    for group, batches in enumerate(encoded):
+        picked = [(*r[:3], r[3] if with_headers else []) for r, g in zip(rows, groups) if g == group]
+        assert sum(b.record_count for b in batches) == len(picked)
+        pos = 0
+        for b in batches:
+            chunk = _reference(picked[pos:pos + b.record_count])
+            assert b.payload == encode_records(chunk, picked[pos][2])
+            assert (b.base_timestamp, b.max_timestamp) == (picked[pos][2], max(r.timestamp for r in chunk))
+            assert batch_size == 0 or b.record_count == 1 or RECORD_BATCH_OVERHEAD + len(b.payload) <= batch_size
+            pos += b.record_count
+        if batch_size == 0:
+            assert len(batches) == (1 if picked else 0)
+    assert len({id(b.payload.obj) for batches in encoded for b in batches}) == 1
