@@ -132,14 +132,14 @@ class RecordAccumulator:
         """Append already-encoded batches, ``(partition, batches)`` per partition, each
         after whatever its partition holds; ``wakeup`` tells the sender there is something
         to send."""
-        total = sum(records.size_in_bytes for _, encoded in groups for records in encoded)
-        if total <= self._pool.total // 4:
-            # One reservation for them all, freed with the last of them: their payloads
-            # share one buffer. A producer running ahead of the brokers then also waits
-            # (and wakes) once per call instead of once per batch.
-            self._pool.allocate(total, max_block_ms)
-            shared = SharedMemory(total, sum(len(encoded) for _, encoded in groups))
-            for partition, encoded in groups:
+        sizes = [sum(records.size_in_bytes for records in encoded) for _, encoded in groups]
+        if sum(sizes) <= self._pool.total // 4:
+            # One reservation for the call, so that a producer running ahead of the brokers
+            # waits (and wakes) once per call instead of once per batch; each partition's
+            # share is freed with its last batch, as its payloads share one buffer.
+            self._pool.allocate(sum(sizes), max_block_ms)
+            for (partition, encoded), size in zip(groups, sizes):
+                shared = SharedMemory(size, len(encoded))
                 self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
             wakeup()
             return

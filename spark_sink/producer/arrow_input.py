@@ -95,8 +95,7 @@ class TopicRows:
                ) -> Iterator[list[tuple[int, list[EncodedRecords]]]]:
         """The rows of about ``chunk_bytes`` of input at a time, in input order, as record
         batches per partition: ``[(partition, its batches), ...]`` for each partition among
-        them. A partition spanning two chunks comes in two pieces, in order; the
-        uncompressed payloads of one chunk share one buffer."""
+        them. A partition spanning two chunks comes in two pieces, in order."""
         n = len(self.values)
         bounds = [0]
         if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > chunk_bytes:

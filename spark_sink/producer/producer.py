@@ -308,8 +308,8 @@ class KafkaProducer:
             ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
         future = ArrowSendFuture()
         records = nbytes = 0
-        # A chunk's batches share one buffer and one reservation of buffer.memory: at most
-        # an eighth of it, so that the reservation never waits for more than a quarter.
+        # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
+        # that the reservation never waits for more than a quarter of it.
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
         for rows in groups:
             for chunk in rows.encode(c.batch_size, c.compression_codec, c.compression_level, chunk_bytes):

@@ -119,7 +119,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     milliseconds, ``headers`` a list<struct<key, value>> array or None, ``groups`` each
     row's group, 0 up to ``group_count`` (None: all in group 0). Rows are read in input
     order, and each group's batches keep it: grouping rows per partition needs no copy of
-    the columns. The uncompressed payloads of all groups are views of one buffer, which
+    the columns. A group's uncompressed payloads are views of one buffer of its own, which
     lives as long as any of them.
     """
     values = as_binary(values)
@@ -140,15 +140,22 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     np.cumsum(group_bytes[:-1], out=group_starts[1:])
     buffer = np.empty(int(group_bytes.sum()), np.uint8)
     write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
+    # Each group's payloads are views of a buffer of its own, so that one partition's unsent
+    # batches never keep another's bytes alive: copied out when several groups share the
+    # call (~6 ns a row against ~30 for encoding). Compressed payloads are copies anyway.
     order = np.argsort(batch_group, kind="stable")
     ends = np.cumsum(sizes[order]).tolist()
-    data = memoryview(buffer)
+    apart = not codec and int(np.count_nonzero(group_bytes)) > 1
+    data, base = memoryview(buffer), 0
     start = 0
-    for end, group, count, base, largest in zip(ends, batch_group[order].tolist(), counts[order].tolist(),
-                                                base_ts[order].tolist(), max_ts[order].tolist()):
-        section = data[start:end]
+    for end, group, count, first_ts, largest in zip(ends, batch_group[order].tolist(), counts[order].tolist(),
+                                                    base_ts[order].tolist(), max_ts[order].tolist()):
+        if apart and not out[group]:  # the group's first batch: its bytes into a buffer of their own
+            base = int(group_starts[group])
+            data = memoryview(buffer[base:base + int(group_bytes[group])].copy())
+        section = data[start - base:end - base]
         payload = compress(codec, section, level) if codec else section
-        out[group].append(EncodedRecords(payload, codec, count, base, largest, end - start))
+        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, end - start))
         start = end
     return out
 

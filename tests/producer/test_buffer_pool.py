@@ -141,7 +141,7 @@ def _accumulator(buffer_memory: int):
 
 
 def _encoded_groups(rows: int) -> list:
-    """(partition, batches) for two partitions, every payload a view of one buffer."""
+    """(partition, batches) for two partitions, each partition's payloads views of one buffer."""
     import numpy as np
 
     from spark_sink.protocol.columnar import encode_groups
@@ -158,17 +158,20 @@ def _append_and_take(accumulator, groups) -> list:
 
 def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_completes():
     accumulator, pool = _accumulator(1 << 20)
-    groups = _encoded_groups(1000)  # ~110 KB in 8 batches of two partitions, views of one buffer
-    encoded = [e for _, batches in groups for e in batches]
-    assert len(encoded) > 2 and len({id(e.payload.obj) for e in encoded}) == 1
-    total = sum(e.size_in_bytes for e in encoded)
+    groups = _encoded_groups(1000)  # ~110 KB in 8 batches of two partitions, each its own buffer
+    for _, encoded in groups:
+        assert len(encoded) > 2 and len({id(e.payload.obj) for e in encoded}) == 1
+    assert groups[0][1][0].payload.obj is not groups[1][1][0].payload.obj
+    sizes = {p: sum(e.size_in_bytes for e in encoded) for p, encoded in groups}
     batches = _append_and_take(accumulator, groups)
-    assert len(batches) == len(encoded) and {b.partition for b in batches} == {0, 1}
-    assert pool.available == pool.total - total
-    for batch in batches[:-1]:
+    assert pool.available == pool.total - sum(sizes.values())
+    first, second = ([b for b in batches if b.partition == p] for p in (0, 1))
+    for batch in first[:-1]:
         accumulator.completed([batch])
-        assert pool.available == pool.total - total  # the buffer is still alive
-    accumulator.completed(batches[-1:] + batches[:1])  # a batch completed twice frees nothing more
+        assert pool.available == pool.total - sum(sizes.values())  # partition 0's buffer is still alive
+    accumulator.completed(first[-1:] + first[:1])  # a batch completed twice frees nothing more
+    assert pool.available == pool.total - sizes[1]  # partition 1's batches still hold theirs
+    accumulator.completed(second)
     assert pool.available == pool.total
 
 
