@@ -201,6 +201,9 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
 def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array,
                 ignore_keys: bool, batch_size: int, sticky: Callable[[str, int], int]) -> np.ndarray:
     """Partition of every row: explicit, else murmur2 of the key, else sticky runs."""
+    hashed = keys is not None and not ignore_keys
+    if hashed and explicit is None and not keys.null_count:  # the common case: every row by its key
+        return (murmur2_array(keys).astype(np.int64) & 0x7FFFFFFF) % count
     n = len(values)
     parts = np.full(n, -1, dtype=np.int64)
     if explicit is not None:
@@ -211,7 +214,7 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
             raise InvalidPartitionError(
                 f"column 'partition' has {p} for topic {topic!r}, which has {count} partitions (0..{count - 1})")
         parts[:] = given
-    if keys is not None and not ignore_keys:
+    if hashed:
         todo = (parts < 0) & ~np.asarray(keys.is_null())
         if todo.any():
             hashes = murmur2_array(keys).astype(np.int64)

@@ -1,7 +1,8 @@
 """Where a record goes: Java's built-in partitioner.
 
 An explicit partition wins; else ``toPositive(murmur2(key)) % partitions`` with Java's
-murmur2 (scalar and vectorised), so keyed records land where Java clients put them; else
+murmur2 (per key, and compiled over a whole column), so keyed records land where Java
+clients put them; else
 the sticky partition, which moves on when a batch fills.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
+from numba import njit
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
@@ -68,79 +70,52 @@ def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.nda
     return (h & 0x7FFFFFFF) % num_partitions
 
 
-def _mix_blocks(h: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """One murmur2 body step for a 4-byte little-endian block ``k`` of every hashed key."""
-    m = np.uint32(_M)
-    k = k * m
-    k ^= k >> np.uint32(24)
-    k *= m
-    return (h * m) ^ k
+@njit(cache=True, nogil=True, boundscheck=False)
+def _murmur2_rows(data, offsets, nulls):
+    """Java's murmur2 of each value of a binary column (nulls, and absent data, hash as
+    empty), as uint32 bits. 32-bit arithmetic in int64, masked after each multiply."""
+    n = len(offsets) - 1
+    out = np.empty(n, np.uint32)
+    for row in range(n):
+        start = np.int64(offsets[row])
+        length = 0 if len(nulls) != 0 and nulls[row] else np.int64(offsets[row + 1]) - start
+        h = (SEED ^ length) & 0xFFFFFFFF
+        end = start + (length & ~3)
+        for i in range(start, end, 4):
+            k = (np.int64(data[i]) | (np.int64(data[i + 1]) << 8) | (np.int64(data[i + 2]) << 16)
+                 | (np.int64(data[i + 3]) << 24))
+            k = (k * _M) & 0xFFFFFFFF
+            k ^= k >> 24
+            k = (k * _M) & 0xFFFFFFFF
+            h = ((h * _M) & 0xFFFFFFFF) ^ k
+        rest = length & 3
+        if rest == 3:
+            h ^= np.int64(data[end + 2]) << 16
+        if rest >= 2:
+            h ^= np.int64(data[end + 1]) << 8
+        if rest >= 1:
+            h ^= np.int64(data[end])
+            h = (h * _M) & 0xFFFFFFFF
+        h ^= h >> 13
+        h = (h * _M) & 0xFFFFFFFF
+        h ^= h >> 15
+        out[row] = h
+    return out
+
+
+_NO_NULLS = np.zeros(0, np.bool_)
 
 
 def murmur2_array(keys: pa.Array) -> np.ndarray:
-    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32.
-
-    Vectorised across keys: one numpy pass per 4-byte block of the longest key. Keys of
-    one length (the usual case) are a plain matrix view of Arrow's data buffer; keys of
-    mixed lengths read each block with one gather of 4 bytes.
-    """
+    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     if keys.type != pa.binary():
         keys = keys.cast(pa.binary())
-    n = len(keys)
-    if n == 0:
+    if len(keys) == 0:
         return np.zeros(0, np.int32)
-    offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset : keys.offset + n + 1].astype(np.int64)
+    offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset : keys.offset + len(keys) + 1]
     data_buf = keys.buffers()[2]
-    raw = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    starts = offsets[:-1]
-    lengths = offsets[1:] - starts
-    if keys.null_count:
-        lengths = np.where(np.asarray(keys.is_null()), 0, lengths)
-    m = np.uint32(_M)
-    with np.errstate(over="ignore"):
-        lo, hi = int(lengths.min()), int(lengths.max())
-        if lo == hi and offsets[-1] - offsets[0] == n * lo:
-            # Every key has the same length: an n x length matrix, whole columns per step.
-            matrix = raw[offsets[0] : offsets[0] + n * lo].reshape(n, lo)
-            h = np.full(n, np.uint32(SEED) ^ np.uint32(lo & 0xFFFFFFFF), dtype=np.uint32)
-            nblocks = lo >> 2
-            if nblocks:
-                blocks = np.ascontiguousarray(matrix[:, : 4 * nblocks]).view("<u4")
-                for j in range(nblocks):
-                    h = _mix_blocks(h, blocks[:, j])
-            tail = matrix[:, 4 * nblocks :].astype(np.uint32)
-            rest = lo & 3
-            if rest:
-                for r in range(rest - 1, 0, -1):  # bytes 3 and 2 of the tail, then byte 1
-                    h ^= tail[:, r] << np.uint32(8 * r)
-                h ^= tail[:, 0]
-                h *= m
-        else:
-            # Pad so a 4-byte read at any key position stays in bounds, and read blocks
-            # as rows of a 1-byte-stride window view.
-            data = np.concatenate([raw, np.zeros(4, np.uint8)])
-            windows = np.lib.stride_tricks.as_strided(data, shape=(max(len(data) - 3, 0), 4), strides=(1, 1))
-            h = np.uint32(SEED) ^ lengths.astype(np.uint32)
-            blocks = lengths >> 2
-            for j in range(hi >> 2):
-                active = np.flatnonzero(blocks > j) if j >= (lo >> 2) else None
-                pos = (starts if active is None else starts[active]) + 4 * j
-                k = np.ascontiguousarray(windows[pos]).view("<u4").ravel()
-                if active is None:
-                    h = _mix_blocks(h, k)
-                else:
-                    h[active] = _mix_blocks(h[active], k)
-            rest = lengths & 3
-            tail = starts + (blocks << 2)
-            for r, shift in ((3, 16), (2, 8)):
-                sel = rest >= r
-                h[sel] ^= data[tail[sel] + (r - 1)].astype(np.uint32) << np.uint32(shift)
-            sel = rest >= 1
-            h[sel] ^= data[tail[sel]].astype(np.uint32)
-            h[sel] *= m
-        h ^= h >> np.uint32(13)
-        h *= m
-        h ^= h >> np.uint32(15)
-    return h.view(np.int32)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
+    return _murmur2_rows(data, offsets, nulls).view(np.int32)
