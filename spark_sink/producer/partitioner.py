@@ -14,13 +14,11 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
-from numba import njit
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
 # a Python frame, for the per-record partitioner (which masks off the sign anyway).
 murmur2_unsigned = _c_murmurhash2
-_M = 0x5BD1E995
 
 
 def murmur2(data: bytes) -> int:
@@ -70,39 +68,6 @@ def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.nda
     return (h & 0x7FFFFFFF) % num_partitions
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
-def _murmur2_rows(data, offsets, nulls):
-    """Java's murmur2 of each value of a binary column (nulls, and absent data, hash as
-    empty), as uint32 bits. 32-bit arithmetic in int64, masked after each multiply."""
-    n = len(offsets) - 1
-    out = np.empty(n, np.uint32)
-    for row in range(n):
-        start = np.int64(offsets[row])
-        length = 0 if len(nulls) != 0 and nulls[row] else np.int64(offsets[row + 1]) - start
-        h = (SEED ^ length) & 0xFFFFFFFF
-        end = start + (length & ~3)
-        for i in range(start, end, 4):
-            k = (np.int64(data[i]) | (np.int64(data[i + 1]) << 8) | (np.int64(data[i + 2]) << 16)
-                 | (np.int64(data[i + 3]) << 24))
-            k = (k * _M) & 0xFFFFFFFF
-            k ^= k >> 24
-            k = (k * _M) & 0xFFFFFFFF
-            h = ((h * _M) & 0xFFFFFFFF) ^ k
-        rest = length & 3
-        if rest == 3:
-            h ^= np.int64(data[end + 2]) << 16
-        if rest >= 2:
-            h ^= np.int64(data[end + 1]) << 8
-        if rest >= 1:
-            h ^= np.int64(data[end])
-            h = (h * _M) & 0xFFFFFFFF
-        h ^= h >> 13
-        h = (h * _M) & 0xFFFFFFFF
-        h ^= h >> 15
-        out[row] = h
-    return out
-
-
 _NO_NULLS = np.zeros(0, np.bool_)
 
 
@@ -118,4 +83,6 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
     data_buf = keys.buffers()[2]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
-    return _murmur2_rows(data, offsets, nulls).view(np.int32)
+    from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
+
+    return kernels.murmur2_rows(data, offsets, nulls).view(np.int32)

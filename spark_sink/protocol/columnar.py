@@ -1,6 +1,6 @@
 """Columnar record encoding: Arrow columns straight into record batch v2 records sections.
 
-No Python code runs per record: :mod:`spark_sink.protocol.record_kernels` reads the Arrow
+No Python code runs per record: :mod:`spark_sink.protocol.kernels` reads the Arrow
 buffers of keys, values and headers in compiled loops, first to split the rows into batches
 (exact sizes, greedy, as the accumulator fills a batch), then to write every record into a
 buffer that *is* the records section. The bytes equal
@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from spark_sink.protocol.compression import compress
 from spark_sink.protocol.primitives import write_varint
-from spark_sink.protocol.record_kernels import header_sizes, plan_batches, write_records
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
 
@@ -89,7 +88,7 @@ def _column(arr: pa.Array | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _header_column(headers: pa.Array | None) -> tuple:
-    """A list<struct<key, value>> array as the compiled loops read it (see record_kernels)."""
+    """A list<struct<key, value>> array as the compiled loops read it (see kernels)."""
     if headers is None:
         return _NO_HEADERS
     if isinstance(headers, pa.ChunkedArray):
@@ -102,7 +101,9 @@ def _header_column(headers: pa.Array | None) -> tuple:
     entries = headers.values.slice(offsets[0], offsets[-1] - offsets[0])
     entry_offsets = _frozen((offsets - offsets[0]).astype(np.int32))
     keys, values = _column(as_binary(entries.field("key"))), _column(as_binary(entries.field("value")))
-    sizes = header_sizes(entry_offsets, keys[2], values[2])
+    from spark_sink.protocol import kernels
+
+    sizes = kernels.header_sizes(entry_offsets, keys[2], values[2])
     return entry_offsets[:-1], entry_offsets[1:], _frozen(sizes), keys, values
 
 
@@ -122,6 +123,8 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     the columns. A group's uncompressed payloads are views of one buffer of its own, which
     lives as long as any of them.
     """
+    from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
+
     values = as_binary(values)
     keys = as_binary(keys)
     out: list[list[EncodedRecords]] = [[] for _ in range(group_count)]
@@ -131,7 +134,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     group_ids = _NO_GROUPS if groups is None else _frozen(np.ascontiguousarray(groups, dtype=np.int64))
     columns = (_column(keys), _column(values), _header_column(headers), timestamps)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
-    opens, batch_group, counts, sizes, base_ts, max_ts = plan_batches(
+    opens, batch_group, counts, sizes, base_ts, max_ts = kernels.plan_batches(
         columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count, limit)
     # The buffer holds group 0's records, then group 1's, ...; each group's batches in the
     # order they were opened, which is input order.
@@ -139,7 +142,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     group_starts = np.zeros(group_count, np.int64)
     np.cumsum(group_bytes[:-1], out=group_starts[1:])
     buffer = np.empty(int(group_bytes.sum()), np.uint8)
-    write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
+    kernels.write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
     # Each group's payloads are views of a buffer of its own, so that one partition's unsent
     # batches never keep another's bytes alive: copied out when several groups share the
     # call (~6 ns a row against ~30 for encoding). Compressed payloads are copies anyway.
