@@ -138,7 +138,7 @@ def run_kprod_record(bootstrap: str, topic: str, rows: Rows, props: dict[str, st
             if i % 1000 == 0:
                 callback = lambda md, err, t=time.perf_counter(): on_sampled(md, err, t)  # noqa: E731
                 progress.update(i)
-            producer.send(ProducerRecord(topic, v, key=k), callback)
+            producer.send(ProducerRecord(topic, v, k), callback)  # positional, as for the other clients
         producer.flush()
         seconds = time.perf_counter() - started
     progress.close()
@@ -200,7 +200,7 @@ def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1
     errors: list[Exception] = []
     started = time.perf_counter()
     for i, (k, v) in enumerate(zip(keys, values)):
-        future = producer.send(topic, value=v, key=k)
+        future = producer.send(topic, v, k)
         future.add_errback(errors.append)
         if i % 1000 == 0:
             t = time.perf_counter()
