@@ -2,8 +2,7 @@
 
 An explicit partition wins; else ``toPositive(murmur2(key)) % partitions`` with Java's
 murmur2 (per key, and compiled over a whole column), so keyed records land where Java
-clients put them; else
-the sticky partition, which moves on when a batch fills.
+clients put them; else the sticky partition, which moves on when a batch fills.
 """
 
 from __future__ import annotations
@@ -83,6 +82,8 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
     data_buf = keys.buffers()[2]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
+    for a in (data, offsets, nulls):
+        a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
     from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
 
     return kernels.murmur2_rows(data, offsets, nulls).view(np.int32)

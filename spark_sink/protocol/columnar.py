@@ -25,7 +25,7 @@ from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 class EncodedRecords:
     """A finished records section for one record batch, compressed with ``codec``."""
 
-    payload: bytes | memoryview  # uncompressed sections are views of one encoded buffer
+    payload: bytes | memoryview  # an uncompressed section is a view of its partition's encoded buffer
     codec: int
     record_count: int
     base_timestamp: int
@@ -56,6 +56,7 @@ _NO_OFFSETS = _frozen(np.zeros(0, np.int32))
 _NO_LENGTHS = _frozen(np.zeros(0, np.int64))
 _ABSENT = (_NO_BYTES, _NO_OFFSETS, _NO_LENGTHS)  # a column that is not there: every value null
 _NO_HEADERS = (_NO_OFFSETS, _NO_OFFSETS, _NO_LENGTHS, _ABSENT, _ABSENT)
+_NO_GROUPS = _NO_LENGTHS  # every row in group 0
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:
@@ -107,8 +108,6 @@ def _header_column(headers: pa.Array | None) -> tuple:
     return entry_offsets[:-1], entry_offsets[1:], _frozen(sizes), keys, values
 
 
-_NO_GROUPS = _NO_LENGTHS
-
 
 def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None,
                   groups: np.ndarray | None, group_count: int, *, batch_size: int, codec: int = 0,
@@ -132,6 +131,9 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
         return out
     timestamps = _frozen(np.ascontiguousarray(timestamps, dtype=np.int64))
     group_ids = _NO_GROUPS if groups is None else _frozen(np.ascontiguousarray(groups, dtype=np.int64))
+    if len(group_ids) and not (0 <= group_ids.min() and group_ids.max() < group_count):
+        # the compiled loops do not check their indices
+        raise ValueError(f"groups must lie in 0..{group_count - 1}, got {group_ids.min()}..{group_ids.max()}")
     columns = (_column(keys), _column(values), _header_column(headers), timestamps)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
     opens, batch_group, counts, sizes, base_ts, max_ts = kernels.plan_batches(

@@ -10,15 +10,14 @@ Import this module where it is used, not at the top of a module: numba and the l
 its compiled code take ~160 MB of memory and ~0.3 s, which a program that only calls
 ``send()`` should not pay.
 
-A binary column is passed as a tuple
-``(data, starts, lengths)``: the whole data buffer, where each value starts in it and its
-length, -1 for null (an absent column has empty ``lengths``: every value null). Headers
-are ``(first_entry, end_entry, sizes, keys, values)``: each row's range of entries, the
-bytes of its header section (empty ``sizes``: no headers at all), and the entries' key
-and value columns, indexed by entry.
+A binary column is passed as a tuple ``(data, starts, lengths)``: the whole data buffer,
+where each value starts in it and its length, -1 for null (an absent column has empty
+``lengths``: every value null). Headers are ``(first_entry, end_entry, sizes, keys,
+values)``: each row's range of entries, the bytes of its header section (empty
+``sizes``: no headers at all), and the entries' key and value columns, indexed by entry.
 
-Hot loops index arrays themselves rather than call helpers that take arrays: numba then
-counts references on every call (~15 ns a row for a length lookup instead of ~1 ns).
+Hot loops read their input arrays themselves rather than through helpers: numba may then
+count references on every call (~15 ns a row for a length lookup instead of ~1 ns).
 """
 
 from __future__ import annotations
