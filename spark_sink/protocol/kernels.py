@@ -150,7 +150,10 @@ def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, g
 def write_records(out, group_starts, opens, groups, keys, values, headers, timestamps):
     """Write every row's record into ``out``, each group's records from its start in
     ``group_starts`` on, split into batches where ``opens`` (from :func:`plan_batches`)
-    says."""
+    says.
+
+    The four field copies are written out: through a helper that takes the data array the
+    loop runs 45% slower (reference counting, see the module docstring)."""
     key_data, key_starts, key_lengths = keys
     value_data, value_starts, value_lengths = values
     first_entry, end_entry, header_sizes, (hkey_data, hkey_starts, hkey_lengths), hvalues = headers
