@@ -48,6 +48,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
+    if args.partitions > 1 and not args.key_size:
+        ap.error("--partitions spreads rows by their keys: give --key-size above 0")
     pa.set_cpu_count(1)  # one core: Arrow kernels must not fan out to a thread pool
     codec = int(codec_from_name(args.codec))
 

@@ -133,11 +133,12 @@ class RecordAccumulator:
         after whatever its partition holds; ``wakeup`` tells the sender there is something
         to send."""
         sizes = [sum(records.size_in_bytes for records in encoded) for _, encoded in groups]
-        if sum(sizes) <= self._pool.total // 4:
+        total = sum(sizes)
+        if total <= self._pool.total // 4:
             # One reservation for the call, so that a producer running ahead of the brokers
             # waits (and wakes) once per call instead of once per batch; each partition's
             # share is freed with its last batch, as its payloads share one buffer.
-            self._pool.allocate(sum(sizes), max_block_ms)
+            self._pool.allocate(total, max_block_ms)
             for (partition, encoded), size in zip(groups, sizes):
                 shared = SharedMemory(size, len(encoded))
                 self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)

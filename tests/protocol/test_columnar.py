@@ -4,11 +4,9 @@ header-less batches, the columnar encoder for the others."""
 
 import numpy as np
 import pyarrow as pa
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_sink.protocol import columnar
 from spark_sink.protocol.columnar import encode_columns, encode_groups, encode_rows
 from spark_sink.protocol.compression import Codec, decompress
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_record_batches, encode_record_batch, encode_records
