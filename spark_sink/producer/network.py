@@ -155,6 +155,7 @@ class NetworkClient:
         self._wakeup_selector = selectors.DefaultSelector()
         self._wakeup_selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._completed: list[tuple[Callback, ClientResponse]] = []
+        self._progressed = False  # set by poll() when a request completes or a connection gets ready
         # One receive buffer for every connection: KafkaProtocol copies what it is fed, and
         # only the polling thread reads, so recv_into() never allocates per read.
         self._recv_buf = bytearray(_RECV_SIZE)
@@ -288,9 +289,11 @@ class NetworkClient:
             # Fails this request too; its callback runs on the next poll, like any other.
             self._disconnect(conn, exc)
 
-    def poll(self, timeout_ms: float) -> None:
+    def poll(self, timeout_ms: float) -> bool:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
-        connection attempts, then run the callbacks of completed requests."""
+        connection attempts, then run the callbacks of completed requests. Returns whether
+        a request completed or a connection became ready: the caller's next step may differ."""
+        self._progressed = False
         if timeout_ms > 0:
             timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
         for key, events in self._selector.select(max(0.0, timeout_ms) / 1000.0):
@@ -316,7 +319,9 @@ class NetworkClient:
                 self._disconnect(conn, KafkaConnectionError(f"connection to node {conn.node_id} failed: {exc!r}"))
         self._expire(now_ms())
         if self._completed:
+            self._progressed = True
             self._run_callbacks()
+        return self._progressed
 
     def _run_callbacks(self) -> None:
         completed, self._completed = self._completed, []
@@ -473,6 +478,7 @@ class NetworkClient:
 
     def _mark_ready(self, conn: _Connection) -> None:
         conn.state = _State.READY
+        self._progressed = True
         conn.sasl_exchange = None
         conn.last_used_ms = now_ms()
         conn.failures = 0

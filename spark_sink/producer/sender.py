@@ -177,7 +177,8 @@ class Sender(threading.Thread):
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if not self._ensure_producer_id(now):
             self._fail_expired(now)
-            self._client.poll(0)
+            if self._client.poll(0):
+                return 0.0  # a connection got ready or the producer id came: go on at once
             return min(poll_ms, 50.0, self._client.next_timeout_ms(now))
         leader_of = self._metadata.leader
         can_send = self._partitions.can_send
@@ -200,7 +201,8 @@ class Sender(threading.Thread):
             if drained:
                 poll_ms = 0.0
         self._fail_expired(now)
-        self._client.poll(0)
+        if self._client.poll(0):
+            return 0.0  # responses or a ready connection may have made more sendable: look again
         return min(poll_ms, self._client.next_timeout_ms(now_ms()))
 
     def _fail_expired(self, now: float) -> None:

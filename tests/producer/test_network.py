@@ -83,6 +83,26 @@ def test_handshake_and_pipelined_metadata(broker):
         client.close()
 
 
+def test_poll_reports_a_ready_connection_and_a_completed_request(tansu):
+    """The Sender acts again at once when poll() says something changed, instead of
+    sleeping out a wait computed before it (that cost a new producer 20-70 ms)."""
+    client = _client(tansu.bootstrap)
+    try:
+        node = client.bootstrap_nodes()[0]
+        progressed = []
+        while not client.ready(node, now_ms()):
+            progressed.append(client.poll(50))
+        assert progressed[-1] is True and not any(progressed[:-1])  # only the poll that made it ready
+        assert client.poll(0) is False  # nothing happened
+        got = []
+        client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+        while not got:
+            assert client.poll(50) is bool(got)
+        assert client.poll(0) is False
+    finally:
+        client.close()
+
+
 def test_stalled_broker_times_out_then_reconnects():
     port = free_port()
     with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as b:
