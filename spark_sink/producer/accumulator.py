@@ -47,6 +47,7 @@ class RecordAccumulator:
         self._flushes = 0
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
+        self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
 
     # -- appending (user threads) ---------------------------------------------
 
@@ -88,14 +89,13 @@ class RecordAccumulator:
             return future, len(dq) > 1 or batch.is_full, True
 
     def append_plain(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
-                     callback: SendCallback | None, key_size: int, value_size: int
-                     ) -> tuple[FutureRecordMetadata, bool] | None:
+                     callback: SendCallback | None, key_size: int, value_size: int) -> FutureRecordMetadata | None:
         """append() for a header-less record that fits the open batch of its partition: returns
-        (future, a batch is ready to send), or None when it needs append() (no open batch
-        with room for it, or the producer has stopped).
+        its future (having called ``on_ready`` if a batch is now ready to send), or None when
+        it needs append() (no open batch with room for it, or the producer has stopped).
 
         send()'s common case, once per record: ProducerBatch.try_append inlined (keep the
-        two in step), no memory to reserve.
+        two in step), no memory to reserve, no tuple to return.
         """
         lock = self._lock
         lock.acquire()  # acquire/release rather than ``with``: half the cost
@@ -117,14 +117,14 @@ class RecordAccumulator:
             last.values.append(value)
             last.timestamps.append(timestamp)
             if callback is not None:
-                if last.callbacks is None:
-                    last.callbacks = [callback, index, timestamp, key_size, value_size]
-                else:
-                    last.callbacks += (callback, index, timestamp, key_size, value_size)
+                last.callbacks += (callback, index, timestamp, key_size, value_size)
             future = new_future(FutureRecordMetadata, (last, index, timestamp, key_size, value_size))
-            return future, size >= last.batch_size or len(dq) > 1
+            if size < last.batch_size and len(dq) == 1:
+                return future
         finally:
             lock.release()
+        self.on_ready()
+        return future
 
     def append_encoded(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], now: float,
                        max_block_ms: float, listener: Callable[[ProducerBatch], None],

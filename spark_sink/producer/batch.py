@@ -112,7 +112,7 @@ class ProducerBatch:
         # Flat: callback, index, timestamp, key size, value size, then the next record's.
         # A tuple (or future) per record kept until the batch completes would be one more
         # object for the cyclic GC to walk on every collection while the batch is in flight.
-        self.callbacks: list[Any] | None = None
+        self.callbacks: list[Any] = []
         self.encoded = encoded
         self.closed = encoded is not None  # no more appends
         self.listener = listener
@@ -153,8 +153,6 @@ class ProducerBatch:
         self.estimated_size += size
         future = new_future(FutureRecordMetadata, (self, index, timestamp, key_size, value_size))
         if callback is not None:
-            if self.callbacks is None:
-                self.callbacks = []
             self.callbacks += (callback, index, timestamp, key_size, value_size)
         return future
 

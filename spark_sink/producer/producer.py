@@ -169,6 +169,7 @@ class KafkaProducer:
         self._partition_state = PartitionState(c)
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
+        self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
@@ -195,13 +196,10 @@ class KafkaProducer:
             key_size = len(key)
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
-                appended = self._accumulator.append_plain(
+                future = self._accumulator.append_plain(
                     topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders),
                     time.time_ns() // 1_000_000, key, value, callback, key_size, value_size)
-                if appended is not None:
-                    future, batch_ready = appended
-                    if batch_ready:
-                        self._sender.batch_ready()
+                if future is not None:
                     return future
         return self._send(record, callback)
 
