@@ -22,7 +22,8 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import ProducerClosedError
 from spark_sink.producer.network import now_ms
 from spark_sink.protocol.columnar import EncodedRecords
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
+from spark_sink.protocol.primitives import write_varint
+from spark_sink.protocol.records import FIELD_SIZE, RECORD_BATCH_OVERHEAD, SMALL_VARINTS, VARINT_SIZE
 
 LeaderOf = Callable[[TopicPartition], int | None]
 
@@ -64,7 +65,7 @@ class RecordAccumulator:
             dq = self._batches.get(tp)
             if dq:
                 last = dq[-1]
-                future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+                future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size)
                 if future is not None:
                     return future, last.estimated_size >= last.batch_size or len(dq) > 1, False
         finally:
@@ -78,24 +79,27 @@ class RecordAccumulator:
                 self._raise_stopped()
             dq = self._deque(tp)
             if dq:
-                future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+                future = dq[-1].try_append(timestamp, key, value, headers, callback, key_size, value_size)
                 if future is not None:  # another thread made room meanwhile
                     self._pool.deallocate(size)
                     return future, len(dq) > 1 or dq[-1].is_full, False
             batch = ProducerBatch(topic, partition, now_ms(), next(self._order), size, self._config.batch_size)
-            future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size, headers_size)
+            future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size)
             dq.append(batch)
             self._incomplete.add(batch)
             return future, len(dq) > 1 or batch.is_full, True
 
     def append_plain(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
                      callback: SendCallback | None, key_size: int, value_size: int) -> FutureRecordMetadata | None:
-        """append() for a header-less record that fits the open batch of its partition: returns
-        its future (having called ``on_ready`` if a batch is now ready to send), or None when
-        it needs append() (no open batch with room for it, or the producer has stopped).
+        """append() for a header-less record that fits the open batch of its partition, its
+        key and value under 16 KiB and its timestamp within 16 s after the batch's first:
+        returns its future (having called ``on_ready`` if a batch is now ready to send), or
+        None when it needs append() (no open batch with room for it, a wider field or
+        delta, or the producer has stopped).
 
         send()'s common case, once per record: ProducerBatch.try_append inlined (keep the
-        two in step), no memory to reserve, no tuple to return.
+        two in step) with record_parts' varints looked up, no memory to reserve, no tuple
+        to return.
         """
         lock = self._lock
         lock.acquire()  # acquire/release rather than ``with``: half the cost
@@ -104,18 +108,28 @@ class RecordAccumulator:
                 dq = self._by_topic[topic][partition]
             except KeyError:  # the partition's first record
                 return None
-            if not dq or self._stopped is not None:
+            if not dq or self._stopped is not None or dq[-1].closed:
                 return None
             last = dq[-1]
-            size = last.estimated_size + key_size + value_size + RECORD_OVERHEAD_ESTIMATE
-            if last.closed or size > last.batch_size or last.headers is not None:
-                return None
             index = last.record_count
+            delta = timestamp - last.base_timestamp
+            # Offset deltas pass the tables in batches of over 16,384 records (1 MB of small ones).
+            offset = SMALL_VARINTS[index] if index < 16384 else write_varint(index)
+            try:
+                # attributes and header count: a byte each
+                body = 2 + VARINT_SIZE[delta] + len(offset) + FIELD_SIZE[key_size] + FIELD_SIZE[value_size]
+                length = SMALL_VARINTS[body]
+            except IndexError:
+                return None
+            size = last.estimated_size + len(length) + body
+            if size > last.batch_size or delta < 0:
+                return None
             last.record_count = index + 1
             last.estimated_size = size
-            last.keys.append(key)
-            last.values.append(value)
-            last.timestamps.append(timestamp)
+            last.parts += (length, b"\x00", SMALL_VARINTS[delta], offset, SMALL_VARINTS[key_size], key,
+                           SMALL_VARINTS[value_size], value, b"\x00")
+            if timestamp > last.max_timestamp:
+                last.max_timestamp = timestamp
             if callback is not None:
                 last.callbacks += (callback, index, timestamp, key_size, value_size)
             future = new_future(FutureRecordMetadata, (last, index, timestamp, key_size, value_size))

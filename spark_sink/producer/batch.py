@@ -1,9 +1,9 @@
 """ProducerBatch: records for one partition that travel and are acknowledged together.
 
-A batch is either *open* (the per-record path appends Python objects to it; nothing is
-encoded until it is sealed at drain time) or *sealed* (bytes already encoded, e.g. by the
-columnar path). Its header, which carries the producer id, epoch and base sequence, is
-written only when the batch is sent.
+A batch is either *open* (the per-record path encodes each record as it is appended, as
+the pieces of the records section, joined once when the batch is sealed at drain time)
+or *sealed* (bytes already encoded, e.g. by the columnar path). Its header, which carries
+the producer id, epoch and base sequence, is written only when the batch is sent.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.records import RecordMetadata
-from spark_sink.protocol.columnar import EncodedRecords, encode_rows
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, record_batch_header
+from spark_sink.protocol.columnar import EncodedRecords
+from spark_sink.protocol.compression import compress
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
 
 # Upper bound of a record's framing next to its key, value and headers: length,
 # attributes, timestamp delta, offset delta, key length, value length, header count.
@@ -88,7 +89,7 @@ class ProducerBatch:
 
     __slots__ = (
         "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "estimated_size", "record_count",
-        "keys", "values", "timestamps", "headers", "callbacks", "encoded", "closed", "listener",
+        "parts", "base_timestamp", "max_timestamp", "callbacks", "encoded", "closed", "listener",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence", "in_flight",
         "base_offset", "log_append_time", "error", "completed", "_event",
     )
@@ -105,10 +106,9 @@ class ProducerBatch:
         self.batch_size = batch_size
         self.estimated_size = RECORD_BATCH_OVERHEAD if encoded is None else encoded.size_in_bytes
         self.record_count = 0 if encoded is None else encoded.record_count
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.timestamps: list[int] = []
-        self.headers: list[list[tuple[str, bytes | None]]] | None = None
+        # The records so far, encoded: the pieces of the records section, in order.
+        self.parts: list[bytes] = []
+        self.base_timestamp = self.max_timestamp = -1  # set by the first record
         # Flat: callback, index, timestamp, key size, value size, then the next record's.
         # A tuple (or future) per record kept until the batch completes would be one more
         # object for the cyclic GC to walk on every collection while the batch is in flight.
@@ -134,21 +134,20 @@ class ProducerBatch:
 
     def try_append(self, timestamp: int, key: bytes | None, value: bytes | None,
                    headers: list[tuple[str, bytes | None]] | None, callback: SendCallback | None,
-                   key_size: int, value_size: int, headers_size: int) -> FutureRecordMetadata | None:
-        """Add a record, or return None if it would overflow batch.size (or the batch is closed)."""
-        size = key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE
-        index = self.record_count
-        if self.closed or (index and self.estimated_size + size > self.batch_size):
+                   key_size: int, value_size: int) -> FutureRecordMetadata | None:
+        """Encode and add a record, or return None if it would overflow batch.size (or the
+        batch is closed)."""
+        if self.closed:
             return None
-        self.keys.append(key)
-        self.values.append(value)
-        self.timestamps.append(timestamp)
-        if headers:
-            if self.headers is None:
-                self.headers = [[] for _ in range(index)]
-            self.headers.append(headers)
-        elif self.headers is not None:
-            self.headers.append([])
+        index = self.record_count
+        if not index:
+            self.base_timestamp = self.max_timestamp = timestamp
+        parts, size = record_parts(index, timestamp - self.base_timestamp, key, value, headers or ())
+        if index and self.estimated_size + size > self.batch_size:
+            return None
+        self.parts += parts
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
         self.record_count = index + 1
         self.estimated_size += size
         future = new_future(FutureRecordMetadata, (self, index, timestamp, key_size, value_size))
@@ -157,11 +156,13 @@ class ProducerBatch:
         return future
 
     def seal(self, codec: int, level: int | None = None) -> EncodedRecords:
-        """Encode the records (once); the open lists are dropped."""
+        """Join (and compress) the records section, once; the pieces are dropped."""
         if self.encoded is None:
-            self.encoded = encode_rows(self.keys, self.values, self.timestamps, self.headers, codec, level)
-            self.keys = self.values = self.timestamps = []  # type: ignore[assignment]
-            self.headers = None
+            section = b"".join(self.parts)
+            self.parts = []
+            payload = compress(codec, section, level) if codec else section
+            self.encoded = EncodedRecords(payload, codec, self.record_count, self.base_timestamp, self.max_timestamp,
+                                          len(section))
             self.estimated_size = self.encoded.size_in_bytes
         self.closed = True
         return self.encoded

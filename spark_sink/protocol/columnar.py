@@ -4,21 +4,19 @@ No Python code runs per record: :mod:`spark_sink.protocol.kernels` reads the Arr
 buffers of keys, values and headers in compiled loops, first to split the rows into batches
 (exact sizes, greedy, as the accumulator fills a batch), then to write every record into a
 buffer that *is* the records section. The bytes equal
-:func:`spark_sink.protocol.records.encode_records`. Small per-record batches, which
-``send()`` seals from Python lists, take a Python loop over ready-made varints instead.
+:func:`spark_sink.protocol.records.encode_records`. (send()'s batches are encoded record
+by record as they fill: see :func:`spark_sink.protocol.records.record_parts`.)
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from spark_sink.protocol.compression import compress
-from spark_sink.protocol.primitives import write_varint
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
 
@@ -185,115 +183,3 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
     """:func:`encode_groups` for rows that all go to one partition."""
     return encode_groups(keys, values, timestamps, headers, None, 1, batch_size=batch_size, codec=codec,
                          level=level)[0]
-
-
-# Zigzag varints of small non-negative numbers (offset deltas, lengths, small
-# timestamp deltas): the per-record path looks them up instead of computing them.
-_SMALL_VARINTS = [write_varint(i) for i in range(1 << 14)]
-_NULL_LENGTH = write_varint(-1)
-# Below this many records a Python loop over table lookups beats building Arrow arrays
-# for the compiled encoder (110-byte records, ns a record, loop against compiled: 120
-# records 293 against 446, 250 280 against 262, 1,000 276 against 137).
-_ROW_LOOP_MAX = 200
-
-
-# For n < 2**14: how many bytes n's varint takes, and those plus n (a length-prefixed field).
-_VARINT_SIZE = [len(v) for v in _SMALL_VARINTS]
-_FIELD_SIZE = [len(v) + n for n, v in enumerate(_SMALL_VARINTS)]
-
-
-def _encode_rows_loop(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
-                      max_timestamp: int) -> bytes:
-    """Header-less records of a small batch; same bytes as the vectorised path."""
-    base = timestamps[0]
-    if len(values) < 1 << 14 and max_timestamp - base < 1 << 14 and min(timestamps) >= base:
-        # Every offset and timestamp delta has a ready-made varint. The short loops
-        # below raise TypeError on a null value (or a null key among others) and
-        # IndexError on a field of 16 KiB or more: such batches take the general loop.
-        try:
-            if keys.count(None) == len(keys):
-                return _encode_keyless_rows(values, timestamps)
-            return _encode_keyed_rows(keys, values, timestamps)
-        except (TypeError, IndexError):
-            pass
-    return _encode_any_rows(keys, values, timestamps)
-
-
-def _encode_keyed_rows(keys: list[bytes], values: list[bytes], timestamps: list[int]) -> bytes:
-    """_encode_any_rows for records with a key and a value each, whose fields, offset and
-    timestamp deltas are all below 2**14: table lookups, no branches (~30% faster)."""
-    base = timestamps[0]
-    parts: list[bytes] = []
-    extend = parts.extend
-    varint, varint_size, field_size = _SMALL_VARINTS, _VARINT_SIZE, _FIELD_SIZE
-    for i, key, value, ts in zip(range(len(values)), keys, values, timestamps):
-        key_size, value_size, delta = len(key), len(value), ts - base
-        # size: attributes and header count (one byte each), the deltas, key and value
-        size = 2 + varint_size[delta] + varint_size[i] + field_size[key_size] + field_size[value_size]
-        extend((varint[size], b"\x00", varint[delta], varint[i], varint[key_size], key, varint[value_size], value,
-                b"\x00"))
-    return b"".join(parts)
-
-
-def _encode_keyless_rows(values: list[bytes], timestamps: list[int]) -> bytes:
-    """_encode_keyed_rows for records without a key."""
-    base = timestamps[0]
-    parts: list[bytes] = []
-    extend = parts.extend
-    varint, varint_size, field_size = _SMALL_VARINTS, _VARINT_SIZE, _FIELD_SIZE
-    null_size = 2 + len(_NULL_LENGTH)
-    for i, value, ts in zip(range(len(values)), values, timestamps):
-        value_size, delta = len(value), ts - base
-        size = null_size + varint_size[delta] + varint_size[i] + field_size[value_size]
-        extend((varint[size], b"\x00", varint[delta], varint[i], _NULL_LENGTH, varint[value_size], value, b"\x00"))
-    return b"".join(parts)
-
-
-def _encode_any_rows(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int]) -> bytes:
-    """Header-less records, any of them null or large, any timestamps.
-
-    Every piece of a record goes into one list and is copied once, by the final join:
-    no per-record concatenation (cold 100-byte values: ~25% faster than joining a body
-    first, and ~10% faster again than concatenating the varints).
-    """
-    base = timestamps[0]
-    parts: list[bytes] = []
-    extend = parts.extend
-    small = _SMALL_VARINTS
-    for i, (key, value, ts) in enumerate(zip(keys, values, timestamps)):
-        delta = ts - base
-        delta_varint = small[delta] if 0 <= delta < 16384 else write_varint(delta)
-        offset_varint = small[i] if i < 16384 else write_varint(i)
-        if key is None:
-            key_length, key = _NULL_LENGTH, b""
-        else:
-            key_length = small[len(key)] if len(key) < 16384 else write_varint(len(key))
-        if value is None:
-            value_length, value = _NULL_LENGTH, b""
-        else:
-            value_length = small[len(value)] if len(value) < 16384 else write_varint(len(value))
-        # attributes and the header count are one byte each
-        size = 2 + len(delta_varint) + len(offset_varint) + len(key_length) + len(key) + len(value_length) + len(value)
-        extend((small[size] if size < 16384 else write_varint(size), b"\x00", delta_varint, offset_varint,
-                key_length, key, value_length, value, b"\x00"))
-    return b"".join(parts)
-
-
-
-def encode_rows(keys: list[bytes | None], values: list[bytes | None], timestamps: list[int],
-                headers: list[Sequence[tuple[str, bytes | None]]] | None = None, codec: int = 0,
-                level: int | None = None) -> EncodedRecords:
-    """One record batch from Python lists (how the per-record send() path seals a batch)."""
-    n = len(values)
-    if n <= _ROW_LOOP_MAX and not (headers is not None and any(headers)):
-        max_timestamp = max(timestamps)
-        section = _encode_rows_loop(keys, values, timestamps, max_timestamp)
-        payload = compress(codec, section, level) if codec else section
-        return EncodedRecords(payload, codec, n, timestamps[0], max_timestamp, len(section))
-    key_array = None if all(k is None for k in keys) else pa.array(keys, pa.binary())
-    header_array = None
-    if headers is not None and any(headers):
-        header_array = pa.array([[{"key": k, "value": v} for k, v in h] if h else [] for h in headers], _HEADER_TYPE)
-    (encoded,) = encode_columns(key_array, pa.array(values, pa.binary()), np.fromiter(timestamps, np.int64, n),
-                                header_array, batch_size=0, codec=codec, level=level)
-    return encoded

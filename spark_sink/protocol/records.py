@@ -96,6 +96,44 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, va
     return write_varint(len(body)) + body
 
 
+# Zigzag varints of 0 .. 2**14-1 (offset and small timestamp deltas, field lengths,
+# record sizes): the per-record path looks them up rather than computing them.
+SMALL_VARINTS = [write_varint(i) for i in range(1 << 14)]
+# For n < 2**14: bytes of n's varint, and of a length-prefixed field of n bytes.
+VARINT_SIZE = [len(v) for v in SMALL_VARINTS]
+FIELD_SIZE = [len(v) + n for n, v in enumerate(SMALL_VARINTS)]
+NULL_LENGTH = write_varint(-1)
+
+
+def _varint(value: int) -> bytes:
+    return SMALL_VARINTS[value] if 0 <= value < 16384 else write_varint(value)
+
+
+def _add_field(parts: list[bytes], data: bytes | None) -> None:
+    if data is None:
+        parts.append(NULL_LENGTH)
+    else:
+        parts += (_varint(len(data)), data)
+
+
+def record_parts(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                 headers: Iterable[Header] = ()) -> tuple[list[bytes], int]:
+    """One record as the pieces whose join is :func:`encode_record`'s bytes, and its size:
+    a producer batch collects records this way and joins them once, when it is sealed."""
+    parts = [b"\x00", _varint(timestamp_delta), _varint(offset_delta)]  # attributes, deltas
+    _add_field(parts, key)
+    _add_field(parts, value)
+    headers = tuple(headers)
+    parts.append(_varint(len(headers)))
+    for hkey, hvalue in headers:
+        _add_field(parts, hkey.encode())
+        _add_field(parts, hvalue)
+    body = sum(map(len, parts))
+    length = _varint(body)
+    parts.insert(0, length)
+    return parts, len(length) + body
+
+
 def encode_records(records: Iterable[Record], base_timestamp: int) -> bytes:
     """Reference row-wise encoder of the (uncompressed) records section.
 

@@ -1,15 +1,12 @@
-"""The columnar encoder writes exactly the bytes of the row-wise reference encoder, and so
-does encode_rows (send()'s batches) on both of its paths: a Python loop for small
-header-less batches, the columnar encoder for the others."""
+"""The columnar encoder writes exactly the bytes of the row-wise reference encoder."""
 
 import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_sink.protocol.columnar import encode_columns, encode_groups, encode_rows
-from spark_sink.protocol.compression import Codec, decompress
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_record_batches, encode_record_batch, encode_records
+from spark_sink.protocol.columnar import encode_columns, encode_groups
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, encode_records
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -66,46 +63,6 @@ def test_string_large_and_view_types_are_accepted():
         assert b.payload == encode_records([Record(b"k", b"v", 5), Record(None, b"w", 6)], 5)
 
 
-def test_encode_rows_with_codec_round_trips():
-    enc = encode_rows([b"k", None], [b"v" * 300, None], [1, 2], [[("h", b"x")], []], codec=Codec.ZSTD)
-    assert decompress(Codec.ZSTD, enc.payload) == encode_records(
-        [Record(b"k", b"v" * 300, 1, (("h", b"x"),)), Record(None, None, 2)], 1)
-    batch = encode_record_batch(enc.payload, record_count=2, last_offset_delta=1, base_timestamp=1,
-                                max_timestamp=2, codec=Codec.ZSTD)
-    assert [r.value for r in decode_record_batches(batch)[0].records] == [b"v" * 300, None]
-
-
-@settings(max_examples=80, deadline=None)
-@given(rows_st)
-def test_encode_rows_equals_reference(rows):
-    keys, values, ts, headers = (list(c) for c in zip(*rows))
-    for h in (None, headers):
-        enc = encode_rows(keys, values, ts, h)
-        expected = [Record(k, v, t, tuple(hh) if h else ()) for k, v, t, hh in rows]
-        assert enc.payload == encode_records(expected, ts[0])
-        assert (enc.record_count, enc.max_timestamp) == (len(rows), max(ts))
-
-
-# Sizes around the 2**14 edge of the row loop's varint tables, and a null value now and then.
-_near_value_st = st.none() | st.binary(max_size=30) | st.integers(16_350, 16_400).map(lambda n: b"v" * n)
-
-
-@settings(max_examples=120, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=20), _near_value_st, st.integers(-3, 16_400)), min_size=1, max_size=40),
-       st.sampled_from(["every", "none", "some"]))
-def test_encode_rows_of_a_send_batch_equals_reference(rows, keys_present):
-    # What send() seals: timestamps close to the first (the row loop's table lookups),
-    # with keys on every record, on none or on some; a negative or wide delta, a null
-    # value or a 16 KiB field takes its general loop.
-    base = 1_700_000_000_000
-    keys = [k if keys_present == "every" or keys_present == "some" and i % 2 else None for i, (k, _, _) in enumerate(rows)]
-    values = [v for _, v, _ in rows]
-    ts = [base] + [base + d for _, _, d in rows[1:]]
-    enc = encode_rows(keys, values, ts)
-    assert enc.payload == encode_records([Record(k, v, t) for k, v, t in zip(keys, values, ts)], base)
-    assert (enc.record_count, enc.base_timestamp, enc.max_timestamp) == (len(rows), base, max(ts))
-
-
 def test_wide_varints_and_long_prefixes_equal_reference():
     # Timestamp deltas past 2**55 take more than 8 varint bytes (the general path); a
     # 20k-record batch has 3-byte offset deltas, so the prefix spans two packed words.
@@ -123,16 +80,6 @@ def test_wide_varints_and_long_prefixes_equal_reference():
     ts = np.array([0, 2**62 + 5, -(2**62), 2**63 - 1], np.int64)
     (batch,) = encode_columns(None, pa.array([b"a", b"b", None, b""]), ts, None, batch_size=0)
     assert batch.payload == encode_records([Record(None, v, int(t)) for v, t in zip([b"a", b"b", None, b""], ts)], 0)
-
-
-def test_encode_rows_large_batches_take_the_vectorised_path_with_same_bytes():
-    n = 3000
-    keys = [None if i % 7 == 0 else b"k%d" % i for i in range(n)]
-    values = [None if i % 11 == 0 else b"v" * (i % 200) for i in range(n)]
-    ts = [1_700_000_000_000 + (i * 37) % 5000 for i in range(n)]  # out of order, negative deltas
-    enc = encode_rows(keys, values, ts, None)
-    assert enc.payload == encode_records([Record(k, v, t) for k, v, t in zip(keys, values, ts)], ts[0])
-    assert (enc.record_count, enc.base_timestamp, enc.max_timestamp) == (n, ts[0], max(ts))
 
 
 @settings(max_examples=60, deadline=None)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from spark_sink.protocol.compression import Codec, codec_from_name, compress, decompress
 from spark_sink.protocol.errors import CorruptRecordError
 from spark_sink.protocol.primitives import Reader, write_uvarint, write_varint
-from spark_sink.protocol.records import Record, build_record_batch, decode_record_batches, encode_record
+from spark_sink.protocol.records import Record, build_record_batch, decode_record_batches, encode_record, record_parts
 
 records_st = st.lists(
     st.builds(
@@ -52,6 +52,16 @@ def test_batch_round_trip_every_codec(records, codec):
     assert [r.offset for r in batch.records] == list(range(len(records)))
     assert batch.last_offset_delta == len(records) - 1
     assert batch.max_timestamp == max(r.timestamp for r in records)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 70_000), st.integers(-(2**42), 2**42), st.none() | st.binary(max_size=40),
+       st.none() | st.binary(max_size=300) | st.integers(16_380, 16_390).map(lambda n: b"v" * n),
+       st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3))
+def test_record_parts_join_to_the_record_and_count_its_bytes(offset_delta, timestamp_delta, key, value, headers):
+    parts, size = record_parts(offset_delta, timestamp_delta, key, value, headers)
+    assert b"".join(parts) == encode_record(offset_delta, timestamp_delta, key, value, headers)
+    assert size == sum(map(len, parts))
 
 
 def test_golden_batch_header_and_crc():
