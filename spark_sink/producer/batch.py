@@ -200,7 +200,17 @@ class ProducerBatch:
         # Once per acknowledged record: FutureRecordMetadata.metadata() inlined.
         topic, partition, base, append_time = self.topic, self.partition, self.base_offset, self.log_append_time
         entries = iter(self.callbacks)
-        for callback, index, timestamp, key_size, value_size in zip(entries, entries, entries, entries, entries):
+        records = zip(entries, entries, entries, entries, entries)
+        if error is None and base >= 0 and append_time < 0:
+            # The common case without a branch per record: offsets known, create time kept.
+            for callback, index, timestamp, key_size, value_size in records:
+                try:
+                    callback(_new_metadata(RecordMetadata, (
+                        topic, partition, base + index, timestamp, key_size, value_size)), None)
+                except Exception:  # a user callback must not break delivery of the others
+                    log.exception("send callback raised")
+            return
+        for callback, index, timestamp, key_size, value_size in records:
             try:
                 if error is None:
                     callback(_new_metadata(RecordMetadata, (
@@ -208,7 +218,7 @@ class ProducerBatch:
                         append_time if append_time >= 0 else timestamp, key_size, value_size)), None)
                 else:
                     callback(None, error)
-            except Exception:  # a user callback must not break delivery of the others
+            except Exception:
                 log.exception("send callback raised")
 
     def wait(self, timeout: float | None) -> bool:

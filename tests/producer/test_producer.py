@@ -122,11 +122,15 @@ def test_unreachable_bootstrap_fails_within_max_block():
 def test_acks_zero_and_one(broker):
     topic = create_topic(broker.bootstrap, unique_topic("acks"), partitions=1)
     for acks in ("0", "1"):
+        called = []
         with KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
-            futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode())) for _ in range(10)]
+            futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode()), lambda md, err: called.append((md, err)))
+                       for _ in range(10)]
             p.flush(30)
-            offsets = [f.result(5).offset for f in futures]
-            assert offsets == ([-1] * 10 if acks == "0" else offsets)
+            metadata = [f.result(5) for f in futures]
+            offsets = [md.offset for md in metadata]
+            assert offsets == ([-1] * 10 if acks == "0" else list(range(offsets[0], offsets[0] + 10)))
+            assert called == [(md, None) for md in metadata]  # callbacks get what the futures give
     assert len(consume_all(broker.bootstrap, topic, 20)) == 20
 
 
