@@ -131,3 +131,16 @@ def test_producer_properties_lists_every_setting_a_file_can_hold():
     assert set(listed) == set(KEYS) - not_in_file
     defaults = ProducerConfig.from_dict({"bootstrap.servers": "h:1"})
     assert ProducerConfig.from_dict({"bootstrap.servers": "h:1", **listed}) == defaults
+
+
+def test_bench_sink_on_the_mock_cluster_prints_every_figure():
+    """bench/bench_sink_mock.py: the same benchmark with librdkafka's mock cluster as the
+    broker, started and stopped by the script."""
+    script = JOBS.parent / "bench" / "bench_sink_mock.py"
+    done = subprocess.run([sys.executable, str(script), "--rows", "2000", "--repeat", "1", "--partitions", "2",
+                           "--conf", "spark.master=local[2]"], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "librdkafka mock cluster" in done.stdout
+    for label in ("no-op", "kprod", "confluent-kafka per row", "kprod / no-op", "kprod / confluent-kafka per row"):
+        assert f"  {label} " in done.stdout, done.stdout
