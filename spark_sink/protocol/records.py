@@ -109,28 +109,35 @@ def _varint(value: int) -> bytes:
     return SMALL_VARINTS[value] if 0 <= value < 16384 else write_varint(value)
 
 
-def _add_field(parts: list[bytes], data: bytes | None) -> None:
-    if data is None:
-        parts.append(NULL_LENGTH)
-    else:
-        parts += (_varint(len(data)), data)
-
-
 def record_parts(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                 headers: Iterable[Header] = ()) -> tuple[list[bytes], int]:
+                 headers: Sequence[Header] = ()) -> tuple[list[bytes], int]:
     """One record as the pieces whose join is :func:`encode_record`'s bytes, and its size:
     a producer batch collects records this way and joins them once, when it is sealed."""
-    parts = [b"\x00", _varint(timestamp_delta), _varint(offset_delta)]  # attributes, deltas
-    _add_field(parts, key)
-    _add_field(parts, value)
-    headers = tuple(headers)
+    small = SMALL_VARINTS
+    if not headers and timestamp_delta >= 0:
+        # The common record: every varint looked up, its size added from tables (half the
+        # time of the general way below); a field or delta past the tables goes on there.
+        try:
+            key_length, key_bytes = (NULL_LENGTH, 1) if key is None else (small[len(key)], FIELD_SIZE[len(key)])
+            value_length, value_bytes = (NULL_LENGTH, 1) if value is None else \
+                (small[len(value)], FIELD_SIZE[len(value)])
+            # attributes and header count: a byte each
+            body = 2 + VARINT_SIZE[timestamp_delta] + VARINT_SIZE[offset_delta] + key_bytes + value_bytes
+            length = small[body]
+            return [length, b"\x00", small[timestamp_delta], small[offset_delta], key_length, key or b"",
+                    value_length, value or b"", b"\x00"], len(length) + body
+        except IndexError:
+            pass
+    parts = [b"", b"\x00", _varint(timestamp_delta), _varint(offset_delta)]  # the length, set below
+    for field in (key, value):
+        parts += (NULL_LENGTH,) if field is None else (_varint(len(field)), field)
     parts.append(_varint(len(headers)))
     for hkey, hvalue in headers:
-        _add_field(parts, hkey.encode())
-        _add_field(parts, hvalue)
+        data = hkey.encode()
+        parts += (_varint(len(data)), data)
+        parts += (NULL_LENGTH,) if hvalue is None else (_varint(len(hvalue)), hvalue)
     body = sum(map(len, parts))
-    length = _varint(body)
-    parts.insert(0, length)
+    parts[0] = length = _varint(body)
     return parts, len(length) + body
 
 
