@@ -292,7 +292,8 @@ class NetworkClient:
     def poll(self, timeout_ms: float) -> bool:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
         connection attempts, then run the callbacks of completed requests. Returns whether
-        a request completed or a connection became ready: the caller's next step may differ."""
+        a request completed, a connection became ready or wakeup() was called: the caller's
+        next step may differ."""
         self._progressed = False
         if timeout_ms > 0:
             timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
@@ -300,6 +301,9 @@ class NetworkClient:
             conn = key.data
             if conn is None:
                 self._drain_wakeups()
+                # Whoever woke us changed something (close, flush, a new topic) that the
+                # caller decided on before this poll: it must look again, not wait.
+                self._progressed = True
                 continue
             try:
                 if conn.state is _State.CONNECTING:

@@ -269,6 +269,21 @@ def test_repeated_wakeups_keep_interrupting(tansu):
         client.close()
 
 
+def test_poll_that_consumes_a_wakeup_reports_progress(tansu):
+    """A poll(0) that drains a wakeup() returns True, so a caller that decided before the
+    poll (the Sender checking for close) looks again instead of sleeping through the
+    wakeup: close() used to wait out the Sender's 100 ms idle wait that way."""
+    client = _client(tansu.bootstrap)
+    try:
+        client.poll(0)
+        assert client.poll(0) is False
+        client.wakeup()
+        assert client.poll(0) is True
+        assert client.poll(0) is False  # drained: the next poll has nothing new
+    finally:
+        client.close()
+
+
 def test_stuck_acks0_write_times_out_and_close_fails_the_rest():
     """acks=0 requests get no response, so only their write can time out: a frame stuck
     behind a stalled peer fails with KafkaTimeoutError; close() fails what is still queued."""
