@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--partitions", type=int, default=6)
     known, _ = parser.parse_known_args(argv)
     with start_mock_cluster() as broker:
-        for name in (known.topic, f"{known.topic}-confluent"):  # the names bench_sink.py writes to
+        for name in (known.topic, f"{known.topic}-confluent", f"{known.topic}-producer"):  # bench_sink.py's topics
             create_topic(broker.bootstrap, name, known.partitions)
         print(f"librdkafka mock cluster (3 brokers) at {broker.bootstrap}", flush=True)
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}

@@ -7,7 +7,10 @@
 2. confluent-kafka called once per row inside an Arrow writer, with a delivery callback,
    flushed at the end of each task (what a hand-written PySpark Kafka sink does);
 3. a no-op Arrow writer that only counts rows: what Spark itself costs to hand the rows
-   to Python, the ceiling for any Python sink.
+   to Python, the ceiling for any Python sink;
+4. for reference, no Spark: one kprod producer in this process sends the same rows (as
+   Arrow, in the sink's calls of 100,000 rows) and flushes: what the broker takes from
+   a producer that has nothing else to do. A sink cannot beat its broker.
 
 After one untimed write through each sink, every round writes the frame once through
 each sink, in a rotating order. Prints each sink's best rows/s, the ratios of kprod to the
@@ -29,6 +32,9 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 
 import _common
 from _common import say
+from spark_sink.spark.options import parse_options
+
+PRODUCER_ALONE = "kprod producer alone"
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,25 @@ def _time_write(df, fmt: str, options: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
+# A kprod task joins Spark's Arrow batches into calls of this many rows (spark/writer.py).
+_SINK_CALL_ROWS = 100_000
+
+
+def _time_producer_alone(table, producer_config: dict[str, str], topic: str) -> float:
+    """Seconds for one producer, without Spark, to send ``table`` and have it acknowledged."""
+    from spark_sink.producer import KafkaProducer
+
+    with KafkaProducer(producer_config) as producer:
+        producer.send_arrow(table.slice(0, 1), topic).result()  # connected, topic known, encoder loaded
+        started = time.perf_counter()
+        futures = [producer.send_arrow(table.slice(i, _SINK_CALL_ROWS), topic)
+                   for i in range(0, table.num_rows, _SINK_CALL_ROWS)]
+        producer.flush()
+        for future in futures:
+            future.result()  # raises if any row was not delivered
+        return time.perf_counter() - started
+
+
 def _compression(kprod_options: dict[str, str]) -> str:
     """kprod's compression.type, which the confluent-kafka writer gets too (same name in
     librdkafka; each codec at its library's default level)."""
@@ -148,24 +173,26 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]
     spark.dataSource.register(ConfluentDataSource)
     kprod_options = {**_common.producer_options(args, bootstrap), "topic": args.topic}
     compression = _compression(kprod_options)
-    topics = {"kprod": args.topic, "bench_confluent": f"{args.topic}-confluent"}
-    if not args.skip_confluent:
-        _common.create_topic(bootstrap, topics["bench_confluent"], args.partitions)
-    sinks = {"no-op": ("bench_noop", {})}
-    sinks["kprod"] = ("kprod", kprod_options)
-    if not args.skip_confluent:
-        sinks["confluent-kafka per row"] = (
-            "bench_confluent", {"bootstrap.servers": bootstrap, "topic": topics["bench_confluent"],
-                                "compression.type": compression})
+    confluent_topic, alone_topic = f"{args.topic}-confluent", f"{args.topic}-producer"
+    for topic in ([] if args.skip_confluent else [confluent_topic]) + [alone_topic]:
+        _common.create_topic(bootstrap, topic, args.partitions)
 
     # Cached once, so every sink reads the same rows from memory.
     df = _frame(spark, args.rows, args.tasks, args.key_size, args.value_size).cache()
     assert df.count() == args.rows
+    table = df.toArrow()
+    alone_config = parse_options(kprod_options).producer_config  # the sink's producer settings
+    sinks = {"no-op": lambda: _time_write(df, "bench_noop", {})}
+    sinks["kprod"] = lambda: _time_write(df, "kprod", kprod_options)
+    if not args.skip_confluent:
+        confluent_options = {"bootstrap.servers": bootstrap, "topic": confluent_topic, "compression.type": compression}
+        sinks["confluent-kafka per row"] = lambda: _time_write(df, "bench_confluent", confluent_options)
+    sinks[PRODUCER_ALONE] = lambda: _time_producer_alone(table, alone_config, alone_topic)
     # One untimed write of the whole frame per sink: Python workers started, modules
     # imported, and the JVM's code paths compiled (the first full write of even the no-op
     # sink runs at half speed).
-    for fmt, options in sinks.values():
-        _time_write(df, fmt, options)
+    for timed_write in sinks.values():
+        timed_write()
 
     # Rounds, each sink once per round in a rotating order: the sinks share the machine
     # and the broker (whose cost grows as it fills), so no sink always goes first.
@@ -173,7 +200,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]
     rates: dict[str, list[float]] = {label: [] for label in labels}
     for round_no in range(args.repeat):
         for label in labels[round_no % len(labels):] + labels[:round_no % len(labels)]:
-            seconds = _time_write(df, *sinks[label])
+            seconds = sinks[label]()
             rates[label].append(args.rows / seconds)
             say(f"round {round_no + 1}: {label}: {args.rows} rows in {seconds:.2f} s = {rates[label][-1]:,.0f} rows/s")
     df.unpersist()

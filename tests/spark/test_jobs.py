@@ -91,7 +91,8 @@ def test_bench_sink_delivers_every_row_it_times(tansu):
                    "--producer-prop", "compression.type=lz4")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compression lz4" in done.stdout
-    for label in ("no-op", "kprod", "confluent-kafka per row", "kprod / no-op", "kprod / confluent-kafka per row"):
+    for label in ("no-op", "kprod", "confluent-kafka per row", "kprod producer alone", "kprod / no-op",
+                  "kprod / confluent-kafka per row", "kprod / kprod producer alone"):
         assert f"  {label} " in done.stdout, done.stdout
     messages = consume_all(tansu.bootstrap, topic, rows * (1 + rounds), settle=0.5)
     assert len(messages) == rows * (1 + rounds)
