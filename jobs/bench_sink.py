@@ -33,6 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 import _common
 from _common import say
 from spark_sink.spark.options import parse_options
+from spark_sink.spark.writer import SEND_ROWS  # rows per send_arrow call in a kprod task
 
 PRODUCER_ALONE = "kprod producer alone"
 
@@ -141,10 +142,6 @@ def _time_write(df, fmt: str, options: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-# A kprod task joins Spark's Arrow batches into calls of this many rows (spark/writer.py).
-_SINK_CALL_ROWS = 100_000
-
-
 def _time_producer_alone(table, producer_config: dict[str, str], topic: str) -> float:
     """Seconds for one producer, without Spark, to send ``table`` and have it acknowledged."""
     from spark_sink.producer import KafkaProducer
@@ -152,8 +149,8 @@ def _time_producer_alone(table, producer_config: dict[str, str], topic: str) -> 
     with KafkaProducer(producer_config) as producer:
         producer.send_arrow(table.slice(0, 1), topic).result()  # connected, topic known, encoder loaded
         started = time.perf_counter()
-        futures = [producer.send_arrow(table.slice(i, _SINK_CALL_ROWS), topic)
-                   for i in range(0, table.num_rows, _SINK_CALL_ROWS)]
+        futures = [producer.send_arrow(table.slice(i, SEND_ROWS), topic)
+                   for i in range(0, table.num_rows, SEND_ROWS)]
         producer.flush()
         for future in futures:
             future.result()  # raises if any row was not delivered

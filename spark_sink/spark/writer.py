@@ -32,8 +32,8 @@ _MAX_PENDING_SENDS = 64
 # Consecutive batches are therefore joined up to this many rows or bytes per call
 # (kprod's producer alone, 48 partitions: 0.64 s of CPU per million rows and 0.95-1.07 M
 # rows/s at 10,000 rows a call; 0.52-0.57 s and 1.16 M at 100,000).
-_SEND_ROWS = 100_000
-_SEND_BYTES = 8 << 20
+SEND_ROWS = 100_000
+SEND_BYTES = 8 << 20
 
 
 _long_lived_frozen = False
@@ -73,8 +73,8 @@ def _prepare(batch: pa.RecordBatch, plan: ColumnPlan) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([batch.column(i) for i in keep], names=[plan.names[i] for i in keep])
 
 
-def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int = _SEND_ROWS,
-             min_bytes: int = _SEND_BYTES) -> Iterator[pa.Table]:
+def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int = SEND_ROWS,
+             min_bytes: int = SEND_BYTES) -> Iterator[pa.Table]:
     """Consecutive non-empty batches, in order, joined into tables of at least ``min_rows``
     rows or ``min_bytes`` bytes (the last table may be smaller)."""
     import pyarrow as pa
