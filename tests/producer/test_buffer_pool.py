@@ -10,8 +10,7 @@ import pytest
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.errors import BufferExhaustedError, RecordTooLargeError
-from tests.brokers import consume_all, create_topic, free_port, start_tansu, unique_topic
-from tests.faultproxy import FaultProxy
+from tests.brokers import consume_all, create_topic, unique_topic
 
 
 def _allocate_in_thread(pool: BufferPool, size: int, done: list, max_block_ms: float = 10_000) -> threading.Thread:
@@ -92,41 +91,40 @@ def test_timeout_names_buffer_memory_and_max_block_ms_and_lets_the_next_waiter_g
     assert done == []
 
 
-def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowledged():
-    port = free_port()
-    with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as broker:
-        topic = create_topic(broker.bootstrap, unique_topic("backpressure"), partitions=1)
-        config = {"bootstrap.servers": broker.bootstrap, "buffer.memory": 64 * 1024, "batch.size": 4096,
-                  "max.block.ms": 300, "linger.ms": 0}
-        with KafkaProducer(config) as producer:
-            before = [producer.send(ProducerRecord(topic, b"before-%d" % i)) for i in range(20)]
-            producer.flush(30)
-            proxy.stall()
-            accepted = []
-            started = time.monotonic()
-            with pytest.raises(BufferExhaustedError, match="buffer.memory"):
-                for i in range(10_000):  # 1 KiB each: far more than 64 KiB
-                    accepted.append(producer.send(ProducerRecord(topic, b"%05d" % i + b"x" * 1019)))
-            assert time.monotonic() - started < 30  # failed once full, never hung
-            assert 0 < len(accepted) < 64
-            proxy.stall(False)
-            producer.flush(60)
-        assert [f.result(0).offset for f in before] == list(range(20))
-        assert [f.result(0).offset for f in accepted] == list(range(20, 20 + len(accepted)))
-        got = consume_all(broker.bootstrap, topic, expected=20 + len(accepted))
+def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowledged(kafka_proxy):
+    proxy, broker = kafka_proxy.proxy, kafka_proxy
+    topic = create_topic(broker.bootstrap, unique_topic("backpressure"), partitions=1)
+    config = {"bootstrap.servers": broker.bootstrap, "buffer.memory": 64 * 1024, "batch.size": 4096,
+              "max.block.ms": 300, "linger.ms": 0}
+    with KafkaProducer(config) as producer:
+        before = [producer.send(ProducerRecord(topic, b"before-%d" % i)) for i in range(20)]
+        producer.flush(30)
+        proxy.stall()
+        accepted = []
+        started = time.monotonic()
+        with pytest.raises(BufferExhaustedError, match="buffer.memory"):
+            for i in range(10_000):  # 1 KiB each: far more than 64 KiB
+                accepted.append(producer.send(ProducerRecord(topic, b"%05d" % i + b"x" * 1019)))
+        assert time.monotonic() - started < 30  # failed once full, never hung
+        assert 0 < len(accepted) < 64
+        proxy.stall(False)
+        producer.flush(60)
+    assert [f.result(0).offset for f in before] == list(range(20))
+    assert [f.result(0).offset for f in accepted] == list(range(20, 20 + len(accepted)))
+    got = consume_all(broker.bootstrap, topic, expected=20 + len(accepted))
     assert [m.value() for m in got[:20]] == [b"before-%d" % i for i in range(20)]
     assert [m.value()[:5] for m in got[20:]] == [b"%05d" % i for i in range(len(accepted))]
 
 
-def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("arrow-backpressure"), partitions=2)
+def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("arrow-backpressure"), partitions=2)
     n = 20_000
     values = pa.array([b"%08d" % i + b"v" * 92 for i in range(n)], pa.binary())  # ~2 MB against 256 KiB
-    config = {"bootstrap.servers": tansu.bootstrap, "buffer.memory": 256 * 1024, "batch.size": 16384}
+    config = {"bootstrap.servers": kafka.bootstrap, "buffer.memory": 256 * 1024, "batch.size": 16384}
     with KafkaProducer(config) as producer:
         result = producer.send_arrow(pa.table({"value": values}), topic=topic).result(60)
     assert result.records == n
-    got = consume_all(tansu.bootstrap, topic, expected=n)
+    got = consume_all(kafka.bootstrap, topic, expected=n)
     assert sorted(m.value()[:8] for m in got) == [b"%08d" % i for i in range(n)]
 
 

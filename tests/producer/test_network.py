@@ -12,8 +12,7 @@ from spark_sink.protocol.errors import KafkaConnectionError
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.messages import ApiKey, encode_response_body
 from spark_sink.protocol.records import Record, build_record_batch
-from tests.brokers import consume_all, create_topic, free_port, start_tansu, unique_topic
-from tests.faultproxy import FaultProxy
+from tests.brokers import consume_all, create_topic, free_port, unique_topic
 
 
 def _client(bootstrap, **extra):
@@ -83,10 +82,10 @@ def test_handshake_and_pipelined_metadata(broker):
         client.close()
 
 
-def test_poll_reports_a_ready_connection_and_a_completed_request(tansu):
+def test_poll_reports_a_ready_connection_and_a_completed_request(kafka):
     """The Sender acts again at once when poll() says something changed, instead of
     sleeping out a wait computed before it (that cost a new producer 20-70 ms)."""
-    client = _client(tansu.bootstrap)
+    client = _client(kafka.bootstrap)
     try:
         node = client.bootstrap_nodes()[0]
         progressed = []
@@ -103,25 +102,24 @@ def test_poll_reports_a_ready_connection_and_a_completed_request(tansu):
         client.close()
 
 
-def test_stalled_broker_times_out_then_reconnects():
-    port = free_port()
-    with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as b:
-        client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0})
-        try:
-            node = _ready_node(client)
-            proxy.stall(True)
-            got = []
-            client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
-            _poll_until(client, lambda: got, timeout_s=10)
-            assert isinstance(got[0].error, KafkaTimeoutError)
-            assert "request.timeout.ms" in str(got[0].error)
-            proxy.stall(False)
-            node = _ready_node(client)
-            client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
-            _poll_until(client, lambda: len(got) == 2)
-            assert got[1].error is None
-        finally:
-            client.close()
+def test_stalled_broker_times_out_then_reconnects(kafka_proxy):
+    proxy, b = kafka_proxy.proxy, kafka_proxy
+    client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0})
+    try:
+        node = _ready_node(client)
+        proxy.stall(True)
+        got = []
+        client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+        _poll_until(client, lambda: got, timeout_s=10)
+        assert isinstance(got[0].error, KafkaTimeoutError)
+        assert "request.timeout.ms" in str(got[0].error)
+        proxy.stall(False)
+        node = _ready_node(client)
+        client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+        _poll_until(client, lambda: len(got) == 2)
+        assert got[1].error is None
+    finally:
+        client.close()
 
 
 def test_refused_connection_backs_off():
@@ -143,8 +141,8 @@ def test_refused_connection_backs_off():
         client.close()
 
 
-def test_wakeup_interrupts_poll(tansu):
-    client = _client(tansu.bootstrap)
+def test_wakeup_interrupts_poll(kafka):
+    client = _client(kafka.bootstrap)
     try:
         threading.Timer(0.1, client.wakeup).start()
         started = time.monotonic()
@@ -154,8 +152,8 @@ def test_wakeup_interrupts_poll(tansu):
         client.close()
 
 
-def test_close_fails_requests_in_flight(tansu):
-    client = _client(tansu.bootstrap)
+def test_close_fails_requests_in_flight(kafka):
+    client = _client(kafka.bootstrap)
     node = _ready_node(client)
     got = []
     client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
@@ -253,9 +251,9 @@ def test_connection_setup_timeout():
         listener.close()
 
 
-def test_repeated_wakeups_keep_interrupting(tansu):
+def test_repeated_wakeups_keep_interrupting(kafka):
     """Every wakeup() from another thread ends the current poll, not only the first."""
-    client = _client(tansu.bootstrap)
+    client = _client(kafka.bootstrap)
     try:
         for _ in range(3):
             for _ in range(5):
@@ -269,11 +267,11 @@ def test_repeated_wakeups_keep_interrupting(tansu):
         client.close()
 
 
-def test_poll_that_consumes_a_wakeup_reports_progress(tansu):
+def test_poll_that_consumes_a_wakeup_reports_progress(kafka):
     """A poll(0) that drains a wakeup() returns True, so a caller that decided before the
     poll (the Sender checking for close) looks again instead of sleeping through the
     wakeup: close() used to wait out the Sender's 100 ms idle wait that way."""
-    client = _client(tansu.bootstrap)
+    client = _client(kafka.bootstrap)
     try:
         client.poll(0)
         assert client.poll(0) is False
@@ -284,34 +282,33 @@ def test_poll_that_consumes_a_wakeup_reports_progress(tansu):
         client.close()
 
 
-def test_stuck_acks0_write_times_out_and_close_fails_the_rest():
+def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy):
     """acks=0 requests get no response, so only their write can time out: a frame stuck
     behind a stalled peer fails with KafkaTimeoutError; close() fails what is still queued."""
-    port = free_port()
-    with FaultProxy("127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as b:
-        client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0,
-                                         "send.buffer.bytes": 4096})
-        try:
-            # More than loopback buffers and the stalled proxy can absorb.
-            big = {"transactional_id": None, "acks": 0, "timeout_ms": 1000, "topic_data": [
-                {"name": "x", "partition_data": [{"index": 0, "records": build_record_batch(
-                    [Record(None, b"\0" * (32 << 20), 0)])}]}]}
-            node = _ready_node(client)
-            proxy.stall(True)
-            got = []
-            client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
-            _poll_until(client, lambda: got, timeout_s=20)
-            assert isinstance(got[0].error, KafkaTimeoutError)
-            assert not client.is_connected(node)
-            proxy.stall(False)
-            _poll_until(client, lambda: client.ready(node, now_ms()), timeout_s=20)
-            proxy.stall(True)
-            client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
-            client.poll(0)
-        finally:
-            client.close()
-        assert len(got) == 2 and isinstance(got[1].error, KafkaConnectionError)
-        assert "closed" in str(got[1].error)
+    proxy, b = kafka_proxy.proxy, kafka_proxy
+    client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0,
+                                     "send.buffer.bytes": 4096})
+    try:
+        # More than loopback buffers and the stalled proxy can absorb.
+        big = {"transactional_id": None, "acks": 0, "timeout_ms": 1000, "topic_data": [
+            {"name": "x", "partition_data": [{"index": 0, "records": build_record_batch(
+                [Record(None, b"\0" * (32 << 20), 0)])}]}]}
+        node = _ready_node(client)
+        proxy.stall(True)
+        got = []
+        client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
+        _poll_until(client, lambda: got, timeout_s=20)
+        assert isinstance(got[0].error, KafkaTimeoutError)
+        assert not client.is_connected(node)
+        proxy.stall(False)
+        _poll_until(client, lambda: client.ready(node, now_ms()), timeout_s=20)
+        proxy.stall(True)
+        client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
+        client.poll(0)
+    finally:
+        client.close()
+    assert len(got) == 2 and isinstance(got[1].error, KafkaConnectionError)
+    assert "closed" in str(got[1].error)
 
 
 def _response_frame(correlation_id, api_key, version, body):

@@ -45,14 +45,14 @@ def test_vectorised_handles_slices_nulls_and_strings():
     assert murmur2_array(arr).tolist() == [murmur2(k) for k in (b"a", b"ab", b"abc", b"abcd", b"", b"abcde")]
 
 
-def test_partition_matches_librdkafka_murmur2_partitioner(tansu):
+def test_partition_matches_librdkafka_murmur2_partitioner(kafka):
     from confluent_kafka import Producer
 
     from tests.brokers import create_topic, unique_topic
 
-    topic = create_topic(tansu.bootstrap, unique_topic("murmur"), partitions=7)
+    topic = create_topic(kafka.bootstrap, unique_topic("murmur"), partitions=7)
     placed = {}
-    p = Producer({"bootstrap.servers": tansu.bootstrap, "partitioner": "murmur2_random"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
     for i in range(50):
         key = b"key-%d" % i
         p.produce(topic, b"v", key=key, on_delivery=lambda err, msg: placed.__setitem__(msg.key(), msg.partition()))

@@ -18,22 +18,22 @@ from tests.brokers import consume_all, create_topic, unique_topic
 N = 2000
 
 
-def test_kprod_delivers_every_record_it_times(tansu, capsys):
-    topic = create_topic(tansu.bootstrap, unique_topic("perf-arrow"), 3)
-    assert perf.main(["--bootstrap-servers", tansu.bootstrap, "--topic", topic, "--num-records", str(N),
+def test_kprod_delivers_every_record_it_times(kafka, capsys):
+    topic = create_topic(kafka.bootstrap, unique_topic("perf-arrow"), 3)
+    assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", str(N),
                       "--mode", "arrow", "--repeat", "2"]) == 0
     assert "kprod send_arrow " in capsys.readouterr().out
 
     table = perf.make_data(N, 100, 10)
     sent = Counter(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
-    messages = consume_all(tansu.bootstrap, topic, 2 * N, settle=0.5)
+    messages = consume_all(kafka.bootstrap, topic, 2 * N, settle=0.5)
     assert Counter((m.key(), m.value()) for m in messages) == Counter({row: 2 * n for row, n in sent.items()})
     assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages)
 
 
-def test_compare_reports_every_client_and_ratio_per_round(tansu, capsys):
-    topic = create_topic(tansu.bootstrap, unique_topic("perf-record"), 3)
-    assert perf.main(["--bootstrap-servers", tansu.bootstrap, "--topic", topic, "--num-records", str(N),
+def test_compare_reports_every_client_and_ratio_per_round(kafka, capsys):
+    topic = create_topic(kafka.bootstrap, unique_topic("perf-record"), 3)
+    assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", str(N),
                       "--mode", "record", "--compare", "--repeat", "2"]) == 0
     out = capsys.readouterr().out
     assert "best of 2 rounds" in out, out

@@ -81,17 +81,17 @@ def test_keyed_order_and_no_duplicates_many_records(broker):
     assert sorted(x for v in seen.values() for x in v) == list(range(n))
 
 
-def test_str_values_and_serializers(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("ser"), partitions=1)
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap, "key.serializer": lambda k: str(k).encode()}) as p:
+def test_str_values_and_serializers(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("ser"), partitions=1)
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "key.serializer": lambda k: str(k).encode()}) as p:
         p.send(ProducerRecord(topic, "héllo", key=42)).result(30)
-    (m,) = consume_all(tansu.bootstrap, topic, 1)
+    (m,) = consume_all(kafka.bootstrap, topic, 1)
     assert (m.key(), m.value()) == (b"42", "héllo".encode())
 
 
-def test_bad_input_names_what_is_wrong(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("bad"), partitions=2)
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap, "max.request.size": 10_000}) as p:
+def test_bad_input_names_what_is_wrong(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("bad"), partitions=2)
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "max.request.size": 10_000}) as p:
         with pytest.raises(SerializationError, match="value must be bytes, str or None"):
             p.send(ProducerRecord(topic, 12))
         with pytest.raises(SerializationError, match="key"):
@@ -134,8 +134,8 @@ def test_acks_zero_and_one(broker):
     assert len(consume_all(broker.bootstrap, topic, 20)) == 20
 
 
-def test_callbacks_from_many_threads(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("threads"), partitions=3)
+def test_callbacks_from_many_threads(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("threads"), partitions=3)
     calls = []
     lock = threading.Lock()
 
@@ -143,7 +143,7 @@ def test_callbacks_from_many_threads(tansu):
         with lock:
             calls.append(err)
 
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         threads = [threading.Thread(target=lambda: [p.send(ProducerRecord(topic, b"v"), cb) for _ in range(2000)])
                    for _ in range(4)]
         for t in threads:
@@ -154,13 +154,13 @@ def test_callbacks_from_many_threads(tansu):
     assert len(calls) == 8000 and not any(calls)
 
 
-def test_the_sending_thread_does_the_io_while_it_sends(tansu):
+def test_the_sending_thread_does_the_io_while_it_sends(kafka):
     """While an application sends, its own thread seals, sends and acknowledges the batches
     it fills (so the two threads do not trade the GIL per record); every record still gets
     exactly one callback."""
-    topic = create_topic(tansu.bootstrap, unique_topic("caller-io"), partitions=3)
+    topic = create_topic(kafka.bootstrap, unique_topic("caller-io"), partitions=3)
     calls = []
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         p.partitions_for(topic)
         for i in range(50_000):
             p.send(ProducerRecord(topic, b"v" * 100, key=b"%d" % i),
@@ -174,11 +174,11 @@ def test_the_sending_thread_does_the_io_while_it_sends(tansu):
     assert on_this_thread > acknowledged_while_sending // 2
 
 
-def test_callbacks_may_send_but_not_flush_or_wait_for_close(tansu):
+def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
     """A callback runs on whichever thread does the sender's work, the sending thread
     included: send() from it works, flush() raises instead of waiting for itself (as in
     Java), close() closes without waiting."""
-    topic = create_topic(tansu.bootstrap, unique_topic("cb-reentry"), partitions=3)
+    topic = create_topic(kafka.bootstrap, unique_topic("cb-reentry"), partitions=3)
     outcomes, flush_errors, resent = [], [], []
 
     def resend(md, err):
@@ -193,14 +193,14 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(tansu):
             except Exception as exc:  # noqa: BLE001 - the test inspects it
                 flush_errors.append(exc)
 
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         for i in range(5000):
             p.send(ProducerRecord(topic, b"%d" % i), callback)
         p.flush(60)
     assert len(outcomes) == 5000 and not any(outcomes)
     assert resent and not any(resent) and len(flush_errors) == len(resent)
     assert all(isinstance(e, KProdError) and "callback" in str(e) for e in flush_errors)
-    assert len(consume_all(tansu.bootstrap, topic, 5000 + len(resent))) == 5000 + len(resent)
+    assert len(consume_all(kafka.bootstrap, topic, 5000 + len(resent))) == 5000 + len(resent)
 
     closed = threading.Event()
 
@@ -209,7 +209,7 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(tansu):
             closed.set()
             q.close()
 
-    q = KafkaProducer({"bootstrap.servers": tansu.bootstrap})
+    q = KafkaProducer({"bootstrap.servers": kafka.bootstrap})
     futures = []
     try:
         for i in range(100_000):
@@ -222,18 +222,18 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(tansu):
     assert all(f.exception(30) is None or "closed" in str(f.exception()) for f in futures)
 
 
-def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(tansu):
+def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(kafka):
     """Ctrl-C can land while the sending thread does the sender's work (here: raised from a
     callback). The producer then stops: every record is acknowledged or failed, none left
     waiting, and a later send() says the producer stopped."""
-    topic = create_topic(tansu.bootstrap, unique_topic("interrupted"), partitions=3)
+    topic = create_topic(kafka.bootstrap, unique_topic("interrupted"), partitions=3)
     this_thread = threading.get_ident()
 
     def interrupt(md, err):
         if threading.get_ident() == this_thread:
             raise KeyboardInterrupt
 
-    p = KafkaProducer({"bootstrap.servers": tansu.bootstrap})
+    p = KafkaProducer({"bootstrap.servers": kafka.bootstrap})
     futures = []
     with pytest.raises(KeyboardInterrupt):
         for i in range(1_000_000):

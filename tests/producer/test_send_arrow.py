@@ -96,20 +96,20 @@ def test_codecs_and_topic_column(broker, codec):
         assert got == sorted((v or "").encode() for i, v in enumerate(values) if i % 2 == parity)
 
 
-def test_order_within_partition_follows_rows(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("ord"), partitions=1)
+def test_order_within_partition_follows_rows(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("ord"), partitions=1)
     table = pa.table({"value": pa.array([b"%06d" % i for i in range(20_000)])})
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap, "batch.size": 1024}) as p:
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "batch.size": 1024}) as p:
         futures = [p.send_arrow(table.slice(i, 5000), topic=topic) for i in range(0, 20_000, 5000)]
         results = [f.result(60) for f in futures]
     assert [r.partitions[(topic, 0)][1] for r in results] == [0, 5000, 10000, 15000]
-    got = [m.value() for m in sorted(consume_all(tansu.bootstrap, topic, 20_000), key=lambda m: m.offset())]
+    got = [m.value() for m in sorted(consume_all(kafka.bootstrap, topic, 20_000), key=lambda m: m.offset())]
     assert got == table.column("value").to_pylist()
 
 
-def test_bad_columns_are_named_before_anything_is_sent(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("badcol"), partitions=2)
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+def test_bad_columns_are_named_before_anything_is_sent(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("badcol"), partitions=2)
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         with pytest.raises(ColumnError, match="'extra'.*to_json"):
             p.send_arrow(pa.table({"value": [b"v"], "extra": [1]}), topic=topic)
         with pytest.raises(ColumnError, match="'value' is required"):
@@ -121,16 +121,16 @@ def test_bad_columns_are_named_before_anything_is_sent(tansu):
         with pytest.raises(InvalidPartitionError, match="has 7 for topic .* 2 partitions"):
             p.send_arrow(pa.table({"value": [b"v"], "partition": pa.array([7], pa.int32())}), topic=topic)
         p.send_arrow(pa.table({"value": [b"fine"]}), topic=topic).result(30)
-    assert [m.value() for m in consume_all(tansu.bootstrap, topic, 1, settle=0.3)] == [b"fine"]
+    assert [m.value() for m in consume_all(kafka.bootstrap, topic, 1, settle=0.3)] == [b"fine"]
 
 
-def test_timestamp_as_int64_millis_and_large_types(tansu):
-    topic = create_topic(tansu.bootstrap, unique_topic("ts"), partitions=1)
+def test_timestamp_as_int64_millis_and_large_types(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("ts"), partitions=1)
     table = pa.table({"value": pa.array(["a", "b"], pa.large_string()), "key": pa.array([b"x", b"y"], pa.binary_view()),
                       "timestamp": pa.array([1_700_000_000_123, None], pa.int64())})
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as p:
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         p.send_arrow(table, topic=topic).result(30)
-    a, b = sorted(consume_all(tansu.bootstrap, topic, 2), key=lambda m: m.offset())
+    a, b = sorted(consume_all(kafka.bootstrap, topic, 2), key=lambda m: m.offset())
     assert (a.key(), a.value(), a.timestamp()[1]) == (b"x", b"a", 1_700_000_000_123)
     assert b.timestamp()[1] > 1_700_000_000_123
 

@@ -74,7 +74,7 @@ def test_restored_when_the_block_raises():
     assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
-def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_errors(tansu, monkeypatch):
+def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_errors(kafka, monkeypatch):
     seen = []
 
     def observed_plan(*args, **kwargs):  # the real planner, with the interval it ran under noted
@@ -82,8 +82,8 @@ def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_er
         return plan_arrow_send(*args, **kwargs)
 
     monkeypatch.setattr(producer_module, "plan_arrow_send", observed_plan)
-    topic = create_topic(tansu.bootstrap, unique_topic("switch"), partitions=2)
-    with KafkaProducer({"bootstrap.servers": tansu.bootstrap}) as producer:
+    topic = create_topic(kafka.bootstrap, unique_topic("switch"), partitions=2)
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as producer:
         future = producer.send_arrow(pa.table({"value": [b"a", b"b"]}), topic=topic)
         assert sys.getswitchinterval() == pytest.approx(0.005)
         assert future.result(30).records == 2

@@ -30,55 +30,55 @@ def test_help(job):
     assert "usage:" in done.stdout and "--" in done.stdout
 
 
-def test_file_to_kafka_packs_columns_into_json_values(tansu, tmp_path):
-    topic = create_topic(tansu.bootstrap, unique_topic("jf"), 3)
+def test_file_to_kafka_packs_columns_into_json_values(kafka, tmp_path):
+    topic = create_topic(kafka.bootstrap, unique_topic("jf"), 3)
     pq.write_table(pa.table({"user": [f"u{i % 7}" for i in range(300)], "n": list(range(300))}), tmp_path / "in.parquet")
     report = tmp_path / "report.jsonl"
-    done = run_job("file_to_kafka.py", str(tmp_path / "in.parquet"), "--bootstrap-servers", tansu.bootstrap,
+    done = run_job("file_to_kafka.py", str(tmp_path / "in.parquet"), "--bootstrap-servers", kafka.bootstrap,
                    "--topic", topic, "--key-column", "user", "--report", str(report),
                    "--producer-prop", "linger.ms=1", "--conf", "spark.master=local[1]")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote 300 records" in done.stdout
-    messages = consume_all(tansu.bootstrap, topic, 300, settle=0.5)
+    messages = consume_all(kafka.bootstrap, topic, 300, settle=0.5)
     rows = sorted((m.key().decode(), json.loads(m.value())["n"]) for m in messages)
     assert rows == sorted((f"u{i % 7}", i) for i in range(300))
     assert json.loads(report.read_text())["records"] == 300
 
 
-def test_file_to_kafka_under_spark_submit(tansu, tmp_path):
+def test_file_to_kafka_under_spark_submit(kafka, tmp_path):
     """The same job started the way a cluster runs it, by spark-submit (whose JVM starts
     the job's Python, not the other way round): it runs, and its Python workers find kprod."""
     from pyspark.find_spark_home import _find_spark_home
 
-    topic = create_topic(tansu.bootstrap, unique_topic("jss"), 2)
+    topic = create_topic(kafka.bootstrap, unique_topic("jss"), 2)
     (tmp_path / "in.json").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(200)))
     spark_submit = Path(_find_spark_home()) / "bin" / "spark-submit"
     done = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", str(JOBS / "file_to_kafka.py"), str(tmp_path / "in.json"), "--bootstrap-servers", tansu.bootstrap,
+        [str(spark_submit), "--master", "local[1]", str(JOBS / "file_to_kafka.py"), str(tmp_path / "in.json"), "--bootstrap-servers", kafka.bootstrap,
          "--topic", topic], env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote 200 records" in done.stdout
-    messages = consume_all(tansu.bootstrap, topic, 200, settle=0.5)
+    messages = consume_all(kafka.bootstrap, topic, 200, settle=0.5)
     assert sorted(json.loads(m.value())["n"] for m in messages) == list(range(200))
 
 
-def test_stream_to_kafka_over_files_available_now(tansu, tmp_path):
-    topic = create_topic(tansu.bootstrap, unique_topic("js"), 2)
+def test_stream_to_kafka_over_files_available_now(kafka, tmp_path):
+    topic = create_topic(kafka.bootstrap, unique_topic("js"), 2)
     source = tmp_path / "in"
     source.mkdir()
     for f in range(3):
         (source / f"part-{f}.json").write_text("".join(json.dumps({"id": f * 100 + i}) + "\n" for i in range(100)))
-    done = run_job("stream_to_kafka.py", "--bootstrap-servers", tansu.bootstrap, "--topic", topic,
+    done = run_job("stream_to_kafka.py", "--bootstrap-servers", kafka.bootstrap, "--topic", topic,
                    "--source", "files", "--input-dir", str(source), "--max-files-per-trigger", "1",
                    "--trigger", "available-now", "--checkpoint", str(tmp_path / "cp"),
                    "--conf", "spark.master=local[1]")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "committed 300 records" in done.stdout and "in 3 microbatches" in done.stdout
-    messages = consume_all(tansu.bootstrap, topic, 300, settle=0.5)
+    messages = consume_all(kafka.bootstrap, topic, 300, settle=0.5)
     assert sorted(json.loads(m.value())["id"] for m in messages) == list(range(300))
 
 
-def test_bench_sink_delivers_every_row_it_times(tansu):
+def test_bench_sink_delivers_every_row_it_times(kafka):
     """The benchmark's figures stand for real deliveries: kprod's topic holds the untimed
     write plus one per round, each row on Java's partition, and every sink gets a rate and
     kprod its ratios. Both Kafka writers compress with lz4 here. (The confluent-kafka writer counts its own delivery reports and fails
@@ -86,7 +86,7 @@ def test_bench_sink_delivers_every_row_it_times(tansu):
     8,502 of the 9,000 records confluent-kafka had been told were delivered.)"""
     topic = unique_topic("jb")
     rows, rounds = 3000, 2
-    done = run_job("bench_sink.py", "--bootstrap-servers", tansu.bootstrap, "--topic", topic, "--create-topic",
+    done = run_job("bench_sink.py", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--create-topic",
                    "--partitions", "3", "--rows", str(rows), "--repeat", str(rounds), "--conf", "spark.master=local[2]",
                    "--producer-prop", "compression.type=lz4")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -94,7 +94,7 @@ def test_bench_sink_delivers_every_row_it_times(tansu):
     for label in ("no-op", "kprod", "confluent-kafka per row", "kprod producer alone", "kprod / no-op",
                   "kprod / confluent-kafka per row", "kprod / kprod producer alone"):
         assert f"  {label} " in done.stdout, done.stdout
-    messages = consume_all(tansu.bootstrap, topic, rows * (1 + rounds), settle=0.5)
+    messages = consume_all(kafka.bootstrap, topic, rows * (1 + rounds), settle=0.5)
     assert len(messages) == rows * (1 + rounds)
     assert Counter(m.value() for m in messages) == {f"{i:v>100}".encode(): 1 + rounds for i in range(rows)}
     assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages)

@@ -87,8 +87,8 @@ def test_complete_mode_writes_each_result(spark, broker, tmp_path):
     assert sorted((r.key, r.value) for r in got.collect()) == [(str(k).encode(), b"10") for k in range(4)]
 
 
-def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, tansu, tmp_path):
-    topic = create_topic(tansu.bootstrap, unique_topic("sx"), 2)
+def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, kafka, tmp_path):
+    topic = create_topic(kafka.bootstrap, unique_topic("sx"), 2)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 10, 1)
 
@@ -96,7 +96,7 @@ def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, tansu, tmp
         return df.select(F.col("name").alias("value"), F.lit(7).alias("partition"))
 
     df = bad_partition(spark.readStream.schema(SCHEMA).json(str(source)))
-    q = (df.writeStream.format("kprod").option("kafka.bootstrap.servers", tansu.bootstrap)
+    q = (df.writeStream.format("kprod").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("topic", topic).option("kprod.deliveryReport.path", str(report))
          .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     try:
