@@ -35,6 +35,7 @@ class PartitionState:
         self._next_sequence: dict[TopicPartition, int] = {}
         self._in_flight: dict[TopicPartition, int] = {}
         self._recovering: set[TopicPartition] = set()
+        self._acknowledged: set[TopicPartition] = set()  # some batch acked under this producer id
         self.reset_needed = False
 
     @property
@@ -46,11 +47,13 @@ class PartitionState:
         log.info("producer id %s epoch %s", producer_id, epoch)
         self.producer_id, self.producer_epoch = producer_id, epoch
         self._next_sequence.clear()
+        self._acknowledged.clear()
         self.reset_needed = False
 
     def can_send(self, tp: TopicPartition) -> bool:
-        limit = 1 if tp in self._recovering else self._limit
-        return self._in_flight.get(tp, 0) < limit
+        if tp in self._recovering or (self.idempotent and tp not in self._acknowledged):
+            return tp not in self._in_flight
+        return self._in_flight.get(tp, 0) < self._limit
 
     def prepare(self, batch: ProducerBatch) -> None:
         """Called as a batch is drained: count it in flight and give it a sequence."""
@@ -61,7 +64,7 @@ class PartitionState:
             batch.producer_id, batch.producer_epoch, batch.base_sequence = self.producer_id, self.producer_epoch, seq
             self._next_sequence[tp] = (seq + batch.record_count) & 0x7FFFFFFF
 
-    def finished(self, batch: ProducerBatch, retrying: bool) -> None:
+    def finished(self, batch: ProducerBatch, retrying: bool, acknowledged: bool = False) -> None:
         """A response (or failure) for an in-flight batch arrived."""
         tp = batch.tp
         left = self._in_flight.get(tp, 1) - 1
@@ -71,8 +74,11 @@ class PartitionState:
             self._in_flight.pop(tp, None)
         if retrying:
             self._recovering.add(tp)
-        elif not left:
-            self._recovering.discard(tp)
+        else:
+            if acknowledged and batch.producer_id == self.producer_id:
+                self._acknowledged.add(tp)
+            if not left:
+                self._recovering.discard(tp)
 
     def recovering(self, tp: TopicPartition) -> bool:
         return tp in self._recovering

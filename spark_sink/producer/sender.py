@@ -314,7 +314,7 @@ class Sender(threading.Thread):
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Acknowledged: the caller releases its memory (once per response, not per batch)."""
         self._in_flight_batches.discard(batch)
-        self._partitions.finished(batch, retrying=False)
+        self._partitions.finished(batch, retrying=False, acknowledged=True)
         batch.complete(base_offset, log_append_time, None)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
