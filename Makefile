@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv test demo bench clean
+.PHONY: venv kafka test demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -13,7 +13,12 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv
+# Apache Kafka's jars, fetched with Maven into ~/.cache/kprod once (the suite's broker).
+kafka: venv
+	@# Without Java or Maven the tests that need Kafka skip (outside CI) or fail (in CI).
+	-$(PY) -c "from spark_sink.kafka_broker import kafka_classpath; kafka_classpath()"
+
+test: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider
 
 demo: venv
