@@ -32,6 +32,12 @@ class FaultProxy:
         self._cut = threading.Condition()
         threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections forwarded now."""
+        with self._lock:
+            return len(self._pairs)
+
     # -- faults ---------------------------------------------------------------
 
     def cut_all(self) -> int:

@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from spark_sink.spark.columns import ColumnPlan
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions
+from spark_sink.spark.producer_pool import POOL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,14 +101,12 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
     retries it or aborts the write, so nothing is swallowed.
     """
-    from spark_sink.producer import KafkaProducer
     from spark_sink.producer.switch_interval import short_switch_interval
 
     started = time.monotonic()
     partition_id, attempt = _task_identity()
-    config = dict(options.producer_config)
-    config.setdefault("client.id", f"kprod-spark-{partition_id}")
-    producer = KafkaProducer(config)
+    # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
+    producer = POOL.acquire(options.producer_config)
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
@@ -134,8 +133,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
             settle(future)
         ok = True
     finally:
-        # On failure do not wait for the rest: the task is failing anyway.
-        producer.close(None if ok else 0)
+        # Back to the pool only after a flush that succeeded; on failure it is closed
+        # without waiting for the rest: the task is failing anyway.
+        POOL.release(producer, options.producer_config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s",
