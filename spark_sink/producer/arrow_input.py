@@ -20,8 +20,9 @@ from spark_sink.protocol.columnar import HEADER_TYPE, EncodedRecords, as_binary,
 from spark_sink.protocol.compression import compressed_bound, largest_input
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
+# The columns send_arrow takes, and the Arrow types of each.
 ACCEPTED_TYPES = {
-    "value": "binary or string (large and view variants too); required",
+    "value": "binary or string (large and view variants too)",
     "key": "binary or string (large and view variants too)",
     "topic": "string",
     "partition": "int32 or int64",

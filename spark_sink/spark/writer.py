@@ -100,8 +100,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
     retries it or aborts the write, so nothing is swallowed.
     """
-    from spark_sink.producer import KafkaProducer
-    from spark_sink.producer.switch_interval import short_switch_interval
+    from spark_sink.producer import KafkaProducer, short_switch_interval
 
     started = time.monotonic()
     partition_id, attempt = _task_identity()
