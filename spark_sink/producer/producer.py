@@ -178,8 +178,7 @@ class KafkaProducer:
         self._accumulator = RecordAccumulator(c, self._pool)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms)
         self._client = NetworkClient(c)
-        self._partition_state = PartitionState(c)
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, PartitionState(c))
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)

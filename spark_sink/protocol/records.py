@@ -29,7 +29,6 @@ RECORD_BATCH_OVERHEAD = 61
 MAGIC = 2
 _CODEC_MASK = 0x07
 _TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _PREFIX = struct.Struct(">qiibI")
@@ -70,14 +69,6 @@ class RecordBatch:
     @property
     def codec(self) -> int:
         return self.attributes & _CODEC_MASK
-
-    @property
-    def transactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_BIT)
-
-    @property
-    def control(self) -> bool:
-        return bool(self.attributes & _CONTROL_BIT)
 
 
 # Upper bounds of a record's framing, for sizing before it is encoded: everything but the
