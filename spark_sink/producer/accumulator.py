@@ -13,7 +13,9 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future
+from spark_sink.producer.batch import (
+    FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future,
+)
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import ProducerClosedError
@@ -67,7 +69,8 @@ class RecordAccumulator:
         finally:
             self._lock.release()
         # A new batch needs memory, which may block: never wait while holding the lock.
-        size = max(self._config.batch_size, key_size + value_size + headers_size + MAX_RECORD_OVERHEAD + RECORD_BATCH_OVERHEAD)
+        size = max(self._config.batch_size,
+                   key_size + value_size + headers_size + MAX_RECORD_OVERHEAD + RECORD_BATCH_OVERHEAD)
         self._pool.allocate(size, max_block_ms)
         with self._lock:
             if self._stopped is not None:
