@@ -220,21 +220,21 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
         cursor[group] = pos
 
 
-# Kafka's murmur2 (Utils.murmur2): MurmurHash2 with this seed and multiplier.
-_MURMUR2_SEED = 0x9747B28C
+# MurmurHash2's multiplier (Kafka's seed is the partitioner's: it is passed in).
 _MURMUR2_M = 0x5BD1E995
 
 
 @njit(**_JIT)
-def murmur2_rows(data, offsets, nulls):
-    """Java's murmur2 of each value of a binary column (nulls, and absent data, hash as
-    empty), as uint32 bits. 32-bit arithmetic in int64, masked after each multiply."""
+def murmur2_rows(data, offsets, nulls, seed):
+    """MurmurHash2 with ``seed`` (Kafka's Utils.murmur2 with Kafka's seed) of each value of
+    a binary column (nulls, and absent data, hash as empty), as uint32 bits. 32-bit
+    arithmetic in int64, masked after each multiply."""
     n = len(offsets) - 1
     out = np.empty(n, np.uint32)
     for row in range(n):
         start = np.int64(offsets[row])
         length = 0 if len(nulls) != 0 and nulls[row] else np.int64(offsets[row + 1]) - start
-        h = (_MURMUR2_SEED ^ length) & 0xFFFFFFFF
+        h = (seed ^ length) & 0xFFFFFFFF
         end = start + (length & ~3)
         for i in range(start, end, 4):
             k = (np.int64(data[i]) | (np.int64(data[i + 1]) << 8) | (np.int64(data[i + 2]) << 16)

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_sink.producer.config import KEYS as PRODUCER_KEYS
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ConfigError
+from spark_sink.producer import CONFIG_KEYS as PRODUCER_KEYS
+from spark_sink.producer import ConfigError, ProducerConfig
 
 log = logging.getLogger(__name__)
 

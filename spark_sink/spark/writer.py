@@ -101,7 +101,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
     retries it or aborts the write, so nothing is swallowed.
     """
-    from spark_sink.producer.switch_interval import short_switch_interval
+    from spark_sink.producer import short_switch_interval
 
     started = time.monotonic()
     partition_id, attempt = _task_identity()
@@ -179,8 +179,8 @@ def _abort(messages: list[WriterCommitMessage | None], batch_id: int | None) -> 
         log.warning("kprod %s aborted: none of its %d task(s) had completed", what, len(messages))
 
 
-class KProdBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("kprod")``: each task writes its partition through one producer."""
+class _TaskWriter:
+    """The task side, shared by the batch and the streaming writer."""
 
     def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
         self.options = options
@@ -188,6 +188,10 @@ class KProdBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return write_task(iterator, self.options, self.plan)
+
+
+class KProdBatchWriter(_TaskWriter, DataSourceArrowWriter):
+    """``df.write.format("kprod")``: each task writes its partition through one producer."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.options, messages, None)
@@ -196,15 +200,8 @@ class KProdBatchWriter(DataSourceArrowWriter):
         _abort(messages, None)
 
 
-class KProdStreamWriter(DataSourceStreamArrowWriter):
+class KProdStreamWriter(_TaskWriter, DataSourceStreamArrowWriter):
     """``df.writeStream.format("kprod")``: one summary line (and report line) per microbatch."""
-
-    def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
-        self.options = options
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return write_task(iterator, self.options, self.plan)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
         _commit(self.options, messages, batchId)
