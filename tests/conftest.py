@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,14 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
     _kafka_session.proxy.set_delay(0)
     _kafka_session.proxy.stall(False)
     _kafka_session.proxy.cut_all()
+
+
+@pytest.fixture(scope="session")
+def kprod_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kprod's wheel, built once per session."""
+    from tests.installs import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="session")

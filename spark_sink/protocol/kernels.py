@@ -23,7 +23,13 @@ count references on every call (~15 ns a row for a length lookup instead of ~1 n
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from spark_sink.protocol import kernel_cache
+
+kernel_cache.configure()  # before numba is imported: portable code, so a shipped cache loads
+from numba import njit  # noqa: E402
+
+kernel_cache.install_locator()
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 

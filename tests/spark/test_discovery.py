@@ -4,46 +4,19 @@ kprod was installed: editable (what `make` and `pip install -e .` do) or from it
 from __future__ import annotations
 
 import subprocess
-import sys
-import sysconfig
 import textwrap
-from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
 from spark_sink.spark import KProdDataSource
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _venv_with_kprod(where: Path, mode: str) -> Path:
-    """A new venv that sees this venv's dependencies but gets kprod only by ``mode``.
-
-    The dependencies come through a path line, whose own .pth files (this checkout's
-    editable install among them) Python does not read, so kprod is only what ``mode``
-    installs.
-    """
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    python = where / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "kprod_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
-    if mode == "editable":
-        subprocess.run([*pip, "-e", str(ROOT)], check=True, capture_output=True)
-    else:
-        dist = where / "dist"
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
-                       check=True, capture_output=True)
-        subprocess.run([*pip, *dist.glob("kprod-*.whl")], check=True, capture_output=True)
-    return python
+from tests.installs import venv_with_kprod
 
 
 @pytest.mark.parametrize("mode", ["editable", "wheel"])
-def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode):
-    python = _venv_with_kprod(tmp_path / "venv", mode)
+def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode, kprod_wheel):
+    python = venv_with_kprod(tmp_path / "venv", "editable" if mode == "editable" else kprod_wheel)
     topic = create_topic(kafka.bootstrap, unique_topic("disc"), 1)
     script = textwrap.dedent(f"""
         from pyspark.sql import SparkSession
