@@ -197,7 +197,7 @@ class KafkaNode:
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
         result = subprocess.run(
             [java(), "-cp", kafka_classpath(), *self._log_args(), "kafka.tools.StorageTool", "format",
-             "--cluster-id", self.cluster.cluster_id, "--config", str(config), *scram],
+             f"--cluster-id={self.cluster.cluster_id}", "--config", str(config), *scram],
             stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if result.returncode != 0:
             raise KafkaUnavailableError(f"formatting node {self.node_id} failed:\n{result.stdout}{result.stderr}")
@@ -373,7 +373,8 @@ def _listens(port: int) -> bool:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as StorageTool makes."""
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as StorageTool
+    makes. It may start with '-', so it is passed as ``--cluster-id=...``."""
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
