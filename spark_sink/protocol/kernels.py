@@ -7,8 +7,8 @@ and an element-wise join. They release the GIL, so the producer's sender thread 
 network busy while a task encodes its next rows.
 
 Import this module where it is used, not at the top of a module: numba and the loading of
-its compiled code take ~160 MB of memory and ~0.3 s, which a program that only calls
-``send()`` should not pay.
+its compiled code take memory and time that a program that only calls ``send()``
+should not pay.
 
 A binary column is passed as a tuple ``(data, starts, lengths)``: the whole data buffer,
 where each value starts in it and its length, -1 for null (an absent column has empty
@@ -17,7 +17,7 @@ values)``: each row's range of entries, the bytes of its header section (empty
 ``sizes``: no headers at all), and the entries' key and value columns, indexed by entry.
 
 Hot loops read their input arrays themselves rather than through helpers: numba may then
-count references on every call (~15 ns a row for a length lookup instead of ~1 ns).
+count references on every call, which costs many times the lookup itself.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
         pos = _put_varint(out, pos + 1, timestamp_delta)
         pos = _put_varint(out, pos, offset_delta)
         # The copies loop over two local slices: numba compiles that to a vectorised copy,
-        # and indexing ``out`` and the data directly to a byte loop 7x slower.
+        # and indexing ``out`` and the data directly to a much slower byte loop.
         pos = _put_varint(out, pos, key_length)
         if key_length > 0:
             src = key_data[key_starts[i]:key_starts[i] + key_length]

@@ -41,7 +41,7 @@ SINK_OPTIONS: dict[str, str] = {
 # Producer defaults the sink changes (a kafka.* option still wins). A task hands the
 # producer whole Arrow batches, thousands of rows per partition at once: Java's 16 KiB
 # batch.size would cut them into many small requests; 1 MB batches (still under the
-# broker's default message.max.bytes and the default max.request.size) go 1.5-2x faster.
+# broker's default message.max.bytes and the default max.request.size) go much faster.
 SINK_PRODUCER_DEFAULTS: dict[str, str] = {"batch.size": "1000000"}
 
 # Spark's Kafka sink refuses these too: the sink hands the producer bytes, not objects.

@@ -30,9 +30,7 @@ _MAX_PENDING_SENDS = 64
 # (10,000 unless set). send_arrow closes every partition's record batch at the end of a
 # call, so 1,000 rows to a 48-partition topic would make record batches of ~20 records,
 # each a broker must store and a request must carry, and small calls cost more CPU.
-# Consecutive batches are therefore joined up to this many rows or bytes per call
-# (kprod's producer alone, 48 partitions: 0.64 s of CPU per million rows and 0.95-1.07 M
-# rows/s at 10,000 rows a call; 0.52-0.57 s and 1.16 M at 100,000).
+# Consecutive batches are therefore joined up to this many rows or bytes per call.
 SEND_ROWS = 100_000
 SEND_BYTES = 8 << 20
 
@@ -45,8 +43,8 @@ def _freeze_long_lived() -> None:
     move every object the process holds out of the cyclic GC's reach (gc.freeze).
 
     Spark reuses its Python workers across tasks and microbatches. numba and the compiled
-    kernels add ~100,000 long-lived objects, and every full collection walked them all
-    again: 20-185 ms per collection, about once per microbatch in each worker."""
+    kernels add about a hundred thousand long-lived objects, and every full collection
+    walked them all again, about once per microbatch in each worker."""
     global _long_lived_frozen
     if _long_lived_frozen or "numba" not in sys.modules:
         return
