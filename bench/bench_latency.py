@@ -9,6 +9,10 @@ cluster's round trip). Each sink runs --rounds queries of --seconds, alternating
 a new topic and checkpoint; the script prints each query's first addBatch and the p50 and
 p95 of the rest, and kprod's ratio to Spark's sink. Before any figure is printed every
 row is read back (rows a microbatch reported must all be in its topic).
+
+A third sink, a Python data source whose tasks only read their rows, shows what any
+Python streaming sink pays per microbatch in Spark itself (Python workers on the driver
+and the executors), whatever it writes to.
 """
 
 from __future__ import annotations
@@ -38,6 +42,33 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def _register_noop(spark) -> None:
+    """A streaming Python data source that reads its rows and writes nothing."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+    class NoopWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages, batchId):  # noqa: N803 (Spark's name)
+            pass
+
+        def abort(self, messages, batchId):  # noqa: N803
+            pass
+
+    class NoopSink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "noop-python"
+
+        def streamWriter(self, schema, overwrite):  # noqa: N802 (Spark's name)
+            return NoopWriter()
+
+    spark.dataSource.register(NoopSink)
+
+
 def run_query(spark, sink: str, bootstrap: str, ca: Path, topic: str, seconds: float, rate: int,
               checkpoint: str) -> tuple[list[float], int]:
     """One streaming query for ``seconds``; returns each microbatch's addBatch ms and the rows written."""
@@ -45,10 +76,11 @@ def run_query(spark, sink: str, bootstrap: str, ca: Path, topic: str, seconds: f
           .selectExpr("CAST(value AS STRING) AS key", "CAST(value AS STRING) AS value"))
     tls = {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "PEM",
            "kafka.ssl.truststore.location": str(ca)}
-    writer = (df.writeStream.format(sink).option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-              .option("checkpointLocation", checkpoint).trigger(processingTime="1 second"))
-    for key, value in tls.items():
-        writer = writer.option(key, value)
+    writer = df.writeStream.format(sink).option("checkpointLocation", checkpoint).trigger(processingTime="1 second")
+    if sink != "noop-python":
+        writer = writer.option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+        for key, value in tls.items():
+            writer = writer.option(key, value)
     query = writer.start()
     try:
         time.sleep(seconds)
@@ -86,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
                  .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars()))
                  .config("spark.sql.streaming.minBatchesToRetain", "2").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
-        results: dict[str, list[tuple[list[float], int, str]]] = {"kprod": [], "kafka": []}
+        _register_noop(spark)
+        results: dict[str, list[tuple[list[float], int, str]]] = {"kprod": [], "kafka": [], "noop-python": []}
         try:
             for round_no in range(args.rounds):
-                for sink in ("kprod", "kafka") if round_no % 2 == 0 else ("kafka", "kprod"):
+                order = ("kprod", "kafka", "noop-python")
+                for sink in order if round_no % 2 == 0 else order[::-1]:
                     topic = f"latency-{sink}-{round_no}"
                     cluster.create_topic(topic, 2)
                     durations, rows = run_query(spark, sink, bootstrap, tls.ca, topic, args.seconds,
@@ -99,18 +133,21 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
         for sink, runs in results.items():
             for _durations, rows, topic in runs:
-                consume_all(cluster.bootstrap, topic, rows, timeout=120)  # raises if any is missing
+                if sink != "noop-python":
+                    consume_all(cluster.bootstrap, topic, rows, timeout=120)  # raises if any is missing
         print(f"\n{'sink':<22}{'query':>6}{'batches':>9}{'first ms':>10}{'p50 ms':>9}{'p95 ms':>9}")
         medians: dict[str, list[float]] = {}
         for sink, runs in results.items():
-            name = "kprod" if sink == "kprod" else "Spark's Kafka sink"
+            name = {"kprod": "kprod", "kafka": "Spark's Kafka sink", "noop-python": "no-op Python sink"}[sink]
             for i, (durations, _rows, _topic) in enumerate(runs):
                 rest = durations[1:]
                 medians.setdefault(sink, []).append(statistics.median(rest))
                 print(f"{name:<22}{i + 1:>6}{len(durations):>9}{durations[0]:>10.0f}"
                       f"{statistics.median(rest):>9.0f}{_percentile(rest, 0.95):>9.0f}")
         ratio = statistics.median(medians["kprod"]) / statistics.median(medians["kafka"])
-        print(f"\nkprod's median addBatch / Spark's Kafka sink's: {ratio:.2f} (lower is better)")
+        floor = statistics.median(medians["noop-python"]) / statistics.median(medians["kafka"])
+        print(f"\nmedian addBatch / Spark's Kafka sink's: kprod {ratio:.2f}, no-op Python sink {floor:.2f} "
+              "(lower is better)")
     return 0
 
 
