@@ -63,6 +63,14 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
 
 
 @pytest.fixture(scope="session")
+def kafka3() -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes: replication factor 3, min.insync.replicas 2 (failover)."""
+    cluster = start_kafka(3)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def kprod_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """kprod's wheel, built once per session."""
     from tests.installs import build_wheel

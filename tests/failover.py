@@ -1,0 +1,56 @@
+"""Leader bounces on the three-node cluster (the ``kafka3`` fixture), as Kafka's own system
+tests do them: SIGKILL the leader of a partition mid-run, restart it once another node
+leads, wait until every replica is back in sync."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from spark_sink.kafka_broker import KafkaCluster
+
+# Retries must outlast an election: a killed node is fenced after broker.session.timeout.ms (3 s).
+FAILOVER_CONFIG = {"linger.ms": 2, "request.timeout.ms": 5000, "delivery.timeout.ms": 120000,
+                   "retry.backoff.ms": 50, "retry.backoff.max.ms": 500, "reconnect.backoff.ms": 20,
+                   "reconnect.backoff.max.ms": 500, "metadata.max.age.ms": 2000}
+
+
+def wait_in_sync(cluster: KafkaCluster, topic: str, timeout: float = 90.0) -> None:
+    """Until every partition of ``topic`` has a leader and all its replicas in sync."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        admin = AdminClient({"bootstrap.servers": ",".join(n.address for n in cluster.nodes if n.alive)})
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        if all(p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in meta.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{topic} not back in sync after {timeout:.0f} s\n{cluster.logs()}")
+
+
+def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: float = 1.0) -> list[int]:
+    """SIGKILL the leader of ``topic``-0, restart it once another node leads, wait for a
+    full ISR; ``times`` times. Returns the killed node ids."""
+    killed = []
+    for _ in range(times):
+        time.sleep(pause)  # the clients run on the current leaders first
+        victim = cluster.leader(topic, 0)
+        cluster.node(victim).kill()
+        killed.append(victim)
+        deadline = time.monotonic() + 60
+        while cluster.leader(topic, 0) in (victim, -1):
+            assert time.monotonic() < deadline, f"no new leader for {topic}-0\n{cluster.logs()}"
+            time.sleep(0.2)
+        time.sleep(pause)  # the clients run on the new leader while the old one is down
+        cluster.node(victim).start()
+        wait_in_sync(cluster, topic)
+    return killed
+
+
+def assert_order_per_key(messages) -> None:
+    """Values (increasing integers per key as sent) come back increasing for every key."""
+    per_key = collections.defaultdict(list)
+    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
+        per_key[m.key()].append(int(m.value()))
+    assert all(v == sorted(v) for v in per_key.values())
