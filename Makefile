@@ -24,14 +24,13 @@ test: venv kafka
 demo: venv
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/demo.py
 
-# The README's benchmarks, each against a fresh embedded broker, then the sink's against
-# librdkafka's mock cluster (several minutes).
+# The README's benchmarks, each against a fresh Apache Kafka node (several minutes).
 bench: venv
 	$(VENV)/bin/kprod-perf --num-records 1000000 --mode arrow --compare --repeat 3 --producer-props batch.size=1000000
 	$(VENV)/bin/kprod-perf --num-records 1000000 --mode arrow --compare --repeat 3
 	$(VENV)/bin/kprod-perf --num-records 300000 --mode record --compare --repeat 3
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/bench_sink.py --rows 1000000
-	$(PY) bench/bench_sink_mock.py --rows 1000000
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_latency.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info spark-warehouse

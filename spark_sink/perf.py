@@ -2,7 +2,8 @@
 
     kprod-perf --num-records 1000000 --record-size 100 --key-size 10 --mode arrow --compare
 
-Without --bootstrap-servers it starts the embedded local broker. With --compare it also
+Without --bootstrap-servers it starts a broker for the run: Apache Kafka (one KRaft node,
+``--broker kafka``, the default) or Tansu (``--broker tansu``). With --compare it also
 runs confluent-kafka (per-record produce with a delivery callback) and kafka-python on
 the same data in the same run, and prints kprod's throughput as a ratio of each. Every
 client checks the delivery of every record (a delivery callback, or kafka-python's
@@ -226,14 +227,21 @@ def _payload(table: pa.Table) -> int:
 
 
 @contextlib.contextmanager
-def _cluster(bootstrap: str | None, topic: str, partitions: int) -> Iterator[str]:
+def _cluster(bootstrap: str | None, topic: str, partitions: int, kind: str) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from spark_sink.local_broker import start_local_broker
+    if kind == "kafka":
+        from spark_sink.kafka_broker import KAFKA_VERSION, KafkaCluster
 
-    with start_local_broker() as broker:
-        print(f"started the embedded local broker (Tansu) at {broker.bootstrap}", file=sys.stderr)
+        broker = KafkaCluster(1, heap="1g")
+        what = f"Apache Kafka {KAFKA_VERSION} (one KRaft node)"
+    else:
+        from spark_sink.local_broker import start_local_broker
+
+        broker, what = start_local_broker(), "the embedded local broker (Tansu)"
+    with broker:
+        print(f"started {what} at {broker.bootstrap}", file=sys.stderr)
         broker.create_topic(topic, partitions)
         yield broker.bootstrap
 
@@ -312,7 +320,9 @@ def report(rounds: list[list[Result]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kprod-perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap-servers", help="host:port list; default: start the embedded local broker")
+    ap.add_argument("--bootstrap-servers", help="host:port list; default: start a broker for the run (--broker)")
+    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                    help="the broker started without --bootstrap-servers (default: %(default)s)")
     ap.add_argument("--topic", default=None, help="topic to write (default: a new one on the embedded broker)")
     ap.add_argument("--partitions", type=int, default=6, help="partitions of the topic created on the embedded broker")
     ap.add_argument("--num-records", type=int, default=1_000_000)
@@ -353,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         clients.append(lambda bootstrap: run_confluent(bootstrap, topic, rows, **batching))
         clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, rows, **batching))
     rounds: list[list[Result]] = []
-    with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
+    with _cluster(args.bootstrap_servers, topic, args.partitions, args.broker) as bootstrap:
         for n in range(max(1, args.repeat)):
             # A rotating order: the broker slows as it fills, so no client always goes first.
             results = {i: clients[i](bootstrap) for i in [(n + k) % len(clients) for k in range(len(clients))]}
