@@ -1,10 +1,12 @@
-"""Leader bounces on the three-node cluster (the ``kafka3`` fixture), as Kafka's own system
-tests do them: SIGKILL the leader of a partition mid-run, restart it once another node
-leads, wait until every replica is back in sync."""
+"""What the fault and failover tests share: leader bounces on the three-node cluster (the
+``kafka3`` fixture), as Kafka's own system tests do them (SIGKILL the leader of a
+partition mid-run, restart it once another node leads, wait until every replica is back
+in sync), and the bookkeeping of deliveries they check."""
 
 from __future__ import annotations
 
 import collections
+import threading
 import time
 
 from confluent_kafka.admin import AdminClient
@@ -54,3 +56,36 @@ def assert_order_per_key(messages) -> None:
     for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
         per_key[m.key()].append(int(m.value()))
     assert all(v == sorted(v) for v in per_key.values())
+
+
+class Deliveries:
+    """Each send's callback outcomes: how many callbacks it got, where it was acknowledged,
+    and the errors."""
+
+    def __init__(self) -> None:
+        self.outcomes: collections.Counter = collections.Counter()
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.errors: list[Exception] = []
+        self._lock = threading.Lock()
+
+    def callback(self, i: int):
+        """The callback of send number ``i``."""
+        def done(metadata, error) -> None:
+            with self._lock:
+                self.outcomes[i] += 1
+                if error is None:
+                    self.acked[i] = (metadata.partition, metadata.offset)
+                else:
+                    self.errors.append(error)
+        return done
+
+    def assert_one_callback_each(self, sent: int) -> None:
+        assert sorted(self.outcomes) == list(range(sent)) and set(self.outcomes.values()) == {1}
+
+    def assert_offsets_match(self, messages) -> None:
+        """Acknowledged offsets are where the records are. A retry the broker recognised as
+        already written (DUPLICATE_SEQUENCE_NUMBER) carries no offset: -1, as in Java."""
+        where = {int(m.value()): (m.partition(), m.offset()) for m in messages}
+        wrong = [(i, where[i], self.acked[i]) for i in self.acked
+                 if where[i] != self.acked[i] and self.acked[i] != (where[i][0], -1)]
+        assert not wrong, (len(wrong), wrong[:5])

@@ -5,7 +5,6 @@ written twice, per-key order holds and every send gets exactly one callback."""
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 
@@ -13,37 +12,25 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
-from tests.failover import FAILOVER_CONFIG, assert_order_per_key, bounce_leader
+from tests.failover import FAILOVER_CONFIG, Deliveries, assert_order_per_key, bounce_leader
 
 
 def test_both_send_paths_survive_the_leader_killed_twice(kafka3):
     records_topic = kafka3.create_topic(unique_topic("failover"), 3)
     arrow_topic = kafka3.create_topic(unique_topic("failover-arrow"), 3)
-    outcomes: collections.Counter = collections.Counter()
-    acked: dict[int, tuple[int, int]] = {}
-    errors: list = []
-    lock = threading.Lock()
+    deliveries = Deliveries()
     stop = threading.Event()
     sent = 0
     futures = []
     chunk = 2000
-
-    def callback(i):
-        def done(md, err):
-            with lock:
-                outcomes[i] += 1
-                if err is None:
-                    acked[i] = (md.partition, md.offset)
-                else:
-                    errors.append(err)
-        return done
 
     config = {**FAILOVER_CONFIG, "bootstrap.servers": kafka3.bootstrap, "batch.size": 4096}
     with KafkaProducer(config) as producer:
         def per_record() -> None:
             nonlocal sent
             while not stop.is_set():
-                producer.send(ProducerRecord(records_topic, b"%d" % sent, key=b"k%d" % (sent % 17)), callback(sent))
+                producer.send(ProducerRecord(records_topic, b"%d" % sent, key=b"k%d" % (sent % 17)),
+                              deliveries.callback(sent))
                 sent += 1
                 if sent % 500 == 0:
                     time.sleep(0.01)  # a steady stream, not one burst
@@ -69,15 +56,12 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3):
         producer.flush(120)
         results = [f.result(0) for f in futures]
     assert len(killed) == 2
-    assert not errors, errors[:3]
-    assert sorted(outcomes) == list(range(sent)) and set(outcomes.values()) == {1}  # one callback each
+    assert not deliveries.errors, deliveries.errors[:3]
+    deliveries.assert_one_callback_each(sent)
     messages = consume_all(kafka3.bootstrap, records_topic, sent, timeout=90, settle=1.0)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == sent  # nothing lost, nothing twice
-    where = {int(m.value()): (m.partition(), m.offset()) for m in messages}
-    # Acknowledged offsets are real; a retry the broker knew as written carries none (-1).
-    wrong = [i for i in range(sent) if where[i] != acked[i] and acked[i] != (where[i][0], -1)]
-    assert not wrong, (len(wrong), wrong[:5])
+    deliveries.assert_offsets_match(messages)
     assert_order_per_key(messages)
 
     n = chunk * len(futures)
