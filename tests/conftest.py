@@ -17,6 +17,7 @@ import pytest
 
 from spark_sink.kafka_broker import KafkaCluster, Listener
 from tests.brokers import Broker, free_port, start_kafka, start_mock_cluster, start_tansu
+from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
 # Spark's Python workers must run this interpreter, or they will not find the project.

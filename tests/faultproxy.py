@@ -30,6 +30,8 @@ class FaultProxy:
         self._closed = False
         self.connections_accepted = 0
         self.connections_cut = 0
+        self.closed_by_target = 0  # connections the target ended first (not the client, not a cut)
+        self._ended: set[socket.socket] = set()  # client sockets of connections one side ended
         self._cut = threading.Condition()
         threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
 
@@ -136,6 +138,7 @@ class FaultProxy:
             while True:
                 data = src.recv(65536)
                 if not data:
+                    self._one_side_ended(src, dst, direction)
                     break
                 self._flowing.wait()
                 delay = self._delay_s[direction]
@@ -158,6 +161,16 @@ class FaultProxy:
                     s.shutdown(socket.SHUT_RDWR)
             with self._lock:
                 self._pairs = [p for p in self._pairs if src not in p]
+                self._ended.discard(src if direction == 0 else dst)
+
+    def _one_side_ended(self, src: socket.socket, dst: socket.socket, direction: int) -> None:
+        client = src if direction == 0 else dst
+        with self._lock:
+            if client in self._ended or not any(client in p for p in self._pairs):
+                return  # the other side ended it first, or the proxy cut it
+            self._ended.add(client)
+            if direction == 1:
+                self.closed_by_target += 1
 
     @staticmethod
     def _deliver_late(late: queue.Queue, dst: socket.socket) -> None:
