@@ -238,7 +238,8 @@ class KafkaNode:
             f"{lst.name}://127.0.0.1:{lst.advertised_port or self.listener_ports[lst.name]}" for lst in c.listeners]
         protocols = {"INTERNAL": "PLAINTEXT", "CONTROLLER": "PLAINTEXT",
                      **{lst.name: lst.protocol for lst in c.listeners}}
-        replicas = str(min(3, len(c.nodes_spec)))
+        replicas = str(min(3, c.size))
+        min_isr = "2" if c.size >= 3 else "1"
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
@@ -251,12 +252,12 @@ class KafkaNode:
             "log.dirs": str(self.dir / "data"),
             "num.partitions": "1",
             "default.replication.factor": replicas,
-            "min.insync.replicas": "2" if len(c.nodes_spec) >= 3 else "1",
+            "min.insync.replicas": min_isr,
             "offsets.topic.replication.factor": replicas,
             "transaction.state.log.replication.factor": replicas,
-            "transaction.state.log.min.isr": "2" if len(c.nodes_spec) >= 3 else "1",
+            "transaction.state.log.min.isr": min_isr,
             "share.coordinator.state.topic.replication.factor": replicas,
-            "share.coordinator.state.topic.min.isr": "2" if len(c.nodes_spec) >= 3 else "1",
+            "share.coordinator.state.topic.min.isr": min_isr,
             # Internal topics of 50 partitions each cost seconds to create on two cores.
             "offsets.topic.num.partitions": "4",
             "transaction.state.log.num.partitions": "4",
@@ -349,10 +350,10 @@ class KafkaCluster:
         self.heap = heap
         self.jvm_args = tuple(jvm_args)
         self.cluster_id = _cluster_id()
-        self.nodes_spec = range(1, nodes + 1)
+        self.size = nodes
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="kprod-kafka-"))
-        self.nodes = [KafkaNode(self, i) for i in self.nodes_spec]
+        self.nodes = [KafkaNode(self, i) for i in range(1, nodes + 1)]
         self.voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         try:
             for node in self.nodes:
