@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from spark_sink.kafka_broker import KafkaCluster, Listener
-from tests.brokers import Broker, free_port, start_kafka, start_mock_cluster, start_tansu
+from spark_sink.local_broker import LocalBroker
+from tests.brokers import free_port, start_kafka, start_tansu
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
@@ -80,17 +81,9 @@ def kprod_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tansu() -> Iterator[Broker]:
+def tansu() -> Iterator[LocalBroker]:
     """A Tansu broker with memory storage on loopback (the demo's zero-download broker)."""
     broker = start_tansu()
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture(scope="session")
-def mock_cluster() -> Iterator[Broker]:
-    """librdkafka's mock cluster with three brokers, in a child process."""
-    broker = start_mock_cluster()
     yield broker
     broker.stop()
 

@@ -1,7 +1,7 @@
 """A fault-injecting TCP proxy for tests: cut connections, add delay, stall traffic.
 
 It forwards bytes unchanged between clients and one target. Put it in front of a broker
-whose advertised address is the proxy's (``start_tansu(advertised_port=proxy.port)``) and
+whose advertised address is the proxy's (a Kafka ``Listener`` with ``advertised_port``) and
 every connection a client makes, bootstrap and leader alike, goes through it.
 """
 
