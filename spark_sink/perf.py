@@ -7,8 +7,9 @@ Without --bootstrap-servers it starts a broker for the run: Apache Kafka (one KR
 runs confluent-kafka (per-record produce with a delivery callback), kafka-python and the
 Java producer (Kafka's own ProducerPerformance, values without keys) on the same data in
 the same run, and prints kprod's throughput as a ratio of each. Every client's delivery
-of every record is checked (a delivery callback, kafka-python's errback, the broker's
-count for the Java producer), and a run with a failed record prints no figure. With --repeat N each client
+of every record is checked (a delivery callback, kafka-python's errback), and every
+client's records are counted on the broker after its run; a run with a failed or missing
+record prints no figure. With --repeat N each client
 runs N times, in rounds of a rotating order, and the ratios also show their spread over
 the rounds.
 """
@@ -209,7 +210,7 @@ def _high_watermarks(bootstrap: str, topic: str) -> int:
 def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, props: dict[str, str],
              batch_size: int = 16384, linger_ms: int = 5) -> Result:
     """The Java producer: Kafka's own ProducerPerformance (kafka-tools), in a JVM of its own.
-    It sends values without keys; its records are counted on the broker afterwards."""
+    It sends values without keys."""
     import re
     import subprocess
 
@@ -218,7 +219,6 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
     settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true",
                 "batch.size": str(batch_size), "linger.ms": str(linger_ms),
                 **{k: v for k, v in props.items() if k in ("compression.type", "acks", "enable.idempotence")}}
-    before = _high_watermarks(bootstrap, topic)
     done = subprocess.run(
         [java(), "-Xmx1g", "-cp", kafka_classpath(), "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
          "--num-records", str(num_records), "--record-size", str(record_size), "--throughput", "-1",
@@ -228,9 +228,6 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
                         r"([\d.]+) ms 99th", done.stdout)
     if done.returncode != 0 or summary is None:
         raise SystemExit(f"ProducerPerformance failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    written = _high_watermarks(bootstrap, topic) - before
-    if written != num_records:
-        raise SystemExit(f"Java producer: the broker holds {written} of its {num_records} records")
     sent, rate = int(summary.group(1)), float(summary.group(2))
     return Result(f"Java producer {KAFKA_VERSION}", sent, sent / rate, sent * record_size, [],
                   {50: float(summary.group(3)), 99: float(summary.group(5))})
@@ -413,10 +410,21 @@ def main(argv: list[str] | None = None) -> int:
         clients.append(lambda bootstrap: run_java(bootstrap, topic, args.num_records, args.record_size, props,
                                                   **batching))
     rounds: list[list[Result]] = []
+
+    def counted(client: Callable[[str], Result], bootstrap: str) -> Result:
+        """The client's run, and its records counted on the broker before any figure."""
+        before = _high_watermarks(bootstrap, topic)
+        result = client(bootstrap)
+        written = _high_watermarks(bootstrap, topic) - before
+        if written != result.records:
+            raise SystemExit(f"{result.client}: the broker holds {written} of its {result.records} records")
+        return result
+
     with _cluster(args.bootstrap_servers, topic, args.partitions, args.broker) as bootstrap:
         for n in range(max(1, args.repeat)):
             # A rotating order: the broker slows as it fills, so no client always goes first.
-            results = {i: clients[i](bootstrap) for i in [(n + k) % len(clients) for k in range(len(clients))]}
+            order = [(n + k) % len(clients) for k in range(len(clients))]
+            results = {i: counted(clients[i], bootstrap) for i in order}
             rounds.append([results[i] for i in range(len(clients))])
     print(f"{args.num_records:,} records, {args.record_size} B values, {args.key_size} B keys, acks=all, "
           f"idempotence on, batch.size {effective.batch_size}, linger.ms {effective.linger_ms} (every client)"
