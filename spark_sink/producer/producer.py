@@ -176,7 +176,7 @@ class KafkaProducer:
         c = self.config
         self._pool = BufferPool(c.buffer_memory)
         self._accumulator = RecordAccumulator(c, self._pool)
-        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms)
+        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
         self._client = NetworkClient(c)
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, PartitionState(c))
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits

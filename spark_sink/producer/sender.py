@@ -276,6 +276,7 @@ class Sender(threading.Thread):
             self._in_flight_batches.add(batch)
         body = {"transactional_id": None, "acks": self._config.acks, "timeout_ms": self._config.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
+        self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}
         acks0 = self._config.acks == 0
         self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0)
