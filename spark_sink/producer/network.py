@@ -16,7 +16,6 @@ import random
 import selectors
 import socket
 import ssl
-import struct
 import time
 from collections import deque
 from itertools import islice
@@ -44,10 +43,6 @@ _RECV_SIZE = 256 * 1024
 # Frames handed to one sendmsg(): enough to batch many small requests into one syscall,
 # well under IOV_MAX (1024 on Linux).
 _MAX_IOV = 64
-# Correlation ids of unanswered requests (acks=0 Produce) remembered per connection; a
-# broker that does answer them (Tansu does) answers in order, so a few suffice.
-_MAX_UNANSWERED = 4096
-_FRAME_HEAD = struct.Struct(">iI")  # size prefix, correlation id
 
 
 def _is_tls_alert(exc: OSError) -> bool:
@@ -122,13 +117,6 @@ class _Connection:
     failures: int = 0
     backoff_ms: float = 0.0
     writing: bool = False
-    # Only with acks=0 (see NetworkClient._receive): correlation ids sent with
-    # expect_response=False, and where the response stream stands (bytes left in the
-    # current frame, whether that frame is dropped, a header split across reads).
-    unanswered: deque = field(default_factory=lambda: deque(maxlen=_MAX_UNANSWERED))
-    frame_left: int = 0
-    frame_drop: bool = False
-    frame_head: bytearray = field(default_factory=bytearray)
 
 
 class NetworkClient:
@@ -160,9 +148,6 @@ class NetworkClient:
         # only the polling thread reads, so recv_into() never allocates per read.
         self._recv_buf = bytearray(_RECV_SIZE)
         self._recv_view = memoryview(self._recv_buf)
-        # Kafka never answers an acks=0 Produce, but some brokers (Tansu) do; only then is
-        # the response stream scanned for such answers, which are dropped.
-        self._filter_unanswered = config.acks == 0
         self._closed = False
         # Set once a wakeup byte is written, cleared when it is read: send() calls wakeup()
         # for every new or full batch, and most of those find the sender already woken.
@@ -274,11 +259,8 @@ class NetworkClient:
         on_written = None
         if expect_response:
             conn.in_flight.append(_InFlight(correlation_id, api_key, version, callback, now))
-        else:
-            if self._filter_unanswered:
-                conn.unanswered.append(correlation_id)
-            if callback is not None:
-                on_written = (callback, ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0))
+        elif callback is not None:
+            on_written = (callback, ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0))
         # One outbox entry per buffer (record bytes are written from where they are); the
         # last one carries what to do once the whole frame is out.
         last = len(parts) - 1
@@ -598,10 +580,6 @@ class NetworkClient:
                 self._completed.append((callback, done))
         conn.in_flight.clear()
         conn.outbox.clear()
-        conn.unanswered.clear()
-        conn.frame_left = 0
-        conn.frame_drop = False
-        conn.frame_head.clear()
 
     # -- I/O ------------------------------------------------------------------
 
@@ -657,11 +635,7 @@ class NetworkClient:
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
             if not n:
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
-            if self._filter_unanswered:
-                responses = self._receive(conn, buf[:n])
-            else:
-                responses = conn.protocol.receive_data(buf[:n])
-            if responses:
+            if responses := conn.protocol.receive_data(buf[:n]):
                 now = now_ms()
                 conn.last_used_ms = now
                 for correlation_id, api_key, version, body in responses:
@@ -674,64 +648,6 @@ class NetworkClient:
             if n < _RECV_SIZE and self._ssl is None:
                 return
             sock = conn.sock
-
-    def _receive(self, conn: _Connection, data: memoryview) -> list[tuple[int, int, int, dict[str, Any]]]:
-        """Feed ``data`` to the protocol minus any frame answering an acks=0 request.
-
-        Kafka sends no response to a Produce with acks=0 and the protocol treats one as a
-        corrupt stream; a broker that sends one anyway would otherwise cost a disconnect
-        and every request queued behind it. Frame boundaries are tracked here from the size
-        prefixes; only headers are inspected, bodies pass through as slices.
-        """
-        proto = conn.protocol
-        responses: list[tuple[int, int, int, dict[str, Any]]] = []
-        n = len(data)
-        pos = start = 0  # data[start:pos] is a run still to be fed to the protocol
-        while pos < n:
-            if conn.frame_left:
-                take = min(conn.frame_left, n - pos)
-                conn.frame_left -= take
-                if conn.frame_drop:
-                    if start < pos:
-                        responses += proto.receive_data(data[start:pos])
-                    start = pos + take
-                pos += take
-                continue
-            # A frame starts here: its header is held back until we know its fate.
-            if start < pos:
-                responses += proto.receive_data(data[start:pos])
-            head = conn.frame_head
-            take = min(_FRAME_HEAD.size - len(head), n - pos)
-            head += data[pos:pos + take]
-            pos = start = pos + take
-            if len(head) < _FRAME_HEAD.size:
-                break
-            size, correlation_id = _FRAME_HEAD.unpack(head)
-            conn.frame_left = max(0, size - 4)
-            conn.frame_drop = self._is_unanswered(conn, correlation_id)
-            if conn.frame_drop:
-                log.debug("dropping node %s's response to acks=0 request %s", conn.node_id, correlation_id)
-            else:
-                responses += proto.receive_data(head)
-            head.clear()
-        if start < pos:
-            responses += proto.receive_data(data[start:pos])
-        return responses
-
-    @staticmethod
-    def _is_unanswered(conn: _Connection, correlation_id: int) -> bool:
-        unanswered = conn.unanswered
-        while unanswered:
-            oldest = unanswered[0]
-            if oldest == correlation_id:
-                unanswered.popleft()
-                return True
-            if (correlation_id - oldest) & 0x7FFFFFFF >= 0x40000000:
-                return False  # oldest was sent after this response's request
-            # Sent before the request now answered: brokers answer in order, so it never
-            # will be (the Kafka behaviour).
-            unanswered.popleft()
-        return False
 
     def _drain_wakeups(self) -> None:
         try:
