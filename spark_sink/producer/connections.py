@@ -7,18 +7,20 @@ InFlightRequests: times are passed in, and nothing here touches a socket.
 from __future__ import annotations
 
 import random
-import socket
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.protocol.connection_setup import ConnectionSetup
 from spark_sink.protocol.errors import KafkaConnectionError, KProdError
 from spark_sink.protocol.framing import KafkaProtocol
+
+if TYPE_CHECKING:
+    import socket
 
 
 @dataclass(slots=True)
@@ -38,6 +40,8 @@ Callback = Callable[[ClientResponse], None]
 
 
 class ConnState(Enum):
+    """Where a connection stands, as the NetworkClient drives it."""
+
     DISCONNECTED = 0
     CONNECTING = 1  # TCP
     HANDSHAKING = 2  # TLS
@@ -113,6 +117,7 @@ class Connection:
         self.backoff_ms = exp * random.uniform(0.8, 1.2)  # jitter keeps clients from reconnecting in lockstep
 
     def note_ready(self, versions: dict[int, int], now: float) -> None:
+        """The bring-up is done: requests may go, and the backoff starts afresh."""
         self.state = ConnState.READY
         self.versions = versions
         self.last_used_ms = now
