@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
-from tests.failover import FAILOVER_CONFIG, Deliveries, assert_order_per_key, bounce_leader
+from tests.failover import FAILOVER_CONFIG, Deliveries, assert_order_per_key, bounce_leader, wait_in_sync
 
 
 def test_both_send_paths_survive_the_leader_killed_twice(kafka3):
@@ -70,3 +70,36 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3):
     arrow_values = [int(m.value()) for m in arrow_messages]
     assert len(arrow_values) == len(set(arrow_values)) == n
     assert_order_per_key(arrow_messages)
+
+
+def test_records_reach_the_new_leader_while_the_old_one_stays_dead(kafka3):
+    """A killed leader that does not come back: the producer must learn the new leader
+    itself (Java refreshes metadata whenever a connection fails), not wait for the dead
+    node or for metadata.max.age.ms (five minutes here, the default)."""
+    topic = kafka3.create_topic(unique_topic("dead-leader"), 3)
+    deliveries = Deliveries()
+    config = {"bootstrap.servers": kafka3.bootstrap, "linger.ms": 2, "request.timeout.ms": 10000,
+              "delivery.timeout.ms": 30000}
+    before, n = 300, 3000
+    with KafkaProducer(config) as producer:
+        for i in range(before):  # connections, metadata and producer id in place
+            producer.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 17)), deliveries.callback(i))
+        producer.flush(30)
+        victim = kafka3.leader(topic, 0)
+        kafka3.node(victim).kill()
+        try:
+            for i in range(before, n):
+                producer.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 17)), deliveries.callback(i))
+            producer.flush(60)
+        finally:
+            kafka3.node(victim).start()
+    kafka3.wait_ready()
+    wait_in_sync(kafka3, topic)
+    assert not deliveries.errors, deliveries.errors[:3]
+    deliveries.assert_one_callback_each(n)
+    messages = consume_all(kafka3.bootstrap, topic, n, timeout=60, settle=1.0)
+    values = [int(m.value()) for m in messages]
+    assert len(values) == len(set(values)) == n
+    assert {m.partition() for m in messages if int(m.value()) >= before} == {0, 1, 2}
+    deliveries.assert_offsets_match(messages)
+    assert_order_per_key(messages)
