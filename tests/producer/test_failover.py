@@ -5,6 +5,7 @@ written twice, per-key order holds and every send gets exactly one callback."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -106,5 +107,44 @@ def test_records_reach_the_new_leader_while_the_old_one_stays_dead(kafka3):
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == n
     assert {m.partition() for m in messages if int(m.value()) >= before} == {0, 1, 2}
+    deliveries.assert_offsets_match(messages)
+    assert_order_per_key(messages)
+
+
+def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3, caplog):
+    """min.insync.replicas 3 and a follower killed: the leader answers
+    NOT_ENOUGH_REPLICAS (or NOT_ENOUGH_REPLICAS_AFTER_APPEND for what it had appended
+    already) until the follower is back in sync; each record is then written exactly once."""
+    topic = kafka3.create_topic(unique_topic("min-isr"), 1, config={"min.insync.replicas": "3"})
+    deliveries = Deliveries()
+    config = {**FAILOVER_CONFIG, "bootstrap.servers": kafka3.bootstrap, "batch.size": 1024}
+    n = 4000
+    caplog.set_level(logging.DEBUG, logger="spark_sink.producer.sender")
+    with KafkaProducer(config) as producer:
+        for i in range(n // 4):
+            producer.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 17)), deliveries.callback(i))
+        producer.flush(30)
+        leader = kafka3.leader(topic, 0)
+        follower = next(node.node_id for node in kafka3.nodes if node.node_id != leader)
+        kafka3.node(follower).kill()
+        try:
+            for i in range(n // 4, n):
+                producer.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 17)), deliveries.callback(i))
+                if i % 100 == 0:
+                    time.sleep(0.01)
+            deadline = time.monotonic() + 30
+            while "NOT_ENOUGH_REPLICAS" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            kafka3.node(follower).start()
+        producer.flush(90)
+    kafka3.wait_ready()
+    wait_in_sync(kafka3, topic)
+    assert "NOT_ENOUGH_REPLICAS" in caplog.text  # the broker did refuse, and it was retried
+    assert not deliveries.errors, deliveries.errors[:3]
+    deliveries.assert_one_callback_each(n)
+    messages = consume_all(kafka3.bootstrap, topic, n, timeout=60, settle=1.0)
+    values = [int(m.value()) for m in messages]
+    assert len(values) == len(set(values)) == n
     deliveries.assert_offsets_match(messages)
     assert_order_per_key(messages)
