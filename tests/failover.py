@@ -31,14 +31,18 @@ def wait_in_sync(cluster: KafkaCluster, topic: str, timeout: float = 90.0) -> No
     raise AssertionError(f"{topic} not back in sync after {timeout:.0f} s\n{cluster.logs()}")
 
 
-def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: float = 1.0) -> list[int]:
+def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: float = 1.0,
+                  killed_at: list[float] | None = None) -> list[int]:
     """SIGKILL the leader of ``topic``-0, restart it once another node leads, wait for a
-    full ISR; ``times`` times. Returns the killed node ids."""
+    full ISR; ``times`` times. Returns the killed node ids; ``killed_at`` gets the
+    time.monotonic() of each kill."""
     killed = []
     for _ in range(times):
         time.sleep(pause)  # the clients run on the current leaders first
         victim = cluster.leader(topic, 0)
         cluster.node(victim).kill()
+        if killed_at is not None:
+            killed_at.append(time.monotonic())
         killed.append(victim)
         deadline = time.monotonic() + 60
         while cluster.leader(topic, 0) in (victim, -1):
