@@ -16,7 +16,7 @@ from spark_sink.kafka_broker import KafkaCluster
 # Retries must outlast an election: a killed node is fenced after broker.session.timeout.ms (3 s).
 FAILOVER_CONFIG = {"linger.ms": 2, "request.timeout.ms": 5000, "delivery.timeout.ms": 120000,
                    "retry.backoff.ms": 50, "retry.backoff.max.ms": 500, "reconnect.backoff.ms": 20,
-                   "reconnect.backoff.max.ms": 500, "metadata.max.age.ms": 2000}
+                   "reconnect.backoff.max.ms": 500}
 
 
 def wait_in_sync(cluster: KafkaCluster, topic: str, timeout: float = 90.0) -> None:
@@ -31,14 +31,18 @@ def wait_in_sync(cluster: KafkaCluster, topic: str, timeout: float = 90.0) -> No
     raise AssertionError(f"{topic} not back in sync after {timeout:.0f} s\n{cluster.logs()}")
 
 
-def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: float = 1.0) -> list[int]:
+def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: float = 1.0,
+                  killed_at: list[float] | None = None) -> list[int]:
     """SIGKILL the leader of ``topic``-0, restart it once another node leads, wait for a
-    full ISR; ``times`` times. Returns the killed node ids."""
+    full ISR; ``times`` times. Returns the killed node ids; ``killed_at`` gets the
+    time.monotonic() of each kill."""
     killed = []
     for _ in range(times):
         time.sleep(pause)  # the clients run on the current leaders first
         victim = cluster.leader(topic, 0)
         cluster.node(victim).kill()
+        if killed_at is not None:
+            killed_at.append(time.monotonic())
         killed.append(victim)
         deadline = time.monotonic() + 60
         while cluster.leader(topic, 0) in (victim, -1):
@@ -89,3 +93,22 @@ class Deliveries:
         wrong = [(i, where[i], self.acked[i]) for i in self.acked
                  if where[i] != self.acked[i] and self.acked[i] != (where[i][0], -1)]
         assert not wrong, (len(wrong), wrong[:5])
+
+
+def assert_arrow_offsets_match(results, messages, chunk: int) -> int:
+    """Each send_arrow call's summary is where its own records are (call ``c`` sent the
+    values ``c * chunk`` up to ``(c + 1) * chunk``): per partition their count, and their
+    first and last offsets, -1 only where a retry came back as a duplicate (no offset).
+    Returns how many ends were -1."""
+    offsets = collections.defaultdict(list)  # (call, partition) -> offsets
+    for m in messages:
+        offsets[(int(m.value()) // chunk, m.partition())].append(m.offset())
+    unknown = 0
+    for call, r in enumerate(results):
+        assert {p for _, p in r.partitions} == {p for c, p in offsets if c == call}
+        for (_, partition), (count, first, last) in r.partitions.items():
+            got = offsets[(call, partition)]
+            assert count == len(got)
+            unknown += (first == -1) + (last == -1)
+            assert first in (-1, min(got)) and last in (-1, max(got)), (call, partition, first, last)
+    return unknown

@@ -187,11 +187,19 @@ class Sender(threading.Thread):
             self._metadata.request_update()
         poll_ms = min(poll_ms, next_ms)
         sendable = set()
+        unreachable = False
         for node in ready:
             if self._client.ready(node, now):
                 sendable.add(node)
             else:
+                unreachable = unreachable or self._client.connection_failed(node)
                 poll_ms = min(poll_ms, max(5.0, self._client.connection_delay_ms(node, now)))
+        if unreachable:
+            # A leader we cannot reach may be dead, its partitions led by another node by
+            # now: refresh, as Java does after every failed connection. Otherwise they would
+            # wait for it (or for metadata.max.age.ms) and expire.
+            self._metadata.request_update()
+            poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if sendable:
             drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
                                       self._config.compression_codec, self._config.compression_level,

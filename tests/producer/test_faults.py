@@ -1,11 +1,9 @@
 """Every connection cut several times a second: nothing acknowledged is lost, nothing is
 duplicated (idempotence), per-key order holds and every send gets exactly one callback."""
 
-import collections
-
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
-from tests.failover import Deliveries, assert_order_per_key
+from tests.failover import Deliveries, assert_arrow_offsets_match, assert_order_per_key
 
 
 # Short timeouts and backoffs: many retries fit into a run that cuts connections.
@@ -63,18 +61,5 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == n  # nothing lost, nothing twice
     assert_order_per_key(messages)
-    # Each call's summary is where its own records are: per partition their count, and
-    # their first and last offsets (-1 only where a retry came back as a duplicate,
-    # which carries no offset).
-    offsets = collections.defaultdict(list)  # (call, partition) -> offsets
-    for m in messages:
-        offsets[(int(m.value()) // chunk, m.partition())].append(m.offset())
-    unknown = 0
-    for call, r in enumerate(results):
-        assert {p for _, p in r.partitions} == {p for c, p in offsets if c == call}
-        for (_, partition), (count, first, last) in r.partitions.items():
-            got = offsets[(call, partition)]
-            assert count == len(got)
-            unknown += (first == -1) + (last == -1)
-            assert first in (-1, min(got)) and last in (-1, max(got))
-    assert unknown < len(offsets)  # duplicates are the exception
+    unknown = assert_arrow_offsets_match(results, messages, chunk)
+    assert unknown < sum(len(r.partitions) for r in results)  # duplicates are the exception

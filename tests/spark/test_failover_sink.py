@@ -30,6 +30,7 @@ def test_batch_write_while_a_broker_is_bounced(spark, kafka3):
     # The bounce runs beside the write (Spark's calls stay on this thread, where PySpark
     # finds its Python data sources).
     killed: list[int] = []
+    killed_at: list[float] = []
 
     def bounce_mid_write() -> None:
         check = consumer(kafka3.bootstrap)
@@ -38,15 +39,17 @@ def test_batch_write_while_a_broker_is_bounced(spark, kafka3):
                 time.sleep(0.05)
         finally:
             check.close()
-        killed.extend(bounce_leader(kafka3, topic, times=1, pause=0.3))
+        killed.extend(bounce_leader(kafka3, topic, times=1, pause=0.3, killed_at=killed_at))
 
     bounce = threading.Thread(target=bounce_mid_write)
     bounce.start()
     try:
         writer.save()
+        saved_at = time.monotonic()
     finally:
         bounce.join(180)
     assert killed
+    assert saved_at > killed_at[0]  # the leader died mid-write, not after it
     messages = consume_all(kafka3.bootstrap, topic, rows, timeout=120, settle=1.0)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == rows
