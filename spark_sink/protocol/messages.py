@@ -22,10 +22,15 @@ class ApiKey(IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
 
 
@@ -43,8 +48,11 @@ class Api:
 _INT32_ARRAY = "[]int32"
 
 # The sender's path uses protocol/produce.py, which writes and reads these bytes by hand.
+# v12 (Kafka 4.0) only tells the broker the client runs transactions its second way
+# (KIP-890: partitions added implicitly, the epoch bumped by EndTxn v5); kprod adds
+# partitions itself, so it stops at v11, as Java's producer does without that feature.
 PRODUCE = Api(
-    ApiKey.PRODUCE, 3, 12,
+    ApiKey.PRODUCE, 3, 11,
     Schema((
         F("transactional_id", "string", nullable=True),
         F("acks", "int16"),
@@ -167,6 +175,117 @@ FIND_COORDINATOR = Api(
     ), flexible_from=3),
 )
 
+OFFSET_FETCH = Api(
+    ApiKey.OFFSET_FETCH, 1, 7,
+    Schema((
+        F("group_id", "string"),
+        F("topics", "[]struct", nullable=True, fields=(
+            F("name", "string"),
+            F("partition_indexes", _INT32_ARRAY),
+        )),
+        F("require_stable", "bool", 7),
+    ), flexible_from=6),
+    Schema((
+        F("throttle_time_ms", "int32", 3),
+        F("topics", "[]struct", fields=(
+            F("name", "string"),
+            F("partitions", "[]struct", fields=(
+                F("partition_index", "int32"),
+                F("committed_offset", "int64"),
+                F("committed_leader_epoch", "int32", 5, default=-1),
+                F("metadata", "string", nullable=True),
+                F("error_code", "int16"),
+            )),
+        )),
+        F("error_code", "int16", 2),
+    ), flexible_from=6),
+)
+
+# Up to v3: v4 and later batch several transactions and are for brokers only.
+ADD_PARTITIONS_TO_TXN = Api(
+    ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3,
+    Schema((
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("topics", "[]struct", fields=(
+            F("name", "string"),
+            F("partitions", _INT32_ARRAY),
+        )),
+    ), flexible_from=3),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("results", "[]struct", fields=(
+            F("name", "string"),
+            F("results", "[]struct", fields=(
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            )),
+        )),
+    ), flexible_from=3),
+)
+
+ADD_OFFSETS_TO_TXN = Api(
+    ApiKey.ADD_OFFSETS_TO_TXN, 0, 4,
+    Schema((
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("group_id", "string"),
+    ), flexible_from=3),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+    ), flexible_from=3),
+)
+
+# Up to v4: v5 belongs to the KIP-890 protocol (see PRODUCE).
+END_TXN = Api(
+    ApiKey.END_TXN, 0, 4,
+    Schema((
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("committed", "bool"),
+    ), flexible_from=3),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+    ), flexible_from=3),
+)
+
+TXN_OFFSET_COMMIT = Api(
+    ApiKey.TXN_OFFSET_COMMIT, 0, 4,
+    Schema((
+        F("transactional_id", "string"),
+        F("group_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("generation_id", "int32", 3, default=-1),
+        F("member_id", "string", 3),
+        F("group_instance_id", "string", 3, nullable=True),
+        F("topics", "[]struct", fields=(
+            F("name", "string"),
+            F("partitions", "[]struct", fields=(
+                F("partition_index", "int32"),
+                F("committed_offset", "int64"),
+                F("committed_leader_epoch", "int32", 2, default=-1),
+                F("committed_metadata", "string", nullable=True),
+            )),
+        )),
+    ), flexible_from=3),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]struct", fields=(
+            F("name", "string"),
+            F("partitions", "[]struct", fields=(
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+            )),
+        )),
+    ), flexible_from=3),
+)
+
 # v1 only: v0 (Kafka 0.10) sends the SASL tokens unframed, outside the Kafka protocol.
 SASL_HANDSHAKE = Api(
     ApiKey.SASL_HANDSHAKE, 1, 1,
@@ -189,7 +308,8 @@ SASL_AUTHENTICATE = Api(
 )
 
 APIS: dict[int, Api] = {api.key: api for api in (
-    PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE)}
+    PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE,
+    OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT)}
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
 
 
