@@ -253,7 +253,8 @@ _KEYS: tuple[_Key, ...] = (
     _Key("send.buffer.bytes", 131072, _int(-1, _INT32_MAX), "SO_SNDBUF, -1 for the OS default"),
     _Key("receive.buffer.bytes", 32768, _int(-1, _INT32_MAX), "SO_RCVBUF, -1 for the OS default"),
     _Key("connections.max.idle.ms", 540000, _int(0), "close connections idle this long"),
-    _Key("transactional.id", None, _optional_str, "not supported yet; must be unset"),
+    _Key("transactional.id", None, _optional_str, "enables transactions under this id (stable across restarts)"),
+    _Key("transaction.timeout.ms", 60000, _int(1, _INT32_MAX), "the coordinator aborts a transaction open this long"),
     _Key("security.protocol", "PLAINTEXT", _security_protocol, "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL"),
     _Key("sasl.mechanism", "GSSAPI", _upper, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (not GSSAPI, Java's default)"),
     _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." options'),
@@ -306,6 +307,7 @@ class ProducerConfig:
     receive_buffer_bytes: int
     connections_max_idle_ms: int
     transactional_id: str | None
+    transaction_timeout_ms: int
     security_protocol: str
     sasl_mechanism: str
     sasl_jaas_config: str | None = dataclasses.field(repr=False)
@@ -349,8 +351,6 @@ class ProducerConfig:
         # Defaults that are strings go through their parser too, so types are uniform.
         values["acks"] = _acks("acks", values["acks"])
         values["enable_idempotence"] = _resolve_idempotence(settings, values)
-        if values["transactional_id"] is not None:
-            raise ConfigError("transactional.id: transactions are not supported yet; leave it unset")
         _check_sasl(values)
         if values["delivery_timeout_ms"] < values["linger_ms"] + values["request_timeout_ms"]:
             raise ConfigError(
@@ -377,6 +377,13 @@ def _resolve_idempotence(settings: Mapping[str, Any], values: dict[str, Any]) ->
         conflicts.append("retries must be greater than 0")
     if values["max_in_flight_requests_per_connection"] > _MAX_IDEMPOTENT_IN_FLIGHT:
         conflicts.append(f"max.in.flight.requests.per.connection must be at most {_MAX_IDEMPOTENT_IN_FLIGHT}")
+    if values["transactional_id"] is not None:
+        # As Java: a transactional producer is idempotent, whatever was asked.
+        if not values["enable_idempotence"] and "enable.idempotence" in settings:
+            raise ConfigError("enable.idempotence: must be true when transactional.id is set")
+        if conflicts:
+            raise ConfigError(f"transactional.id: transactions require that {'; '.join(conflicts)}")
+        return True
     if not values["enable_idempotence"]:
         return False
     if conflicts:

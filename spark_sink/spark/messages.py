@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from spark_sink.producer import PreparedTransaction
+
 log = logging.getLogger(__name__)
 
 # (topic, partition) -> (count, first_offset, last_offset)
@@ -27,6 +29,10 @@ class KProdCommitMessage(WriterCommitMessage):
     bytes: int
     partitions: PartitionRanges = field(default_factory=dict)
     seconds: float = 0.0
+    # Exactly-once: the task's open transaction, which the driver commits, and the
+    # streaming query it belongs to.
+    transaction: PreparedTransaction | None = None
+    query_id: str | None = None
 
 
 def extend_ranges(into: PartitionRanges, later: PartitionRanges) -> None:

@@ -7,7 +7,10 @@ prefix removed. Options of our own start with ``kprod.``.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +35,21 @@ SINK_OPTIONS: dict[str, str] = {
         "30s or 500ms, plain numbers are milliseconds, 0 closes each producer with its task "
         "(default: 10m, as spark.kafka.producer.cache.timeout)"
     ),
+    "kprod.deliveryguarantee": (
+        "kprod.deliveryGuarantee: at-least-once (default) or exactly-once: each task writes its "
+        "rows in one Kafka transaction that the driver commits with the microbatch (or the batch "
+        "write); read them with isolation.level=read_committed"
+    ),
+    "kprod.transactionalidprefix": (
+        "kprod.transactionalIdPrefix: exactly-once only; task N uses the transactional id "
+        "<prefix>-N. Keep it stable across restarts of a query and unique to it (default: derived "
+        "from the checkpointLocation option of a streaming query; a new one per batch write)"
+    ),
+    "kprod.markertopic": (
+        "kprod.markerTopic: exactly-once only; an existing topic whose partition 0 holds the "
+        "committed-microbatch markers, as offsets of consumer groups <prefix>-N (default: the "
+        "'topic' option)"
+    ),
     "kprod.flush.timeout.ms": (
         "kprod.flush.timeout.ms: longest a task waits for its records to be acknowledged after "
         "its last batch (default: kafka.delivery.timeout.ms plus 30000)"
@@ -49,7 +67,8 @@ _REFUSED_PRODUCER_KEYS: dict[str, str] = {
     "key.serializer": "keys are sent as the bytes of the 'key' column; cast it to binary or string in Spark",
     "value.serializer": "values are sent as the bytes of the 'value' column; cast it to binary or string in Spark",
     "interceptors": "interceptors are Python objects and cannot be given as a Spark option",
-    "transactional.id": "transactions are not supported by the kprod sink",
+    "transactional.id": ("set kprod.deliveryGuarantee=exactly-once instead: each task then gets its own "
+                         "transactional id, kprod.transactionalIdPrefix-<partition>"),
 }
 
 # Options Spark itself may put into the map of every sink; they are not ours to check.
@@ -65,9 +84,23 @@ class SinkOptions:
     delivery_report_path: str | None
     flush_timeout_s: float
     producer_cache_timeout_s: float = 600.0
+    exactly_once: ExactlyOnce | None = None
 
 
-def parse_options(options: Mapping[str, Any]) -> SinkOptions:
+@dataclass(frozen=True, slots=True)
+class ExactlyOnce:
+    """Settings of exactly-once writes: task N's transactional id is ``<prefix>-N``, and its
+    committed microbatches are marked under the group of the same name on
+    ``(marker_topic, 0)``."""
+
+    prefix: str
+    marker_topic: str
+
+    def transactional_id(self, partition_id: int) -> str:
+        return f"{self.prefix}-{partition_id}"
+
+
+def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOptions:
     """Check every option; raise ConfigError naming the option and what it accepts."""
     # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
@@ -109,7 +142,7 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
         topic = topic.strip()
         if not topic:
             raise ConfigError("option 'topic' is empty; give a topic name or leave it out and add a 'topic' column")
-        _check_topic_name(topic)
+        _check_topic_name(topic, "topic")
 
     report = opts.get("kprod.deliveryreport.path") or None
     flush_ms = opts.get("kprod.flush.timeout.ms")
@@ -124,7 +157,43 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
             raise ConfigError(f"option 'kprod.flush.timeout.ms': expected a positive integer, got {flush_ms!r}")
     cache_timeout = opts.get("kprod.producer.cache.timeout")
     cache_timeout_s = 600.0 if cache_timeout is None else _duration_s("kprod.producer.cache.timeout", cache_timeout)
-    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s)
+    exactly_once = _exactly_once(opts, topic, config, streaming)
+    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, exactly_once)
+
+
+_GUARANTEES = ("at-least-once", "exactly-once")
+
+
+def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerConfig,
+                  streaming: bool) -> ExactlyOnce | None:
+    guarantee = opts.get("kprod.deliveryguarantee", "at-least-once").strip().lower()
+    if guarantee not in _GUARANTEES:
+        raise ConfigError(f"option 'kprod.deliveryGuarantee': expected one of {', '.join(_GUARANTEES)}, "
+                          f"got {opts['kprod.deliveryguarantee']!r}")
+    eo_only = [k for k in ("kprod.transactionalidprefix", "kprod.markertopic") if k in opts]
+    if guarantee == "at-least-once":
+        if eo_only:
+            raise ConfigError(f"option {_display(eo_only[0])!r} applies only with kprod.deliveryGuarantee=exactly-once")
+        return None
+    if config.acks != -1:
+        raise ConfigError("option 'kafka.acks': exactly-once needs acks=all (Kafka's transactions require it)")
+    prefix = opts.get("kprod.transactionalidprefix", "").strip()
+    if not prefix:
+        checkpoint = opts.get("checkpointlocation", "").strip()
+        if streaming and not checkpoint:
+            raise ConfigError(
+                "option 'kprod.transactionalIdPrefix': required for an exactly-once streaming query whose "
+                "checkpoint location is not given with .option('checkpointLocation', ...): the prefix must "
+                "stay the same across restarts of the query")
+        # Batch writes are never replayed: a prefix of their own fences nothing else.
+        seed = os.path.abspath(checkpoint) if streaming else uuid.uuid4().hex
+        prefix = "kprod-" + hashlib.sha256(seed.encode()).hexdigest()[:20]
+    marker_topic = opts.get("kprod.markertopic", "").strip() or topic
+    if marker_topic is None:
+        raise ConfigError("option 'kprod.markerTopic': required for exactly-once writes without a 'topic' option "
+                          "(an existing topic; its partition 0 holds the committed-microbatch markers)")
+    _check_topic_name(marker_topic, "kprod.markerTopic")
+    return ExactlyOnce(prefix, marker_topic)
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -152,10 +221,10 @@ def _display(key: str) -> str:
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def _check_topic_name(topic: str) -> None:
+def _check_topic_name(topic: str, option: str) -> None:
     """Kafka's own topic name rule, so a typo fails here rather than in every task."""
     if topic in (".", "..") or len(topic) > 249 or not set(topic) <= _TOPIC_CHARS:
         raise ConfigError(
-            f"option 'topic': {topic!r} is not a valid Kafka topic name "
+            f"option {option!r}: {topic!r} is not a valid Kafka topic name "
             "(1-249 characters of ASCII letters, digits, '.', '_' and '-', not '.' or '..')"
         )

@@ -45,5 +45,5 @@ class KProdDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's name)
         # Complete mode asks to overwrite; like Spark's Kafka sink, every microbatch's
         # full result is simply appended to the topic.
-        options = parse_options(self.options)
+        options = parse_options(self.options, streaming=True)
         return KProdStreamWriter(options, plan_columns(schema, options.topic))

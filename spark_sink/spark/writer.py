@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions
@@ -103,8 +104,12 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
 
     started = time.monotonic()
     partition_id, attempt = _task_identity()
+    eo = options.exactly_once
+    config = options.producer_config if eo is None else exactly_once.transactional_config(
+        options.producer_config, eo, partition_id)
     # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
-    producer = POOL.acquire(options.producer_config)
+    producer = POOL.acquire(config)
+    transaction = None
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
@@ -118,6 +123,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
 
     ok = False
     try:
+        if eo is not None:
+            exactly_once.begin(producer)
         # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
         # Sender's wait for it short for the whole loop, not only inside each call.
         with short_switch_interval():
@@ -129,16 +136,19 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         producer.flush(options.flush_timeout_s)
         for future in pending:
             settle(future)
+        if eo is not None:
+            transaction = producer.prepare_transaction()  # committed by the driver, with the others
         ok = True
     finally:
         # Back to the pool only after a flush that succeeded; on failure it is closed
         # without waiting for the rest: the task is failing anyway.
-        POOL.release(producer, options.producer_config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
+        POOL.release(producer, config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s",
              partition_id, attempt, records, nbytes, seconds)
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds)
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, transaction,
+                              exactly_once.query_id() if eo is not None else None)
 
 
 def _driver_logging() -> None:
@@ -158,16 +168,23 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     _driver_logging()
     summary = WriteSummary.of(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
+    if options.exactly_once is not None:
+        skipped = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
+        what += f" (exactly-once, {len(messages) - skipped} transaction(s) committed)"
     log.info("kprod %s committed: %s", what, summary.describe())
     if options.delivery_report_path:
         append_report(options.delivery_report_path, summary.report_line(batch_id))
 
 
-def _abort(messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
     _driver_logging()
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
-    if done:
+    if options.exactly_once is not None:
+        exactly_once.abort(options.producer_config, messages)
+        log.warning("kprod %s aborted: the transactions of its %d finished task(s) were aborted; "
+                    "nothing of it is visible to read_committed consumers", what, len(done))
+    elif done:
         detail = ", ".join(f"partition {m.partition_id} ({m.records} records)" for m in done)
         log.warning(
             "kprod %s aborted: %d of %d task(s) had already delivered their records (%s); "
@@ -195,7 +212,7 @@ class KProdBatchWriter(_TaskWriter, DataSourceArrowWriter):
         _commit(self.options, messages, None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _abort(messages, None)
+        _abort(self.options, messages, None)
 
 
 class KProdStreamWriter(_TaskWriter, DataSourceStreamArrowWriter):
@@ -205,4 +222,4 @@ class KProdStreamWriter(_TaskWriter, DataSourceStreamArrowWriter):
         _commit(self.options, messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        _abort(messages, batchId)
+        _abort(self.options, messages, batchId)

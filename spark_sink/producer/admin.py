@@ -1,0 +1,221 @@
+"""AdminClient: the coordinator requests that run outside a producer, in the calling thread.
+
+Two-phase commit across processes needs them: a process other than the one that wrote a
+transaction ends it (EndTxn with the transactional id, producer id and epoch the writer
+reported), and a writer reads back the offsets earlier transactions committed under a
+group (OffsetFetch, waiting for pending transactional offsets to settle). Each call blocks
+until every answer is in or its timeout passes, retrying what Kafka says may be retried
+and finding a coordinator again when it moved. Requests to one coordinator are pipelined:
+ending a hundred transactions costs a few round trips, not a hundred.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.connections import ClientResponse
+from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.producer.network import NetworkClient, now_ms
+from spark_sink.protocol.errors import (
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaConnectionError, KafkaError, KProdError,
+    NotCoordinatorError, error_for_code,
+)
+from spark_sink.protocol.messages import ApiKey
+
+log = logging.getLogger(__name__)
+
+GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
+Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
+_PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT)
+_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A transaction flushed and left open: what another process needs to end it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+class _Call:
+    """One request to a coordinator, sent again until it is answered for good."""
+
+    __slots__ = ("key_type", "key", "api_key", "body", "result", "error", "not_before", "in_flight", "done")
+
+    def __init__(self, key_type: int, key: str, api_key: ApiKey, body: dict[str, Any]) -> None:
+        self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
+        self.result: dict[str, Any] | None = None
+        self.error: KProdError | None = None  # the last error (retriable ones are tried again)
+        self.not_before = 0.0
+        self.in_flight = False
+        self.done = False
+
+
+class AdminClient:
+    """Connections to the cluster for coordinator requests; one thread at a time.
+
+    ``config`` takes the producer's keys (bootstrap.servers, security, timeouts).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | ProducerConfig) -> None:
+        self._config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config)
+        self._client = NetworkClient(self._config)
+        self._coordinators: dict[tuple[int, str], int] = {}
+        self._finding: set[tuple[int, str]] = set()  # FindCoordinator in flight for these keys
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- public calls ---------------------------------------------------------
+
+    def end_transactions(self, transactions: Iterable[PreparedTransaction], commit: bool,
+                         timeout_ms: float | None = None) -> None:
+        """Commit (or abort) each prepared transaction; raises the first error that is not
+        retriable, or KafkaTimeoutError naming the transactions still open after
+        ``timeout_ms`` (default request.timeout.ms x 2). Ending a transaction that is
+        already ended the same way succeeds, so a lost answer is safe to retry."""
+        calls = [_Call(TRANSACTION, t.transactional_id, ApiKey.END_TXN, {
+            "transactional_id": t.transactional_id, "producer_id": t.producer_id,
+            "producer_epoch": t.producer_epoch, "committed": commit}) for t in transactions]
+        self._run(calls, timeout_ms, "commit" if commit else "abort")
+
+    def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
+                          timeout_ms: float | None = None) -> dict[str, Offsets]:
+        """Per group, the offset and metadata committed for each of its partitions
+        (``(-1, None)`` where none is), read once no transaction holds a pending commit for
+        them (require_stable). The groups are asked at once."""
+        calls = {group: _Call(GROUP, group, ApiKey.OFFSET_FETCH, {
+            "group_id": group, "require_stable": True, "topics": _by_topic(partitions)})
+            for group, partitions in partitions_by_group.items()}
+        self._run(list(calls.values()), timeout_ms, "fetch committed offsets")
+        return {group: {(t["name"], p["partition_index"]): (p["committed_offset"], p["metadata"])
+                        for t in call.result["topics"] for p in t["partitions"]}
+                for group, call in calls.items()}
+
+    def send_offsets_to_transactions(self, items: Iterable[tuple[PreparedTransaction, str, Offsets]],
+                                     timeout_ms: float | None = None) -> None:
+        """Add offsets to open transactions, as each one's producer would with
+        send_offsets_to_transaction: ``(transaction, group id, {(topic, partition):
+        (offset, metadata)})``. They become visible when the transaction commits."""
+        items = list(items)
+        self._run([_Call(TRANSACTION, t.transactional_id, ApiKey.ADD_OFFSETS_TO_TXN, {
+            "transactional_id": t.transactional_id, "producer_id": t.producer_id,
+            "producer_epoch": t.producer_epoch, "group_id": group}) for t, group, _ in items],
+            timeout_ms, "add offsets to transactions")
+        self._run([_Call(GROUP, group, ApiKey.TXN_OFFSET_COMMIT, {
+            "transactional_id": t.transactional_id, "group_id": group, "producer_id": t.producer_id,
+            "producer_epoch": t.producer_epoch, "topics": [
+                {"name": topic, "partitions": [
+                    {"partition_index": p, "committed_offset": o, "committed_metadata": m}
+                    for (tp_topic, p), (o, m) in offsets.items() if tp_topic == topic]}
+                for topic in dict.fromkeys(tp[0] for tp in offsets)]}) for t, group, offsets in items],
+            timeout_ms, "commit offsets in transactions")
+
+    # -- the loop -------------------------------------------------------------
+
+    def _run(self, calls: list[_Call], timeout_ms: float | None, what: str) -> None:
+        timeout_ms = 2 * self._config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = now_ms() + timeout_ms
+        client = self._client
+        while True:
+            now = now_ms()
+            failed = next((c.error for c in calls if c.done and c.result is None), None)
+            if failed is not None:
+                raise failed
+            pending = [c for c in calls if not c.done]
+            if not pending:
+                return
+            if now >= deadline:
+                last = next((c.error for c in pending if c.error is not None), None)
+                raise KafkaTimeoutError(
+                    f"{what}: {len(pending)} of {len(calls)} request(s) unanswered after {timeout_ms:.0f} ms "
+                    f"(for {', '.join(c.key for c in pending[:5])}); last error: {last}")
+            if client.authentication_error is not None:
+                raise client.authentication_error
+            wait = max(0.0, deadline - now)
+            for call in pending:
+                if call.in_flight:
+                    continue
+                if now < call.not_before:
+                    wait = min(wait, call.not_before - now)
+                    continue
+                node = self._coordinator(call, now)
+                if node is not None and client.ready(node, now):
+                    call.in_flight = True
+                    client.send(node, call.api_key, call.body, lambda r, c=call: self._answered(c, r))
+                else:
+                    wait = min(wait, 20.0)  # connecting, or its coordinator being found
+            client.poll(wait)
+
+    def _coordinator(self, call: _Call, now: float) -> int | None:
+        """The coordinator's node id for ``call`` if known, else asks for it (once at a
+        time per key) and returns None."""
+        node = self._coordinators.get((call.key_type, call.key))
+        if node is not None:
+            return node
+        if (call.key_type, call.key) in self._finding:
+            return None
+        any_node = self._client.least_loaded_node(now)
+        if any_node is None or not self._client.ready(any_node, now):
+            return None
+        self._finding.add((call.key_type, call.key))
+        self._client.send(any_node, ApiKey.FIND_COORDINATOR, {"key": call.key, "key_type": call.key_type},
+                          lambda r, c=call: self._found(c, r))
+        return None
+
+    def _found(self, call: _Call, response: ClientResponse) -> None:
+        self._finding.discard((call.key_type, call.key))
+        error = response.error or error_for_code(response.body["error_code"], response.body.get("error_message"))
+        if error is None:
+            node = response.body["node_id"]
+            self._client.set_nodes({node: (response.body["host"], response.body["port"])})
+            self._coordinators[(call.key_type, call.key)] = node
+            return
+        self._failed(call, error)
+
+    def _answered(self, call: _Call, response: ClientResponse) -> None:
+        call.in_flight = False
+        error = response.error
+        if error is None:
+            body = response.body
+            error = error_for_code(body.get("error_code", 0), f"{call.api_key.name} for {call.key}")
+            if error is None and call.api_key in _PER_PARTITION_ERRORS:
+                error = next((error_for_code(p["error_code"], f"{call.api_key.name} for {call.key}: "
+                                             f"{t['name']}-{p['partition_index']}")
+                              for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
+        if error is None:
+            call.result, call.done = response.body, True
+            return
+        self._failed(call, error)
+
+    def _failed(self, call: _Call, error: KProdError) -> None:
+        """Retriable: try again after retry.backoff.ms (finding the coordinator anew if it
+        moved); otherwise the whole call fails with the broker's error."""
+        call.error = error
+        if isinstance(error, _MOVED):
+            self._coordinators.pop((call.key_type, call.key), None)
+        if not getattr(error, "retriable", False):
+            call.done = True  # _run raises it: callbacks must not
+            return
+        if not isinstance(error, CoordinatorLoadInProgressError):
+            log.debug("%s for %s: %s; retrying", call.api_key.name, call.key, error)
+        call.not_before = now_ms() + self._config.retry_backoff_ms
+
+
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+    return [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]
