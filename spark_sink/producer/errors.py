@@ -14,7 +14,14 @@ class ConfigError(KProdError, ValueError):
 
 
 class KafkaTimeoutError(KProdError, TimeoutError):
-    """An operation did not finish within its bound (max.block.ms, delivery.timeout.ms, ...)."""
+    """An operation did not finish within its bound (max.block.ms, delivery.timeout.ms, ...).
+
+    Retriable, as Java's TimeoutException: a request that timed out may succeed when sent
+    again (the producer does, within delivery.timeout.ms); one that ran out of its
+    delivery.timeout.ms is reported with this error and not retried.
+    """
+
+    retriable = True
 
 
 class BufferExhaustedError(KafkaTimeoutError):

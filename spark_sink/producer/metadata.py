@@ -13,12 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.protocol.errors import KafkaError, error_for_code
+from spark_sink.protocol.errors import (
+    NO_ERROR, InvalidTopicException, KafkaError, TopicAuthorizationFailedError, error_for_code,
+)
 
 log = logging.getLogger(__name__)
 
 # Errors a topic can report that will not go away by waiting.
-_FATAL_TOPIC_ERRORS = {17, 29}  # INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+_FATAL_TOPIC_ERRORS = (InvalidTopicException, TopicAuthorizationFailedError)
 
 
 class Metadata:
@@ -68,7 +70,7 @@ class Metadata:
                 if failure is not None:
                     raise failure
                 error = self.topic_errors.get(topic)
-                if error is not None and error.code in _FATAL_TOPIC_ERRORS:
+                if isinstance(error, _FATAL_TOPIC_ERRORS):
                     raise type(error)(f"topic {topic!r}: {error.message or error.name}")
                 if topic not in self.topics:
                     self.topics.add(topic)
@@ -116,7 +118,7 @@ class Metadata:
             parts = sorted(topic["partitions"], key=lambda p: p["partition_index"])
             leader_list = [-1] * len(parts)
             for p in parts:
-                leader_list[p["partition_index"]] = p["leader_id"] if p["error_code"] == 0 or p["leader_id"] >= 0 else -1
+                leader_list[p["partition_index"]] = p["leader_id"] if p["error_code"] == NO_ERROR or p["leader_id"] >= 0 else -1
                 if leader_list[p["partition_index"]] < 0:
                     need_update = True
             leaders[name] = leader_list

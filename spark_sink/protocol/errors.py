@@ -1,15 +1,31 @@
-"""Kafka error codes as exceptions, built from one table.
+"""Kafka error codes as exceptions, one class per code, exported by name.
 
 Every exception kprod raises derives from :class:`KProdError`. Broker errors derive from
 :class:`KafkaError` and carry the code, the protocol name and whether a client may retry
-(``retriable``) or must refresh metadata first (``invalid_metadata``).
+(``retriable``) or must refresh metadata first (``invalid_metadata``). Code refers to an
+error by its class (``isinstance(error, NotLeaderOrFollowerError)``) or the class's
+``code`` (``code == DuplicateSequenceNumberError.code``), never by its number.
+
+The table below is the one place each error is defined: every code of the Kafka protocol
+up to Kafka 4.3, with the retry and metadata flags of the Java client's exception for it.
+``tests/protocol/test_errors.py`` checks it against the kafka-clients jar the test broker
+runs.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class KProdError(Exception):
-    """Root of every error kprod raises."""
+    """Root of every error kprod raises.
+
+    ``retriable``: trying the same operation again may succeed. ``invalid_metadata``: the
+    client's view of the cluster is out of date, so it refreshes metadata before retrying.
+    """
+
+    retriable: ClassVar[bool] = False
+    invalid_metadata: ClassVar[bool] = False
 
 
 class CorruptRecordError(KProdError):
@@ -24,170 +40,205 @@ class KafkaConnectionError(KProdError):
 
 
 class KafkaError(KProdError):
-    """An error code returned by a broker."""
+    """An error code returned by a broker: the base of the classes in the table below."""
 
-    code: int = -1
-    name: str = "UNKNOWN_SERVER_ERROR"
-    retriable: bool = False
-    invalid_metadata: bool = False
+    code: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message
-        super().__init__(f"[{self.name} ({self.code})] {message}" if message else f"[{self.name} ({self.code})]")
+        super().__init__(message)  # args stay (message,): a pickled copy is made the same way
+
+    def __str__(self) -> str:
+        label = f"[{self.name} ({self.code})]"
+        return f"{label} {self.message}" if self.message else label
 
 
-# (code, NAME, retriable, invalid_metadata) from the Kafka protocol guide's error table.
-_ERROR_TABLE: tuple[tuple[int, str, bool, bool], ...] = (
-    (-1, "UNKNOWN_SERVER_ERROR", False, False),
-    (1, "OFFSET_OUT_OF_RANGE", False, False),
-    (2, "CORRUPT_MESSAGE", True, False),
-    (3, "UNKNOWN_TOPIC_OR_PARTITION", True, True),
-    (4, "INVALID_FETCH_SIZE", False, False),
-    (5, "LEADER_NOT_AVAILABLE", True, True),
-    (6, "NOT_LEADER_OR_FOLLOWER", True, True),
-    (7, "REQUEST_TIMED_OUT", True, False),
-    (8, "BROKER_NOT_AVAILABLE", False, False),
-    (9, "REPLICA_NOT_AVAILABLE", True, True),
-    (10, "MESSAGE_TOO_LARGE", False, False),
-    (11, "STALE_CONTROLLER_EPOCH", False, False),
-    (12, "OFFSET_METADATA_TOO_LARGE", False, False),
-    (13, "NETWORK_EXCEPTION", True, True),
-    (14, "COORDINATOR_LOAD_IN_PROGRESS", True, False),
-    (15, "COORDINATOR_NOT_AVAILABLE", True, False),
-    (16, "NOT_COORDINATOR", True, False),
-    (17, "INVALID_TOPIC_EXCEPTION", False, False),
-    (18, "RECORD_LIST_TOO_LARGE", False, False),
-    (19, "NOT_ENOUGH_REPLICAS", True, False),
-    (20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, False),
-    (21, "INVALID_REQUIRED_ACKS", False, False),
-    (22, "ILLEGAL_GENERATION", False, False),
-    (23, "INCONSISTENT_GROUP_PROTOCOL", False, False),
-    (24, "INVALID_GROUP_ID", False, False),
-    (25, "UNKNOWN_MEMBER_ID", False, False),
-    (26, "INVALID_SESSION_TIMEOUT", False, False),
-    (27, "REBALANCE_IN_PROGRESS", False, False),
-    (28, "INVALID_COMMIT_OFFSET_SIZE", False, False),
-    (29, "TOPIC_AUTHORIZATION_FAILED", False, False),
-    (30, "GROUP_AUTHORIZATION_FAILED", False, False),
-    (31, "CLUSTER_AUTHORIZATION_FAILED", False, False),
-    (32, "INVALID_TIMESTAMP", False, False),
-    (33, "UNSUPPORTED_SASL_MECHANISM", False, False),
-    (34, "ILLEGAL_SASL_STATE", False, False),
-    (35, "UNSUPPORTED_VERSION", False, False),
-    (36, "TOPIC_ALREADY_EXISTS", False, False),
-    (37, "INVALID_PARTITIONS", False, False),
-    (38, "INVALID_REPLICATION_FACTOR", False, False),
-    (39, "INVALID_REPLICA_ASSIGNMENT", False, False),
-    (40, "INVALID_CONFIG", False, False),
-    (41, "NOT_CONTROLLER", True, False),
-    (42, "INVALID_REQUEST", False, False),
-    (43, "UNSUPPORTED_FOR_MESSAGE_FORMAT", False, False),
-    (44, "POLICY_VIOLATION", False, False),
-    (45, "OUT_OF_ORDER_SEQUENCE_NUMBER", False, False),
-    (46, "DUPLICATE_SEQUENCE_NUMBER", False, False),
-    (47, "INVALID_PRODUCER_EPOCH", False, False),
-    (48, "INVALID_TXN_STATE", False, False),
-    (49, "INVALID_PRODUCER_ID_MAPPING", False, False),
-    (50, "INVALID_TRANSACTION_TIMEOUT", False, False),
-    (51, "CONCURRENT_TRANSACTIONS", True, False),
-    (52, "TRANSACTION_COORDINATOR_FENCED", False, False),
-    (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False, False),
-    (54, "SECURITY_DISABLED", False, False),
-    (55, "OPERATION_NOT_ATTEMPTED", False, False),
-    (56, "KAFKA_STORAGE_ERROR", True, True),
-    (57, "LOG_DIR_NOT_FOUND", False, False),
-    (58, "SASL_AUTHENTICATION_FAILED", False, False),
-    (59, "UNKNOWN_PRODUCER_ID", False, False),
-    (60, "REASSIGNMENT_IN_PROGRESS", False, False),
-    (61, "DELEGATION_TOKEN_AUTH_DISABLED", False, False),
-    (62, "DELEGATION_TOKEN_NOT_FOUND", False, False),
-    (63, "DELEGATION_TOKEN_OWNER_MISMATCH", False, False),
-    (64, "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED", False, False),
-    (65, "DELEGATION_TOKEN_AUTHORIZATION_FAILED", False, False),
-    (66, "DELEGATION_TOKEN_EXPIRED", False, False),
-    (67, "INVALID_PRINCIPAL_TYPE", False, False),
-    (68, "NON_EMPTY_GROUP", False, False),
-    (69, "GROUP_ID_NOT_FOUND", False, False),
-    (70, "FETCH_SESSION_ID_NOT_FOUND", True, False),
-    (71, "INVALID_FETCH_SESSION_EPOCH", True, False),
-    (72, "LISTENER_NOT_FOUND", True, True),
-    (73, "TOPIC_DELETION_DISABLED", False, False),
-    (74, "FENCED_LEADER_EPOCH", True, True),
-    (75, "UNKNOWN_LEADER_EPOCH", True, True),
-    (76, "UNSUPPORTED_COMPRESSION_TYPE", False, False),
-    (77, "STALE_BROKER_EPOCH", False, False),
-    (78, "OFFSET_NOT_AVAILABLE", True, False),
-    (79, "MEMBER_ID_REQUIRED", False, False),
-    (80, "PREFERRED_LEADER_NOT_AVAILABLE", True, True),
-    (81, "GROUP_MAX_SIZE_REACHED", False, False),
-    (82, "FENCED_INSTANCE_ID", False, False),
-    (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", True, False),
-    (84, "ELECTION_NOT_NEEDED", True, False),
-    (85, "NO_REASSIGNMENT_IN_PROGRESS", False, False),
-    (86, "GROUP_SUBSCRIBED_TO_TOPIC", False, False),
-    (87, "INVALID_RECORD", False, False),
-    (88, "UNSTABLE_OFFSET_COMMIT", True, False),
-    (89, "THROTTLING_QUOTA_EXCEEDED", True, False),
-    (90, "PRODUCER_FENCED", False, False),
-    (91, "RESOURCE_NOT_FOUND", False, False),
-    (92, "DUPLICATE_RESOURCE", False, False),
-    (93, "UNACCEPTABLE_CREDENTIAL", False, False),
-    (94, "INCONSISTENT_VOTER_SET", False, False),
-    (95, "INVALID_UPDATE_VERSION", False, False),
-    (96, "FEATURE_UPDATE_FAILED", False, False),
-    (97, "PRINCIPAL_DESERIALIZATION_FAILURE", False, False),
-    (98, "SNAPSHOT_NOT_FOUND", False, False),
-    (99, "POSITION_OUT_OF_RANGE", False, False),
-    (100, "UNKNOWN_TOPIC_ID", True, True),
-    (101, "DUPLICATE_BROKER_REGISTRATION", False, False),
-    (102, "BROKER_ID_NOT_REGISTERED", False, False),
-    (103, "INCONSISTENT_TOPIC_ID", True, True),
-    (104, "INCONSISTENT_CLUSTER_ID", False, False),
-    (105, "TRANSACTIONAL_ID_NOT_FOUND", False, False),
-    (106, "FETCH_SESSION_TOPIC_ID_ERROR", True, False),
-    (107, "INELIGIBLE_REPLICA", False, False),
-    (108, "NEW_LEADER_ELECTED", False, False),
-    (109, "OFFSET_MOVED_TO_TIERED_STORAGE", False, False),
-    (110, "FENCED_MEMBER_EPOCH", False, False),
-    (111, "UNRELEASED_INSTANCE_ID", False, False),
-    (112, "UNSUPPORTED_ASSIGNOR", False, False),
-    (113, "STALE_MEMBER_EPOCH", False, False),
-    (114, "MISMATCHED_ENDPOINT_TYPE", False, False),
-    (115, "UNSUPPORTED_ENDPOINT_TYPE", False, False),
-    (116, "UNKNOWN_CONTROLLER_ID", False, False),
-    (117, "UNKNOWN_SUBSCRIPTION_ID", False, False),
-    (118, "TELEMETRY_TOO_LARGE", False, False),
-    (119, "INVALID_REGISTRATION", False, False),
-    (120, "TRANSACTION_ABORTABLE", False, False),
-)
+class UnknownErrorCode(KafkaError):
+    """A code the table does not know (from a newer broker): not retriable. Each such code
+    gets its own subclass, made on first sight, so that ``code`` is a class attribute as
+    for every other error."""
+
+    def __reduce__(self) -> tuple:
+        return error_for_code, (self.code, self.message)
 
 
-def _class_name(name: str) -> str:
-    camel = "".join(part.capitalize() for part in name.split("_"))
-    return camel if camel.endswith(("Error", "Exception")) else camel + "Error"
-
+NO_ERROR = 0  # the code of a response, or a part of one, that succeeded
 
 ERRORS_BY_CODE: dict[int, type[KafkaError]] = {}
-for _code, _name, _retriable, _invalid in _ERROR_TABLE:
-    _cls = type(
-        _class_name(_name),
-        (KafkaError,),
-        {"code": _code, "name": _name, "retriable": _retriable, "invalid_metadata": _invalid,
-         "__doc__": f"Kafka error {_code}: {_name}.", "__module__": __name__},
-    )
-    ERRORS_BY_CODE[_code] = _cls
-    globals()[_cls.__name__] = _cls
-del _code, _name, _retriable, _invalid, _cls
+
+
+def _error(code: int, name: str, retriable: bool = False, invalid_metadata: bool = False) -> type[KafkaError]:
+    """One row of the table: the exception class for ``code``, registered by code."""
+    camel = "".join(part.capitalize() for part in name.split("_"))
+    class_name = camel if camel.endswith(("Error", "Exception")) else camel + "Error"
+    cls = type(class_name, (KafkaError,), {
+        "code": code, "name": name, "retriable": retriable, "invalid_metadata": invalid_metadata,
+        "__doc__": f"Kafka error {code}: {name}.", "__module__": __name__, "__qualname__": class_name,
+    })
+    if code in ERRORS_BY_CODE:
+        raise ValueError(f"error code {code} defined twice")  # a slip in the table below
+    ERRORS_BY_CODE[code] = cls
+    return cls
+
+
+# One row per error code: code, protocol name, and the flags that are set. Each class is
+# bound to the name _error derives from the protocol name (tests/protocol/test_errors.py
+# checks that the two agree).
+UnknownServerError = _error(-1, "UNKNOWN_SERVER_ERROR")
+OffsetOutOfRangeError = _error(1, "OFFSET_OUT_OF_RANGE")
+CorruptMessageError = _error(2, "CORRUPT_MESSAGE", retriable=True)
+UnknownTopicOrPartitionError = _error(3, "UNKNOWN_TOPIC_OR_PARTITION", retriable=True, invalid_metadata=True)
+InvalidFetchSizeError = _error(4, "INVALID_FETCH_SIZE")
+LeaderNotAvailableError = _error(5, "LEADER_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
+NotLeaderOrFollowerError = _error(6, "NOT_LEADER_OR_FOLLOWER", retriable=True, invalid_metadata=True)
+RequestTimedOutError = _error(7, "REQUEST_TIMED_OUT", retriable=True)
+BrokerNotAvailableError = _error(8, "BROKER_NOT_AVAILABLE")
+ReplicaNotAvailableError = _error(9, "REPLICA_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
+MessageTooLargeError = _error(10, "MESSAGE_TOO_LARGE")
+StaleControllerEpochError = _error(11, "STALE_CONTROLLER_EPOCH")
+OffsetMetadataTooLargeError = _error(12, "OFFSET_METADATA_TOO_LARGE")
+NetworkException = _error(13, "NETWORK_EXCEPTION", retriable=True, invalid_metadata=True)
+CoordinatorLoadInProgressError = _error(14, "COORDINATOR_LOAD_IN_PROGRESS", retriable=True)
+CoordinatorNotAvailableError = _error(15, "COORDINATOR_NOT_AVAILABLE", retriable=True)
+NotCoordinatorError = _error(16, "NOT_COORDINATOR", retriable=True)
+InvalidTopicException = _error(17, "INVALID_TOPIC_EXCEPTION")
+RecordListTooLargeError = _error(18, "RECORD_LIST_TOO_LARGE")
+NotEnoughReplicasError = _error(19, "NOT_ENOUGH_REPLICAS", retriable=True)
+NotEnoughReplicasAfterAppendError = _error(20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", retriable=True)
+InvalidRequiredAcksError = _error(21, "INVALID_REQUIRED_ACKS")
+IllegalGenerationError = _error(22, "ILLEGAL_GENERATION")
+InconsistentGroupProtocolError = _error(23, "INCONSISTENT_GROUP_PROTOCOL")
+InvalidGroupIdError = _error(24, "INVALID_GROUP_ID")
+UnknownMemberIdError = _error(25, "UNKNOWN_MEMBER_ID")
+InvalidSessionTimeoutError = _error(26, "INVALID_SESSION_TIMEOUT")
+RebalanceInProgressError = _error(27, "REBALANCE_IN_PROGRESS")
+InvalidCommitOffsetSizeError = _error(28, "INVALID_COMMIT_OFFSET_SIZE")
+TopicAuthorizationFailedError = _error(29, "TOPIC_AUTHORIZATION_FAILED")
+GroupAuthorizationFailedError = _error(30, "GROUP_AUTHORIZATION_FAILED")
+ClusterAuthorizationFailedError = _error(31, "CLUSTER_AUTHORIZATION_FAILED")
+InvalidTimestampError = _error(32, "INVALID_TIMESTAMP")
+UnsupportedSaslMechanismError = _error(33, "UNSUPPORTED_SASL_MECHANISM")
+IllegalSaslStateError = _error(34, "ILLEGAL_SASL_STATE")
+UnsupportedVersionError = _error(35, "UNSUPPORTED_VERSION")
+TopicAlreadyExistsError = _error(36, "TOPIC_ALREADY_EXISTS")
+InvalidPartitionsError = _error(37, "INVALID_PARTITIONS")
+InvalidReplicationFactorError = _error(38, "INVALID_REPLICATION_FACTOR")
+InvalidReplicaAssignmentError = _error(39, "INVALID_REPLICA_ASSIGNMENT")
+InvalidConfigError = _error(40, "INVALID_CONFIG")
+NotControllerError = _error(41, "NOT_CONTROLLER", retriable=True)
+InvalidRequestError = _error(42, "INVALID_REQUEST")
+UnsupportedForMessageFormatError = _error(43, "UNSUPPORTED_FOR_MESSAGE_FORMAT")
+PolicyViolationError = _error(44, "POLICY_VIOLATION")
+OutOfOrderSequenceNumberError = _error(45, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+DuplicateSequenceNumberError = _error(46, "DUPLICATE_SEQUENCE_NUMBER")
+InvalidProducerEpochError = _error(47, "INVALID_PRODUCER_EPOCH")
+InvalidTxnStateError = _error(48, "INVALID_TXN_STATE")
+InvalidProducerIdMappingError = _error(49, "INVALID_PRODUCER_ID_MAPPING")
+InvalidTransactionTimeoutError = _error(50, "INVALID_TRANSACTION_TIMEOUT")
+ConcurrentTransactionsError = _error(51, "CONCURRENT_TRANSACTIONS", retriable=True)
+TransactionCoordinatorFencedError = _error(52, "TRANSACTION_COORDINATOR_FENCED")
+TransactionalIdAuthorizationFailedError = _error(53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+SecurityDisabledError = _error(54, "SECURITY_DISABLED")
+OperationNotAttemptedError = _error(55, "OPERATION_NOT_ATTEMPTED")
+KafkaStorageError = _error(56, "KAFKA_STORAGE_ERROR", retriable=True, invalid_metadata=True)
+LogDirNotFoundError = _error(57, "LOG_DIR_NOT_FOUND")
+SaslAuthenticationFailedError = _error(58, "SASL_AUTHENTICATION_FAILED")
+UnknownProducerIdError = _error(59, "UNKNOWN_PRODUCER_ID")
+ReassignmentInProgressError = _error(60, "REASSIGNMENT_IN_PROGRESS")
+DelegationTokenAuthDisabledError = _error(61, "DELEGATION_TOKEN_AUTH_DISABLED")
+DelegationTokenNotFoundError = _error(62, "DELEGATION_TOKEN_NOT_FOUND")
+DelegationTokenOwnerMismatchError = _error(63, "DELEGATION_TOKEN_OWNER_MISMATCH")
+DelegationTokenRequestNotAllowedError = _error(64, "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED")
+DelegationTokenAuthorizationFailedError = _error(65, "DELEGATION_TOKEN_AUTHORIZATION_FAILED")
+DelegationTokenExpiredError = _error(66, "DELEGATION_TOKEN_EXPIRED")
+InvalidPrincipalTypeError = _error(67, "INVALID_PRINCIPAL_TYPE")
+NonEmptyGroupError = _error(68, "NON_EMPTY_GROUP")
+GroupIdNotFoundError = _error(69, "GROUP_ID_NOT_FOUND")
+FetchSessionIdNotFoundError = _error(70, "FETCH_SESSION_ID_NOT_FOUND", retriable=True)
+InvalidFetchSessionEpochError = _error(71, "INVALID_FETCH_SESSION_EPOCH", retriable=True)
+ListenerNotFoundError = _error(72, "LISTENER_NOT_FOUND", retriable=True, invalid_metadata=True)
+TopicDeletionDisabledError = _error(73, "TOPIC_DELETION_DISABLED")
+FencedLeaderEpochError = _error(74, "FENCED_LEADER_EPOCH", retriable=True, invalid_metadata=True)
+UnknownLeaderEpochError = _error(75, "UNKNOWN_LEADER_EPOCH", retriable=True)
+UnsupportedCompressionTypeError = _error(76, "UNSUPPORTED_COMPRESSION_TYPE")
+StaleBrokerEpochError = _error(77, "STALE_BROKER_EPOCH")
+OffsetNotAvailableError = _error(78, "OFFSET_NOT_AVAILABLE", retriable=True)
+MemberIdRequiredError = _error(79, "MEMBER_ID_REQUIRED")
+PreferredLeaderNotAvailableError = _error(80, "PREFERRED_LEADER_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
+GroupMaxSizeReachedError = _error(81, "GROUP_MAX_SIZE_REACHED")
+FencedInstanceIdError = _error(82, "FENCED_INSTANCE_ID")
+EligibleLeadersNotAvailableError = _error(83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
+ElectionNotNeededError = _error(84, "ELECTION_NOT_NEEDED", retriable=True, invalid_metadata=True)
+NoReassignmentInProgressError = _error(85, "NO_REASSIGNMENT_IN_PROGRESS")
+GroupSubscribedToTopicError = _error(86, "GROUP_SUBSCRIBED_TO_TOPIC")
+InvalidRecordError = _error(87, "INVALID_RECORD")
+UnstableOffsetCommitError = _error(88, "UNSTABLE_OFFSET_COMMIT", retriable=True)
+ThrottlingQuotaExceededError = _error(89, "THROTTLING_QUOTA_EXCEEDED", retriable=True)
+ProducerFencedError = _error(90, "PRODUCER_FENCED")
+ResourceNotFoundError = _error(91, "RESOURCE_NOT_FOUND")
+DuplicateResourceError = _error(92, "DUPLICATE_RESOURCE")
+UnacceptableCredentialError = _error(93, "UNACCEPTABLE_CREDENTIAL")
+InconsistentVoterSetError = _error(94, "INCONSISTENT_VOTER_SET")
+InvalidUpdateVersionError = _error(95, "INVALID_UPDATE_VERSION")
+FeatureUpdateFailedError = _error(96, "FEATURE_UPDATE_FAILED")
+PrincipalDeserializationFailureError = _error(97, "PRINCIPAL_DESERIALIZATION_FAILURE")
+SnapshotNotFoundError = _error(98, "SNAPSHOT_NOT_FOUND")
+PositionOutOfRangeError = _error(99, "POSITION_OUT_OF_RANGE")
+UnknownTopicIdError = _error(100, "UNKNOWN_TOPIC_ID", retriable=True, invalid_metadata=True)
+DuplicateBrokerRegistrationError = _error(101, "DUPLICATE_BROKER_REGISTRATION")
+BrokerIdNotRegisteredError = _error(102, "BROKER_ID_NOT_REGISTERED")
+InconsistentTopicIdError = _error(103, "INCONSISTENT_TOPIC_ID", retriable=True, invalid_metadata=True)
+InconsistentClusterIdError = _error(104, "INCONSISTENT_CLUSTER_ID")
+TransactionalIdNotFoundError = _error(105, "TRANSACTIONAL_ID_NOT_FOUND")
+FetchSessionTopicIdError = _error(106, "FETCH_SESSION_TOPIC_ID_ERROR", retriable=True)
+IneligibleReplicaError = _error(107, "INELIGIBLE_REPLICA")
+NewLeaderElectedError = _error(108, "NEW_LEADER_ELECTED")
+OffsetMovedToTieredStorageError = _error(109, "OFFSET_MOVED_TO_TIERED_STORAGE")
+FencedMemberEpochError = _error(110, "FENCED_MEMBER_EPOCH")
+UnreleasedInstanceIdError = _error(111, "UNRELEASED_INSTANCE_ID")
+UnsupportedAssignorError = _error(112, "UNSUPPORTED_ASSIGNOR")
+StaleMemberEpochError = _error(113, "STALE_MEMBER_EPOCH")
+MismatchedEndpointTypeError = _error(114, "MISMATCHED_ENDPOINT_TYPE")
+UnsupportedEndpointTypeError = _error(115, "UNSUPPORTED_ENDPOINT_TYPE")
+UnknownControllerIdError = _error(116, "UNKNOWN_CONTROLLER_ID")
+UnknownSubscriptionIdError = _error(117, "UNKNOWN_SUBSCRIPTION_ID")
+TelemetryTooLargeError = _error(118, "TELEMETRY_TOO_LARGE")
+InvalidRegistrationError = _error(119, "INVALID_REGISTRATION")
+TransactionAbortableError = _error(120, "TRANSACTION_ABORTABLE")
+InvalidRecordStateError = _error(121, "INVALID_RECORD_STATE")
+ShareSessionNotFoundError = _error(122, "SHARE_SESSION_NOT_FOUND", retriable=True)
+InvalidShareSessionEpochError = _error(123, "INVALID_SHARE_SESSION_EPOCH", retriable=True)
+FencedStateEpochError = _error(124, "FENCED_STATE_EPOCH")
+InvalidVoterKeyError = _error(125, "INVALID_VOTER_KEY")
+DuplicateVoterError = _error(126, "DUPLICATE_VOTER")
+VoterNotFoundError = _error(127, "VOTER_NOT_FOUND")
+InvalidRegularExpressionError = _error(128, "INVALID_REGULAR_EXPRESSION")
+RebootstrapRequiredError = _error(129, "REBOOTSTRAP_REQUIRED")
+StreamsInvalidTopologyError = _error(130, "STREAMS_INVALID_TOPOLOGY")
+StreamsInvalidTopologyEpochError = _error(131, "STREAMS_INVALID_TOPOLOGY_EPOCH")
+StreamsTopologyFencedError = _error(132, "STREAMS_TOPOLOGY_FENCED")
+ShareSessionLimitReachedError = _error(133, "SHARE_SESSION_LIMIT_REACHED", retriable=True)
+
+
+__all__ = [
+    "ERRORS_BY_CODE", "NO_ERROR", "CorruptRecordError", "KProdError", "KafkaConnectionError", "KafkaError",
+    "UnknownErrorCode", "error_for_code", *(cls.__name__ for cls in ERRORS_BY_CODE.values()),
+]
 
 
 def error_for_code(code: int, message: str | None = None) -> KafkaError | None:
-    """The exception for a broker error code, or None for 0 (no error).
+    """The exception for a broker error code, or None for NO_ERROR.
 
-    A code this table does not know gives a non-retriable KafkaError carrying that code.
+    A code the table does not know gives an :class:`UnknownErrorCode` carrying it.
     """
-    if code == 0:
+    if code == NO_ERROR:
         return None
-    cls = ERRORS_BY_CODE.get(code)
+    cls = ERRORS_BY_CODE.get(code) or _UNKNOWN_CODES.get(code)
     if cls is None:
-        cls = type("UnknownKafkaError", (KafkaError,), {"code": code, "name": f"UNKNOWN_CODE_{code}"})
+        cls = _UNKNOWN_CODES[code] = type(f"UnknownErrorCode{code}", (UnknownErrorCode,), {
+            "code": code, "name": f"UNKNOWN_CODE_{code}", "__module__": __name__})
     return cls(message)
+
+
+_UNKNOWN_CODES: dict[int, type[KafkaError]] = {}
