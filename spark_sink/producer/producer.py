@@ -25,7 +25,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
     InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
 )
-from spark_sink.producer.idempotence import PartitionState
+from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED, StickyPartitions, murmur2_unsigned
 from spark_sink.producer.network import NetworkClient, now_ms
@@ -166,8 +166,8 @@ class KafkaProducer:
         self._accumulator = RecordAccumulator(c, self._pool)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms)
         self._client = NetworkClient(c)
-        self._partition_state = PartitionState(c)
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._partition_state)
+        self._transaction_manager = TransactionManager(c)
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._transaction_manager)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)
