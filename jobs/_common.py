@@ -34,7 +34,10 @@ def say(message: str) -> None:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every job has: where Kafka is, the topic, producer and Spark settings."""
     parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
-                        help="Kafka cluster to write to; without it an embedded local broker (Tansu) is started")
+                        help="Kafka cluster to write to; without it an embedded local broker is started (--broker)")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                        help="the embedded broker: tansu (in memory, no download) or kafka (Apache Kafka, one "
+                             "KRaft node; its jars are fetched with Maven once) (default: %(default)s)")
     parser.add_argument("--topic", default="kprod-demo", help="topic to write to (default: %(default)s)")
     parser.add_argument("--partitions", type=int, default=6,
                         help="partitions when the job creates the topic (embedded broker or --create-topic; "
@@ -142,10 +145,18 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
             create_topic(args.bootstrap_servers, args.topic, args.partitions)
         yield args.bootstrap_servers
         return
-    from spark_sink.local_broker import start_local_broker
+    if args.broker == "kafka":
+        from spark_sink.kafka_broker import KAFKA_VERSION, KafkaCluster
 
-    broker = start_local_broker()
-    say(f"no --bootstrap-servers given: started an embedded local broker (Tansu, in memory) at {broker.bootstrap}")
+        broker = KafkaCluster(1, heap="1g")
+        args.broker_pid = broker.nodes[0].pid
+        say(f"no --bootstrap-servers given: started Apache Kafka {KAFKA_VERSION} (one KRaft node) at {broker.bootstrap}")
+    else:
+        from spark_sink.local_broker import start_local_broker
+
+        broker = start_local_broker()
+        args.broker_pid = broker.pid
+        say(f"no --bootstrap-servers given: started an embedded local broker (Tansu, in memory) at {broker.bootstrap}")
     try:
         broker.create_topic(args.topic, args.partitions)
         say(f"created topic {args.topic} with {args.partitions} partitions")

@@ -1,8 +1,8 @@
 """The quick-start demo (``make demo``): stream into Kafka through kprod, read it back.
 
-    python jobs/demo.py [--duration 20] [--rows-per-second 50000]
+    python jobs/demo.py [--duration 20] [--rows-per-second 50000] [--broker tansu|kafka]
 
-Starts the embedded local broker (Tansu), runs jobs/stream_to_kafka.py's query for about
+Starts an embedded broker (Tansu, or Apache Kafka with --broker kafka), runs jobs/stream_to_kafka.py's query for about
 20 seconds, then reads the topic back with an independent client (confluent-kafka) and
 prints, per partition, the records the delivery report says were committed next to the
 records read, and the throughput of both. Exits non-zero if they differ.
@@ -56,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20, help="seconds of streaming (default: %(default)s)")
     parser.add_argument("--rows-per-second", type=int, default=50000, help="rate source speed (default: %(default)s)")
     parser.add_argument("--partitions", type=int, default=6, help="topic partitions (default: %(default)s)")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                        help="tansu (in memory, no download) or kafka (Apache Kafka, one KRaft node; its jars "
+                             "are fetched with Maven once) (default: %(default)s)")
     demo = parser.parse_args(argv)
     args = stream_to_kafka.build_parser().parse_args([
         "--topic", "kprod-demo", "--partitions", str(demo.partitions), "--duration", str(demo.duration),
-        "--rows-per-second", str(demo.rows_per_second)])
+        "--rows-per-second", str(demo.rows_per_second), "--broker", demo.broker])
     _common.setup_logging()
     os.environ.setdefault("KPROD_SPARK_LOG_LEVEL", "ERROR")
 

@@ -1,7 +1,8 @@
 """kprod: a Kafka producer in Python with a columnar Arrow path, and the ``kprod`` Spark sink.
 
-The producer needs only pyarrow and numpy; ``KProdDataSource`` (PySpark 4.1+) is loaded
-on first use so that ``import spark_sink`` does not import Spark.
+The producer does not need Spark (its dependencies are in pyproject.toml);
+``KProdDataSource`` (PySpark 4.1+) is loaded on first use so that ``import spark_sink``
+does not import Spark.
 """
 
 from typing import Any

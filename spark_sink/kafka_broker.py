@@ -111,6 +111,23 @@ def kafka_classpath() -> str:
     return os.pathsep.join(str(p) for p in maven_jars(f"kafka-{KAFKA_VERSION}", _KAFKA_ARTIFACTS))
 
 
+def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
+    """Spark's own Kafka sink (``spark-sql-kafka-0-10_2.13`` of the running Spark) and what
+    it needs at run time that Spark does not already ship, for ``spark.jars``."""
+    import re
+
+    import pyspark
+
+    version = spark_version or pyspark.__version__
+    jars = maven_jars(f"spark-sql-kafka-{version}", [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"])
+
+    def artifact(jar: Path) -> str:
+        return re.sub(r"-\d[\w.]*\.jar$", "", jar.name)
+
+    shipped = {artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in jars if artifact(j) not in shipped]
+
+
 @dataclass(frozen=True)
 class Listener:
     """A client listener besides the plain one every node has.
@@ -126,6 +143,73 @@ class Listener:
     config: Mapping[str, str] = field(default_factory=dict)
     port: int | None = None
     advertised_port: int | None = None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for TLS on loopback: a CA, a broker certificate for 127.0.0.1 and
+    localhost, and a client certificate, each signed by the CA."""
+
+    ca: Path
+    broker: Path  # private key (PKCS#8) and certificate: a PEM key store
+    client_cert: Path
+    client_key: Path
+
+
+def make_tls_files(directory: Path) -> TlsFiles:
+    """Generate a CA and the broker's and a client's certificates into ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, signer: ec.EllipticCurvePrivateKey,
+                    *extensions: tuple[x509.ExtensionType, bool]) -> x509.Certificate:
+        builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=2)))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical)
+        return builder.sign(signer, hashes.SHA256())
+
+    def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    ca_key, broker_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = certificate("kprod-test-ca", ca_key, "kprod-test-ca", ca_key,
+                     (x509.BasicConstraints(ca=True, path_length=None), True))
+    san = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    broker = certificate("localhost", broker_key, "kprod-test-ca", ca_key, (san, False),
+                         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False))
+    client = certificate("kprod-client", client_key, "kprod-test-ca", ca_key,
+                         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False))
+    pem = serialization.Encoding.PEM
+    files = TlsFiles(directory / "ca.pem", directory / "broker.pem", directory / "client-cert.pem",
+                     directory / "client-key.pem")
+    files.ca.write_bytes(ca.public_bytes(pem))
+    files.broker.write_bytes(pem_key(broker_key) + broker.public_bytes(pem) + ca.public_bytes(pem))
+    files.client_cert.write_bytes(client.public_bytes(pem) + ca.public_bytes(pem))
+    files.client_key.write_bytes(pem_key(client_key))
+    return files
+
+
+def ssl_listener_config(files: TlsFiles, client_auth: bool = False) -> dict[str, str]:
+    """A listener's settings for TLS with ``files`` (PEM stores); ``client_auth`` requires
+    a client certificate signed by the CA (mutual TLS)."""
+    return {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(files.broker),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(files.ca),
+            "ssl.client.auth": "required" if client_auth else "none"}
 
 
 class KafkaNode:
@@ -154,7 +238,8 @@ class KafkaNode:
             f"{lst.name}://127.0.0.1:{lst.advertised_port or self.listener_ports[lst.name]}" for lst in c.listeners]
         protocols = {"INTERNAL": "PLAINTEXT", "CONTROLLER": "PLAINTEXT",
                      **{lst.name: lst.protocol for lst in c.listeners}}
-        replicas = str(min(3, len(c.nodes_spec)))
+        replicas = str(min(3, c.size))
+        min_isr = "2" if c.size >= 3 else "1"
         props = {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
@@ -167,12 +252,12 @@ class KafkaNode:
             "log.dirs": str(self.dir / "data"),
             "num.partitions": "1",
             "default.replication.factor": replicas,
-            "min.insync.replicas": "2" if len(c.nodes_spec) >= 3 else "1",
+            "min.insync.replicas": min_isr,
             "offsets.topic.replication.factor": replicas,
             "transaction.state.log.replication.factor": replicas,
-            "transaction.state.log.min.isr": "2" if len(c.nodes_spec) >= 3 else "1",
+            "transaction.state.log.min.isr": min_isr,
             "share.coordinator.state.topic.replication.factor": replicas,
-            "share.coordinator.state.topic.min.isr": "2" if len(c.nodes_spec) >= 3 else "1",
+            "share.coordinator.state.topic.min.isr": min_isr,
             # Internal topics of 50 partitions each cost seconds to create on two cores.
             "offsets.topic.num.partitions": "4",
             "transaction.state.log.num.partitions": "4",
@@ -197,7 +282,7 @@ class KafkaNode:
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
         result = subprocess.run(
             [java(), "-cp", kafka_classpath(), *self._log_args(), "kafka.tools.StorageTool", "format",
-             "--cluster-id", self.cluster.cluster_id, "--config", str(config), *scram],
+             f"--cluster-id={self.cluster.cluster_id}", "--config", str(config), *scram],
             stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if result.returncode != 0:
             raise KafkaUnavailableError(f"formatting node {self.node_id} failed:\n{result.stdout}{result.stderr}")
@@ -265,10 +350,10 @@ class KafkaCluster:
         self.heap = heap
         self.jvm_args = tuple(jvm_args)
         self.cluster_id = _cluster_id()
-        self.nodes_spec = range(1, nodes + 1)
+        self.size = nodes
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="kprod-kafka-"))
-        self.nodes = [KafkaNode(self, i) for i in self.nodes_spec]
+        self.nodes = [KafkaNode(self, i) for i in range(1, nodes + 1)]
         self.voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         try:
             for node in self.nodes:
@@ -373,7 +458,8 @@ def _listens(port: int) -> bool:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as StorageTool makes."""
+    """A KRaft cluster id: 16 random bytes in URL-safe base64 without padding, as StorageTool
+    makes. It may start with '-', so it is passed as ``--cluster-id=...``."""
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

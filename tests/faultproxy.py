@@ -1,13 +1,14 @@
 """A fault-injecting TCP proxy for tests: cut connections, add delay, stall traffic.
 
 It forwards bytes unchanged between clients and one target. Put it in front of a broker
-whose advertised address is the proxy's (``start_tansu(advertised_port=proxy.port)``) and
+whose advertised address is the proxy's (a Kafka ``Listener`` with ``advertised_port``) and
 every connection a client makes, bootstrap and leader alike, goes through it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
 import time
@@ -23,14 +24,22 @@ class FaultProxy:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._delay_s = 0.0
+        self._delay_s = (0.0, 0.0)  # client to broker, broker to client
         self._flowing = threading.Event()
         self._flowing.set()
         self._closed = False
         self.connections_accepted = 0
         self.connections_cut = 0
+        self.closed_by_target = 0  # connections the target ended first (not the client, not a cut)
+        self._ended: set[socket.socket] = set()  # client sockets of connections one side ended
         self._cut = threading.Condition()
         threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections forwarded now."""
+        with self._lock:
+            return len(self._pairs)
 
     # -- faults ---------------------------------------------------------------
 
@@ -56,9 +65,11 @@ class FaultProxy:
             if not self._cut.wait_for(lambda: self.connections_cut > before, timeout):
                 raise TimeoutError(f"no connection cut within {timeout} s")
 
-    def set_delay(self, ms: float) -> None:
-        """Hold every forwarded chunk for ``ms`` milliseconds."""
-        self._delay_s = ms / 1000.0
+    def set_delay(self, ms: float, replies_only: bool = False) -> None:
+        """Deliver every forwarded chunk ``ms`` milliseconds after it arrived, as a longer
+        link would: in order, without holding back the chunks behind it. With
+        ``replies_only`` only the broker's side is delayed (one added round-trip latency)."""
+        self._delay_s = (0.0 if replies_only else ms / 1000.0, ms / 1000.0)
 
     def stall(self, on: bool = True) -> None:
         """Stop (or resume) forwarding in both directions; connections stay open."""
@@ -117,25 +128,56 @@ class FaultProxy:
             with self._lock:
                 self._pairs.append((client, upstream))
             self.connections_accepted += 1
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for direction, (src, dst) in enumerate(((client, upstream), (upstream, client))):
+                threading.Thread(target=self._pump, args=(src, dst, direction), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, direction: int) -> None:
+        late: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
+        deliverer: threading.Thread | None = None
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
+                    self._one_side_ended(src, dst, direction)
                     break
                 self._flowing.wait()
-                if self._delay_s:
-                    time.sleep(self._delay_s)
-                dst.sendall(data)
+                delay = self._delay_s[direction]
+                if delay or deliverer is not None:
+                    if deliverer is None:  # from the first delayed chunk on, all go in order through it
+                        deliverer = threading.Thread(target=self._deliver_late, args=(late, dst), daemon=True)
+                        deliverer.start()
+                    late.put((time.monotonic() + delay, data))
+                else:
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
+            if deliverer is not None:
+                late.put(None)
+                deliverer.join(5)
             # One side ended: end the other too, as a real cut connection would.
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
             with self._lock:
                 self._pairs = [p for p in self._pairs if src not in p]
+                self._ended.discard(src if direction == 0 else dst)
+
+    def _one_side_ended(self, src: socket.socket, dst: socket.socket, direction: int) -> None:
+        client = src if direction == 0 else dst
+        with self._lock:
+            if client in self._ended or not any(client in p for p in self._pairs):
+                return  # the other side ended it first, or the proxy cut it
+            self._ended.add(client)
+            if direction == 1:
+                self.closed_by_target += 1
+
+    @staticmethod
+    def _deliver_late(late: queue.Queue, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while (item := late.get()) is not None:
+                due, data = item
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                dst.sendall(data)

@@ -1,6 +1,9 @@
 """The Kafka producer: per-record ``send`` and columnar ``send_arrow`` over one Sender."""
 
+from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
+from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
+from spark_sink.producer.config import KEYS as _KEYS
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
     AuthenticationError, BufferExhaustedError, ColumnError, ConfigError, InvalidPartitionError, KafkaTimeoutError,
@@ -9,10 +12,15 @@ from spark_sink.producer.errors import (
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
 from spark_sink.producer.records import ProducerRecord, RecordMetadata
+from spark_sink.producer.switch_interval import short_switch_interval
+
+# Every configuration key the producer knows (Java's names).
+CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 
 __all__ = [
-    "ArrowSendFuture", "ArrowSendResult", "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
-    "FutureRecordMetadata", "InvalidPartitionError", "KafkaProducer", "KafkaTimeoutError", "ProducerClosedError",
-    "ProducerConfig", "ProducerRecord", "RecordMetadata", "RecordTooLargeError", "SaslAuthenticationError",
-    "SerializationError", "SslAuthenticationError", "murmur2",
+    "ARROW_COLUMNS", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
+    "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata", "InvalidPartitionError",
+    "KafkaProducer", "KafkaTimeoutError", "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
+    "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
+    "check_arrow_column", "check_arrow_schema", "murmur2", "short_switch_interval",
 ]

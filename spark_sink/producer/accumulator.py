@@ -14,16 +14,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from spark_sink.producer.batch import (
-    RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition,
-    new_future,
+    FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future,
 )
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import ProducerClosedError
 from spark_sink.producer.network import now_ms
 from spark_sink.protocol.columnar import EncodedRecords
-from spark_sink.protocol.primitives import write_varint
-from spark_sink.protocol.records import FIELD_SIZE, RECORD_BATCH_OVERHEAD, SMALL_VARINTS, VARINT_SIZE
+from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
 LeaderOf = Callable[[TopicPartition], int | None]
 
@@ -71,7 +69,8 @@ class RecordAccumulator:
         finally:
             self._lock.release()
         # A new batch needs memory, which may block: never wait while holding the lock.
-        size = max(self._config.batch_size, key_size + value_size + headers_size + RECORD_OVERHEAD_ESTIMATE + RECORD_BATCH_OVERHEAD)
+        size = max(self._config.batch_size,
+                   key_size + value_size + headers_size + MAX_RECORD_OVERHEAD + RECORD_BATCH_OVERHEAD)
         self._pool.allocate(size, max_block_ms)
         with self._lock:
             if self._stopped is not None:
@@ -91,15 +90,15 @@ class RecordAccumulator:
 
     def append_plain(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
                      callback: SendCallback | None, key_size: int, value_size: int) -> FutureRecordMetadata | None:
-        """append() for a header-less record that fits the open batch of its partition, its
-        key and value under 16 KiB and its timestamp within 16 s after the batch's first:
+        """append() for a header-less record that fits the open batch of its partition:
         returns its future (having called ``on_ready`` if a batch is now ready to send), or
-        None when it needs append() (no open batch with room for it, a wider field or
-        delta, or the producer has stopped).
+        None when it needs append() (no open batch with room for it, or the producer has
+        stopped).
 
-        send()'s common case, once per record: ProducerBatch.try_append inlined (keep the
-        two in step) with record_parts' varints looked up, no memory to reserve, no tuple
-        to return.
+        send()'s common case, once per record: no memory to reserve, no tuple to return,
+        and ProducerBatch.try_append's bookkeeping done here rather than called: one Python
+        call less per record. The record's bytes come from ``record_parts``, the one
+        per-record encoder, as try_append's do.
         """
         lock = self._lock
         lock.acquire()  # acquire/release rather than ``with``: half the cost
@@ -108,26 +107,19 @@ class RecordAccumulator:
                 dq = self._by_topic[topic][partition]
             except KeyError:  # the partition's first record
                 return None
-            if not dq or self._stopped is not None or dq[-1].closed:
+            if not dq or self._stopped is not None:
                 return None
             last = dq[-1]
-            index = last.record_count
-            delta = timestamp - last.base_timestamp
-            # Offset deltas pass the tables in batches of over 16,384 records (1 MB of small ones).
-            offset = SMALL_VARINTS[index] if index < 16384 else write_varint(index)
-            try:
-                # attributes and header count: a byte each
-                body = 2 + VARINT_SIZE[delta] + len(offset) + FIELD_SIZE[key_size] + FIELD_SIZE[value_size]
-                length = SMALL_VARINTS[body]
-            except IndexError:
+            if last.closed:
                 return None
-            size = last.estimated_size + len(length) + body
-            if size > last.batch_size or delta < 0:
+            index = last.record_count
+            parts, size = record_parts(index, timestamp - last.base_timestamp, key, value)
+            size += last.estimated_size
+            if size > last.batch_size:
                 return None
             last.record_count = index + 1
             last.estimated_size = size
-            last.parts += (length, b"\x00", SMALL_VARINTS[delta], offset, SMALL_VARINTS[key_size], key,
-                           SMALL_VARINTS[value_size], value, b"\x00")
+            last.parts += parts
             if timestamp > last.max_timestamp:
                 last.max_timestamp = timestamp
             if callback is not None:
@@ -142,10 +134,15 @@ class RecordAccumulator:
 
     def append_encoded(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], now: float,
                        max_block_ms: float, listener: Callable[[ProducerBatch], None],
-                       wakeup: Callable[[], None]) -> None:
+                       queued: Callable[[list[EncodedRecords]], None], wakeup: Callable[[], None]) -> None:
         """Append already-encoded batches, ``(partition, batches)`` per partition, each
-        after whatever its partition holds; ``wakeup`` tells the sender there is something
-        to send."""
+        after whatever its partition holds.
+
+        ``queued`` hears of batches once they are queued (from then on they complete,
+        whatever happens), ``listener`` of each batch when it completes, and ``wakeup``
+        tells the sender there is something to send. Raises BufferExhaustedError or
+        ProducerClosedError with part of ``groups`` queued, as ``queued`` heard.
+        """
         sizes = [sum(records.size_in_bytes for records in encoded) for _, encoded in groups]
         total = sum(sizes)
         if total <= self._pool.total // 4:
@@ -153,9 +150,15 @@ class RecordAccumulator:
             # waits (and wakes) once per call instead of once per batch; each partition's
             # share is freed with its last batch, as its payloads share one buffer.
             self._pool.allocate(total, max_block_ms)
-            for (partition, encoded), size in zip(groups, sizes):
-                shared = SharedMemory(size, len(encoded))
-                self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
+            try:
+                for (partition, encoded), size in zip(groups, sizes):
+                    shared = SharedMemory(size, len(encoded))
+                    self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
+                    total -= size
+                    queued(encoded)
+            finally:
+                if total:  # the shares of partitions not queued
+                    self._pool.deallocate(total)
             wakeup()
             return
         for partition, encoded in groups:
@@ -164,7 +167,12 @@ class RecordAccumulator:
                     # Its own copy, so that its memory is really free when the batch completes.
                     records = dataclasses.replace(records, payload=bytes(records.payload))
                 self._pool.allocate(records.size_in_bytes, max_block_ms)
-                self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
+                try:
+                    self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
+                except BaseException:
+                    self._pool.deallocate(records.size_in_bytes)
+                    raise
+                queued([records])
                 wakeup()
 
     def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedMemory]],
@@ -245,7 +253,6 @@ class RecordAccumulator:
                 dq.popleft()
                 batch.closed = True  # its records are final: prepare() numbers them
                 prepare(batch)
-                batch.in_flight = True
                 sizes[node] = size
                 drained[node].append(batch)
         # Encoding happens outside the lock: send() keeps appending to the next batches
@@ -260,7 +267,6 @@ class RecordAccumulator:
 
     def reenqueue(self, batch: ProducerBatch, now: float) -> None:
         """Put a batch back for a retry, ahead of later batches of its partition."""
-        batch.in_flight = False
         batch.attempts += 1
         batch.last_attempt_ms = now
         with self._lock:

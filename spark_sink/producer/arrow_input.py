@@ -14,14 +14,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_sink.producer.errors import ColumnError, InvalidPartitionError
-from spark_sink.producer.partitioner import murmur2_array
-from spark_sink.protocol.columnar import EncodedRecords, as_binary, encode_groups
+from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
+from spark_sink.producer.partitioner import murmur2_array, partition_for_hash
+from spark_sink.protocol.columnar import HEADER_TYPE, EncodedRecords, as_binary, encode_groups, record_size_bounds
+from spark_sink.protocol.compression import compressed_bound, largest_input
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
-HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
+# The columns send_arrow takes, and the Arrow types of each.
 ACCEPTED_TYPES = {
-    "value": "binary or string (large and view variants too); required",
+    "value": "binary or string (large and view variants too)",
     "key": "binary or string (large and view variants too)",
     "topic": "string",
     "partition": "int32 or int64",
@@ -59,20 +60,58 @@ _CHECKS: dict[str, Callable[[pa.DataType], bool]] = {
 }
 
 
-def validate_schema(schema: pa.Schema, default_topic: str | None) -> None:
-    """Raise ColumnError naming the first column that is unknown, missing or mistyped."""
+def check_arrow_column(name: str, data_type: pa.DataType) -> None:
+    """Raise ColumnError if ``send_arrow`` does not take a column ``name`` of ``data_type``,
+    naming the column and what it accepts."""
+    check = _CHECKS.get(name)
+    if check is None:
+        raise ColumnError(
+            f"column {name!r} is not accepted; columns are {', '.join(ACCEPTED_TYPES)}. "
+            "Pack other columns into the value, e.g. to_json(struct(...)) AS value")
+    if not check(data_type):
+        raise ColumnError(f"column {name!r} has type {data_type}; expected {ACCEPTED_TYPES[name]}")
+
+
+def check_arrow_schema(schema: pa.Schema, default_topic: str | None) -> None:
+    """Raise ColumnError naming the first column that is unknown, repeated, mistyped or
+    missing from ``send_arrow`` input of ``schema``."""
+    seen: set[str] = set()
     for field in schema:
-        check = _CHECKS.get(field.name)
-        if check is None:
-            raise ColumnError(
-                f"column {field.name!r} is not accepted; columns are {', '.join(ACCEPTED_TYPES)}. "
-                "Pack other columns into the value, e.g. to_json(struct(...)) AS value")
-        if not check(field.type):
-            raise ColumnError(f"column {field.name!r} has type {field.type}; expected {ACCEPTED_TYPES[field.name]}")
-    if "value" not in schema.names:
+        if field.name in seen:
+            raise ColumnError(f"column {field.name!r} appears more than once; keep one")
+        seen.add(field.name)
+        check_arrow_column(field.name, field.type)
+    if "value" not in seen:
         raise ColumnError(f"column 'value' is required ({ACCEPTED_TYPES['value']})")
-    if "topic" not in schema.names and not default_topic:
+    if "topic" not in seen and not default_topic:
         raise ColumnError("no topic: give a 'topic' column (string) or a default topic")
+
+
+@dataclass(frozen=True)
+class SendLimits:
+    """The producer settings that bound what one ``send_arrow`` call makes."""
+
+    batch_size: int
+    max_request_size: int
+    buffer_memory: int
+    codec: int
+
+    def largest_record(self) -> tuple[int, str, int]:
+        """The most bytes a row's record may take (batch header not counted), the setting
+        that says so and its value. As Java's producer does, a record is checked by its
+        size before compression against max.request.size; against buffer.memory, which
+        holds the compressed batch, by the most it could compress into."""
+        by_request = self.max_request_size - RECORD_BATCH_OVERHEAD
+        by_memory = largest_input(self.codec, self.buffer_memory - RECORD_BATCH_OVERHEAD)
+        if by_memory < by_request:
+            return by_memory, "buffer.memory", self.buffer_memory
+        return by_request, "max.request.size", self.max_request_size
+
+    def batch_bytes(self) -> int:
+        """batch.size, or less where a batch that full could compress into more than
+        max.request.size or buffer.memory: a batch of several records never does."""
+        fits = min(self.max_request_size, self.buffer_memory) - RECORD_BATCH_OVERHEAD
+        return min(self.batch_size, RECORD_BATCH_OVERHEAD + largest_input(self.codec, fits))
 
 
 @dataclass(frozen=True)
@@ -149,12 +188,12 @@ def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
 
 def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
                     partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
-                    ignore_keys: bool, batch_size: int, now_ms: int) -> list[TopicRows]:
-    """Validate ``data``, split its rows per topic and pick each row's partition (input
-    order kept)."""
+                    ignore_keys: bool, limits: SendLimits, now_ms: int) -> list[TopicRows]:
+    """Check all of ``data`` (columns, each row's record size, explicit partitions), split
+    its rows per topic and pick each row's partition (input order kept)."""
     if not isinstance(data, (pa.RecordBatch, pa.Table)):
         raise ColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, got {type(data).__name__}")
-    validate_schema(data.schema, default_topic)
+    check_arrow_schema(data.schema, default_topic)
     n = data.num_rows
     if n == 0:
         return []
@@ -167,8 +206,10 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         headers = headers.cast(HEADER_TYPE) if headers.type != HEADER_TYPE else headers
         if headers.null_count == n:
             headers = None
+    _check_record_sizes(keys, values, headers, limits)
     timestamps = _timestamps(_column(data, "timestamp"), n, now_ms)
     explicit = _column(data, "partition")
+    batch_size = limits.batch_bytes()
 
     topic_col = _column(data, "topic")
     if topic_col is None:
@@ -198,12 +239,28 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
     return out
 
 
+def _check_record_sizes(keys: pa.Array | None, values: pa.Array, headers: pa.Array | None,
+                        limits: SendLimits) -> None:
+    """Raise RecordTooLargeError naming the first row whose record may not fit a request
+    (or the buffer), before any row is queued."""
+    largest, setting, value = limits.largest_record()
+    sizes = record_size_bounds(keys, values, headers)
+    too_large = sizes > largest
+    if too_large.any():
+        row = int(np.argmax(too_large))
+        size = int(sizes[row])
+        made = size if setting == "max.request.size" else compressed_bound(limits.codec, size)
+        raise RecordTooLargeError(
+            f"row {row} makes a record of up to {made + RECORD_BATCH_OVERHEAD} bytes in its batch, larger than "
+            f"{setting} ({value}); no row of this send_arrow call was sent")
+
+
 def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array,
                 ignore_keys: bool, batch_size: int, sticky: Callable[[str, int], int]) -> np.ndarray:
     """Partition of every row: explicit, else murmur2 of the key, else sticky runs."""
     hashed = keys is not None and not ignore_keys
     if hashed and explicit is None and not keys.null_count:  # the common case: every row by its key
-        return (murmur2_array(keys).astype(np.int64) & 0x7FFFFFFF) % count
+        return partition_for_hash(murmur2_array(keys).astype(np.int64), count)
     n = len(values)
     parts = np.full(n, -1, dtype=np.int64)
     if explicit is not None:
@@ -217,8 +274,7 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
     if hashed:
         todo = (parts < 0) & ~np.asarray(keys.is_null())
         if todo.any():
-            hashes = murmur2_array(keys).astype(np.int64)
-            parts[todo] = (hashes[todo] & 0x7FFFFFFF) % count
+            parts[todo] = partition_for_hash(murmur2_array(keys).astype(np.int64)[todo], count)
     todo = np.flatnonzero(parts < 0)
     if len(todo):
         # Sticky for keyless rows, as the Java partitioner does: a run of about one

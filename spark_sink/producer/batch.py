@@ -17,13 +17,13 @@ from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.records import RecordMetadata
 from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.compression import compress
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
-
-# Upper bound of a record's framing next to its key, value and headers: length,
-# attributes, timestamp delta, offset delta, key length, value length, header count.
-RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5
+from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
 
 log = logging.getLogger(__name__)
+
+# Guards the lazy creation of a batch's wait event and its release: rarely taken (only
+# when someone waits on a batch record by record), so one lock serves every batch.
+_EVENT_LOCK = threading.Lock()
 
 TopicPartition = tuple[str, int]
 SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
@@ -90,8 +90,8 @@ class ProducerBatch:
     __slots__ = (
         "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "estimated_size", "record_count",
         "parts", "base_timestamp", "max_timestamp", "callbacks", "encoded", "closed", "listener",
-        "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence", "in_flight",
-        "base_offset", "log_append_time", "error", "completed", "_event",
+        "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence",
+        "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
 
     def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedMemory,
@@ -121,11 +121,11 @@ class ProducerBatch:
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
-        self.in_flight = False
         self.base_offset = -1
         self.log_append_time = -1
         self.error: Exception | None = None
-        self.completed = False
+        self.completed = False  # outcome known, callbacks run: waiters return
+        self._completing = 0  # the thread running the callbacks, while it does
         self._event: threading.Event | None = None
 
     @property
@@ -136,7 +136,8 @@ class ProducerBatch:
                    headers: list[tuple[str, bytes | None]] | None, callback: SendCallback | None,
                    key_size: int, value_size: int) -> FutureRecordMetadata | None:
         """Encode and add a record, or return None if it would overflow batch.size (or the
-        batch is closed)."""
+        batch is closed). RecordAccumulator.append_plain does the same, inline, for send()'s
+        common record."""
         if self.closed:
             return None
         index = self.record_count
@@ -182,19 +183,28 @@ class ProducerBatch:
         return self.encoded.size_in_bytes if self.encoded is not None else self.estimated_size
 
     def complete(self, base_offset: int, log_append_time: int, error: Exception | None) -> None:
-        """Record the outcome once, then run callbacks in send order and wake waiters."""
-        if self.completed:
+        """Record the outcome once, then, as Java does, run the records' callbacks in send
+        order and the listener, and only then release the waiters: whoever returns from
+        ``result()`` or ``flush()`` sees every callback of these records done."""
+        if self.completed or self._completing:
             return
+        self._completing = threading.get_ident()
         self.base_offset = base_offset
         self.log_append_time = log_append_time
         self.error = error
-        self.completed = True
-        if self._event is not None:
-            self._event.set()
-        if self.callbacks:
-            self._run_callbacks(error)
-        if self.listener is not None:
-            self.listener(self)
+        try:
+            if self.callbacks:
+                self._run_callbacks(error)
+        finally:  # an interrupted callback must not leave the listener or the waiters hanging
+            try:
+                if self.listener is not None:
+                    self.listener(self)
+            finally:
+                with _EVENT_LOCK:
+                    self.completed = True
+                    event = self._event
+                if event is not None:
+                    event.set()
 
     def _run_callbacks(self, error: Exception | None) -> None:
         # Once per acknowledged record: FutureRecordMetadata.metadata() inlined.
@@ -222,20 +232,26 @@ class ProducerBatch:
                 log.exception("send callback raised")
 
     def wait(self, timeout: float | None) -> bool:
-        if self.completed:
+        """Wait until the batch has completed (its callbacks run); False on timeout. On the
+        thread running its callbacks, a callback waiting on its own record returns at once."""
+        if self.completed or self._completing == threading.get_ident():
             return True
-        if self._event is None:
-            # Created lazily: most batches are never waited on record by record.
-            event = threading.Event()
-            self._event = event
+        with _EVENT_LOCK:
             if self.completed:
-                event.set()
-        return self._event.wait(timeout)
+                return True
+            event = self._event
+            if event is None:
+                # Created lazily, once, under the lock that complete() releases waiters by:
+                # most batches are never waited on record by record.
+                event = self._event = threading.Event()
+        return event.wait(timeout)
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.topic}-{self.partition}, records={self.record_count}, seq={self.base_sequence})"
 
 
 def headers_size(headers: Any) -> int:
-    """Bytes a header list adds to a record, for batch sizing."""
-    return sum(len(k) + (len(v) if v is not None else 0) + 10 for k, v in headers) if headers else 0
+    """Bytes a header list adds to a record at most, for batch sizing (``str`` keys count
+    as UTF-8)."""
+    return sum(len(k.encode()) + (len(v) if v is not None else 0) + MAX_HEADER_OVERHEAD
+               for k, v in headers) if headers else 0

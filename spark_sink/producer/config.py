@@ -14,12 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_sink.producer.errors import ConfigError
-from spark_sink.protocol.compression import DEFAULT_LEVELS, LEVEL_RANGES, Codec
+from spark_sink.protocol.compression import CODECS_BY_NAME, DEFAULT_LEVELS, LEVEL_RANGES, Codec
 from spark_sink.protocol.sasl import MECHANISMS as SASL_MECHANISMS
 
 log = logging.getLogger(__name__)
 
-_COMPRESSION_CODECS = {c.name.lower(): int(c) for c in Codec}
 _MAX_IDEMPOTENT_IN_FLIGHT = 5
 _INT32_MAX = 2**31 - 1
 
@@ -85,8 +84,8 @@ def _acks(key: str, value: Any) -> int:
 
 def _compression(key: str, value: Any) -> str:
     text = str(value).strip().lower()
-    if text not in _COMPRESSION_CODECS:
-        raise ConfigError(f"{key}: expected one of {', '.join(_COMPRESSION_CODECS)}, got {value!r}")
+    if text not in CODECS_BY_NAME:
+        raise ConfigError(f"{key}: expected one of {', '.join(CODECS_BY_NAME)}, got {value!r}")
     return text
 
 
@@ -323,7 +322,7 @@ class ProducerConfig:
     @property
     def compression_codec(self) -> int:
         """The record batch attribute value of compression.type (0 none ... 4 zstd)."""
-        return _COMPRESSION_CODECS[self.compression_type]
+        return int(CODECS_BY_NAME[self.compression_type])
 
     @property
     def compression_level(self) -> int | None:

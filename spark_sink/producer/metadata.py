@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from spark_sink.producer.errors import KafkaTimeoutError
@@ -26,9 +26,12 @@ _FATAL_TOPIC_ERRORS = (InvalidTopicException, TopicAuthorizationFailedError)
 class Metadata:
     """What the producer knows about the cluster."""
 
-    def __init__(self, max_age_ms: int, refresh_backoff_ms: int) -> None:
+    def __init__(self, max_age_ms: int, refresh_backoff_ms: int, max_idle_ms: int = 300_000) -> None:
         self._max_age_ms = max_age_ms
         self._refresh_backoff_ms = refresh_backoff_ms
+        self._max_idle_ms = max_idle_ms
+        # topic -> when a record for it was last drained or waited for (metadata.max.idle.ms)
+        self._last_used: dict[str, float] = {}
         self._cond = threading.Condition()
         self.nodes: dict[int, tuple[str, int]] = {}
         # topic -> leader node per partition (-1 while a partition has none)
@@ -74,6 +77,7 @@ class Metadata:
                     raise type(error)(f"topic {topic!r}: {error.message or error.name}")
                 if topic not in self.topics:
                     self.topics.add(topic)
+                self._last_used[topic] = time.monotonic() * 1000.0
                 self._need_update = True
                 wakeup()
                 remaining = deadline - time.monotonic()
@@ -97,8 +101,26 @@ class Metadata:
             return 0.0
         return max(0.0, self._last_refresh_ms + self._max_age_ms - now)
 
+    def touch(self, topics: Iterable[str], now: float) -> None:
+        """Records of ``topics`` were just sent (once per request: not per record)."""
+        for topic in topics:
+            self._last_used[topic] = now
+
     def request_body(self, now: float) -> dict[str, Any]:
+        """The next Metadata request: the topics used within metadata.max.idle.ms. A topic
+        idle longer is forgotten, as Java's producer does, so that a job writing to many
+        topics over time does not ask for all of them forever; its next record fetches
+        its metadata again."""
         self._last_attempt_ms = now
+        idle = {t for t in self.topics if now - self._last_used.get(t, now) > self._max_idle_ms}
+        if idle:
+            with self._cond:
+                self.topics -= idle
+                self.leaders = {t: v for t, v in self.leaders.items() if t not in idle}
+                for topic in idle:
+                    self._last_used.pop(topic, None)
+                    self.topic_errors.pop(topic, None)
+            log.debug("metadata: forgetting topics idle past metadata.max.idle.ms: %s", sorted(idle))
         return {"topics": [{"name": t} for t in sorted(self.topics)], "allow_auto_topic_creation": True}
 
     def update(self, body: dict[str, Any], now: float) -> None:

@@ -1,9 +1,12 @@
 """NetworkClient: non-blocking connections to brokers, the only module with sockets.
 
-One selector multiplexes every broker connection. Each connection negotiates API
-versions right after connecting (then authenticates, with SASL), keeps its requests in
+One selector multiplexes every broker connection. A connection goes through TCP (and
+TLS), then its bring-up (ApiVersions, SASL: the sans-IO machine of
+:mod:`~spark_sink.protocol.connection_setup`, fed what is read), keeps its requests in
 flight in order, resumes partial writes on the next poll and is closed (failing what is
-in flight) on errors and request timeouts. Only the thread doing the Sender's work (the
+in flight) on errors and request timeouts. What the client knows of each connection
+besides its socket (state, backoff, queues, deadlines) is in
+:mod:`~spark_sink.producer.connections`. Only the thread doing the Sender's work (the
 one holding its I/O lock) calls it, except :meth:`NetworkClient.wakeup` and
 :meth:`NetworkClient.wait`.
 """
@@ -16,27 +19,34 @@ import random
 import selectors
 import socket
 import ssl
-import struct
 import time
-from collections import deque
+from collections.abc import Mapping
 from itertools import islice
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+from spark_sink.producer import tls
 from spark_sink.producer.config import ProducerConfig, sasl_credentials
-from spark_sink.producer.errors import (
-    AuthenticationError,
-    KafkaTimeoutError,
-    SaslAuthenticationError,
-    SslAuthenticationError,
+from spark_sink.producer.connections import (
+    Callback,
+    ClientResponse,
+    Connection,
+    ConnState,
+    InFlight,
+    Outgoing,
+    least_loaded,
 )
-from spark_sink.producer.tls import ssl_context
+from spark_sink.producer.errors import AuthenticationError, SaslAuthenticationError
 from spark_sink.protocol import sasl
-from spark_sink.protocol.errors import KafkaConnectionError, KProdError, error_for_code
+from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
+from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+    KafkaConnectionError,
+    KProdError,
+    UnsupportedVersionError,
+)
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import ApiKey, choose_version
+from spark_sink.protocol.messages import ApiKey
+
+__all__ = ["Callback", "ClientResponse", "NetworkClient", "now_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -44,91 +54,11 @@ _RECV_SIZE = 256 * 1024
 # Frames handed to one sendmsg(): enough to batch many small requests into one syscall,
 # well under IOV_MAX (1024 on Linux).
 _MAX_IOV = 64
-# Correlation ids of unanswered requests (acks=0 Produce) remembered per connection; a
-# broker that does answer them (Tansu does) answers in order, so a few suffice.
-_MAX_UNANSWERED = 4096
-_FRAME_HEAD = struct.Struct(">iI")  # size prefix, correlation id
-
-
-def _is_tls_alert(exc: OSError) -> bool:
-    """True for a TLS protocol error (an alert from the peer, a failed check), not for a
-    connection that merely ended or broke."""
-    return isinstance(exc, ssl.SSLError) and not isinstance(
-        exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
 
 
 def now_ms() -> float:
     """Monotonic milliseconds, the clock every timeout in the producer uses."""
     return time.monotonic() * 1000.0
-
-
-@dataclass(slots=True)
-class ClientResponse:
-    """The outcome of one request: a decoded body, or the error that prevented it."""
-
-    node_id: int
-    api_key: int
-    api_version: int
-    correlation_id: int
-    body: dict[str, Any] | None
-    error: Exception | None
-    request_latency_ms: float
-
-
-Callback = Callable[[ClientResponse], None]
-
-
-class _State(Enum):
-    DISCONNECTED = 0
-    CONNECTING = 1
-    HANDSHAKING = 2  # TLS
-    CHECKING_API_VERSIONS = 3
-    AUTHENTICATING = 4  # SASL
-    READY = 5
-
-
-@dataclass(slots=True)
-class _InFlight:
-    correlation_id: int
-    api_key: int
-    api_version: int
-    callback: Callback | None
-    sent_ms: float
-
-
-@dataclass
-class _Connection:
-    node_id: int
-    host: str
-    port: int
-    state: _State = _State.DISCONNECTED
-    sock: socket.socket | None = None
-    protocol: KafkaProtocol | None = None
-    versions: dict[int, int] = field(default_factory=dict)
-    sasl_exchange: sasl.SaslMechanism | None = None  # under way
-    # When a SASL session with a lifetime (KIP-368) is due to be replaced: from then on no
-    # new request is sent, and once none is in flight the connection is closed and a new
-    # one authenticates. 0: no lifetime.
-    reauthenticate_ms: float = 0.0
-    # Frame buffers waiting to be written as [view, on_written, queued_ms]; on_written is the
-    # (callback, response) fired once the frame is out (requests that expect no response,
-    # e.g. Produce with acks=0), queued_ms lets a write stuck behind a stalled socket time
-    # out like a request in flight.
-    outbox: deque = field(default_factory=deque)
-    in_flight: deque = field(default_factory=deque)
-    connect_started_ms: float = 0.0
-    last_used_ms: float = 0.0
-    last_failure_ms: float = -1e18
-    failures: int = 0
-    backoff_ms: float = 0.0
-    writing: bool = False
-    # Only with acks=0 (see NetworkClient._receive): correlation ids sent with
-    # expect_response=False, and where the response stream stands (bytes left in the
-    # current frame, whether that frame is dropped, a header split across reads).
-    unanswered: deque = field(default_factory=lambda: deque(maxlen=_MAX_UNANSWERED))
-    frame_left: int = 0
-    frame_drop: bool = False
-    frame_head: bytearray = field(default_factory=bytearray)
 
 
 class NetworkClient:
@@ -137,10 +67,10 @@ class NetworkClient:
     def __init__(self, config: ProducerConfig) -> None:
         self._config = config
         self._selector = selectors.DefaultSelector()
-        self._conns: dict[int, _Connection] = {}
+        self._conns: dict[int, Connection] = {}
         for i, (host, port) in enumerate(config.bootstrap_servers):
-            self._conns[-(i + 1)] = _Connection(-(i + 1), host, port)
-        self._ssl = ssl_context(config)
+            self._conns[-(i + 1)] = Connection(-(i + 1), host, port)
+        self._ssl = tls.ssl_context(config)
         self._sasl_credentials = (
             sasl_credentials(config.sasl_jaas_config) if config.security_protocol.startswith("SASL_") else None)
         # The last authentication (TLS or SASL) that failed; cleared when a connection
@@ -160,9 +90,6 @@ class NetworkClient:
         # only the polling thread reads, so recv_into() never allocates per read.
         self._recv_buf = bytearray(_RECV_SIZE)
         self._recv_view = memoryview(self._recv_buf)
-        # Kafka never answers an acks=0 Produce, but some brokers (Tansu) do; only then is
-        # the response stream scanned for such answers, which are dropped.
-        self._filter_unanswered = config.acks == 0
         self._closed = False
         # Set once a wakeup byte is written, cleared when it is read: send() calls wakeup()
         # for every new or full batch, and most of those find the sender already woken.
@@ -179,13 +106,10 @@ class NetworkClient:
         for node_id, (host, port) in nodes.items():
             conn = self._conns.get(node_id)
             if conn is None:
-                self._conns[node_id] = _Connection(node_id, host, port)
+                self._conns[node_id] = Connection(node_id, host, port)
             elif (conn.host, conn.port) != (host, port):
                 self._disconnect(conn, KafkaConnectionError(f"broker {node_id} moved to {host}:{port}"), backoff=False)
                 conn.host, conn.port = host, port
-
-    def known_nodes(self) -> list[int]:
-        return list(self._conns)
 
     # -- readiness ------------------------------------------------------------
 
@@ -196,58 +120,43 @@ class NetworkClient:
         conn = self._conns.get(node_id)
         if conn is None:
             return False
-        if conn.state is _State.READY and conn.reauthenticate_ms and now >= conn.reauthenticate_ms:
+        if conn.state is ConnState.READY and conn.setup.renew_at_ms and conn.setup.session_ending(now):
             if conn.in_flight or conn.outbox:
                 return False  # let the session's last requests finish
             self._disconnect(conn, KafkaConnectionError("SASL session lifetime ending; authenticating anew"),
                              backoff=False)
-        if conn.state is _State.READY:
+        if conn.state is ConnState.READY:
             # As Java's canSendMore: not while the last request is still being written. A
             # slow socket then leaves batches in the accumulator, where they keep filling,
             # instead of queueing small requests here (and acks=0, which has nothing in
             # flight, cannot queue without bound).
             return not conn.outbox and len(conn.in_flight) < self._config.max_in_flight_requests_per_connection
-        if conn.state is _State.DISCONNECTED and now - conn.last_failure_ms >= conn.backoff_ms:
+        if conn.may_connect(now):
             self._connect(conn, now)
         return False
 
     def is_connected(self, node_id: int) -> bool:
         conn = self._conns.get(node_id)
-        return conn is not None and conn.state is _State.READY
+        return conn is not None and conn.state is ConnState.READY
 
     def connection_failed(self, node_id: int) -> bool:
         """True if the last attempt to reach ``node_id`` failed and it is backing off."""
         conn = self._conns.get(node_id)
-        return conn is not None and conn.state is _State.DISCONNECTED and conn.failures > 0
+        return conn is not None and conn.state is ConnState.DISCONNECTED and conn.failures > 0
 
     def connection_delay_ms(self, node_id: int, now: float) -> float:
         """How long until ``node_id`` may be tried again (0 if now)."""
         conn = self._conns.get(node_id)
-        if conn is None or conn.state is not _State.DISCONNECTED:
-            return 0.0
-        return max(0.0, conn.last_failure_ms + conn.backoff_ms - now)
+        return conn.connect_delay_ms(now) if conn is not None else 0.0
 
-    def in_flight_count(self, node_id: int | None = None) -> int:
-        if node_id is None:
-            return sum(len(c.in_flight) for c in self._conns.values())
+    def in_flight_count(self, node_id: int) -> int:
         conn = self._conns.get(node_id)
         return len(conn.in_flight) if conn else 0
 
     def least_loaded_node(self, now: float) -> int | None:
         """A ready node with the fewest requests in flight, else one that is connecting or
         may connect now; brokers from metadata are preferred over bootstrap entries."""
-        best, best_load = None, None
-        fallback = None
-        for node_id, conn in sorted(self._conns.items(), key=lambda kv: (kv[0] < 0, random.random())):
-            if conn.state is _State.READY:
-                load = len(conn.in_flight)
-                if best_load is None or load < best_load:
-                    best, best_load = node_id, load
-            elif fallback is None and (
-                conn.state is not _State.DISCONNECTED or now - conn.last_failure_ms >= conn.backoff_ms
-            ):
-                fallback = node_id
-        return best if best is not None else fallback
+        return least_loaded(self._conns.values(), now)
 
     def api_version(self, node_id: int, api_key: int) -> int | None:
         conn = self._conns.get(node_id)
@@ -259,30 +168,28 @@ class NetworkClient:
              expect_response: bool = True) -> None:
         """Queue a request to a READY node; the version is the highest both sides support."""
         conn = self._conns[node_id]
-        if conn.state is not _State.READY:
+        if conn.state is not ConnState.READY:
             raise KafkaConnectionError(f"node {node_id} is not ready")
         version = conn.versions.get(api_key)
         if version is None:
-            raise error_for_code(35, f"broker {node_id} does not support {ApiKey(api_key).name}")
+            raise UnsupportedVersionError(f"broker {node_id} does not support {ApiKey(api_key).name}")
         self._enqueue(conn, api_key, version, body, callback, expect_response)
 
-    def _enqueue(self, conn: _Connection, api_key: int, version: int, body: dict[str, Any],
+    def _enqueue(self, conn: Connection, api_key: int, version: int, body: dict[str, Any],
                  callback: Callback | None, expect_response: bool) -> None:
         correlation_id, parts = conn.protocol.send_request_parts(api_key, version, body, expect_response)
         now = now_ms()
         conn.last_used_ms = now
         on_written = None
         if expect_response:
-            conn.in_flight.append(_InFlight(correlation_id, api_key, version, callback, now))
-        else:
-            if self._filter_unanswered:
-                conn.unanswered.append(correlation_id)
-            if callback is not None:
-                on_written = (callback, ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0))
+            conn.in_flight.append(InFlight(correlation_id, api_key, version, callback, now))
+        elif callback is not None:
+            on_written = (callback, ClientResponse(conn.node_id, api_key, version, correlation_id, None, None, 0.0))
         # One outbox entry per buffer (record bytes are written from where they are); the
         # last one carries what to do once the whole frame is out.
         last = len(parts) - 1
-        conn.outbox.extend([memoryview(part), on_written if i == last else None, now] for i, part in enumerate(parts))
+        conn.outbox.extend(Outgoing(memoryview(part), on_written if i == last else None, now)
+                           for i, part in enumerate(parts))
         try:
             self._write(conn)
         except KProdError as exc:
@@ -306,10 +213,10 @@ class NetworkClient:
                 self._progressed = True
                 continue
             try:
-                if conn.state is _State.CONNECTING:
+                if conn.state is ConnState.CONNECTING:
                     self._finish_connect(conn)
                     continue
-                if conn.state is _State.HANDSHAKING:
+                if conn.state is ConnState.HANDSHAKING:
                     self._handshake(conn)
                     continue
                 if events & selectors.EVENT_WRITE:
@@ -369,7 +276,7 @@ class NetworkClient:
 
     # -- connection lifecycle -------------------------------------------------
 
-    def _connect(self, conn: _Connection, now: float) -> None:
+    def _connect(self, conn: Connection, now: float) -> None:
         log.debug("connecting to node %s at %s:%s", conn.node_id, conn.host, conn.port)
         try:
             family = socket.AF_INET6 if ":" in conn.host else socket.AF_INET
@@ -385,7 +292,7 @@ class NetworkClient:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._config.send_buffer_bytes)
         if self._config.receive_buffer_bytes > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._config.receive_buffer_bytes)
-        conn.sock, conn.state, conn.connect_started_ms = sock, _State.CONNECTING, now
+        conn.sock, conn.state, conn.connect_started_ms = sock, ConnState.CONNECTING, now
         conn.protocol = KafkaProtocol(self._config.client_id)
         err = sock.connect_ex(address)
         if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
@@ -397,7 +304,7 @@ class NetworkClient:
         self._selector.register(sock, selectors.EVENT_WRITE, conn)
         conn.writing = True
 
-    def _finish_connect(self, conn: _Connection) -> None:
+    def _finish_connect(self, conn: Connection) -> None:
         err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             raise KafkaConnectionError(f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(err, err)}")
@@ -407,12 +314,12 @@ class NetworkClient:
             conn.sock = self._ssl.wrap_socket(conn.sock, server_hostname=conn.host, do_handshake_on_connect=False)
             self._selector.register(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
             conn.writing = True
-            conn.state = _State.HANDSHAKING
+            conn.state = ConnState.HANDSHAKING
             self._handshake(conn)
             return
-        self._start_api_versions(conn)
+        self._start_setup(conn)
 
-    def _handshake(self, conn: _Connection) -> None:
+    def _handshake(self, conn: Connection) -> None:
         """One step of the TLS handshake; waits for whichever direction it needs next."""
         try:
             conn.sock.do_handshake()
@@ -422,154 +329,53 @@ class NetworkClient:
         except ssl.SSLWantWriteError:
             self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
             return
-        except ssl.SSLCertVerificationError as exc:
-            error = SslAuthenticationError(
-                f"TLS handshake with {conn.host}:{conn.port} failed: certificate verify failed: "
-                f"{exc.verify_message or exc} "
-                "(check ssl.truststore.location / ssl.truststore.certificates, and "
-                "ssl.endpoint.identification.algorithm for the host name)")
-            self.authentication_error = error
-            raise error from None
         except OSError as exc:  # ssl.SSLError included
-            if _is_tls_alert(exc):
-                raise self._tls_refused(conn, exc) from None
-            raise KafkaConnectionError(f"TLS handshake with {conn.host}:{conn.port} failed: {exc}") from exc
-        self._start_api_versions(conn)
+            raise self._tls_failed(conn, exc) from None
+        self._start_setup(conn)
 
-    def _tls_refused(self, conn: _Connection, exc: ssl.SSLError) -> SslAuthenticationError:
-        """The broker refused the TLS session with an alert: an authentication failure, as
-        Java's SslAuthenticationException, so that waiting threads fail at once."""
-        hint = ("the broker may require a client certificate: set ssl.keystore.location"
-                if self._config.ssl_keystore_location is None
-                else "check the client certificate in ssl.keystore.location and that the broker trusts its CA")
-        error = SslAuthenticationError(
-            f"the TLS session with {conn.host}:{conn.port} was refused: {exc.reason or exc} ({hint})")
-        self.authentication_error = error
+    def _tls_failed(self, conn: Connection, exc: OSError) -> KProdError:
+        error = tls.handshake_error(exc, conn.host, conn.port, self._config)
+        if isinstance(error, AuthenticationError):
+            self.authentication_error = error  # threads waiting for metadata fail at once, as in Java
         return error
 
-    def _start_api_versions(self, conn: _Connection) -> None:
-        conn.state = _State.CHECKING_API_VERSIONS
+    def _start_setup(self, conn: Connection) -> None:
+        conn.state = ConnState.SETTING_UP
         self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
         conn.writing = False
-        self._enqueue(conn, ApiKey.API_VERSIONS, 3, {}, self._on_api_versions, True)
+        exchange = (sasl.mechanism(self._config.sasl_mechanism, *self._sasl_credentials)
+                    if self._sasl_credentials is not None else None)
+        # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a
+        # fleet of clients does not reconnect at once, well before the broker closes it.
+        conn.setup = ConnectionSetup(conn.protocol, exchange, random.uniform(0.85, 0.95))
+        self._follow(conn, conn.setup.connected(now_ms()))
 
-    def _on_api_versions(self, response: ClientResponse) -> None:
-        conn = self._conns.get(response.node_id)
-        if conn is None or response.error is not None or conn.state is not _State.CHECKING_API_VERSIONS:
-            return
-        body = response.body
-        if body["error_code"] == 35 and response.api_version > 0:
-            ours = [e["max_version"] for e in body["api_keys"] if e["api_key"] == ApiKey.API_VERSIONS]
-            retry_version = min(response.api_version - 1, max(ours or [0]))
-            self._enqueue(conn, ApiKey.API_VERSIONS, retry_version, {}, self._on_api_versions, True)
-            return
-        if body["error_code"]:
-            self._disconnect(conn, error_for_code(body["error_code"], f"ApiVersions from node {conn.node_id}"))
-            return
-        versions = {}
-        for entry in body["api_keys"]:
-            try:
-                versions[entry["api_key"]] = choose_version(entry["api_key"], entry["min_version"], entry["max_version"])
-            except (KeyError, ValueError):
-                continue  # an API kprod does not use
-            except KProdError:
-                continue  # not usable at any common version; send() will say so
-        conn.versions = versions
-        if self._sasl_credentials is None:
-            self._mark_ready(conn)
-        else:
-            self._start_sasl(conn)
+    def _follow(self, conn: Connection, outputs: list[Output]) -> None:
+        """Do what the connection's bring-up says."""
+        for output in outputs:
+            if type(output) is Send:
+                conn.outbox.append(Outgoing(memoryview(output.data), None, conn.setup.request_sent_ms))
+                self._write(conn)
+            elif type(output) is Ready:
+                conn.note_ready(output.versions, now_ms())
+                self._progressed = True
+                self.authentication_error = None
+                log.debug("node %s ready, versions %s", conn.node_id, conn.versions)
+            elif type(output) is Failed:
+                if output.authentication:
+                    error = SaslAuthenticationError(f"SASL {self._config.sasl_mechanism} authentication with "
+                                                    f"{conn.host}:{conn.port} failed: {output.reason}")
+                    self.authentication_error = error
+                    raise error
+                raise KafkaConnectionError(f"setting up the connection to node {conn.node_id} failed: "
+                                           f"{output.reason}")
 
-    def _mark_ready(self, conn: _Connection) -> None:
-        conn.state = _State.READY
-        self._progressed = True
-        conn.sasl_exchange = None
-        conn.last_used_ms = now_ms()
-        conn.failures = 0
-        conn.backoff_ms = 0.0
-        self.authentication_error = None
-        log.debug("node %s ready, versions %s", conn.node_id, conn.versions)
-
-    # -- SASL (KIP-43 handshake, KIP-152 SaslAuthenticate) --------------------
-
-    def _start_sasl(self, conn: _Connection) -> None:
-        conn.state = _State.AUTHENTICATING
-        if ApiKey.SASL_HANDSHAKE not in conn.versions or ApiKey.SASL_AUTHENTICATE not in conn.versions:
-            self._fail_sasl(conn, "the broker does not support SaslHandshake v1 and SaslAuthenticate "
-                                  "(Kafka 1.0 or newer), or has no SASL listener on this port")
-            return
-        self._enqueue(conn, ApiKey.SASL_HANDSHAKE, conn.versions[ApiKey.SASL_HANDSHAKE],
-                      {"mechanism": self._config.sasl_mechanism}, self._on_sasl_handshake, True)
-
-    def _on_sasl_handshake(self, response: ClientResponse) -> None:
-        conn = self._authenticating(response)
-        if conn is None:
-            return
-        body = response.body
-        if body["error_code"] == 33:  # UNSUPPORTED_SASL_MECHANISM
-            offered = ", ".join(body["mechanisms"] or ()) or "none"
-            self._fail_sasl(conn, f"sasl.mechanism {self._config.sasl_mechanism} is not enabled on the broker; "
-                                  f"it offers {offered}")
-            return
-        if body["error_code"]:
-            self._fail_sasl(conn, f"SaslHandshake failed: {error_for_code(body['error_code']).name}")
-            return
-        conn.sasl_exchange = sasl.mechanism(self._config.sasl_mechanism, *self._sasl_credentials)
-        self._send_sasl_token(conn, conn.sasl_exchange.first_token())
-
-    def _send_sasl_token(self, conn: _Connection, token: bytes) -> None:
-        self._enqueue(conn, ApiKey.SASL_AUTHENTICATE, conn.versions[ApiKey.SASL_AUTHENTICATE],
-                      {"auth_bytes": token}, self._on_sasl_authenticate, True)
-
-    def _on_sasl_authenticate(self, response: ClientResponse) -> None:
-        conn = self._authenticating(response)
-        if conn is None or conn.sasl_exchange is None:
-            return
-        body = response.body
-        if body["error_code"]:
-            reason = body["error_message"] or error_for_code(body["error_code"]).name
-            self._fail_sasl(conn, f"{reason} (check the username and password in sasl.jaas.config)")
-            return
-        try:
-            token = conn.sasl_exchange.respond(body["auth_bytes"] or b"")
-        except sasl.SaslError as exc:
-            self._fail_sasl(conn, str(exc))
-            return
-        if token is not None:
-            self._send_sasl_token(conn, token)
-            return
-        lifetime = body.get("session_lifetime_ms", 0)
-        # Java's choice: renew at a random 85-95% of the lifetime, so that a fleet of
-        # clients does not reconnect at once, well before the broker closes the connection.
-        conn.reauthenticate_ms = now_ms() + lifetime * random.uniform(0.85, 0.95) if lifetime > 0 else 0.0
-        self._mark_ready(conn)
-
-    def _authenticating(self, response: ClientResponse) -> _Connection | None:
-        """The connection a SASL response belongs to, if it is still authenticating."""
-        conn = self._conns.get(response.node_id)
-        if conn is None or response.error is not None or conn.state is not _State.AUTHENTICATING:
-            return None
-        return conn
-
-    def _fail_sasl(self, conn: _Connection, reason: str) -> None:
-        error = SaslAuthenticationError(
-            f"SASL {self._config.sasl_mechanism} authentication with {conn.host}:{conn.port} failed: {reason}")
-        self.authentication_error = error
-        self._disconnect(conn, error)
-
-    def _fail_connect(self, conn: _Connection, error: Exception, now: float) -> None:
-        conn.state = _State.DISCONNECTED
-        self._note_failure(conn, now)
+    def _fail_connect(self, conn: Connection, error: Exception, now: float) -> None:
+        conn.state = ConnState.DISCONNECTED
+        conn.note_failure(now, self._config)
         log.info("connection to node %s failed: %s", conn.node_id, error)
 
-    def _note_failure(self, conn: _Connection, now: float) -> None:
-        conn.failures += 1
-        conn.last_failure_ms = now
-        base, cap = self._config.reconnect_backoff_ms, self._config.reconnect_backoff_max_ms
-        exp = min(cap, base * (2 ** min(conn.failures - 1, 20)))
-        conn.backoff_ms = exp * random.uniform(0.8, 1.2)  # jitter keeps clients from reconnecting in lockstep
-
-    def _disconnect(self, conn: _Connection, error: Exception, backoff: bool = True) -> None:
+    def _disconnect(self, conn: Connection, error: Exception, backoff: bool = True) -> None:
         if conn.sock is not None:
             try:
                 self._selector.unregister(conn.sock)
@@ -578,44 +384,24 @@ class NetworkClient:
             conn.sock.close()
             conn.sock = None
             log.info("disconnected from node %s: %s", conn.node_id, error)
-        if conn.state is not _State.DISCONNECTED and backoff:
-            self._note_failure(conn, now_ms())
-        conn.state = _State.DISCONNECTED
-        conn.writing = False
-        conn.versions = {}
-        conn.sasl_exchange = None
-        conn.reauthenticate_ms = 0.0
         now = now_ms()
-        for entry in conn.in_flight:
-            if entry.callback is not None:
-                self._completed.append((entry.callback, ClientResponse(
-                    conn.node_id, entry.api_key, entry.api_version, entry.correlation_id, None, error,
-                    now - entry.sent_ms)))
-        for _, on_written, _ in conn.outbox:
-            if on_written is not None:
-                callback, done = on_written
-                done.error = error
-                self._completed.append((callback, done))
-        conn.in_flight.clear()
-        conn.outbox.clear()
-        conn.unanswered.clear()
-        conn.frame_left = 0
-        conn.frame_drop = False
-        conn.frame_head.clear()
+        if conn.state is not ConnState.DISCONNECTED and backoff:
+            conn.note_failure(now, self._config)
+        self._completed += conn.disconnected(error, now)
 
     # -- I/O ------------------------------------------------------------------
 
-    def _write(self, conn: _Connection) -> None:
+    def _write(self, conn: Connection) -> None:
         outbox, sock = conn.outbox, conn.sock
-        if sock is None or conn.state is _State.CONNECTING:
+        if sock is None or conn.state is ConnState.CONNECTING:
             return
         while outbox:
             try:
                 if len(outbox) == 1 or self._ssl is not None:  # SSLSocket has no sendmsg
-                    sent = sock.send(outbox[0][0])
+                    sent = sock.send(outbox[0].data)
                 else:
                     # Several queued frames go out in one syscall (writev), no joining copy.
-                    sent = sock.sendmsg([entry[0] for entry in islice(outbox, _MAX_IOV)])
+                    sent = sock.sendmsg([entry.data for entry in islice(outbox, _MAX_IOV)])
             except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
             except OSError as exc:
@@ -625,14 +411,14 @@ class NetworkClient:
             # socket buffer.
             while sent:
                 entry = outbox[0]
-                view = entry[0]
+                view = entry.data
                 if sent < len(view):
-                    entry[0] = view[sent:]
+                    entry.data = view[sent:]
                     break
                 sent -= len(view)
                 outbox.popleft()
-                if entry[1] is not None:
-                    self._completed.append(entry[1])
+                if entry.on_written is not None:
+                    self._completed.append(entry.on_written)
             else:
                 continue
             break
@@ -641,7 +427,7 @@ class NetworkClient:
             self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0), conn)
             conn.writing = want_write
 
-    def _read(self, conn: _Connection) -> None:
+    def _read(self, conn: Connection) -> None:
         sock, buf = conn.sock, self._recv_view
         while sock is not None:
             try:
@@ -649,19 +435,17 @@ class NetworkClient:
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as exc:
-                if conn.state is not _State.READY and _is_tls_alert(exc):
+                if conn.state is not ConnState.READY and tls.is_alert(exc):
                     # With TLS 1.3 the client's side of the handshake ends before the broker
                     # has checked the client's certificate: a refusal arrives as an alert on
                     # the first read.
-                    raise self._tls_refused(conn, exc) from None
+                    raise self._tls_failed(conn, exc) from None
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
             if not n:
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
-            if self._filter_unanswered:
-                responses = self._receive(conn, buf[:n])
-            else:
-                responses = conn.protocol.receive_data(buf[:n])
-            if responses:
+            if conn.state is ConnState.SETTING_UP:
+                self._follow(conn, conn.setup.receive_data(buf[:n], now_ms()))
+            elif responses := conn.protocol.receive_data(buf[:n]):
                 now = now_ms()
                 conn.last_used_ms = now
                 for correlation_id, api_key, version, body in responses:
@@ -674,64 +458,6 @@ class NetworkClient:
             if n < _RECV_SIZE and self._ssl is None:
                 return
             sock = conn.sock
-
-    def _receive(self, conn: _Connection, data: memoryview) -> list[tuple[int, int, int, dict[str, Any]]]:
-        """Feed ``data`` to the protocol minus any frame answering an acks=0 request.
-
-        Kafka sends no response to a Produce with acks=0 and the protocol treats one as a
-        corrupt stream; a broker that sends one anyway would otherwise cost a disconnect
-        and every request queued behind it. Frame boundaries are tracked here from the size
-        prefixes; only headers are inspected, bodies pass through as slices.
-        """
-        proto = conn.protocol
-        responses: list[tuple[int, int, int, dict[str, Any]]] = []
-        n = len(data)
-        pos = start = 0  # data[start:pos] is a run still to be fed to the protocol
-        while pos < n:
-            if conn.frame_left:
-                take = min(conn.frame_left, n - pos)
-                conn.frame_left -= take
-                if conn.frame_drop:
-                    if start < pos:
-                        responses += proto.receive_data(data[start:pos])
-                    start = pos + take
-                pos += take
-                continue
-            # A frame starts here: its header is held back until we know its fate.
-            if start < pos:
-                responses += proto.receive_data(data[start:pos])
-            head = conn.frame_head
-            take = min(_FRAME_HEAD.size - len(head), n - pos)
-            head += data[pos:pos + take]
-            pos = start = pos + take
-            if len(head) < _FRAME_HEAD.size:
-                break
-            size, correlation_id = _FRAME_HEAD.unpack(head)
-            conn.frame_left = max(0, size - 4)
-            conn.frame_drop = self._is_unanswered(conn, correlation_id)
-            if conn.frame_drop:
-                log.debug("dropping node %s's response to acks=0 request %s", conn.node_id, correlation_id)
-            else:
-                responses += proto.receive_data(head)
-            head.clear()
-        if start < pos:
-            responses += proto.receive_data(data[start:pos])
-        return responses
-
-    @staticmethod
-    def _is_unanswered(conn: _Connection, correlation_id: int) -> bool:
-        unanswered = conn.unanswered
-        while unanswered:
-            oldest = unanswered[0]
-            if oldest == correlation_id:
-                unanswered.popleft()
-                return True
-            if (correlation_id - oldest) & 0x7FFFFFFF >= 0x40000000:
-                return False  # oldest was sent after this response's request
-            # Sent before the request now answered: brokers answer in order, so it never
-            # will be (the Kafka behaviour).
-            unanswered.popleft()
-        return False
 
     def _drain_wakeups(self) -> None:
         try:
@@ -747,41 +473,11 @@ class NetworkClient:
 
     def next_timeout_ms(self, now: float) -> float:
         """Milliseconds until the nearest request or connection-setup timeout."""
-        nearest = float("inf")
-        request_timeout = self._config.request_timeout_ms
-        setup_timeout = self._config.socket_connection_setup_timeout_ms
-        for conn in self._conns.values():
-            if conn.in_flight:
-                nearest = min(nearest, conn.in_flight[0].sent_ms + request_timeout - now)
-            if conn.outbox:
-                nearest = min(nearest, conn.outbox[0][2] + request_timeout - now)
-            if conn.state in (_State.CONNECTING, _State.HANDSHAKING):
-                nearest = min(nearest, conn.connect_started_ms + setup_timeout - now)
-        return max(0.0, nearest)
+        config = self._config
+        return max(0.0, min((c.next_deadline_ms(config) for c in self._conns.values()), default=float("inf")) - now)
 
     def _expire(self, now: float) -> None:
-        request_timeout = self._config.request_timeout_ms
-        setup_timeout = self._config.socket_connection_setup_timeout_ms
-        max_idle = self._config.connections_max_idle_ms
         for conn in self._conns.values():
-            state = conn.state
-            if state is _State.DISCONNECTED:
-                continue
-            oldest = conn.in_flight[0].sent_ms if conn.in_flight else None
-            if conn.outbox and (oldest is None or conn.outbox[0][2] < oldest):
-                oldest = conn.outbox[0][2]  # an acks=0 write stuck behind a full socket
-            if oldest is not None and now - oldest >= request_timeout:
-                # As in Java: a request that timed out leaves the connection in an unknown
-                # state, so everything in flight on it fails and it is closed.
-                self._disconnect(conn, KafkaTimeoutError(
-                    f"request to node {conn.node_id} timed out after {request_timeout} ms (request.timeout.ms)"))
-            elif state in (_State.CONNECTING, _State.HANDSHAKING) and now - conn.connect_started_ms >= setup_timeout:
-                self._disconnect(conn, KafkaConnectionError(
-                    f"connecting to {conn.host}:{conn.port} took over {setup_timeout} ms "
-                    "(socket.connection.setup.timeout.ms)"))
-            elif (state is _State.READY and oldest is None and max_idle > 0
-                  and now - conn.last_used_ms >= max_idle):
-                # connections.max.idle.ms: the broker would close it anyway; closing it
-                # ourselves avoids a request racing that close. No backoff: it did not fail.
-                log.debug("closing idle connection to node %s", conn.node_id)
-                self._disconnect(conn, KafkaConnectionError("idle connection closed"), backoff=False)
+            expiry = conn.expiry(now, self._config)
+            if expiry is not None:
+                self._disconnect(conn, expiry[0], backoff=expiry[1])

@@ -14,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
 
+from spark_sink.protocol.columnar import as_binary, binary_offsets
+
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
 # a Python frame, for the per-record partitioner (which masks off the sign anyway).
@@ -70,15 +72,12 @@ def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.nda
 _NO_NULLS = np.zeros(0, np.bool_)
 
 
-def murmur2_array(keys: pa.Array) -> np.ndarray:
+def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """murmur2 of every value of a binary-like array (nulls hash as empty), as int32."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    if keys.type != pa.binary():
-        keys = keys.cast(pa.binary())
+    keys = as_binary(keys)
     if len(keys) == 0:
         return np.zeros(0, np.int32)
-    offsets = np.frombuffer(keys.buffers()[1], np.int32)[keys.offset : keys.offset + len(keys) + 1]
+    offsets = binary_offsets(keys)
     data_buf = keys.buffers()[2]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
@@ -86,4 +85,4 @@ def murmur2_array(keys: pa.Array) -> np.ndarray:
         a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
     from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
 
-    return kernels.murmur2_rows(data, offsets, nulls).view(np.int32)
+    return kernels.murmur2_rows(data, offsets, nulls, SEED).view(np.int32)

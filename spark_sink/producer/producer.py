@@ -16,29 +16,29 @@ from typing import Any
 import pyarrow as pa
 
 from spark_sink.producer.accumulator import RecordAccumulator
-from spark_sink.producer.arrow_input import CHUNK_BYTES, plan_arrow_send
-from spark_sink.producer.batch import (
-    RECORD_OVERHEAD_ESTIMATE, FutureRecordMetadata, ProducerBatch, SendCallback, headers_size,
-)
+from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
+from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
     InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
 )
-from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.producer.metadata import Metadata
-from spark_sink.producer.partitioner import SEED as MURMUR2_SEED, StickyPartitions, murmur2_unsigned
+from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
+from spark_sink.producer.partitioner import StickyPartitions, murmur2_unsigned, partition_for_key
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
+from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.protocol.errors import KProdError
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
+from spark_sink.protocol.columnar import EncodedRecords
+from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
 
 # A batch header plus the most a record's own framing can take.
-_RECORD_FRAMING = RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD_ESTIMATE
+_RECORD_FRAMING = RECORD_BATCH_OVERHEAD + MAX_RECORD_OVERHEAD
 
 
 def _to_bytes(what: str, value: Any, serializer: Any) -> bytes | None:
@@ -68,13 +68,18 @@ class ArrowSendResult:
 
 
 class ArrowSendFuture:
-    """Resolves once every record of a ``send_arrow`` call is acknowledged."""
+    """Resolves once every record of a ``send_arrow`` call is acknowledged.
+
+    A call that fails after it queued some rows (buffer.memory full for max.block.ms,
+    the producer stopped) raises with this future as the error's ``future``: it resolves
+    once the rows that were queued are acknowledged or failed, and says which.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()  # done callbacks run under it and may call back in
         self._done = threading.Event()
-        self._pending = 0
-        self._sealed = False
+        self._pending = 0  # batches queued and not yet completed
+        self._sealed = False  # no more batches will be queued
         self._records = 0
         self._bytes = 0
         self._failed_records = 0
@@ -102,17 +107,24 @@ class ArrowSendFuture:
             except Exception:
                 log.exception("send_arrow done callback failed")
 
-    def _add(self, batches: int) -> None:
+    def _queued(self, encoded: list[EncodedRecords]) -> None:
+        """These batches are queued: they complete from now on, whatever happens. (One may
+        complete before this is heard; the count is only read once the future is sealed.)"""
         with self._lock:
-            self._pending += batches
+            self._pending += len(encoded)
+            for e in encoded:
+                self._records += e.record_count
+                self._bytes += e.uncompressed_size
 
-    def _seal(self, records: int, nbytes: int) -> None:
+    def _seal(self) -> None:
+        """Nothing more will be queued: resolve once what was queued has completed."""
         with self._lock:
-            self._records, self._bytes, self._sealed = records, nbytes, True
+            self._sealed = True
             if self._pending == 0:
                 self._finish()
 
     def _on_batch(self, batch: ProducerBatch) -> None:
+        """A queued batch has completed (the listener of every batch the call queued)."""
         with self._lock:
             if batch.error is not None:
                 self._failed_records += batch.record_count
@@ -164,16 +176,16 @@ class KafkaProducer:
         c = self.config
         self._pool = BufferPool(c.buffer_memory)
         self._accumulator = RecordAccumulator(c, self._pool)
-        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms)
+        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
         self._client = NetworkClient(c)
-        self._transaction_manager = TransactionManager(c)
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._transaction_manager)
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, TransactionManager(c))
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
+        self._arrow_limits = SendLimits(c.batch_size, c.max_request_size, c.buffer_memory, c.compression_codec)
         self._closed = False
         # send() may go the short way: no serializers, interceptors or ignored keys, not closed
         self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys)
@@ -234,7 +246,7 @@ class KafkaProducer:
         sticky = False
         if partition is None:
             if key is not None and not c.partitioner_ignore_keys:
-                partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % count  # Java's toPositive(murmur2)
+                partition = partition_for_key(key, count)
             else:
                 sticky = True
                 partition = self._sticky.current(topic, count)
@@ -287,7 +299,14 @@ class KafkaProducer:
     # -- per table ------------------------------------------------------------
 
     def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None) -> ArrowSendFuture:
-        """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns."""
+        """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns.
+
+        All or nothing at validation: a bad column, a row whose record is larger than
+        max.request.size (or buffer.memory) or a partition its topic does not have raises
+        before any row is queued. A failure only met on the way (buffer.memory still full
+        after max.block.ms, the producer stopped) raises with the rows queued so far in
+        flight: the error's ``future`` is their ArrowSendFuture.
+        """
         if self._closed:
             raise ProducerClosedError("send_arrow() after close()")
         # The Sender thread reads responses while this thread encodes: hand it the GIL
@@ -301,28 +320,28 @@ class KafkaProducer:
         def partition_count(t: str) -> int:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
+        # Every check runs on the whole input before any row is queued.
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
-            ignore_keys=c.partitioner_ignore_keys, batch_size=c.batch_size, now_ms=int(time.time() * 1000))
+            ignore_keys=c.partitioner_ignore_keys, limits=self._arrow_limits, now_ms=int(time.time() * 1000))
         future = ArrowSendFuture()
-        records = nbytes = 0
         # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
         # that the reservation never waits for more than a quarter of it.
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
-        for rows in groups:
-            for chunk in rows.encode(c.batch_size, c.compression_codec, c.compression_level, chunk_bytes):
-                for partition, encoded in chunk:
-                    for e in encoded:
-                        if e.size_in_bytes > c.max_request_size:
-                            raise RecordTooLargeError(
-                                f"a record to {rows.topic}-{partition} makes a batch of {e.size_in_bytes} bytes, "
-                                f"larger than max.request.size ({c.max_request_size})")
-                    future._add(len(encoded))
-                    records += sum(e.record_count for e in encoded)
-                    nbytes += sum(e.uncompressed_size for e in encoded)
-                self._accumulator.append_encoded(rows.topic, chunk, now_ms(), c.max_block_ms, future._on_batch,
-                                                 self._sender.wakeup)
-        future._seal(records, nbytes)
+        batch_bytes = self._arrow_limits.batch_bytes()
+        try:
+            for rows in groups:
+                for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
+                    self._accumulator.append_encoded(rows.topic, chunk, now_ms(), c.max_block_ms, future._on_batch,
+                                                     future._queued, self._sender.wakeup)
+        except BaseException as exc:
+            # What was queued is sent (or failed) all the same: hand its future over.
+            future._seal()
+            exc.future = future  # type: ignore[attr-defined]
+            exc.add_note(f"{future._records} of {len(data)} rows were queued before this; "
+                         "the error's .future resolves once they are acknowledged or failed")
+            raise
+        future._seal()
         return future
 
     # -- lifecycle ------------------------------------------------------------

@@ -11,9 +11,10 @@ from typing import Any, Protocol
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.metadata import Metadata
-from spark_sink.producer.network import ClientResponse, now_ms
+from spark_sink.producer.network import now_ms
 from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.protocol.errors import (
     NO_ERROR, DuplicateSequenceNumberError, KProdError, UnknownServerError, error_for_code,
@@ -61,6 +62,7 @@ class KafkaClient(Protocol):
     def poll(self, timeout_ms: float) -> bool: ...
     def next_timeout_ms(self, now: float) -> float: ...
     def ready(self, node_id: int, now: float) -> bool: ...
+    def connection_failed(self, node_id: int) -> bool: ...
     def connection_delay_ms(self, node_id: int, now: float) -> float: ...
     def least_loaded_node(self, now: float) -> int | None: ...
     def send(self, node_id: int, api_key: int, body: dict[str, Any], callback: Callable[[ClientResponse], None] | None,
@@ -203,11 +205,19 @@ class Sender(threading.Thread):
             self._metadata.request_update()
         poll_ms = min(poll_ms, next_ms)
         sendable = set()
+        unreachable = False
         for node in ready:
             if self._client.ready(node, now):
                 sendable.add(node)
             else:
+                unreachable = unreachable or self._client.connection_failed(node)
                 poll_ms = min(poll_ms, max(5.0, self._client.connection_delay_ms(node, now)))
+        if unreachable:
+            # A leader we cannot reach may be dead, its partitions led by another node by
+            # now: refresh, as Java does after every failed connection. Otherwise they would
+            # wait for it (or for metadata.max.age.ms) and expire.
+            self._metadata.request_update()
+            poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if sendable:
             drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
                                       self._config.compression_codec, self._config.compression_level,
@@ -282,6 +292,7 @@ class Sender(threading.Thread):
             self._in_flight_batches.add(batch)
         body = {"transactional_id": None, "acks": self._config.acks, "timeout_ms": self._config.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
+        self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}
         acks0 = self._config.acks == 0
         self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0)

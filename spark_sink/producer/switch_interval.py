@@ -5,9 +5,7 @@ interval (``sys.setswitchinterval``, 5 ms by default). While ``send_arrow`` enco
 GIL-holding work for milliseconds at a time), the Sender thread, woken by a response,
 waits up to that long before it can read the response and send the next request. 5 ms
 is longer than a local broker takes for all five in-flight requests, so the broker goes
-idle and the pipeline stalls. With 0.5 ms, 1M records through ``send_arrow`` to the
-embedded broker went at 0.84-1.03 M records/s against 0.72-0.86 M with 5 ms (six
-alternating runs each, a fresh broker for every run).
+idle and the pipeline stalls (bench/RESULTS.md has the runs that showed it).
 
 The interval is process-wide, so it is lowered only while some thread is inside
 ``short_switch_interval()`` and restored when the last one leaves, unless someone else

@@ -2,7 +2,8 @@
 
 Stores are PEM files (or PEM text) or PKCS12 files, the Java keystore default since Java 9
 and what ``keytool`` writes; JKS files are refused with the command that converts them.
-Any store that cannot be read is a ConfigError naming its key, at producer creation.
+Any store that cannot be read is a ConfigError naming its key, at producer creation. A
+failed handshake becomes an error that says which setting to check.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import ssl
 import tempfile
 
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ConfigError
+from spark_sink.producer.errors import ConfigError, SslAuthenticationError
+from spark_sink.protocol.errors import KafkaConnectionError, KProdError
 
 _JKS_MAGIC = b"\xfe\xed\xfe\xed"
 
@@ -31,6 +33,33 @@ def ssl_context(config: ProducerConfig) -> ssl.SSLContext | None:
     if config.ssl_keystore_location:
         _load_keystore(context, config)
     return context
+
+
+def is_alert(exc: OSError) -> bool:
+    """True for a TLS protocol error (an alert from the peer, a failed check), not for a
+    connection that merely ended or broke."""
+    return isinstance(exc, ssl.SSLError) and not isinstance(
+        exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
+
+
+def handshake_error(exc: OSError, host: str, port: int, config: ProducerConfig) -> KProdError:
+    """The error for a TLS handshake with ``host``:``port`` that failed with ``exc``, or a
+    first read refused by an alert (with TLS 1.3 the client's side of the handshake ends
+    before the broker has checked the client's certificate). A certificate that is not
+    trusted and a session the broker refused are authentication failures, as Java's
+    SslAuthenticationException, naming the setting to check."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return SslAuthenticationError(
+            f"TLS handshake with {host}:{port} failed: certificate verify failed: {exc.verify_message or exc} "
+            "(check ssl.truststore.location / ssl.truststore.certificates, and "
+            "ssl.endpoint.identification.algorithm for the host name)")
+    if is_alert(exc):
+        hint = ("the broker may require a client certificate: set ssl.keystore.location"
+                if config.ssl_keystore_location is None
+                else "check the client certificate in ssl.keystore.location and that the broker trusts its CA")
+        return SslAuthenticationError(
+            f"the TLS session with {host}:{port} was refused: {getattr(exc, 'reason', None) or exc} ({hint})")
+    return KafkaConnectionError(f"TLS handshake with {host}:{port} failed: {exc}")
 
 
 def _load_truststore(context: ssl.SSLContext, config: ProducerConfig) -> None:

@@ -17,7 +17,10 @@ import numpy as np
 import pyarrow as pa
 
 from spark_sink.protocol.compression import compress
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
+from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
+
+# The headers column as the encoder reads it; other list and string types are cast to it.
+HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,6 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _NO_BYTES = _frozen(np.zeros(0, np.uint8))
 _NO_OFFSETS = _frozen(np.zeros(0, np.int32))
 _NO_LENGTHS = _frozen(np.zeros(0, np.int64))
@@ -58,7 +60,7 @@ _NO_HEADERS = (_NO_OFFSETS, _NO_OFFSETS, _NO_LENGTHS, _ABSENT, _ABSENT)
 _NO_GROUPS = _NO_LENGTHS  # every row in group 0
 
 
-def _offsets(arr: pa.Array) -> np.ndarray:
+def binary_offsets(arr: pa.Array) -> np.ndarray:
     """The int32 offsets of a binary array, honouring a sliced array's offset."""
     return np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
 
@@ -79,7 +81,7 @@ def _column(arr: pa.Array | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     each value, -1 for null)."""
     if arr is None:
         return _ABSENT
-    offsets = _offsets(arr)
+    offsets = binary_offsets(arr)
     starts, lengths = offsets[:-1], np.diff(offsets).astype(np.int64)
     if arr.null_count:
         lengths[np.asarray(arr.is_null())] = -1
@@ -87,24 +89,45 @@ def _column(arr: pa.Array | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _NO_BYTES if data is None else _frozen(np.frombuffer(data, np.uint8)), _frozen(starts), _frozen(lengths)
 
 
+def _header_entries(headers: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, tuple, tuple]:
+    """A list<struct<key, value>> array as (each row's first entry, then the end of the
+    last: int32), and the entries' key and value columns as :func:`_column` reads them."""
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    if headers.type != HEADER_TYPE:
+        headers = headers.cast(HEADER_TYPE)
+    if headers.null_count:  # a null list may still span entries: make it empty
+        headers = headers.fill_null(pa.scalar([], HEADER_TYPE))
+    offsets = headers.offsets.to_numpy()
+    entries = headers.values.slice(offsets[0], offsets[-1] - offsets[0])
+    entry_offsets = _frozen((offsets - offsets[0]).astype(np.int32))
+    return entry_offsets, _column(as_binary(entries.field("key"))), _column(as_binary(entries.field("value")))
+
+
 def _header_column(headers: pa.Array | None) -> tuple:
     """A list<struct<key, value>> array as the compiled loops read it (see kernels)."""
     if headers is None:
         return _NO_HEADERS
-    if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
-    if headers.type != _HEADER_TYPE:
-        headers = headers.cast(_HEADER_TYPE)
-    if headers.null_count:  # a null list may still span entries: make it empty
-        headers = headers.fill_null(pa.scalar([], _HEADER_TYPE))
-    offsets = headers.offsets.to_numpy()
-    entries = headers.values.slice(offsets[0], offsets[-1] - offsets[0])
-    entry_offsets = _frozen((offsets - offsets[0]).astype(np.int32))
-    keys, values = _column(as_binary(entries.field("key"))), _column(as_binary(entries.field("value")))
+    entry_offsets, keys, values = _header_entries(headers)
     from spark_sink.protocol import kernels
 
     sizes = kernels.header_sizes(entry_offsets, keys[2], values[2])
     return entry_offsets[:-1], entry_offsets[1:], _frozen(sizes), keys, values
+
+
+def record_size_bounds(keys: pa.Array | None, values: pa.Array, headers: pa.Array | None) -> np.ndarray:
+    """The most bytes each row's record can take in a batch (its length and every varint
+    at their widest): what a record is checked by before it is queued, as send() does.
+    ``keys`` and ``values`` are binary arrays (see :func:`as_binary`)."""
+    sizes = np.maximum(_column(values)[2], 0) + MAX_RECORD_OVERHEAD
+    if keys is not None:
+        sizes += np.maximum(_column(keys)[2], 0)
+    if headers is not None:
+        entry_offsets, header_keys, header_values = _header_entries(headers)
+        entry_sizes = np.maximum(header_keys[2], 0) + np.maximum(header_values[2], 0) + MAX_HEADER_OVERHEAD
+        ends = np.concatenate(([0], np.cumsum(entry_sizes)))
+        sizes += ends[entry_offsets[1:]] - ends[entry_offsets[:-1]]
+    return sizes
 
 
 _scratch_buffers = threading.local()
@@ -157,8 +180,8 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     total = int(group_bytes.sum())
     # Each group's payloads are views of a buffer of its own, so that one partition's unsent
     # batches never keep another's bytes alive. Several groups are written into this
-    # thread's scratch buffer and copied out (100,000 rows in 6 groups: 52 ns a row against
-    # 34 in one); compressed payloads are copies anyway.
+    # thread's scratch buffer and copied out, which costs a copy but never faults in a
+    # fresh buffer per call; compressed payloads are copies anyway.
     apart = not codec and int(np.count_nonzero(group_bytes)) > 1
     buffer = _scratch(total) if apart else np.empty(total, np.uint8)
     kernels.write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)

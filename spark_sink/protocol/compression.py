@@ -20,7 +20,8 @@ class Codec(IntEnum):
     ZSTD = 4
 
 
-_BY_NAME = {c.name.lower(): c for c in Codec}
+# compression.type's values, each with its codec: the one table of codec names.
+CODECS_BY_NAME: dict[str, Codec] = {c.name.lower(): c for c in Codec}
 # Java clients wrap snappy in xerial's stream framing; readers must accept it.
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
@@ -28,9 +29,9 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 def codec_from_name(name: str) -> Codec:
     """``"lz4"`` → Codec.LZ4; raises ValueError naming the accepted names."""
     try:
-        return _BY_NAME[name.strip().lower()]
+        return CODECS_BY_NAME[name.strip().lower()]
     except (KeyError, AttributeError):
-        raise ValueError(f"unknown compression {name!r}; expected one of {', '.join(_BY_NAME)}") from None
+        raise ValueError(f"unknown compression {name!r}; expected one of {', '.join(CODECS_BY_NAME)}") from None
 
 
 # Java's defaults: gzip -1 (zlib's 6), lz4 9 (which Java maps to lz4's fast mode), zstd 3.
@@ -62,6 +63,40 @@ def compress(codec: int, data: bytes | bytearray | memoryview, level: int | None
     if codec == Codec.ZSTD:
         return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec id {codec}")
+
+
+def compressed_bound(codec: int, size: int) -> int:
+    """The most bytes :func:`compress` can make of ``size`` bytes, whatever they hold.
+
+    Each library's documented worst case: miniz's compressBound (cramjam's gzip is
+    miniz_oxide; its fast level does not fall back to stored blocks) with the gzip
+    wrapper, snappy's MaxCompressedLength, an lz4 frame whose 64 KiB blocks are all
+    stored as they are, and zstd's ZSTD_COMPRESSBOUND.
+    """
+    if codec == Codec.NONE:
+        return size
+    if codec == Codec.GZIP:
+        return max(128 + size * 110 // 100, 128 + size + (size // (31 * 1024) + 1) * 5) + 18
+    if codec == Codec.SNAPPY:
+        return 32 + size + size // 6
+    if codec == Codec.LZ4:
+        return size + 7 + 4 * (-(-size // 65_536)) + 4  # frame header, block sizes, end mark
+    if codec == Codec.ZSTD:
+        return size + (size >> 8) + ((128 * 1024 - size) >> 11 if size < 128 * 1024 else 0)
+    raise ValueError(f"unknown compression codec id {codec}")
+
+
+def largest_input(codec: int, limit: int) -> int:
+    """The most bytes that :func:`compress` always makes into at most ``limit`` bytes
+    (0 if even an empty input may not fit)."""
+    low, high = 0, max(limit, 0)
+    while low < high:  # the bounds grow with the input: search for the last that fits
+        middle = (low + high + 1) // 2
+        if compressed_bound(codec, middle) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def decompress(codec: int, data: bytes | memoryview) -> bytes:

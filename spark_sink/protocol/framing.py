@@ -3,6 +3,11 @@
 :class:`KafkaProtocol` follows h11's shape: the caller feeds it bytes it read and writes
 the bytes it returns; it keeps correlation ids and the (api, version) each response must
 be decoded with, and never touches a socket or a clock.
+
+A request sent expecting no response (Produce with acks=0) is remembered too: Kafka never
+answers one, but a broker that does (Tansu) answers in order, and that answer is dropped
+here rather than taken for a corrupt stream, which would cost the connection and every
+request queued behind it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from spark_sink.protocol.errors import CorruptRecordError
 from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_parts, is_flexible
 from spark_sink.protocol.produce import Buffer
 
+# Correlation ids of requests sent expecting no response, remembered per connection; a
+# broker that answers them answers in order, so a few suffice.
+_MAX_UNANSWERED = 4096
 
 
 def encode_request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> bytes:
@@ -35,6 +43,7 @@ class KafkaProtocol:
         self.client_id = client_id
         self._next_correlation_id = 0
         self._pending: deque[tuple[int, int, int]] = deque()  # (correlation id, api key, version)
+        self._unanswered: deque[int] = deque(maxlen=_MAX_UNANSWERED)  # sent expecting no response
         self._buffer = bytearray()
 
     @property
@@ -59,6 +68,8 @@ class KafkaProtocol:
         size = len(header) + sum(len(part) for part in parts)
         if expect_response:
             self._pending.append((correlation_id, api_key, api_version))
+        else:
+            self._unanswered.append(correlation_id)
         if len(parts[0]) < 4096:  # the usual case: small leading fields join the header
             parts[0] = p.INT32.pack(size) + header + parts[0]
         else:
@@ -78,18 +89,20 @@ class KafkaProtocol:
                 raise CorruptRecordError(f"response frame of {size} bytes is too short")
             if len(buf) - pos - 4 < size:
                 break
-            start, end = pos + 4, pos + 4 + size
+            (correlation_id,) = p.INT32.unpack_from(buf, pos + 4)
+            start, end = pos + 8, pos + 4 + size
             pos = end
-            reader = p.Reader(memoryview(buf)[start:end])
-            correlation_id = reader.int32()
+            if self._unanswered and self._answers_unanswered(correlation_id):
+                continue
             if not self._pending:
                 raise CorruptRecordError(f"response with correlation id {correlation_id} but no request in flight")
             expected, api_key, version = self._pending.popleft()
             if correlation_id != expected:
                 raise CorruptRecordError(f"correlation id {correlation_id} does not match the expected {expected}")
+            reader = p.Reader(memoryview(buf)[start:end])
             if response_header_is_flexible(api_key, version):
                 reader.skip_tagged_fields()
-            if api_key == ApiKey.API_VERSIONS and p.INT16.unpack_from(buf, reader.pos)[0] != 0:
+            if api_key == ApiKey.API_VERSIONS and p.INT16.unpack_from(reader.buf, reader.pos)[0] != 0:
                 # A broker answers an ApiVersions version it does not know in v0 format
                 # (KIP-511), so the client can retry with a version from that list.
                 version = 0
@@ -99,3 +112,17 @@ class KafkaProtocol:
         if pos:
             del buf[:pos]
         return responses
+
+    def _answers_unanswered(self, correlation_id: int) -> bool:
+        """Whether a response answers a request sent expecting none; forgets those sent
+        before its request, which will never be answered (Kafka's behaviour)."""
+        unanswered = self._unanswered
+        while unanswered:
+            oldest = unanswered[0]
+            if oldest == correlation_id:
+                unanswered.popleft()
+                return True
+            if (correlation_id - oldest) & 0x7FFFFFFF >= 0x40000000:
+                return False  # oldest was sent after this response's request
+            unanswered.popleft()
+        return False

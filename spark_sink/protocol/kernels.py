@@ -7,8 +7,8 @@ and an element-wise join. They release the GIL, so the producer's sender thread 
 network busy while a task encodes its next rows.
 
 Import this module where it is used, not at the top of a module: numba and the loading of
-its compiled code take ~160 MB of memory and ~0.3 s, which a program that only calls
-``send()`` should not pay.
+its compiled code take memory and time that a program that only calls ``send()``
+should not pay.
 
 A binary column is passed as a tuple ``(data, starts, lengths)``: the whole data buffer,
 where each value starts in it and its length, -1 for null (an absent column has empty
@@ -17,13 +17,19 @@ values)``: each row's range of entries, the bytes of its header section (empty
 ``sizes``: no headers at all), and the entries' key and value columns, indexed by entry.
 
 Hot loops read their input arrays themselves rather than through helpers: numba may then
-count references on every call (~15 ns a row for a length lookup instead of ~1 ns).
+count references on every call, which costs many times the lookup itself.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from spark_sink.protocol import kernel_cache
+
+kernel_cache.configure()  # before numba is imported: portable code, so a shipped cache loads
+from numba import njit  # noqa: E402
+
+kernel_cache.install_locator()
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -181,7 +187,7 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
         pos = _put_varint(out, pos + 1, timestamp_delta)
         pos = _put_varint(out, pos, offset_delta)
         # The copies loop over two local slices: numba compiles that to a vectorised copy,
-        # and indexing ``out`` and the data directly to a byte loop 7x slower.
+        # and indexing ``out`` and the data directly to a much slower byte loop.
         pos = _put_varint(out, pos, key_length)
         if key_length > 0:
             src = key_data[key_starts[i]:key_starts[i] + key_length]
@@ -220,21 +226,21 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
         cursor[group] = pos
 
 
-# Kafka's murmur2 (Utils.murmur2): MurmurHash2 with this seed and multiplier.
-_MURMUR2_SEED = 0x9747B28C
+# MurmurHash2's multiplier (Kafka's seed is the partitioner's: it is passed in).
 _MURMUR2_M = 0x5BD1E995
 
 
 @njit(**_JIT)
-def murmur2_rows(data, offsets, nulls):
-    """Java's murmur2 of each value of a binary column (nulls, and absent data, hash as
-    empty), as uint32 bits. 32-bit arithmetic in int64, masked after each multiply."""
+def murmur2_rows(data, offsets, nulls, seed):
+    """MurmurHash2 with ``seed`` (Kafka's Utils.murmur2 with Kafka's seed) of each value of
+    a binary column (nulls, and absent data, hash as empty), as uint32 bits. 32-bit
+    arithmetic in int64, masked after each multiply."""
     n = len(offsets) - 1
     out = np.empty(n, np.uint32)
     for row in range(n):
         start = np.int64(offsets[row])
         length = 0 if len(nulls) != 0 and nulls[row] else np.int64(offsets[row + 1]) - start
-        h = (_MURMUR2_SEED ^ length) & 0xFFFFFFFF
+        h = (seed ^ length) & 0xFFFFFFFF
         end = start + (length & ~3)
         for i in range(start, end, 4):
             k = (np.int64(data[i]) | (np.int64(data[i + 1]) << 8) | (np.int64(data[i + 2]) << 16)

@@ -1,4 +1,6 @@
-"""Record batch v2 (magic 2): the reference row-wise encoder and the decoder.
+"""Record batch v2 (magic 2): the per-record encoder (send()'s batches encode each record
+with :func:`record_parts` as it is appended), the batch header, the row-wise reference
+and the decoder. (Arrow input is encoded by the compiled loops of ``kernels``.)
 
 Layout of a batch (61-byte header, then the records section, compressed as a whole):
 
@@ -26,9 +28,7 @@ from spark_sink.protocol.primitives import Reader, write_varint
 RECORD_BATCH_OVERHEAD = 61
 MAGIC = 2
 _CODEC_MASK = 0x07
-_TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _PREFIX = struct.Struct(">qiibI")
@@ -70,75 +70,78 @@ class RecordBatch:
     def codec(self) -> int:
         return self.attributes & _CODEC_MASK
 
-    @property
-    def transactional(self) -> bool:
-        return bool(self.attributes & _TRANSACTIONAL_BIT)
 
-    @property
-    def control(self) -> bool:
-        return bool(self.attributes & _CONTROL_BIT)
-
-
-def _sized(data: bytes | None) -> bytes:
-    return b"\x01" if data is None else write_varint(len(data)) + data
-
-
-def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                  headers: Iterable[Header] = ()) -> bytes:
-    """One record, its length varint first."""
-    parts = [b"\x00", write_varint(timestamp_delta), write_varint(offset_delta), _sized(key), _sized(value)]
-    headers = tuple(headers)
-    parts.append(write_varint(len(headers)))
-    for hkey, hvalue in headers:
-        parts.append(_sized(hkey.encode()))
-        parts.append(_sized(hvalue))
-    body = b"".join(parts)
-    return write_varint(len(body)) + body
-
+# Upper bounds of a record's framing, for sizing before it is encoded: everything but the
+# bytes of its key, value and headers (length, attributes, timestamp delta, offset delta,
+# key length, value length, header count), and what each header adds to its key and value.
+MAX_RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
+MAX_HEADER_OVERHEAD = 5 + 5
 
 # Zigzag varints of 0 .. 2**14-1 (offset and small timestamp deltas, field lengths,
 # record sizes): the per-record path looks them up rather than computing them.
-SMALL_VARINTS = [write_varint(i) for i in range(1 << 14)]
+_SMALL_VARINTS = [write_varint(i) for i in range(1 << 14)]
 # For n < 2**14: bytes of n's varint, and of a length-prefixed field of n bytes.
-VARINT_SIZE = [len(v) for v in SMALL_VARINTS]
-FIELD_SIZE = [len(v) + n for n, v in enumerate(SMALL_VARINTS)]
-NULL_LENGTH = write_varint(-1)
+_VARINT_SIZE = [len(v) for v in _SMALL_VARINTS]
+_FIELD_SIZE = [len(v) + n for n, v in enumerate(_SMALL_VARINTS)]
+_NULL_LENGTH = write_varint(-1)
 
 
 def _varint(value: int) -> bytes:
-    return SMALL_VARINTS[value] if 0 <= value < 16384 else write_varint(value)
+    return _SMALL_VARINTS[value] if 0 <= value < 16384 else write_varint(value)
 
 
 def record_parts(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
-                 headers: Sequence[Header] = ()) -> tuple[list[bytes], int]:
-    """One record as the pieces whose join is :func:`encode_record`'s bytes, and its size:
-    a producer batch collects records this way and joins them once, when it is sealed."""
-    small = SMALL_VARINTS
+                 headers: Sequence[Header] = ()) -> tuple[Sequence[bytes], int]:
+    """One record as the pieces whose join is its bytes, and its size: a producer batch
+    collects records this way and joins them once, when it is sealed. Key and value are
+    referenced, never copied.
+
+    send()'s common record (no headers, fields and timestamp delta under 16 KiB) has every
+    varint and size looked up from tables; any other goes the general way."""
     if not headers and timestamp_delta >= 0:
-        # The common record: every varint looked up, its size added from tables (half the
-        # time of the general way below); a field or delta past the tables goes on there.
+        small = _SMALL_VARINTS
+        field_size = _FIELD_SIZE
         try:
-            key_length, key_bytes = (NULL_LENGTH, 1) if key is None else (small[len(key)], FIELD_SIZE[len(key)])
-            value_length, value_bytes = (NULL_LENGTH, 1) if value is None else \
-                (small[len(value)], FIELD_SIZE[len(value)])
+            if key is None:
+                key_length, key_bytes, key_data = _NULL_LENGTH, 1, b""
+            else:
+                key_length, key_bytes, key_data = small[len(key)], field_size[len(key)], key
+            if value is None:
+                value_length, value_bytes, value_data = _NULL_LENGTH, 1, b""
+            else:
+                value_length, value_bytes, value_data = small[len(value)], field_size[len(value)], value
+            offset = small[offset_delta] if offset_delta < 16384 else write_varint(offset_delta)
             # attributes and header count: a byte each
-            body = 2 + VARINT_SIZE[timestamp_delta] + VARINT_SIZE[offset_delta] + key_bytes + value_bytes
+            body = 2 + _VARINT_SIZE[timestamp_delta] + len(offset) + key_bytes + value_bytes
             length = small[body]
-            return [length, b"\x00", small[timestamp_delta], small[offset_delta], key_length, key or b"",
-                    value_length, value or b"", b"\x00"], len(length) + body
+            return (length, b"\x00", small[timestamp_delta], offset, key_length, key_data, value_length, value_data,
+                    b"\x00"), len(length) + body
         except IndexError:
             pass
+    return _general_record_parts(offset_delta, timestamp_delta, key, value, headers)
+
+
+def _general_record_parts(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                          headers: Iterable[Header]) -> tuple[list[bytes], int]:
+    """:func:`record_parts` for any record, field by field as the protocol lays it out."""
     parts = [b"", b"\x00", _varint(timestamp_delta), _varint(offset_delta)]  # the length, set below
     for field in (key, value):
-        parts += (NULL_LENGTH,) if field is None else (_varint(len(field)), field)
+        parts += (_NULL_LENGTH,) if field is None else (_varint(len(field)), field)
+    headers = tuple(headers)
     parts.append(_varint(len(headers)))
     for hkey, hvalue in headers:
         data = hkey.encode()
         parts += (_varint(len(data)), data)
-        parts += (NULL_LENGTH,) if hvalue is None else (_varint(len(hvalue)), hvalue)
+        parts += (_NULL_LENGTH,) if hvalue is None else (_varint(len(hvalue)), hvalue)
     body = sum(map(len, parts))
     parts[0] = length = _varint(body)
     return parts, len(length) + body
+
+
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                  headers: Iterable[Header] = ()) -> bytes:
+    """One record, its length varint first: the reference the fast paths are checked against."""
+    return b"".join(_general_record_parts(offset_delta, timestamp_delta, key, value, headers)[0])
 
 
 def encode_records(records: Iterable[Record], base_timestamp: int) -> bytes:

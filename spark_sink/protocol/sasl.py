@@ -2,8 +2,9 @@
 
 A mechanism starts with :meth:`SaslMechanism.first_token`; each server token goes to
 :meth:`SaslMechanism.respond`, which returns the next client token, or None once the
-exchange is complete on the client's side. Failures raise :class:`SaslError`. The network
-client carries the tokens in SaslAuthenticate requests (KIP-152).
+exchange is complete on the client's side. Failures raise :class:`SaslError`. The
+connection bring-up (:mod:`~spark_sink.protocol.connection_setup`) carries the tokens in
+SaslAuthenticate requests (KIP-152).
 
 PLAIN is RFC 4616; SCRAM-SHA-256/512 is RFC 5802 and RFC 7677 as Kafka uses it (KIP-84):
 no channel binding, the password's UTF-8 bytes without SASLprep, and at least 4096

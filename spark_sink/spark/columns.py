@@ -1,7 +1,11 @@
 """Checks the DataFrame's columns on the driver, before any record is sent.
 
-Columns follow Spark's Kafka sink (value, key, topic, partition, headers) plus
-``timestamp``; names match case-insensitively, as Spark resolves columns.
+The column contract is the producer's: each column, converted to the Arrow type Spark
+hands a task, goes through ``check_arrow_column``, and the whole through
+``check_arrow_schema``. What is Spark's own stays here: names match case-insensitively,
+as Spark resolves columns (so two columns may be the same one); the topic option
+overrides a topic column, as in Spark's Kafka sink; and errors speak Spark's types and
+give Spark hints.
 """
 
 from __future__ import annotations
@@ -9,14 +13,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyspark.sql.types import (
-    ArrayType, BinaryType, DataType, IntegerType, LongType, StringType, StructType, TimestampNTZType, TimestampType,
-)
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import DataType, StructField, StructType
 
-from spark_sink.producer.errors import ColumnError
+from spark_sink.producer import ColumnError, check_arrow_column, check_arrow_schema
 
 log = logging.getLogger(__name__)
 
+# The producer's columns (ARROW_COLUMNS), in Spark's types.
 ACCEPTED: dict[str, str] = {
     "value": "string or binary (required; nulls are sent as null values)",
     "key": "string or binary (null keys are spread over partitions)",
@@ -24,31 +29,6 @@ ACCEPTED: dict[str, str] = {
     "partition": "int or bigint (null lets the partitioner choose)",
     "headers": "array<struct<key: string, value: binary>>",
     "timestamp": "timestamp, timestamp_ntz (read as UTC) or bigint epoch milliseconds (null: the send time)",
-}
-
-
-def _binary_or_string(t: DataType) -> bool:
-    return isinstance(t, (StringType, BinaryType))
-
-
-def _headers(t: DataType) -> bool:
-    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
-        return False
-    fields = {f.name: f.dataType for f in t.elementType.fields}
-    return (
-        set(fields) == {"key", "value"}
-        and isinstance(fields["key"], StringType)
-        and isinstance(fields["value"], BinaryType)
-    )
-
-
-_CHECKS = {
-    "value": _binary_or_string,
-    "key": _binary_or_string,
-    "topic": lambda t: isinstance(t, StringType),
-    "partition": lambda t: isinstance(t, (IntegerType, LongType)),
-    "headers": _headers,
-    "timestamp": lambda t: isinstance(t, (TimestampType, TimestampNTZType, LongType)),
 }
 
 _HINTS = {
@@ -59,6 +39,8 @@ _HINTS = {
     "timestamp": "e.g. CAST(x AS TIMESTAMP) AS timestamp",
     "topic": "e.g. CAST(x AS STRING) AS topic",
 }
+
+_PACK_HINT = "e.g. select(to_json(struct(*cols)).alias('value'))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,41 +56,52 @@ class ColumnPlan:
     renamed: bool
 
 
+def _arrow_type(data_type: DataType) -> pa.DataType:
+    """The Arrow type of a Spark column as a task receives it."""
+    try:
+        return to_arrow_type(data_type, timezone="UTC")
+    except Exception:  # noqa: BLE001 - a type Arrow cannot carry (PySpark raises several kinds)
+        return pa.null()  # which no column accepts
+
+
+def _checked_field(f: StructField, name: str) -> pa.Field:
+    """``f`` as the producer will see it, or ColumnError in Spark's words."""
+    arrow_type = _arrow_type(f.dataType)
+    try:
+        check_arrow_column(name, arrow_type)
+    except ColumnError as exc:
+        if name not in ACCEPTED:
+            raise ColumnError(
+                f"column {f.name!r} is not accepted by kprod; the columns are {', '.join(ACCEPTED)}. "
+                f"Put other columns into the value or a header, {_PACK_HINT}") from exc
+        raise ColumnError(
+            f"column {f.name!r} has type {f.dataType.simpleString()}; kprod accepts {ACCEPTED[name]} "
+            f"({_HINTS[name]})") from exc
+    return pa.field(name, arrow_type)
+
+
 def plan_columns(schema: StructType, topic_option: str | None) -> ColumnPlan:
     """Check ``schema``; raise ColumnError naming the column and what is accepted."""
     seen: dict[str, str] = {}
-    names: list[str] = []
+    fields: list[pa.Field] = []
     for f in schema.fields:
         name = f.name.lower()
-        if name not in _CHECKS:
-            raise ColumnError(
-                f"column {f.name!r} is not accepted by kprod; the columns are "
-                f"{', '.join(ACCEPTED)}. Put other columns into the value or a header, "
-                "e.g. select(to_json(struct(*cols)).alias('value'))"
-            )
         if name in seen:
             raise ColumnError(f"columns {seen[name]!r} and {f.name!r} are the same column for kprod; keep one")
-        if not _CHECKS[name](f.dataType):
-            raise ColumnError(
-                f"column {f.name!r} has type {f.dataType.simpleString()}; kprod accepts "
-                f"{ACCEPTED[name]} ({_HINTS[name]})"
-            )
         seen[name] = f.name
-        names.append(name)
-    if "value" not in seen:
-        raise ColumnError(
-            f"column 'value' is required ({ACCEPTED['value']}); "
-            f"the DataFrame has {', '.join(map(repr, schema.fieldNames())) or 'no columns'}"
-            " (e.g. select(to_json(struct(*cols)).alias('value')))"
-        )
+        fields.append(_checked_field(f, name))
+    names = [f.name for f in fields]
     drop: tuple[int, ...] = ()
     if "topic" in seen and topic_option:
         # Spark's Kafka sink does the same: the option wins over the column.
         log.info("option topic=%s overrides column %r", topic_option, seen["topic"])
         drop = (names.index("topic"),)
-    if "topic" not in seen and not topic_option:
-        raise ColumnError(
-            "no topic: set the 'topic' option or add a 'topic' column (string) naming each row's topic"
-        )
+    try:
+        check_arrow_schema(pa.schema([f for i, f in enumerate(fields) if i not in drop]), topic_option)
+    except ColumnError as exc:  # a column missing
+        if "value" in seen:
+            raise ColumnError(f"{exc}: in Spark, set the 'topic' option (the default topic)") from exc
+        columns = ", ".join(map(repr, schema.fieldNames())) or "no columns"
+        raise ColumnError(f"{exc}; the DataFrame has {columns} ({_PACK_HINT})") from exc
     renamed = tuple(names) != tuple(schema.fieldNames())
     return ColumnPlan(tuple(names), drop, renamed)

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_sink.producer.config import KEYS as PRODUCER_KEYS
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ConfigError
+from spark_sink.producer import CONFIG_KEYS as PRODUCER_KEYS
+from spark_sink.producer import ConfigError, ProducerConfig
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +26,12 @@ SINK_OPTIONS: dict[str, str] = {
         "write) appends one JSON line with batchId, records, bytes and per topic-partition "
         "offset ranges"
     ),
+    "kprod.producer.cache.timeout": (
+        "kprod.producer.cache.timeout: how long a producer a task left behind (flushed) is kept "
+        "in its Python worker for later tasks with the same settings; a duration such as 10m, "
+        "30s or 500ms, plain numbers are milliseconds, 0 closes each producer with its task "
+        "(default: 10m, as spark.kafka.producer.cache.timeout)"
+    ),
     "kprod.flush.timeout.ms": (
         "kprod.flush.timeout.ms: longest a task waits for its records to be acknowledged after "
         "its last batch (default: kafka.delivery.timeout.ms plus 30000)"
@@ -36,7 +41,7 @@ SINK_OPTIONS: dict[str, str] = {
 # Producer defaults the sink changes (a kafka.* option still wins). A task hands the
 # producer whole Arrow batches, thousands of rows per partition at once: Java's 16 KiB
 # batch.size would cut them into many small requests; 1 MB batches (still under the
-# broker's default message.max.bytes and the default max.request.size) go 1.5-2x faster.
+# broker's default message.max.bytes and the default max.request.size) go much faster.
 SINK_PRODUCER_DEFAULTS: dict[str, str] = {"batch.size": "1000000"}
 
 # Spark's Kafka sink refuses these too: the sink hands the producer bytes, not objects.
@@ -59,6 +64,7 @@ class SinkOptions:
     topic: str | None
     delivery_report_path: str | None
     flush_timeout_s: float
+    producer_cache_timeout_s: float = 600.0
 
 
 def parse_options(options: Mapping[str, Any]) -> SinkOptions:
@@ -116,7 +122,26 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
             raise ConfigError(f"option 'kprod.flush.timeout.ms': expected an integer, got {flush_ms!r}") from None
         if flush_timeout_s <= 0:
             raise ConfigError(f"option 'kprod.flush.timeout.ms': expected a positive integer, got {flush_ms!r}")
-    return SinkOptions(producer, topic, report, flush_timeout_s)
+    cache_timeout = opts.get("kprod.producer.cache.timeout")
+    cache_timeout_s = 600.0 if cache_timeout is None else _duration_s("kprod.producer.cache.timeout", cache_timeout)
+    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s)
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration_s(option: str, text: str) -> float:
+    """A Spark-style duration (``10m``, ``30s``, ``500ms``; a bare number is milliseconds)."""
+    value = text.strip().lower()
+    number = value.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = value[len(number):] or "ms"
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except (ValueError, KeyError):
+        raise ConfigError(f"option {option!r}: expected a duration such as 10m, 30s or 500ms, got {text!r}") from None
+    if seconds < 0:
+        raise ConfigError(f"option {option!r}: expected a duration of 0 or more, got {text!r}")
+    return seconds
 
 
 def _display(key: str) -> str:

@@ -7,7 +7,7 @@ import logging
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from spark_sink.producer.errors import ConfigError
+from spark_sink.producer import ConfigError
 from spark_sink.spark.columns import plan_columns
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.writer import KProdBatchWriter, KProdStreamWriter

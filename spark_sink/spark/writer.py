@@ -15,6 +15,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from spark_sink.spark.columns import ColumnPlan
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions
+from spark_sink.spark.producer_pool import POOL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,9 +30,7 @@ _MAX_PENDING_SENDS = 64
 # (10,000 unless set). send_arrow closes every partition's record batch at the end of a
 # call, so 1,000 rows to a 48-partition topic would make record batches of ~20 records,
 # each a broker must store and a request must carry, and small calls cost more CPU.
-# Consecutive batches are therefore joined up to this many rows or bytes per call
-# (kprod's producer alone, 48 partitions: 0.64 s of CPU per million rows and 0.95-1.07 M
-# rows/s at 10,000 rows a call; 0.52-0.57 s and 1.16 M at 100,000).
+# Consecutive batches are therefore joined up to this many rows or bytes per call.
 SEND_ROWS = 100_000
 SEND_BYTES = 8 << 20
 
@@ -44,8 +43,8 @@ def _freeze_long_lived() -> None:
     move every object the process holds out of the cyclic GC's reach (gc.freeze).
 
     Spark reuses its Python workers across tasks and microbatches. numba and the compiled
-    kernels add ~100,000 long-lived objects, and every full collection walked them all
-    again: 20-185 ms per collection, about once per microbatch in each worker."""
+    kernels add about a hundred thousand long-lived objects, and every full collection
+    walked them all again, about once per microbatch in each worker."""
     global _long_lived_frozen
     if _long_lived_frozen or "numba" not in sys.modules:
         return
@@ -100,14 +99,12 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
     retries it or aborts the write, so nothing is swallowed.
     """
-    from spark_sink.producer import KafkaProducer
-    from spark_sink.producer.switch_interval import short_switch_interval
+    from spark_sink.producer import short_switch_interval
 
     started = time.monotonic()
     partition_id, attempt = _task_identity()
-    config = dict(options.producer_config)
-    config.setdefault("client.id", f"kprod-spark-{partition_id}")
-    producer = KafkaProducer(config)
+    # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
+    producer = POOL.acquire(options.producer_config)
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
@@ -134,8 +131,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
             settle(future)
         ok = True
     finally:
-        # On failure do not wait for the rest: the task is failing anyway.
-        producer.close(None if ok else 0)
+        # Back to the pool only after a flush that succeeded; on failure it is closed
+        # without waiting for the rest: the task is failing anyway.
+        POOL.release(producer, options.producer_config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s",
@@ -179,8 +177,8 @@ def _abort(messages: list[WriterCommitMessage | None], batch_id: int | None) -> 
         log.warning("kprod %s aborted: none of its %d task(s) had completed", what, len(messages))
 
 
-class KProdBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("kprod")``: each task writes its partition through one producer."""
+class _TaskWriter:
+    """The task side, shared by the batch and the streaming writer."""
 
     def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
         self.options = options
@@ -188,6 +186,10 @@ class KProdBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return write_task(iterator, self.options, self.plan)
+
+
+class KProdBatchWriter(_TaskWriter, DataSourceArrowWriter):
+    """``df.write.format("kprod")``: each task writes its partition through one producer."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _commit(self.options, messages, None)
@@ -196,15 +198,8 @@ class KProdBatchWriter(DataSourceArrowWriter):
         _abort(messages, None)
 
 
-class KProdStreamWriter(DataSourceStreamArrowWriter):
+class KProdStreamWriter(_TaskWriter, DataSourceStreamArrowWriter):
     """``df.writeStream.format("kprod")``: one summary line (and report line) per microbatch."""
-
-    def __init__(self, options: SinkOptions, plan: ColumnPlan) -> None:
-        self.options = options
-        self.plan = plan
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return write_task(iterator, self.options, self.plan)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
         _commit(self.options, messages, batchId)

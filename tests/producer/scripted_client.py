@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_sink.producer.network import ClientResponse
+from spark_sink.producer.connections import ClientResponse
 from spark_sink.protocol.errors import NO_ERROR, KafkaConnectionError, KafkaError
 from spark_sink.protocol.messages import (
     CLIENT_VERSIONS, ApiKey, decode_request_body, decode_response_body, encode_request_body, encode_response_body,
@@ -93,6 +93,10 @@ class ScriptedClient:
 
     def ready(self, node_id: int, now: float) -> bool:
         return node_id in self.nodes and node_id not in self.down and not self.closed
+
+    def connection_failed(self, node_id: int) -> bool:
+        """A node the test took down counts as a failed connection (its leader unreachable)."""
+        return node_id in self.down
 
     def connection_delay_ms(self, node_id: int, now: float) -> float:
         return 0.0

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer.arrow_input import HEADER_TYPE, TopicRows, plan_arrow_send
-from spark_sink.producer.errors import ColumnError, InvalidPartitionError
+from spark_sink.producer.arrow_input import HEADER_TYPE, SendLimits, TopicRows, plan_arrow_send
+from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.partitioner import murmur2, partition_for_hash
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
 
@@ -30,13 +30,17 @@ class Group:
         return len(self.rows)
 
 
-def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000):
+def limits(batch_size=16384, max_request_size=1 << 20, buffer_memory=32 << 20, codec=0):
+    return SendLimits(batch_size, max_request_size, buffer_memory, codec)
+
+
+def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000, **limit):
     """The plan, split into one Group per topic and partition."""
     sticky_calls = itertools.count()
     planned = plan_arrow_send(
         data, topic, partition_count=lambda _t: partitions,
         sticky_partition=lambda _t, n: next(sticky_calls) % n,
-        ignore_keys=ignore_keys, batch_size=batch_size, now_ms=now_ms)
+        ignore_keys=ignore_keys, limits=limits(batch_size, **limit), now_ms=now_ms)
     groups = []
     for t in planned:
         parts = np.full(len(t), t.partitions) if isinstance(t.partitions, int) else t.partitions
@@ -192,7 +196,7 @@ def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
     parts = pa.array([(i * 7) % 5 for i in range(n)], pa.int32())
     values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
     (t,) = plan_arrow_send(pa.table({"value": values, "partition": parts}), "t", partition_count=lambda _t: 5,
-                           sticky_partition=lambda _t, n: 0, ignore_keys=False, batch_size=100_000, now_ms=1)
+                           sticky_partition=lambda _t, n: 0, ignore_keys=False, limits=limits(100_000), now_ms=1)
     chunks = list(t.encode(100_000, 0))
     pieces = [piece for chunk in chunks for piece in chunk]
     assert len(pieces) > 5  # some partition came in two pieces
@@ -207,3 +211,50 @@ def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
                                        base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp)
             got.setdefault(partition, []).extend(int(r.value[:6]) for r in decode_record_batches(wire)[0].records)
     assert got == {p: [i for i in range(n) if (i * 7) % 5 == p] for p in range(5)}
+
+
+def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned():
+    # The record bound counts every framing varint at its widest and each header's key and
+    # value, as send() does: key + value + headers + 36, plus the 61-byte batch header.
+    headers = pa.array([[{"key": "h", "value": b"x" * 10}], [], [{"key": "h", "value": b"x" * 500}]], HEADER_TYPE)
+    data = pa.table({"value": [b"a" * 100, b"b" * 100, b"c" * 100], "key": [b"k", None, b"k"], "headers": headers})
+    sizes = [100 + 1 + 1 + 10 + 10 + 36, 100 + 36, 100 + 1 + 1 + 500 + 10 + 36]
+    assert len(plan(data, max_request_size=RECORD_BATCH_OVERHEAD + max(sizes))) >= 1
+    with pytest.raises(RecordTooLargeError, match=r"row 2 makes a record of up to \d+ bytes.*max.request.size \(700\)"):
+        plan(data, max_request_size=700)
+    with pytest.raises(RecordTooLargeError, match=r"row 0 .*max.request.size"):
+        plan(data, max_request_size=RECORD_BATCH_OVERHEAD + sizes[1])
+
+
+def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into():
+    from spark_sink.protocol.compression import Codec, compressed_bound
+
+    data = pa.table({"value": [b"v" * 10_000]})
+    record = 10_000 + 36
+    fits = RECORD_BATCH_OVERHEAD + compressed_bound(Codec.SNAPPY, record)
+    plan(data, codec=Codec.SNAPPY, buffer_memory=fits)
+    with pytest.raises(RecordTooLargeError, match=r"row 0 .* larger than buffer.memory"):
+        plan(data, codec=Codec.SNAPPY, buffer_memory=fits - 1)
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_batches_of_several_records_never_compress_past_max_request_size(codec):
+    from spark_sink.protocol.compression import compressed_bound
+
+    bound = limits(batch_size=1_000_000, max_request_size=300_000, codec=codec)
+    largest = bound.batch_bytes()
+    assert largest <= 300_000
+    assert RECORD_BATCH_OVERHEAD + compressed_bound(codec, largest - RECORD_BATCH_OVERHEAD) <= 300_000
+    assert limits(batch_size=16384, codec=codec).batch_bytes() == 16384  # batch.size when it fits
+    # Incompressible rows, planned and encoded with that size: every batch fits a request.
+    values = pa.array([np.random.default_rng(i).bytes(997) for i in range(1500)], pa.binary())
+    (t,) = plan_arrow_send(pa.table({"value": values}), "t", partition_count=lambda _t: 1,
+                           sticky_partition=lambda _t, n: 0, ignore_keys=False, limits=bound, now_ms=1)
+    encoded = [e for chunk in t.encode(largest, codec) for _, batches in chunk for e in batches]
+    assert len(encoded) > 1 and all(e.size_in_bytes <= 300_000 for e in encoded)
+
+
+def test_a_column_given_twice_is_named():
+    data = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
+    with pytest.raises(ColumnError, match="'value' appears more than once"):
+        plan(data)

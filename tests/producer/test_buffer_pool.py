@@ -150,7 +150,8 @@ def _encoded_groups(rows: int) -> list:
 
 
 def _append_and_take(accumulator, groups) -> list:
-    accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda batch: None, wakeup=lambda: None)
+    accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda batch: None, queued=lambda encoded: None,
+                               wakeup=lambda: None)
     return accumulator.abort_undrained()
 
 
@@ -180,7 +181,8 @@ def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch
     appended: list = []
 
     def append():
-        accumulator.append_encoded("t", groups, 0.0, 10_000, listener=lambda batch: None, wakeup=lambda: None)
+        accumulator.append_encoded("t", groups, 0.0, 10_000, listener=lambda batch: None, queued=lambda encoded: None,
+                                   wakeup=lambda: None)
 
     thread = threading.Thread(target=append, daemon=True)
     thread.start()

@@ -1,11 +1,9 @@
 """Every connection cut several times a second: nothing acknowledged is lost, nothing is
 duplicated (idempotence), per-key order holds and every send gets exactly one callback."""
 
-import collections
-import threading
-
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.failover import Deliveries, assert_arrow_offsets_match, assert_order_per_key
 
 
 # Short timeouts and backoffs: many retries fit into a run that cuts connections.
@@ -13,50 +11,28 @@ RETRY_FAST = {"linger.ms": 1, "request.timeout.ms": 3000, "delivery.timeout.ms":
               "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100}
 
 
-def assert_order_per_key(messages) -> None:
-    """Values (sent as increasing integers) come back increasing for every key."""
-    per_key = collections.defaultdict(list)
-    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
-        per_key[m.key()].append(int(m.value()))
-    assert all(v == sorted(v) for v in per_key.values())
-
-
 def test_connections_cut_repeatedly_lose_and_duplicate_nothing(kafka_proxy):
     proxy, broker = kafka_proxy.proxy, kafka_proxy
     cuts_before = proxy.connections_cut
     topic = create_topic(broker.bootstrap, unique_topic("faults"), partitions=3)
-    outcomes = collections.Counter()
-    acked: dict[int, tuple[int, int]] = {}
-    lock = threading.Lock()
+    deliveries = Deliveries()
     n = 30_000
-
-    def callback(i):
-        def done(md, err):
-            with lock:
-                outcomes[i] += 1
-                if err is None:
-                    acked[i] = (md.partition, md.offset)
-        return done
 
     config = {**RETRY_FAST, "bootstrap.servers": broker.bootstrap, "batch.size": 2048}
     with KafkaProducer(config) as p, proxy.cutting(every_s=0.25):
         for i in range(n):
-            p.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 11)), callback(i))
+            p.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 11)), deliveries.callback(i))
             if i % 5000 == 4999:
                 proxy.wait_for_cut()  # spread the sends over several cuts, however fast they go
         p.flush(120)
     assert proxy.connections_cut - cuts_before > 3
-    assert sorted(outcomes) == list(range(n)) and set(outcomes.values()) == {1}  # one callback each
-    assert len(acked) == n  # retried within delivery.timeout.ms, all got through
+    deliveries.assert_one_callback_each(n)
+    assert len(deliveries.acked) == n  # retried within delivery.timeout.ms, all got through
 
     messages = consume_all(broker.bootstrap, topic, n, timeout=60, settle=1.0)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == n  # no duplicates
-    where = {int(m.value()): (m.partition(), m.offset()) for m in messages}
-    # Acknowledged offsets are real. A retry the broker recognises as already written
-    # (DUPLICATE_SEQUENCE_NUMBER) carries no offset: -1, as the Java client reports.
-    wrong = [(i, where[i], acked[i]) for i in range(n) if where[i] != acked[i] and acked[i] != (where[i][0], -1)]
-    assert not wrong, (len(wrong), wrong[:5])
+    deliveries.assert_offsets_match(messages)
     assert_order_per_key(messages)
 
 
@@ -85,18 +61,5 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == n  # nothing lost, nothing twice
     assert_order_per_key(messages)
-    # Each call's summary is where its own records are: per partition their count, and
-    # their first and last offsets (-1 only where a retry came back as a duplicate,
-    # which carries no offset).
-    offsets = collections.defaultdict(list)  # (call, partition) -> offsets
-    for m in messages:
-        offsets[(int(m.value()) // chunk, m.partition())].append(m.offset())
-    unknown = 0
-    for call, r in enumerate(results):
-        assert {p for _, p in r.partitions} == {p for c, p in offsets if c == call}
-        for (_, partition), (count, first, last) in r.partitions.items():
-            got = offsets[(call, partition)]
-            assert count == len(got)
-            unknown += (first == -1) + (last == -1)
-            assert first in (-1, min(got)) and last in (-1, max(got))
-    assert unknown < len(offsets)  # duplicates are the exception
+    unknown = assert_arrow_offsets_match(results, messages, chunk)
+    assert unknown < sum(len(r.partitions) for r in results)  # duplicates are the exception

@@ -1,7 +1,6 @@
 """NetworkClient against real brokers: handshake, pipelining, timeouts, refused connections."""
 
 import socket
-import struct
 import threading
 import time
 
@@ -9,8 +8,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.protocol.errors import KafkaConnectionError
-from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import ApiKey, encode_response_body
+from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.records import Record, build_record_batch
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 
@@ -309,40 +307,3 @@ def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy):
         client.close()
     assert len(got) == 2 and isinstance(got[1].error, KafkaConnectionError)
     assert "closed" in str(got[1].error)
-
-
-def _response_frame(correlation_id, api_key, version, body):
-    """A response as a broker writes it (non-flexible versions: header v0)."""
-    payload = struct.pack(">i", correlation_id) + encode_response_body(api_key, version, body)
-    return struct.pack(">i", len(payload)) + payload
-
-
-def test_unanswered_filter_survives_any_read_boundaries():
-    """Sans-IO check of the acks=0 response filter: the same stream fed whole and one byte
-    at a time (headers split across reads) gives the same answers, minus those to acks=0
-    requests, whether the broker answers those (Tansu) or not (Kafka)."""
-    produce = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0, "base_offset": 5}]}],
-               "throttle_time_ms": 0}
-    metadata = {"brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}], "controller_id": 1, "topics": []}
-    for answers_acks0 in (True, False):
-        for chunk in (None, 1, 3):
-            client = _client(f"127.0.0.1:{free_port()}", acks=0)  # never connects
-            try:
-                conn = client._conns[client.bootstrap_nodes()[0]]
-                conn.protocol = KafkaProtocol("t")
-                stream = b""
-                for i in range(4):
-                    cid, _ = conn.protocol.send_request(ApiKey.PRODUCE, 3, {"acks": 0, "topic_data": []}, False)
-                    conn.unanswered.append(cid)
-                    if answers_acks0:
-                        stream += _response_frame(cid, ApiKey.PRODUCE, 3, produce)
-                    cid, _ = conn.protocol.send_request(ApiKey.METADATA, 1, {"topics": None})
-                    stream += _response_frame(cid, ApiKey.METADATA, 1, metadata)
-                pieces = [stream] if chunk is None else [stream[i:i + chunk] for i in range(0, len(stream), chunk)]
-                got = [r for piece in pieces for r in client._receive(conn, memoryview(piece))]
-                assert [(cid, key) for cid, key, _, _ in got] == [(1, ApiKey.METADATA), (3, ApiKey.METADATA),
-                                                                  (5, ApiKey.METADATA), (7, ApiKey.METADATA)]
-                assert got[0][3]["brokers"][0]["port"] == 9092
-                assert not conn.unanswered and conn.frame_left == 0 and not conn.frame_head
-            finally:
-                client.close()

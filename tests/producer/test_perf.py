@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from spark_sink import perf
+from spark_sink.kafka_broker import KAFKA_VERSION
 from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, create_topic, unique_topic
 
@@ -37,7 +38,11 @@ def test_compare_reports_every_client_and_ratio_per_round(kafka, capsys):
                       "--mode", "record", "--compare", "--repeat", "2"]) == 0
     out = capsys.readouterr().out
     assert "best of 2 rounds" in out, out
-    for client in ("kprod send ", "confluent-kafka produce ", "kafka-python send "):
+    java = f"Java producer {KAFKA_VERSION}"
+    for client in ("kprod send ", "confluent-kafka produce ", "kafka-python send ", java + " "):
         assert client in out, out
-    for peer in ("confluent-kafka produce", "kafka-python send"):
+    for peer in ("confluent-kafka produce", "kafka-python send", java):
         assert f"kprod send / {peer}: " in out and "per round" in out, out
+    # Every client's records are on the broker: kprod's and the Python clients' rounds,
+    # and the Java producer's, counted by the script itself before it printed a figure.
+    assert perf._high_watermarks(kafka.bootstrap, topic) == 4 * 2 * N

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer import ColumnError, InvalidPartitionError, KafkaProducer
+from spark_sink.producer import ArrowSendResult, ColumnError, InvalidPartitionError, KafkaProducer
 from spark_sink.producer.arrow_input import HEADER_TYPE
 from spark_sink.producer.partitioner import murmur2
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -140,26 +140,27 @@ def test_summary_ranges_follow_send_order_and_mark_unknown_ends():
     summary says -1 for that end of the range, never an offset that is not its records'."""
     from spark_sink.producer.batch import ProducerBatch
     from spark_sink.producer.producer import ArrowSendFuture
+    from spark_sink.protocol.columnar import EncodedRecords
 
-    def batches(future, count):
-        return [ProducerBatch("t", 0, 0.0, order, 0, 16384, listener=future._on_batch) for order in range(count)]
+    def queue(future, counts):
+        encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]
+        future._queued(encoded)
+        return [ProducerBatch("t", 0, 0.0, order, 0, 16384, encoded=e, listener=future._on_batch)
+                for order, e in enumerate(encoded)]
 
     future = ArrowSendFuture()
-    first, middle, last = batches(future, 3)
-    for b, n in ((first, 5), (middle, 7), (last, 3)):
-        b.record_count = n
-    future._add(3)
+    first, middle, last = queue(future, (5, 7, 3))
     last.complete(40, -1, None)  # completion order need not be send order
     first.complete(-1, -1, None)
     middle.complete(20, -1, None)
-    future._seal(15, 150)
-    assert future.result(1).partitions == {("t", 0): (15, -1, 42)}
+    future._seal()
+    assert future.result(1) == ArrowSendResult(15, 150, {("t", 0): (15, -1, 42)})
 
     future = ArrowSendFuture()
-    first, last = batches(future, 2)
-    first.record_count, last.record_count = 4, 6
-    future._add(2)
+    first, last = queue(future, (4, 6))
     first.complete(100, -1, None)
+    assert not future.done()
+    future._seal()
+    assert not future.done()  # sealed, one batch still out
     last.complete(-1, -1, None)
-    future._seal(10, 100)
     assert future.result(1).partitions == {("t", 0): (10, 100, -1)}

@@ -1,5 +1,5 @@
-"""security.protocol=SSL: TLS to the brokers, through a TLS-terminating proxy in front of
-Tansu, read back over TLS by confluent-kafka's consumer."""
+"""security.protocol=SSL: TLS to Apache Kafka's own TLS listeners (server certificate only,
+and mutual TLS), read back by confluent-kafka's consumer."""
 
 import shutil
 import subprocess
@@ -12,20 +12,20 @@ import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
-from tests.brokers import consume_all, free_port, start_tansu, unique_topic
-from tests.tlsproxy import TlsProxy, make_client_cert, make_pki
+from spark_sink.kafka_broker import make_tls_files
+from tests.brokers import consume_all, unique_topic
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("pki"))
+@pytest.fixture
+def pki(secure_kafka):
+    """The CA, the broker's and a client's certificates (PEM files)."""
+    return secure_kafka.tls
 
 
-@pytest.fixture(scope="module")
-def tls_broker(pki):
-    port = free_port()
-    with TlsProxy(pki, "127.0.0.1", port) as proxy, start_tansu(port=port, advertised_port=proxy.port) as broker:
-        yield broker
+@pytest.fixture
+def tls_broker(secure_kafka):
+    """The TLS listener's address."""
+    return secure_kafka.bootstrap("SSL")
 
 
 def _tls(pki, **extra):
@@ -34,13 +34,13 @@ def _tls(pki, **extra):
 
 def test_send_and_send_arrow_over_tls(tls_broker, pki):
     topic = unique_topic("tls")
-    with KafkaProducer({"bootstrap.servers": tls_broker.bootstrap, **_tls(pki)}) as p:
+    with KafkaProducer({"bootstrap.servers": tls_broker, **_tls(pki)}) as p:
         futures = [p.send(ProducerRecord(topic, b"v%d" % i, key=b"k%d" % (i % 7))) for i in range(500)]
         summary = p.send_arrow(pa.table({"value": [b"a%d" % i for i in range(2000)]}), topic=topic).result(60)
         p.flush(60)
         offsets = {(f.result(10).partition, f.result(10).offset) for f in futures}
     assert summary.records == 2000 and len(offsets) == 500
-    messages = consume_all(tls_broker.bootstrap, topic, 2500,
+    messages = consume_all(tls_broker, topic, 2500,
                            overrides={"security.protocol": "ssl", "ssl.ca.location": str(pki.ca)})
     values = sorted(m.value() for m in messages)
     assert values == sorted([b"v%d" % i for i in range(500)] + [b"a%d" % i for i in range(2000)])
@@ -48,15 +48,15 @@ def test_send_and_send_arrow_over_tls(tls_broker, pki):
 
 def test_pem_text_truststore_and_no_host_name_check(tls_broker, pki):
     topic = unique_topic("tls")
-    config = {"bootstrap.servers": tls_broker.bootstrap, "security.protocol": "SSL",
+    config = {"bootstrap.servers": tls_broker, "security.protocol": "SSL",
               "ssl.truststore.certificates": pki.ca.read_text(), "ssl.endpoint.identification.algorithm": ""}
     with KafkaProducer(config) as p:
         assert p.send(ProducerRecord(topic, b"x")).result(30).offset >= 0
 
 
 def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, tmp_path):
-    other_ca = make_pki(tmp_path / "other", name="another-ca")
-    config = {"bootstrap.servers": tls_broker.bootstrap, "max.block.ms": 30000, **_tls(other_ca)}
+    other_ca = make_tls_files(tmp_path / "other")
+    config = {"bootstrap.servers": tls_broker, "max.block.ms": 30000, **_tls(other_ca)}
     with KafkaProducer(config) as p:
         with pytest.raises(SslAuthenticationError, match="ssl.truststore.location") as info:
             p.partitions_for(unique_topic("tls"))
@@ -64,7 +64,7 @@ def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, t
 
 
 def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
-    with KafkaProducer({"bootstrap.servers": tls_broker.bootstrap, "max.block.ms": 1500}) as p:
+    with KafkaProducer({"bootstrap.servers": tls_broker, "max.block.ms": 1500}) as p:
         with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
             p.partitions_for(unique_topic("tls"))
 
@@ -87,15 +87,11 @@ def _keytool(*args):
     subprocess.run(["keytool", *args], check=True, capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def mtls(pki):
-    """(bootstrap, client cert, client key) of a Tansu broker behind a proxy that requires a
-    client certificate from the test CA."""
-    cert, key = make_client_cert(pki)
-    port = free_port()
-    with TlsProxy(pki, "127.0.0.1", port, require_client_cert=True) as proxy, \
-            start_tansu(port=port, advertised_port=proxy.port) as broker:
-        yield broker.bootstrap, cert, key
+@pytest.fixture
+def mtls(secure_kafka):
+    """(bootstrap, client cert, client key) of the listener that requires a client
+    certificate from the test CA."""
+    return secure_kafka.bootstrap("MTLS"), secure_kafka.tls.client_cert, secure_kafka.tls.client_key
 
 
 @pytest.mark.skipif(shutil.which("keytool") is None, reason="needs Java's keytool to write the stores")

@@ -73,3 +73,57 @@ def test_choose_version():
     assert choose_version(ApiKey.PRODUCE, 0, 99) == APIS[ApiKey.PRODUCE].max_version
     with pytest.raises(UnsupportedVersionError, match="PRODUCE"):
         choose_version(ApiKey.PRODUCE, 0, 2)
+
+
+def _response_frame(correlation_id, api_key, version, body):
+    """A response as a broker writes it (non-flexible versions: header v0)."""
+    payload = p.INT32.pack(correlation_id) + encode_response_body(api_key, version, body)
+    return p.INT32.pack(len(payload)) + payload
+
+
+def test_answers_to_requests_sent_expecting_none_are_dropped_at_any_read_boundary():
+    """Kafka never answers a Produce with acks=0; Tansu does, in order. Either way, the
+    answered requests behind them get their own responses, whether the stream comes whole
+    or one byte at a time (headers split across reads)."""
+    produce = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0, "base_offset": 5}]}],
+               "throttle_time_ms": 0}
+    metadata = {"brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}], "controller_id": 1, "topics": []}
+    for answers_acks0 in (True, False):
+        for chunk in (None, 1, 3):
+            proto = KafkaProtocol("t")
+            stream = b""
+            for _ in range(4):
+                cid, _ = proto.send_request(ApiKey.PRODUCE, 3, {"acks": 0, "topic_data": []}, expect_response=False)
+                if answers_acks0:
+                    stream += _response_frame(cid, ApiKey.PRODUCE, 3, produce)
+                cid, _ = proto.send_request(ApiKey.METADATA, 1, {"topics": None})
+                stream += _response_frame(cid, ApiKey.METADATA, 1, metadata)
+            pieces = [stream] if chunk is None else [stream[i:i + chunk] for i in range(0, len(stream), chunk)]
+            got = [r for piece in pieces for r in proto.receive_data(piece)]
+            assert [(cid, key) for cid, key, _, _ in got] == [(1, ApiKey.METADATA), (3, ApiKey.METADATA),
+                                                              (5, ApiKey.METADATA), (7, ApiKey.METADATA)]
+            assert got[0][3]["brokers"][0]["port"] == 9092
+            assert proto.in_flight == 0 and not proto._unanswered and not proto._buffer
+
+
+def test_a_response_out_of_turn_is_still_corrupt():
+    """Only answers to requests sent expecting none are dropped: any other mismatch breaks
+    the stream."""
+    proto = KafkaProtocol("t")
+    proto.send_request(ApiKey.PRODUCE, 3, {"acks": 0, "topic_data": []}, expect_response=False)  # cid 0
+    proto.send_request(ApiKey.METADATA, 1, {"topics": None})  # cid 1
+    with pytest.raises(CorruptRecordError, match="correlation id 7 does not match the expected 1"):
+        proto.receive_data(_response_frame(7, ApiKey.METADATA, 1, {"brokers": [], "topics": []}))
+
+
+def test_api_versions_error_in_v0_layout_after_another_frame():
+    """KIP-511: an ApiVersions error comes in v0's layout. Recognised wherever its frame
+    starts in the read, not only at the start of the buffer."""
+    proto = KafkaProtocol("t")
+    proto.send_request(ApiKey.METADATA, 1, {"topics": None})
+    proto.send_request(ApiKey.API_VERSIONS, 3, {})
+    metadata = _response_frame(0, ApiKey.METADATA, 1, {"brokers": [], "controller_id": 1, "topics": []})
+    v0_error = p.INT32.pack(16) + p.INT32.pack(1) + b"\x00\x23" + p.INT32.pack(1) + b"\x00\x12\x00\x00\x00\x02"
+    (_, (cid, key, version, body)) = proto.receive_data(metadata + v0_error)
+    assert (cid, key, version) == (1, ApiKey.API_VERSIONS, 0)
+    assert body["error_code"] == 35 and body["api_keys"] == [{"api_key": 18, "min_version": 0, "max_version": 2}]

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_sink.protocol.compression import Codec, codec_from_name, compress, decompress
+from spark_sink.protocol.compression import (
+    Codec, codec_from_name, compress, compressed_bound, decompress, largest_input,
+)
 from spark_sink.protocol.errors import CorruptRecordError
 from spark_sink.protocol.primitives import Reader, write_uvarint, write_varint
 from spark_sink.protocol.records import Record, build_record_batch, decode_record_batches, encode_record, record_parts
@@ -148,3 +150,17 @@ def test_codec_names():
     assert codec_from_name("ZSTD") is Codec.ZSTD
     with pytest.raises(ValueError, match="gzip"):
         codec_from_name("brotli")
+
+
+@pytest.mark.parametrize("codec, levels", [(Codec.NONE, [None]), (Codec.GZIP, [None, 1, 9]), (Codec.SNAPPY, [None]),
+                                           (Codec.LZ4, [None, 1, 17]), (Codec.ZSTD, [None, -5, 1, 19])])
+def test_nothing_compresses_past_its_bound(codec, levels):
+    # Random bytes are what a codec cannot shrink: each library's worst case.
+    for size in (0, 1, 100, 16_383, 65_536, 65_537, 200_000, 1_048_576):
+        data = os.urandom(size)
+        for level in levels:
+            assert len(compress(codec, data, level)) <= compressed_bound(codec, size)
+    for limit in (0, 61, 1000, 1_048_515):
+        largest = largest_input(codec, limit)
+        assert compressed_bound(codec, largest) <= limit or largest == 0
+        assert compressed_bound(codec, largest + 1) > limit

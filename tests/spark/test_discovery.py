@@ -1,23 +1,22 @@
-"""format("kprod") needs no register call once pyspark_kprod is importable; register works too."""
+"""format("kprod") is found with no register call, from any working directory, however
+kprod was installed: editable (what `make` and `pip install -e .` do) or from its wheel."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
+import pytest
 from pyspark.sql import functions as F
 
 from spark_sink.spark import KProdDataSource
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
+from tests.installs import venv_with_kprod
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def test_fresh_session_finds_kprod_without_register(kafka, tmp_path):
-    # A fresh interpreter, run away from the checkout, with the project on a plain path
-    # entry as an installed package would be: PySpark must find pyspark_kprod by itself.
+@pytest.mark.parametrize("mode", ["editable", "wheel"])
+def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode, kprod_wheel):
+    python = venv_with_kprod(tmp_path / "venv", "editable" if mode == "editable" else kprod_wheel)
     topic = create_topic(kafka.bootstrap, unique_topic("disc"), 1)
     script = textwrap.dedent(f"""
         from pyspark.sql import SparkSession
@@ -28,8 +27,11 @@ def test_fresh_session_finds_kprod_without_register(kafka, tmp_path):
         spark.stop()
     """)
     env = subprocess_env()
-    env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
+    env.pop("PYTHONPATH", None)
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(python)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([str(python), "-c", script], cwd=elsewhere, env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(int(m.value()) for m in consume_all(kafka.bootstrap, topic, 5)) == list(range(5))

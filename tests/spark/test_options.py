@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql.types import (
-    ArrayType, BinaryType, DoubleType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    ArrayType, BinaryType, DoubleType, IntegerType, LongType, MapType, StringType, StructField, StructType,
+    TimestampNTZType, TimestampType, VariantType,
 )
 
 from spark_sink.producer.errors import ColumnError, ConfigError
-from spark_sink.spark.columns import plan_columns
+from spark_sink.producer import ARROW_COLUMNS
+from spark_sink.spark.columns import ACCEPTED, plan_columns
 from spark_sink.spark.options import parse_options
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
@@ -58,6 +60,16 @@ def test_every_column_with_its_types_is_accepted():
     assert plan.renamed and plan.drop == ()
 
 
+def test_the_spark_columns_are_the_producers():
+    """Spark only describes the producer's columns in its own types; the producer decides."""
+    assert list(ACCEPTED) == list(ARROW_COLUMNS)
+    string_headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
+    plan = plan_columns(schema(value=BinaryType(), key=StringType(), partition=IntegerType(), headers=string_headers,
+                               timestamp=TimestampNTZType()), "t")
+    assert plan.names == ("value", "key", "partition", "headers", "timestamp") and not plan.renamed
+    assert plan_columns(schema(value=StringType(), timestamp=LongType()), "t").drop == ()
+
+
 def test_topic_option_overrides_the_topic_column():
     plan = plan_columns(schema(value=BinaryType(), topic=StringType()), "t")
     assert plan.drop == (1,)
@@ -72,6 +84,9 @@ def test_topic_option_overrides_the_topic_column():
     (dict(value=StringType(), timestamp=StringType()), "t", ["'timestamp'", "timestamp"]),
     (dict(value=StringType()), None, ["no topic", "'topic' option", "'topic' column"]),
     (dict(value=StringType(), VALUE=BinaryType()), "t", ["'value'", "'VALUE'"]),
+    (dict(value=StringType(), key=MapType(StringType(), StringType())), "t", ["'key'", "map<string,string>"]),
+    (dict(value=VariantType()), "t", ["'value'", "variant", "to_json"]),
+    (dict(value=StringType(), topic=StringType(), TOPIC=StringType()), None, ["'topic'", "'TOPIC'"]),
 ])
 def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic, names):
     with pytest.raises(ColumnError) as err:

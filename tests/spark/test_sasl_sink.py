@@ -1,14 +1,14 @@
 """df.write.format("kprod") with SASL options named as for Spark's Kafka sink
-(kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.jaas.config), through the test
-SASL proxy in front of Tansu."""
+(kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.jaas.config), to Apache
+Kafka's SASL_PLAINTEXT listener with SCRAM-SHA-512."""
 
 from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
 
-from tests.brokers import consume_all, free_port, start_tansu, unique_topic
-from tests.saslproxy import SaslProxy
+from tests.brokers import consume_all, unique_topic
+from tests.secure_kafka import USERS
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -22,18 +22,16 @@ def _write(df, bootstrap, topic, password):
      .save())
 
 
-def test_batch_write_with_scram_and_a_wrong_password(spark):
-    port = free_port()
-    with SaslProxy("127.0.0.1", port, {"spark": "s3cret"}) as proxy, \
-            start_tansu(port=port, advertised_port=proxy.port) as broker:
-        topic = unique_topic("spark-sasl")
-        df = spark.range(200, numPartitions=2).select(F.col("id").cast("string").alias("value"))
-        _write(df, broker.bootstrap, topic, "s3cret")
-        messages = consume_all(broker.bootstrap, topic, 200, overrides={
-            "security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-512",
-            "sasl.username": "spark", "sasl.password": "s3cret"})
-        assert sorted(int(m.value()) for m in messages) == list(range(200))
+def test_batch_write_with_scram_and_a_wrong_password(spark, secure_kafka):
+    bootstrap = secure_kafka.bootstrap("SASLPLAIN")
+    topic = unique_topic("spark-sasl")
+    df = spark.range(200, numPartitions=2).select(F.col("id").cast("string").alias("value"))
+    _write(df, bootstrap, topic, USERS["spark"])
+    messages = consume_all(bootstrap, topic, 200, overrides={
+        "security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "spark", "sasl.password": USERS["spark"]})
+    assert sorted(int(m.value()) for m in messages) == list(range(200))
 
-        with pytest.raises(Exception, match="SaslAuthenticationError") as info:
-            _write(df, broker.bootstrap, unique_topic("spark-sasl"), "guessed-wrong")
-        assert "guessed-wrong" not in str(info.value)
+    with pytest.raises(Exception, match="SaslAuthenticationError") as info:
+        _write(df, bootstrap, unique_topic("spark-sasl"), "guessed-wrong")
+    assert "guessed-wrong" not in str(info.value)

@@ -1,0 +1,104 @@
+"""Producers kept across tasks and microbatches in a Python worker, as Spark's Kafka sink
+keeps them per executor.
+
+Spark reuses its Python workers, so a producer that a task leaves behind, flushed and
+healthy, can serve the next task with the same configuration: its connections, SASL and
+TLS handshakes, metadata and producer id are already there. A producer is taken by one
+task at a time; one whose task failed is closed, never handed out again; one idle longer
+than its timeout is closed by a daemon thread. A worker that exits takes its sockets
+with it: every producer in the pool was flushed when its task ended, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Mapping
+
+from spark_sink.producer import KafkaProducer
+
+log = logging.getLogger(__name__)
+
+_Key = tuple[tuple[str, str], ...]
+
+
+class ProducerPool:
+    """Idle producers by configuration; ``acquire`` one, ``release`` it when the task ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[_Key, list[tuple[KafkaProducer, float, float]]] = {}  # (producer, idle since, timeout)
+        self._evictor: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def acquire(self, config: Mapping[str, str]) -> KafkaProducer:
+        """An idle producer made with exactly ``config``, or a new one."""
+        key = tuple(sorted(config.items()))
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop()[0]
+        return KafkaProducer(dict(config))
+
+    def release(self, producer: KafkaProducer, config: Mapping[str, str], *, healthy: bool,
+                timeout_s: float) -> None:
+        """Give back a producer whose task ended. Keep it only if the task succeeded (it
+        flushed, so nothing of that task is pending) and caching is on (``timeout_s`` > 0)."""
+        if not healthy or timeout_s <= 0:
+            producer.close(None if healthy else 0)
+            return
+        key = tuple(sorted(config.items()))
+        with self._lock:
+            self._idle.setdefault(key, []).append((producer, time.monotonic(), timeout_s))
+            if self._evictor is None:
+                self._evictor = threading.Thread(target=self._evict_loop, name="kprod-producer-pool", daemon=True)
+                self._evictor.start()
+        self._wake.set()
+
+    def evict_idle(self, now: float | None = None) -> int:
+        """Close the producers idle past their timeout; returns how many."""
+        now = time.monotonic() if now is None else now
+        expired = []
+        with self._lock:
+            for key, idle in list(self._idle.items()):
+                keep = [entry for entry in idle if now - entry[1] < entry[2]]
+                expired += [entry[0] for entry in idle if now - entry[1] >= entry[2]]
+                if keep:
+                    self._idle[key] = keep
+                else:
+                    del self._idle[key]
+        for producer in expired:
+            producer.close(0)
+        if expired:
+            log.info("closed %d producer(s) idle past kprod.producer.cache.timeout", len(expired))
+        return len(expired)
+
+    def close_all(self) -> None:
+        """Close every idle producer (worker shutdown)."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for entries in idle.values():
+            for producer, _, _ in entries:
+                producer.close(0)
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._idle.values())
+
+    def _next_expiry(self) -> float | None:
+        with self._lock:
+            ends = [since + timeout for idle in self._idle.values() for _, since, timeout in idle]
+        return min(ends) if ends else None
+
+    def _evict_loop(self) -> None:
+        while True:
+            end = self._next_expiry()
+            self._wake.wait(None if end is None else max(0.0, end - time.monotonic()) + 0.01)
+            self._wake.clear()
+            self.evict_idle()
+
+
+POOL = ProducerPool()
+atexit.register(POOL.close_all)

@@ -1,0 +1,114 @@
+"""What the fault and failover tests share: leader bounces on the three-node cluster (the
+``kafka3`` fixture), as Kafka's own system tests do them (SIGKILL the leader of a
+partition mid-run, restart it once another node leads, wait until every replica is back
+in sync), and the bookkeeping of deliveries they check."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from spark_sink.kafka_broker import KafkaCluster
+
+# Retries must outlast an election: a killed node is fenced after broker.session.timeout.ms (3 s).
+FAILOVER_CONFIG = {"linger.ms": 2, "request.timeout.ms": 5000, "delivery.timeout.ms": 120000,
+                   "retry.backoff.ms": 50, "retry.backoff.max.ms": 500, "reconnect.backoff.ms": 20,
+                   "reconnect.backoff.max.ms": 500}
+
+
+def wait_in_sync(cluster: KafkaCluster, topic: str, timeout: float = 90.0) -> None:
+    """Until every partition of ``topic`` has a leader and all its replicas in sync."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        admin = AdminClient({"bootstrap.servers": ",".join(n.address for n in cluster.nodes if n.alive)})
+        meta = admin.list_topics(topic, timeout=10).topics[topic]
+        if all(p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in meta.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{topic} not back in sync after {timeout:.0f} s\n{cluster.logs()}")
+
+
+def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: float = 1.0,
+                  killed_at: list[float] | None = None) -> list[int]:
+    """SIGKILL the leader of ``topic``-0, restart it once another node leads, wait for a
+    full ISR; ``times`` times. Returns the killed node ids; ``killed_at`` gets the
+    time.monotonic() of each kill."""
+    killed = []
+    for _ in range(times):
+        time.sleep(pause)  # the clients run on the current leaders first
+        victim = cluster.leader(topic, 0)
+        cluster.node(victim).kill()
+        if killed_at is not None:
+            killed_at.append(time.monotonic())
+        killed.append(victim)
+        deadline = time.monotonic() + 60
+        while cluster.leader(topic, 0) in (victim, -1):
+            assert time.monotonic() < deadline, f"no new leader for {topic}-0\n{cluster.logs()}"
+            time.sleep(0.2)
+        time.sleep(pause)  # the clients run on the new leader while the old one is down
+        cluster.node(victim).start()
+        wait_in_sync(cluster, topic)
+    return killed
+
+
+def assert_order_per_key(messages) -> None:
+    """Values (increasing integers per key as sent) come back increasing for every key."""
+    per_key = collections.defaultdict(list)
+    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
+        per_key[m.key()].append(int(m.value()))
+    assert all(v == sorted(v) for v in per_key.values())
+
+
+class Deliveries:
+    """Each send's callback outcomes: how many callbacks it got, where it was acknowledged,
+    and the errors."""
+
+    def __init__(self) -> None:
+        self.outcomes: collections.Counter = collections.Counter()
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.errors: list[Exception] = []
+        self._lock = threading.Lock()
+
+    def callback(self, i: int):
+        """The callback of send number ``i``."""
+        def done(metadata, error) -> None:
+            with self._lock:
+                self.outcomes[i] += 1
+                if error is None:
+                    self.acked[i] = (metadata.partition, metadata.offset)
+                else:
+                    self.errors.append(error)
+        return done
+
+    def assert_one_callback_each(self, sent: int) -> None:
+        assert sorted(self.outcomes) == list(range(sent)) and set(self.outcomes.values()) == {1}
+
+    def assert_offsets_match(self, messages) -> None:
+        """Acknowledged offsets are where the records are. A retry the broker recognised as
+        already written (DUPLICATE_SEQUENCE_NUMBER) carries no offset: -1, as in Java."""
+        where = {int(m.value()): (m.partition(), m.offset()) for m in messages}
+        wrong = [(i, where[i], self.acked[i]) for i in self.acked
+                 if where[i] != self.acked[i] and self.acked[i] != (where[i][0], -1)]
+        assert not wrong, (len(wrong), wrong[:5])
+
+
+def assert_arrow_offsets_match(results, messages, chunk: int) -> int:
+    """Each send_arrow call's summary is where its own records are (call ``c`` sent the
+    values ``c * chunk`` up to ``(c + 1) * chunk``): per partition their count, and their
+    first and last offsets, -1 only where a retry came back as a duplicate (no offset).
+    Returns how many ends were -1."""
+    offsets = collections.defaultdict(list)  # (call, partition) -> offsets
+    for m in messages:
+        offsets[(int(m.value()) // chunk, m.partition())].append(m.offset())
+    unknown = 0
+    for call, r in enumerate(results):
+        assert {p for _, p in r.partitions} == {p for c, p in offsets if c == call}
+        for (_, partition), (count, first, last) in r.partitions.items():
+            got = offsets[(call, partition)]
+            assert count == len(got)
+            unknown += (first == -1) + (last == -1)
+            assert first in (-1, min(got)) and last in (-1, max(got)), (call, partition, first, last)
+    return unknown

@@ -1,0 +1,37 @@
+"""kprod installed the ways users install it, into fresh virtualenvs, for tests that must
+not see this checkout: from its wheel, or editable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_wheel(dist: Path) -> Path:
+    """kprod's wheel, built as pip builds it (with its compiled kernels)."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+                   check=True, capture_output=True)
+    (wheel,) = dist.glob("kprod-*.whl")
+    return wheel
+
+
+def venv_with_kprod(where: Path, source: str | Path) -> Path:
+    """A new venv that sees this venv's dependencies but gets kprod only from ``source``:
+    a wheel file, or ``"editable"`` for ``pip install -e`` of this checkout. Returns its python.
+
+    The dependencies come through a path line, whose own .pth files (this checkout's
+    editable install among them) Python does not read.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = where / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "kprod_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    target = ["-e", str(ROOT)] if source == "editable" else [str(source)]
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *target],
+                   check=True, capture_output=True)
+    return python

@@ -1,0 +1,122 @@
+"""A batch completes in Java's order: its records' callbacks and its listener run first,
+then its waiters are released, so whoever returns from result() or flush() sees every
+callback of those records done; and any number of threads may wait on one batch."""
+
+import sys
+import threading
+import time
+
+from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer.batch import ProducerBatch
+from tests.brokers import create_topic, unique_topic
+
+
+def _one_batch(producer: KafkaProducer, topic: str, count: int, callback) -> list:
+    """``count`` records that share one batch (one partition, a long linger)."""
+    return [producer.send(ProducerRecord(topic, b"%d" % i, partition=0), callback(i)) for i in range(count)]
+
+
+def test_result_and_flush_return_only_after_the_batchs_callbacks_ran(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("cb-order"), partitions=1)
+    ran: list[tuple[int, int]] = []
+
+    def slow(i):
+        def callback(metadata, error):
+            assert error is None
+            time.sleep(0.3 if i == 0 else 0.01)  # the first holds the batch's completion up
+            ran.append((i, threading.get_ident()))
+        return callback
+
+    config = {"bootstrap.servers": kafka.bootstrap, "linger.ms": 200}
+    with KafkaProducer(config) as p:
+        p.partitions_for(topic)
+        futures = _one_batch(p, topic, 20, slow)
+        futures[-1].result(30)
+        assert len(ran) == 20  # the record waited on is the last of its batch's callbacks
+        assert all(thread != threading.get_ident() for _, thread in ran)  # they ran on the sender thread
+        assert [i for i, _ in ran] == list(range(20))
+
+        ran.clear()
+        _one_batch(p, topic, 20, slow)
+        p.flush(30)
+        assert len(ran) == 20
+
+
+def test_threads_waiting_on_one_batch_are_all_released_after_its_callbacks(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("waiters"), partitions=1)
+    ran: list[int] = []
+
+    def slow(i):
+        def callback(metadata, error):
+            time.sleep(0.2)
+            ran.append(i)
+        return callback
+
+    seen: dict[int, int] = {}
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 200}) as p:
+        p.partitions_for(topic)
+        futures = _one_batch(p, topic, 3, slow)
+        assert len({f[0] for f in futures}) == 1  # one batch under all three
+
+        def wait(n):
+            futures[n].result(30)
+            seen[n] = len(ran)
+
+        waiters = [threading.Thread(target=wait, args=(n,)) for n in (0, 2)]
+        for t in waiters:
+            t.start()
+        for t in waiters:
+            t.join(30)
+    assert seen == {0: 3, 2: 3}
+
+
+def test_lazy_wait_events_lose_no_waiter():
+    """Many threads start waiting on a batch at once, as it completes: each returns true.
+    (A wait event made twice would leave the threads on the first one waiting out their
+    timeout.)"""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to meet the race
+    try:
+        for round_ in range(100):
+            batch = ProducerBatch("t", 0, 0.0, round_, 0, 16384)
+            start = threading.Barrier(5)
+            results: list[bool] = []
+
+            def wait():
+                start.wait()
+                results.append(batch.wait(5))
+
+            threads = [threading.Thread(target=wait) for _ in range(4)]
+            for t in threads:
+                t.start()
+            start.wait()
+            time.sleep(0.002)  # let them start waiting
+            batch.complete(round_, -1, None)
+            for t in threads:
+                t.join()
+            assert results == [True] * 4, f"round {round_}: {results}"
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_callback_waiting_on_its_own_record_does_not_wait_for_itself():
+    batch = ProducerBatch("t", 0, 0.0, 0, 0, 16384)
+    seen = []
+    future = batch.try_append(5, b"k", b"v", None, lambda md, err: seen.append(future.result(1).offset), 1, 1)
+    batch.complete(42, -1, None)
+    assert seen == [42]
+
+
+def test_an_interrupted_callback_still_releases_listener_and_waiters():
+    heard = []
+    batch = ProducerBatch("t", 0, 0.0, 0, 0, 16384, listener=heard.append)
+
+    def interrupt(md, err):
+        raise KeyboardInterrupt
+
+    batch.try_append(5, b"k", b"v", None, interrupt, 1, 1)
+    try:
+        batch.complete(7, -1, None)
+    except KeyboardInterrupt:
+        pass
+    assert heard == [batch] and batch.wait(0)

@@ -1,0 +1,40 @@
+"""metadata.max.idle.ms: topics not produced to for that long leave the Metadata requests,
+so a job writing to many topics over time does not ask for all of them forever."""
+
+from __future__ import annotations
+
+import time
+
+from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer.metadata import Metadata
+from tests.brokers import consume_all, create_topic, unique_topic
+
+
+def _requested(metadata: Metadata, now: float) -> list[str]:
+    return [t["name"] for t in metadata.request_body(now)["topics"]]
+
+
+def test_idle_topics_leave_the_request_and_used_ones_stay():
+    metadata = Metadata(max_age_ms=300_000, refresh_backoff_ms=100, max_idle_ms=5_000)
+    metadata.topics |= {"a", "b"}
+    metadata.leaders.update({"a": [1], "b": [1]})
+    metadata.touch(["a", "b"], now=0.0)
+    assert _requested(metadata, 4_000.0) == ["a", "b"]
+    metadata.touch(["b"], now=4_000.0)
+    assert _requested(metadata, 6_000.0) == ["b"]  # a: idle 6 s; b: 2 s
+    assert "a" not in metadata.leaders and metadata.partition_count("a") is None  # its next record asks again
+    assert _requested(metadata, 9_500.0) == []
+
+
+def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again(kafka):
+    first, second = (create_topic(kafka.bootstrap, unique_topic("idle"), 1) for _ in range(2))
+    config = {"bootstrap.servers": kafka.bootstrap, "metadata.max.idle.ms": 5000, "metadata.max.age.ms": 500}
+    with KafkaProducer(config) as p:
+        p.send(ProducerRecord(first, b"before")).result(30)
+        deadline = time.monotonic() + 7
+        while time.monotonic() < deadline:  # only the second topic from here on
+            p.send(ProducerRecord(second, b"x")).result(30)
+            time.sleep(0.2)
+        assert first not in p._metadata.topics and second in p._metadata.topics
+        p.send(ProducerRecord(first, b"after")).result(30)  # its metadata comes back on demand
+    assert [m.value() for m in consume_all(kafka.bootstrap, first, 2)] == [b"before", b"after"]
