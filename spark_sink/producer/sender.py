@@ -359,5 +359,7 @@ class Sender(threading.Thread):
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
         self._in_flight_batches.discard(batch)
-        self._acc.completed((batch,))
+        # Callbacks first, then out of the incomplete set: flush() waits only for the
+        # batches incomplete when it starts, and must not return before these callbacks.
         batch.complete(-1, -1, error)
+        self._acc.completed((batch,))
