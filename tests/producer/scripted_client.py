@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_sink.producer.connections import ClientResponse
-from spark_sink.protocol.errors import NO_ERROR, KafkaConnectionError, KafkaError
+from spark_sink.protocol.errors import (
+    NO_ERROR, InvalidProducerEpochError, KafkaConnectionError, KafkaError, NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+)
 from spark_sink.protocol.messages import (
     CLIENT_VERSIONS, ApiKey, decode_request_body, decode_response_body, encode_request_body, encode_response_body,
 )
@@ -144,17 +147,27 @@ class ScriptedClient:
 
     def respond_produce(self, request: Request, errors: Mapping[TopicPartition, type[KafkaError]] | None = None
                         ) -> None:
-        """Answer a Produce request: the error chosen for a partition, else success at the
-        end of that partition's log."""
+        """Answer a Produce request: the error chosen for a partition, NOT_LEADER_OR_FOLLOWER
+        if the request's node no longer leads it, a sequence error as a broker checks them,
+        else success at the end of its log; a batch the log already holds (same producer id, epoch
+        and sequence) is answered with the offset it got then, as a broker does for its
+        last five batches per producer."""
         errors = errors or {}
         responses = []
         for tp, batch in request.batches().items():
             error = errors.get(tp)
+            if error is None and self.topics[tp[0]][tp[1]] != request.node:
+                error = NotLeaderOrFollowerError  # leadership moved since the request went
             part = {"index": tp[1], "error_code": NO_ERROR if error is None else error.code, "base_offset": -1}
+            log = self.log.setdefault(tp, [])
             if error is None:
-                log = self.log.setdefault(tp, [])
+                part["base_offset"] = self._offset_of(log, batch)
+                if part["base_offset"] < 0:
+                    error = self._sequence_error(log, batch)
+            if error is None and part["base_offset"] < 0:
                 part["base_offset"] = sum(len(b.records) for b in log)
                 log.append(batch)
+            part["error_code"] = NO_ERROR if error is None else error.code
             responses.append({"name": tp[0], "partition_responses": [part]})
         self.respond(request, {"responses": responses})
 
@@ -170,6 +183,34 @@ class ScriptedClient:
         for request in self.requests:
             if request.node == node and request.expect_response and not request.answered:
                 self._complete(request, None, KafkaConnectionError(f"connection to node {node} lost"))
+
+    @staticmethod
+    def _offset_of(log: list[RecordBatch], batch: RecordBatch) -> int:
+        """The base offset of ``batch`` if ``log`` holds it already (idempotent), else -1."""
+        offset = 0
+        for written in log:
+            if batch.base_sequence >= 0 and (written.producer_id, written.producer_epoch, written.base_sequence) == (
+                    batch.producer_id, batch.producer_epoch, batch.base_sequence):
+                return offset
+            offset += len(written.records)
+        return -1
+
+    @staticmethod
+    def _sequence_error(log: list[RecordBatch], batch: RecordBatch) -> type[KafkaError] | None:
+        """What a broker says of ``batch``'s producer epoch and sequence, given the last
+        batch of its producer id in ``log``: with none, any sequence is taken; a newer epoch
+        must start at 0; an older epoch is refused; otherwise the sequence must follow."""
+        if batch.producer_id < 0:
+            return None
+        last = next((b for b in reversed(log) if b.producer_id == batch.producer_id), None)
+        if last is None:
+            return None
+        if batch.producer_epoch < last.producer_epoch:
+            return InvalidProducerEpochError
+        if batch.producer_epoch > last.producer_epoch:
+            return None if batch.base_sequence == 0 else OutOfOrderSequenceNumberError
+        expected = (last.base_sequence + len(last.records)) & 0x7FFFFFFF
+        return None if batch.base_sequence == expected else OutOfOrderSequenceNumberError
 
     def values(self, tp: TopicPartition) -> list[bytes]:
         """The record values of ``tp``'s log, in offset order."""
