@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.protocol.errors import ERRORS_BY_CODE
 
 
 @dataclass
@@ -212,10 +213,27 @@ def _high_watermarks(bootstrap: str, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kprod-perf-{uuid.uuid4().hex[:8]}"})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions)
+        return sum(_end_offset(consumer, TopicPartition(topic, p)) for p in partitions)
     finally:
         consumer.close()
 
+
+def _end_offset(consumer: object, partition: object, attempts: int = 50) -> int:
+    """A partition's high watermark, asked again while the answer is a retriable error:
+    right after the topic is created its leader may not be elected everywhere yet
+    (NOT_LEADER_OR_FOLLOWER)."""
+    from confluent_kafka import KafkaException
+
+    for _ in range(attempts - 1):
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=30)[1]
+        except KafkaException as exc:
+            error = exc.args[0]
+            known = ERRORS_BY_CODE.get(error.code())  # librdkafka keeps the broker's codes
+            if not (error.retriable() or known is not None and known.retriable):
+                raise
+            time.sleep(0.2)
+    return consumer.get_watermark_offsets(partition, timeout=30)[1]
 
 
 def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, props: dict[str, str],
