@@ -117,6 +117,15 @@ def started(h: Harness, *values: bytes) -> None:
     assert h.txn.state is State.READY
 
 
+def pipelined(h: Harness) -> tuple[Request, Request]:
+    """"a" acknowledged, then "b" and "c" on the wire together: their two requests."""
+    started(h, b"a")
+    h.send(b"b", b"c")
+    h.run()
+    b, c = h.in_flight()
+    return b, c
+
+
 def test_first_batch_goes_alone_until_acknowledged_then_batches_pipeline():
     h = Harness()
     h.send(b"a", b"b", b"c")
@@ -136,10 +145,7 @@ def test_out_of_order_sequence_for_the_next_batch_bumps_the_epoch():
     (say an unclean leader election). That gap never fills: the partition starts over at
     sequence 0 under the next epoch, with the same producer id."""
     h = Harness()
-    started(h, b"a")
-    h.send(b"b", b"c")
-    h.run()
-    b, c = h.in_flight()
+    b, c = pipelined(h)
     h.client.respond_produce(b, {TP0: OutOfOrderSequenceNumberError})
     h.client.respond_produce(c, {TP0: OutOfOrderSequenceNumberError})
     ack_one_by_one(h)
@@ -152,10 +158,7 @@ def test_out_of_order_sequence_behind_a_retried_batch_is_retried_without_a_bump(
     """Refused only because the batch before it was refused (not written): both go again,
     in order, under the same epoch and sequences."""
     h = Harness()
-    started(h, b"a")
-    h.send(b"b", b"c")
-    h.run()
-    b, c = h.in_flight()
+    b, c = pipelined(h)
     h.client.respond_produce(b, {TP0: NotEnoughReplicasError})
     h.client.respond_produce(c, {TP0: OutOfOrderSequenceNumberError})
     h.run()
@@ -205,10 +208,7 @@ def test_lost_reply_the_retry_is_the_same_batch_and_recognised_as_written():
     answers: each goes again with the producer id, epoch and sequence it had, one at a
     time, and the broker answers each with the offset it wrote it at. Nothing twice."""
     h = Harness()
-    started(h, b"a")
-    h.send(b"b", b"c")
-    h.run()
-    b, c = h.in_flight()
+    b, c = pipelined(h)
     h.client.write(b)
     h.client.write(c)
     h.client.disconnect(0)
@@ -221,10 +221,7 @@ def test_lost_reply_the_retry_is_the_same_batch_and_recognised_as_written():
 
 def test_not_leader_the_batch_follows_the_new_leader_with_its_sequence():
     h = Harness(nodes=2)
-    started(h, b"a")
-    h.send(b"b", b"c")
-    h.run()
-    b, c = h.in_flight()
+    b, c = pipelined(h)
     h.client.topics[TOPIC] = [1]  # leadership moved to node 1
     h.client.respond_produce(b, {TP0: NotLeaderOrFollowerError})
     h.client.respond_produce(c, {TP0: NotLeaderOrFollowerError})
