@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +31,7 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.protocol.errors import ERRORS_BY_CODE
 
 
 @dataclass
@@ -122,33 +124,57 @@ def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str
     return Result("kprod send_arrow", table.num_rows, seconds, _payload(table), latencies)
 
 
+_SAMPLE_EVERY = 1000  # records between two whose latency is measured
+
+
+class _Deliveries:
+    """The records to send with their delivery callbacks, for a client whose callback takes
+    (error, message) (librdkafka) or (metadata, error) (kprod): errors collected, and the
+    latency of every thousandth record."""
+
+    __slots__ = ("errors", "latencies", "_progress", "_error_first")
+
+    def __init__(self, latencies: list[float], progress: Progress, error_first: bool) -> None:
+        self.errors: list[object] = []
+        self.latencies = latencies
+        self._progress = progress
+        self._error_first = error_first
+
+    def on_delivery(self, first: object, second: object) -> None:
+        error = first if self._error_first else second
+        if error is not None:
+            self.errors.append(error)
+
+    def records(self, keys: list, values: list) -> Iterator[tuple[object, object, Callable[[object, object], None]]]:
+        """(key, value, callback) per row, the callback timed for every thousandth."""
+        plain = self.on_delivery
+        for start in range(0, len(values), _SAMPLE_EVERY):
+            self._progress.update(start)
+            yield keys[start], values[start], self._sampled(time.perf_counter())
+            end = start + _SAMPLE_EVERY
+            yield from zip(keys[start + 1:end], values[start + 1:end], repeat(plain))  # C speed between samples
+
+    def _sampled(self, sent_at: float) -> Callable[[object, object], None]:
+        def on_sampled(first: object, second: object) -> None:
+            self.on_delivery(first, second)
+            self.latencies.append((time.perf_counter() - sent_at) * 1000)
+        return on_sampled
+
+
 def run_kprod_record(bootstrap: str, topic: str, rows: Rows, props: dict[str, str]) -> Result:
     values, keys, payload = rows
     latencies: list[float] = []
     progress = Progress("kprod send", len(values))
-    errors: list[Exception] = []
-
-    def on_delivery(metadata: object, error: Exception | None) -> None:
-        if error is not None:
-            errors.append(error)
-
-    def on_sampled(metadata: object, error: Exception | None, t: float = 0.0) -> None:
-        on_delivery(metadata, error)
-        latencies.append((time.perf_counter() - t) * 1000)
-
+    deliveries = _Deliveries(latencies, progress, error_first=False)
     with KafkaProducer({"bootstrap.servers": bootstrap, **props}) as producer:
         producer.partitions_for(topic)
         started = time.perf_counter()
-        for i, (k, v) in enumerate(zip(keys, values)):
-            callback = on_delivery
-            if i % 1000 == 0:
-                callback = lambda md, err, t=time.perf_counter(): on_sampled(md, err, t)  # noqa: E731
-                progress.update(i)
+        for k, v, callback in deliveries.records(keys, values):
             producer.send(ProducerRecord(topic, v, k), callback)  # positional, as for the other clients
         producer.flush()
         seconds = time.perf_counter() - started
     progress.close()
-    _raise_if_failed("kprod", errors)
+    _raise_if_failed("kprod", deliveries.errors)
     return Result("kprod send", len(values), seconds, payload, latencies)
 
 
@@ -157,30 +183,15 @@ def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1638
 
     values, keys, payload = rows
     latencies: list[float] = []
-    errors: list[object] = []
     # murmur2_random is librdkafka's Java-compatible partitioner: every client puts each
     # key where Java would (librdkafka's default hashes with CRC32).
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": linger_ms, "batch.size": batch_size, "partitioner": "murmur2_random"})
     producer.list_topics(topic, timeout=30)
     progress = Progress("confluent-kafka", len(values))
+    deliveries = _Deliveries(latencies, progress, error_first=True)
     started = time.perf_counter()
-    sent_at = [0.0]
-
-    def on_delivery(err: object, msg: object) -> None:
-        if err is not None:
-            errors.append(err)
-
-    def on_sampled(err: object, msg: object, t: float = 0.0) -> None:
-        on_delivery(err, msg)
-        latencies.append((time.perf_counter() - t) * 1000)
-
-    for i, (k, v) in enumerate(zip(keys, values)):
-        callback = on_delivery
-        if i % 1000 == 0:
-            sent_at[0] = time.perf_counter()
-            callback = lambda err, msg, t=sent_at[0]: on_sampled(err, msg, t)  # noqa: E731
-            progress.update(i)
+    for k, v, callback in deliveries.records(keys, values):
         while True:
             try:
                 producer.produce(topic, v, k, on_delivery=callback)
@@ -191,7 +202,7 @@ def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1638
     producer.flush()
     seconds = time.perf_counter() - started
     progress.close()
-    _raise_if_failed("confluent-kafka", errors)
+    _raise_if_failed("confluent-kafka", deliveries.errors)
     return Result("confluent-kafka produce", len(values), seconds, payload, latencies)
 
 
@@ -202,9 +213,27 @@ def _high_watermarks(bootstrap: str, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kprod-perf-{uuid.uuid4().hex[:8]}"})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions)
+        return sum(_end_offset(consumer, TopicPartition(topic, p)) for p in partitions)
     finally:
         consumer.close()
+
+
+def _end_offset(consumer: object, partition: object, attempts: int = 50) -> int:
+    """A partition's high watermark, asked again while the answer is a retriable error:
+    right after the topic is created its leader may not be elected everywhere yet
+    (NOT_LEADER_OR_FOLLOWER)."""
+    from confluent_kafka import KafkaException
+
+    for _ in range(attempts - 1):
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=30)[1]
+        except KafkaException as exc:
+            error = exc.args[0]
+            known = ERRORS_BY_CODE.get(error.code())  # librdkafka keeps the broker's codes
+            if not (error.retriable() or known is not None and known.retriable):
+                raise
+            time.sleep(0.2)
+    return consumer.get_watermark_offsets(partition, timeout=30)[1]
 
 
 def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, props: dict[str, str],

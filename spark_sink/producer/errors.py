@@ -65,3 +65,8 @@ class SaslAuthenticationError(AuthenticationError):
 
 class ProducerClosedError(KProdError, RuntimeError):
     """send() was called on a producer that is closing or closed."""
+
+
+class IllegalStateError(KProdError, RuntimeError):
+    """An operation the producer's current state does not allow (a bug, or a call out of
+    order); the message names the state and the operation."""

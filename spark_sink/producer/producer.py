@@ -23,7 +23,6 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
     InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
 )
-from spark_sink.producer.idempotence import PartitionState
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import StickyPartitions, murmur2_unsigned, partition_for_key
@@ -31,6 +30,7 @@ from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
+from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.protocol.errors import KProdError
 from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
@@ -178,7 +178,7 @@ class KafkaProducer:
         self._accumulator = RecordAccumulator(c, self._pool)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
         self._client = NetworkClient(c)
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, PartitionState(c))
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, TransactionManager(c))
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)

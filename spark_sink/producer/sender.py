@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.producer.idempotence import PartitionState
 from spark_sink.producer.metadata import Metadata
-from spark_sink.producer.network import ClientResponse, NetworkClient, now_ms
-from spark_sink.protocol.errors import KafkaError, KProdError, error_for_code
+from spark_sink.producer.network import now_ms
+from spark_sink.producer.transaction_manager import TransactionManager
+from spark_sink.protocol.errors import (
+    NO_ERROR, DuplicateSequenceNumberError, KProdError, UnknownServerError, error_for_code,
+)
 from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)
 
-_DUPLICATE_SEQUENCE = 46
-_OUT_OF_ORDER_SEQUENCE = 45
-_PRODUCER_ID_ERRORS = {47, 59}  # INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID
 _MAX_POLL_MS = 100.0
 # How long after a sending thread last did the sender's work the Sender thread leaves the
 # broker connections to it.
@@ -52,21 +53,38 @@ class IoLock:
         self._lock.release()
 
 
+class KafkaClient(Protocol):
+    """What the Sender needs of the network: NetworkClient, or a scripted client in tests
+    (as Java's KafkaClient interface, which NetworkClient and MockClient implement)."""
+
+    def wakeup(self) -> None: ...
+    def wait(self, timeout_ms: float, io: bool = True) -> None: ...
+    def poll(self, timeout_ms: float) -> bool: ...
+    def next_timeout_ms(self, now: float) -> float: ...
+    def ready(self, node_id: int, now: float) -> bool: ...
+    def connection_failed(self, node_id: int) -> bool: ...
+    def connection_delay_ms(self, node_id: int, now: float) -> float: ...
+    def least_loaded_node(self, now: float) -> int | None: ...
+    def send(self, node_id: int, api_key: int, body: dict[str, Any], callback: Callable[[ClientResponse], None] | None,
+             expect_response: bool = True) -> None: ...
+    def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
+    def close(self) -> None: ...
+
+
 class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers."""
 
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
-                 client: NetworkClient, partitions: PartitionState) -> None:
+                 client: KafkaClient, transaction_manager: TransactionManager) -> None:
         super().__init__(name=f"kprod-sender-{config.client_id}", daemon=True)
         self._config = config
         self._acc = accumulator
         self._metadata = metadata
         self._client = client
-        self._partitions = partitions
+        self._txn = transaction_manager
         self._running = True
         self._force_close = False
         self._metadata_in_flight = False
-        self._pid_in_flight = False
         self._in_flight_batches: set[ProducerBatch] = set()
         self.fatal_error: Exception | None = None
         # Held by whichever thread does the sender's work: this one, or a sending thread
@@ -181,7 +199,7 @@ class Sender(threading.Thread):
                 return 0.0  # a connection got ready or the producer id came: go on at once
             return min(poll_ms, 50.0, self._client.next_timeout_ms(now))
         leader_of = self._metadata.leader
-        can_send = self._partitions.can_send
+        can_send = self._txn.can_send
         ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send)
         if unknown:
             self._metadata.request_update()
@@ -203,7 +221,7 @@ class Sender(threading.Thread):
         if sendable:
             drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
                                       self._config.compression_codec, self._config.compression_level,
-                                      self._partitions.prepare)
+                                      self._txn.prepare_batch)
             for node, batches in drained.items():
                 self._send_produce(node, batches)
             if drained:
@@ -216,6 +234,7 @@ class Sender(threading.Thread):
     def _fail_expired(self, now: float) -> None:
         timeout = self._config.delivery_timeout_ms
         for batch in self._acc.expire(now, timeout):
+            self._txn.handle_failed_batch(batch, on_wire=False)
             self._fail(batch, KafkaTimeoutError(
                 f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
                 f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout})"))
@@ -244,36 +263,25 @@ class Sender(threading.Thread):
         self._client.set_nodes(self._metadata.nodes)
 
     def _ensure_producer_id(self, now: float) -> bool:
-        parts = self._partitions
-        if not parts.idempotent:
+        """Whether batches may be drained; asks for a producer id when one is needed."""
+        txn = self._txn
+        txn.maybe_bump_epoch()
+        if txn.has_producer_id:
             return True
-        if parts.has_producer_id and not parts.reset_needed:
-            return True
-        if parts.reset_needed and self._in_flight_batches:
-            return False  # let in-flight batches settle under the old id first
-        if self._pid_in_flight:
-            return False
+        if not txn.should_init_producer_id(now):
+            return False  # asked already, backing off, or failed for good
         node = self._client.least_loaded_node(now)
         if node is None or not self._client.ready(node, now):
             return False
-        self._pid_in_flight = True
-        self._client.send(node, ApiKey.INIT_PRODUCER_ID,
-                          {"transactional_id": None, "transaction_timeout_ms": 60000}, self._on_producer_id)
+        self._client.send(node, ApiKey.INIT_PRODUCER_ID, txn.init_producer_id_request(), self._on_producer_id)
         return False
 
     def _on_producer_id(self, response: ClientResponse) -> None:
-        self._pid_in_flight = False
-        if response.error is not None:
-            return  # retried on the next loop
-        error = error_for_code(response.body["error_code"], "InitProducerId")
-        if error is not None:
-            if error.retriable:
-                return
-            self.fatal_error = error
+        self._txn.handle_init_producer_id_response(response.body, response.error, now_ms())
+        if self._txn.fatal_error is not None:
+            self.fatal_error = self._txn.fatal_error
             self._running = False
             self._force_close = True
-            return
-        self._partitions.set_producer_id(response.body["producer_id"], response.body["producer_epoch"])
 
     # -- produce --------------------------------------------------------------
 
@@ -308,9 +316,13 @@ class Sender(threading.Thread):
                 if batch is None:
                     continue
                 code = part["error_code"]
-                # DUPLICATE_SEQUENCE: already written by an earlier attempt whose answer was lost.
-                if code == 0 or code == _DUPLICATE_SEQUENCE:
+                if code == NO_ERROR:
                     self._succeed(batch, part["base_offset"], part["log_append_time_ms"])
+                    succeeded.append(batch)
+                elif code == DuplicateSequenceNumberError.code:
+                    # Written by an earlier attempt whose answer was lost: a success whose
+                    # offset this answer does not tell.
+                    self._succeed(batch, -1, -1)
                     succeeded.append(batch)
                 else:
                     message = part.get("error_message") or ""
@@ -318,41 +330,28 @@ class Sender(threading.Thread):
                     self._retry_or_fail(batch, error, now)
         self._acc.completed(succeeded)  # their memory, in one go
         for batch in batches.values():  # the broker did not mention these: treat as lost
-            self._retry_or_fail(batch, KafkaError("no response for this partition"), now)
+            self._retry_or_fail(batch, UnknownServerError("no response for this partition"), now)
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Acknowledged: the caller releases its memory (once per response, not per batch)."""
         self._in_flight_batches.discard(batch)
-        self._partitions.finished(batch, retrying=False, acknowledged=True)
+        self._txn.handle_completed_batch(batch)
         batch.complete(base_offset, log_append_time, None)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
+        """A batch on the wire was refused or lost: back to the accumulator while retries
+        and delivery.timeout.ms allow and the TransactionManager says it may be retried."""
         self._in_flight_batches.discard(batch)
-        retriable = getattr(error, "retriable", False) or isinstance(error, KafkaTimeoutError)
-        code = getattr(error, "code", None)
-        if self._partitions.idempotent:
-            if code in _PRODUCER_ID_ERRORS:
-                self._partitions.request_reset(str(error))
-                retriable = True
-            elif code == _OUT_OF_ORDER_SEQUENCE:
-                # An earlier batch of this partition failed and is being retried: this one
-                # was rejected only because of that gap, so it is safe to send again.
-                if not self._partitions.recovering(batch.tp):
-                    self._partitions.request_reset(str(error))
-                retriable = True
         in_time = now - batch.created_ms < self._config.delivery_timeout_ms
-        if retriable and in_time and batch.attempts < self._config.retries and not self._force_close:
+        if (in_time and batch.attempts < self._config.retries and not self._force_close
+                and self._txn.can_retry(batch, error)):
             log.debug("retrying %s after %s", batch, error)
             if getattr(error, "invalid_metadata", False):
                 self._metadata.request_update()
-            self._partitions.finished(batch, retrying=True)
+            self._txn.handle_retry(batch)
             self._acc.reenqueue(batch, now)
             return
-        self._partitions.finished(batch, retrying=False)
-        if self._partitions.idempotent and batch.base_sequence >= 0:
-            # A sequenced batch that will never be written leaves a gap the broker would
-            # reject forever: later batches go out under a new producer id.
-            self._partitions.request_reset(f"{batch} failed: {error}")
+        self._txn.handle_failed_batch(batch)
         if isinstance(error, KafkaTimeoutError) and not in_time:
             error = KafkaTimeoutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms "
                                       f"({self._config.delivery_timeout_ms}) passed; last error: {error}")
@@ -360,5 +359,7 @@ class Sender(threading.Thread):
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
         self._in_flight_batches.discard(batch)
-        self._acc.completed((batch,))
+        # Callbacks first, then out of the incomplete set: flush() waits only for the
+        # batches incomplete when it starts, and must not return before these callbacks.
         batch.complete(-1, -1, error)
+        self._acc.completed((batch,))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Any
 
 from spark_sink.protocol.errors import CorruptRecordError
 
@@ -108,36 +109,23 @@ class Reader:
     def remaining(self) -> int:
         return self.end - self.pos
 
-    def _fixed(self, s: struct.Struct) -> int:
+    def fixed(self, s: struct.Struct) -> Any:
+        """One fixed-width number packed as ``s`` (INT8 ... FLOAT64 above)."""
         pos = self.pos
         if pos + s.size > self.end:
             raise CorruptRecordError(f"truncated: need {s.size} bytes at offset {pos}, have {self.end - pos}")
         self.pos = pos + s.size
         return s.unpack_from(self.buf, pos)[0]
 
-    def int8(self) -> int:
-        return self._fixed(INT8)
-
+    # The two lengths the variable-size types start with; other numbers go through fixed().
     def int16(self) -> int:
-        return self._fixed(INT16)
-
-    def uint16(self) -> int:
-        return self._fixed(UINT16)
+        return self.fixed(INT16)
 
     def int32(self) -> int:
-        return self._fixed(INT32)
-
-    def uint32(self) -> int:
-        return self._fixed(UINT32)
-
-    def int64(self) -> int:
-        return self._fixed(INT64)
-
-    def float64(self) -> float:
-        return self._fixed(FLOAT64)
+        return self.fixed(INT32)
 
     def boolean(self) -> bool:
-        return self._fixed(INT8) != 0
+        return self.fixed(INT8) != 0
 
     def uvarint(self) -> int:
         buf, pos, end = self.buf, self.pos, self.end

@@ -23,7 +23,7 @@ import crc32c
 
 from spark_sink.protocol.compression import compress, decompress
 from spark_sink.protocol.errors import CorruptRecordError
-from spark_sink.protocol.primitives import Reader, write_varint
+from spark_sink.protocol.primitives import INT8, Reader, write_varint
 
 RECORD_BATCH_OVERHEAD = 61
 MAGIC = 2
@@ -215,7 +215,7 @@ def _decode_records(section: bytes | memoryview, count: int, base_offset: int, b
     for _ in range(count):
         length = reader.varint()
         end = reader.pos + length
-        reader.int8()  # record attributes: unused in v2
+        reader.fixed(INT8)  # record attributes: unused in v2
         ts_delta = reader.varint()
         offset_delta = reader.varint()
         key = _read_sized(reader)

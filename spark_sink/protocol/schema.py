@@ -8,8 +8,10 @@ Values are dicts keyed by snake_case field names; missing fields take their defa
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from spark_sink.protocol import primitives as p
@@ -42,25 +44,18 @@ class Schema:
     flexible_from: int = _MAX
 
 
+# The fixed-width numbers: one table for both directions.
+_NUMBERS: dict[str, struct.Struct] = {
+    "int8": p.INT8, "int16": p.INT16, "uint16": p.UINT16, "int32": p.INT32, "uint32": p.UINT32,
+    "int64": p.INT64, "float64": p.FLOAT64,
+}
 _FIXED_WRITERS: dict[str, Callable[[Any], bytes]] = {
-    "int8": p.INT8.pack,
-    "int16": p.INT16.pack,
-    "uint16": p.UINT16.pack,
-    "int32": p.INT32.pack,
-    "uint32": p.UINT32.pack,
-    "int64": p.INT64.pack,
-    "float64": p.FLOAT64.pack,
+    **{type_: s.pack for type_, s in _NUMBERS.items()},
     "bool": lambda v: b"\x01" if v else b"\x00",
     "uuid": lambda v: (v.bytes if hasattr(v, "bytes") else bytes(v or bytes(16))),
 }
 _FIXED_READERS: dict[str, Callable[[p.Reader], Any]] = {
-    "int8": p.Reader.int8,
-    "int16": p.Reader.int16,
-    "uint16": p.Reader.uint16,
-    "int32": p.Reader.int32,
-    "uint32": p.Reader.uint32,
-    "int64": p.Reader.int64,
-    "float64": p.Reader.float64,
+    **{type_: partial(p.Reader.fixed, s=s) for type_, s in _NUMBERS.items()},
     "bool": p.Reader.boolean,
     "uuid": p.Reader.uuid,
 }
