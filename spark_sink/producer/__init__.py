@@ -1,13 +1,15 @@
 """The Kafka producer: per-record ``send`` and columnar ``send_arrow`` over one Sender."""
 
+from spark_sink.producer.admin import AdminClient, PreparedTransaction
 from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
 from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
 from spark_sink.producer.config import KEYS as _KEYS
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
-    AuthenticationError, BufferExhaustedError, ColumnError, ConfigError, InvalidPartitionError, KafkaTimeoutError,
-    ProducerClosedError, RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError,
+    AbortableTransactionError, AuthenticationError, BufferExhaustedError, ColumnError, ConfigError,
+    FatalTransactionError, IllegalStateError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
+    RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError, TransactionError,
 )
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
@@ -18,7 +20,8 @@ from spark_sink.producer.switch_interval import short_switch_interval
 CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 
 __all__ = [
-    "ARROW_COLUMNS", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
+    "ARROW_COLUMNS", "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
+    "PreparedTransaction", "TransactionError", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
     "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata", "InvalidPartitionError",
     "KafkaProducer", "KafkaTimeoutError", "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",

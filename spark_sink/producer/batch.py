@@ -168,14 +168,16 @@ class ProducerBatch:
         self.closed = True
         return self.encoded
 
-    def to_wire(self) -> tuple[bytes, bytes]:
+    def to_wire(self, transactional: bool = False) -> tuple[bytes, bytes]:
         """The record batch as sent, as (header, payload): the header carries this attempt's
-        producer id, epoch and sequence; the payload is written as it is, never copied."""
+        producer id, epoch and sequence (and whether it belongs to a transaction); the
+        payload is written as it is, never copied."""
         e = self.encoded
         header = record_batch_header(
             e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
             base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec,
-            producer_id=self.producer_id, producer_epoch=self.producer_epoch, base_sequence=self.base_sequence)
+            producer_id=self.producer_id, producer_epoch=self.producer_epoch, base_sequence=self.base_sequence,
+            transactional=transactional)
         return header, e.payload
 
     @property

@@ -70,3 +70,23 @@ class ProducerClosedError(KProdError, RuntimeError):
 class IllegalStateError(KProdError, RuntimeError):
     """An operation the producer's current state does not allow (a bug, or a call out of
     order); the message names the state and the operation."""
+
+
+class TransactionError(KProdError):
+    """A transaction could not go on. ``error`` is the broker's error behind it, if any."""
+
+    def __init__(self, message: str, error: Exception | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class AbortableTransactionError(TransactionError):
+    """The current transaction failed (a record was refused, a partition or group could not
+    be added): call abort_transaction(), then begin a new one. Nothing of the aborted
+    transaction is visible to read_committed consumers."""
+
+
+class FatalTransactionError(TransactionError):
+    """The producer can only be closed: it was fenced by a newer producer with the same
+    transactional.id (``error`` is ProducerFencedError or InvalidProducerEpochError), is not
+    authorised for its transactional.id, or the coordinator refused its state."""

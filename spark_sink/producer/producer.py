@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_sink.producer.accumulator import RecordAccumulator
+from spark_sink.producer.admin import PreparedTransaction
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
 from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
@@ -30,7 +31,7 @@ from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.producer.transaction_manager import TransactionManager
+from spark_sink.producer.transaction_manager import TransactionalResult, TransactionManager
 from spark_sink.protocol.errors import KProdError
 from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
@@ -178,7 +179,8 @@ class KafkaProducer:
         self._accumulator = RecordAccumulator(c, self._pool)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
         self._client = NetworkClient(c)
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, TransactionManager(c))
+        self._txn = TransactionManager(c)
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)
@@ -187,8 +189,10 @@ class KafkaProducer:
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
         self._arrow_limits = SendLimits(c.batch_size, c.max_request_size, c.buffer_memory, c.compression_codec)
         self._closed = False
-        # send() may go the short way: no serializers, interceptors or ignored keys, not closed
-        self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys)
+        # send() may go the short way: no serializers, interceptors, ignored keys or
+        # transaction (whose partitions are added as records go to them), not closed
+        self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
+                           or c.transactional_id)
         self._sender.start()
 
     # -- per record -----------------------------------------------------------
@@ -221,6 +225,8 @@ class KafkaProducer:
         if self._closed:
             raise ProducerClosedError("send() after close()")
         c = self.config
+        if self._txn.transactional:
+            self._txn.ensure_sendable()
         for interceptor in self._send_interceptors:
             record = interceptor.on_send(record)
         topic = record.topic
@@ -256,6 +262,8 @@ class KafkaProducer:
         timestamp = record.timestamp
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
+        if self._txn.transactional:
+            self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
             callback = self._wrap_callback(callback)
         future, batch_ready, new_batch = self._accumulator.append(
@@ -316,6 +324,9 @@ class KafkaProducer:
 
     def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None) -> ArrowSendFuture:
         c = self.config
+        txn = self._txn if self._txn.transactional else None
+        if txn is not None:
+            txn.ensure_sendable()
 
         def partition_count(t: str) -> int:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
@@ -332,6 +343,9 @@ class KafkaProducer:
         try:
             for rows in groups:
                 for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
+                    if txn is not None:
+                        for partition, _ in chunk:
+                            txn.maybe_add_partition((rows.topic, partition))
                     self._accumulator.append_encoded(rows.topic, chunk, now_ms(), c.max_block_ms, future._on_batch,
                                                      future._queued, self._sender.wakeup)
         except BaseException as exc:
@@ -343,6 +357,51 @@ class KafkaProducer:
             raise
         future._seal()
         return future
+
+    # -- transactions ---------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the producer id for transactional.id from its coordinator (once, before the
+        first transaction). Fences every earlier producer with the same transactional.id and
+        aborts the transaction it left open. May be called again between transactions (or
+        after prepare_transaction()) to fence afresh."""
+        self._txn_wait(self._txn.init_transactions(), "init_transactions()", timeout)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now on commit or abort together."""
+        self._txn.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int | tuple[int, str | None]],
+                                    group_id: str, timeout: float | None = None) -> None:
+        """Commit ``offsets`` ({(topic, partition): offset or (offset, metadata)}) for the
+        consumer group ``group_id`` as part of the open transaction: they become visible
+        with its records, or not at all."""
+        normal = {tp: (o, None) if isinstance(o, int) else (int(o[0]), o[1]) for tp, o in offsets.items()}
+        self._txn_wait(self._txn.send_offsets_to_transaction(normal, group_id), "send_offsets_to_transaction()",
+                       timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit the open (or prepared) transaction. Raises
+        AbortableTransactionError if a record of it failed (abort_transaction() then), or
+        FatalTransactionError if this producer was fenced."""
+        self.flush(timeout)
+        self._txn_wait(self._txn.end_transaction(commit=True), "commit_transaction()", timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: its records are never visible to read_committed
+        consumers; records not yet sent fail with AbortableTransactionError."""
+        self._txn_wait(self._txn.end_transaction(commit=False), "abort_transaction()", timeout)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """Flush the open transaction and leave it open, for another process to commit or
+        abort with AdminClient.end_transactions(): the first phase of a two-phase commit.
+        Raises as commit_transaction() does if the transaction cannot commit."""
+        self.flush(timeout)
+        return PreparedTransaction(*self._txn.prepare_transaction())
+
+    def _txn_wait(self, result: TransactionalResult, what: str, timeout: float | None) -> None:
+        self._sender.wakeup()
+        result.wait(self.config.max_block_ms / 1000 if timeout is None else timeout, what)
 
     # -- lifecycle ------------------------------------------------------------
 

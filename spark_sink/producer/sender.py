@@ -12,10 +12,10 @@ from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
-from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.producer.errors import AbortableTransactionError, KafkaTimeoutError
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.network import now_ms
-from spark_sink.producer.transaction_manager import TransactionManager
+from spark_sink.producer.transaction_manager import State, TransactionManager, TxnRequest
 from spark_sink.protocol.errors import (
     NO_ERROR, DuplicateSequenceNumberError, KProdError, UnknownServerError, error_for_code,
 )
@@ -24,6 +24,8 @@ from spark_sink.protocol.messages import ApiKey
 log = logging.getLogger(__name__)
 
 _MAX_POLL_MS = 100.0
+# A transaction in these states takes no more records: those not yet sent fail.
+_NO_MORE_SENDS = frozenset({State.ABORTING_TRANSACTION, State.ABORTABLE_ERROR, State.FATAL_ERROR})
 # How long after a sending thread last did the sender's work the Sender thread leaves the
 # broker connections to it.
 _HANDOVER_MS = 10.0
@@ -193,6 +195,8 @@ class Sender(threading.Thread):
         now = now_ms()
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
+        if self._txn.transactional:
+            poll_ms = min(poll_ms, self._maybe_send_transactional_request(now))
         if not self._ensure_producer_id(now):
             self._fail_expired(now)
             if self._client.poll(0):
@@ -234,10 +238,52 @@ class Sender(threading.Thread):
     def _fail_expired(self, now: float) -> None:
         timeout = self._config.delivery_timeout_ms
         for batch in self._acc.expire(now, timeout):
-            self._txn.handle_failed_batch(batch, on_wire=False)
-            self._fail(batch, KafkaTimeoutError(
+            error = KafkaTimeoutError(
                 f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
-                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout})"))
+                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout})")
+            self._txn.handle_failed_batch(batch, on_wire=False, error=error)
+            self._fail(batch, error)
+
+    # -- transactions ---------------------------------------------------------
+
+    def _maybe_send_transactional_request(self, now: float) -> float:
+        """Send the TransactionManager's next coordinator request (finding the coordinator
+        first); fail the records of a transaction that can no longer commit. Returns how
+        long the loop may wait."""
+        txn = self._txn
+        if txn.state in _NO_MORE_SENDS and self._acc.has_undrained():
+            error = AbortableTransactionError(
+                f"the transaction of transactional.id {txn.transactional_id!r} is being aborted or failed "
+                f"before these records were sent: {txn.abortable_error or txn.fatal_error or 'aborted'}",
+                txn.abortable_error or txn.fatal_error)
+            for batch in self._acc.abort_undrained():
+                self._fail(batch, error)
+        request = txn.next_request(now)
+        if request is None:
+            return _MAX_POLL_MS
+        if request.api_key == ApiKey.END_TXN and self._in_flight_batches:
+            return 5.0  # the markers go after every record of the transaction is answered
+        node = txn.coordinator(request)
+        if node is None:
+            target = self._client.least_loaded_node(now)
+            if target is None or not self._client.ready(target, now):
+                return 10.0
+            txn.request_in_flight = True
+            self._client.send(target, ApiKey.FIND_COORDINATOR, txn.find_coordinator_body(request),
+                              lambda r: self._on_coordinator(request, r))
+            return _MAX_POLL_MS
+        if not self._client.ready(node, now):
+            return max(5.0, self._client.connection_delay_ms(node, now))
+        txn.request_in_flight = True
+        self._client.send(node, request.api_key, request.body,
+                          lambda r: txn.handle_response(request, r.body, r.error, now_ms()))
+        return _MAX_POLL_MS
+
+    def _on_coordinator(self, request: TxnRequest, response: ClientResponse) -> None:
+        found = self._txn.handle_find_coordinator(request, response.body, response.error, now_ms())
+        if found is not None:
+            node, host, port = found
+            self._client.set_nodes({node: (host, port)})
 
     # -- metadata and producer id ---------------------------------------------
 
@@ -288,9 +334,10 @@ class Sender(threading.Thread):
     def _send_produce(self, node: int, batches: list[ProducerBatch]) -> None:
         topics: dict[str, list[dict[str, Any]]] = {}
         for batch in batches:
-            topics.setdefault(batch.topic, []).append({"index": batch.partition, "records": batch.to_wire()})
+            topics.setdefault(batch.topic, []).append(
+                {"index": batch.partition, "records": batch.to_wire(self._txn.transactional)})
             self._in_flight_batches.add(batch)
-        body = {"transactional_id": None, "acks": self._config.acks, "timeout_ms": self._config.request_timeout_ms,
+        body = {"transactional_id": self._txn.transactional_id, "acks": self._config.acks, "timeout_ms": self._config.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
         self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}
@@ -351,7 +398,7 @@ class Sender(threading.Thread):
             self._txn.handle_retry(batch)
             self._acc.reenqueue(batch, now)
             return
-        self._txn.handle_failed_batch(batch)
+        self._txn.handle_failed_batch(batch, error=error)
         if isinstance(error, KafkaTimeoutError) and not in_time:
             error = KafkaTimeoutError(f"{batch.topic}-{batch.partition}: delivery.timeout.ms "
                                       f"({self._config.delivery_timeout_ms}) passed; last error: {error}")
