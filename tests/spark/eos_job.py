@@ -1,0 +1,47 @@
+"""A file-stream query to Kafka through kprod, for the crash tests: run, killed, rerun from
+its checkpoint until it has read every file (availableNow).
+
+    python eos_job.py INPUT_DIR CHECKPOINT BOOTSTRAP TOPIC GUARANTEE FAIL_PROBABILITY
+
+Each task's first attempt fails with FAIL_PROBABILITY, part-way through its rows.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from pyspark import TaskContext  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+
+def main() -> None:
+    input_dir, checkpoint, bootstrap, topic, guarantee, fail_probability = sys.argv[1:7]
+    p = float(fail_probability)
+    spark = (SparkSession.builder.master("local[2,4]").appName("kprod-eos-test")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100").getOrCreate())
+    source = (spark.readStream.schema("id LONG, payload STRING").option("maxFilesPerTrigger", 2)
+              .json(input_dir))
+
+    def flaky(batches):
+        ctx = TaskContext.get()
+        fail_at = random.randrange(1, 5) if ctx.attemptNumber() == 0 and random.random() < p else -1
+        for i, batch in enumerate(batches):
+            if i == fail_at:
+                raise RuntimeError(f"injected failure of task {ctx.partitionId()} (attempt 0)")
+            yield batch
+
+    rows = source.mapInArrow(flaky, source.schema).selectExpr("CAST(id AS STRING) AS key", "payload AS value")
+    query = (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+             .option("kprod.deliveryGuarantee", guarantee).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

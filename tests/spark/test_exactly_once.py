@@ -1,0 +1,128 @@
+"""Exactly-once microbatches: a file-stream query SIGKILLed at random moments and restarted
+from its checkpoint, with tasks failing at random, writes every row exactly once as a
+read_committed consumer sees it; the same run at-least-once writes duplicates."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.brokers import consumer, create_topic, subprocess_env, unique_topic
+
+JOB = Path(__file__).with_name("eos_job.py")
+ROOT = Path(__file__).resolve().parents[2]
+FILES, ROWS_PER_FILE = 10, 400
+
+
+def _write_input(directory: Path) -> set[str]:
+    directory.mkdir()
+    ids = set()
+    for f in range(FILES):
+        lines = []
+        for r in range(ROWS_PER_FILE):
+            row_id = f * ROWS_PER_FILE + r
+            ids.add(str(row_id))
+            lines.append(json.dumps({"id": row_id, "payload": f"row {row_id}"}))
+        (directory / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
+    return ids
+
+
+class _Topic:
+    """Counts the records in a topic as a consumer of the given isolation level sees them."""
+
+    def __init__(self, bootstrap: str, topic: str, isolation: str) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self.consumer = consumer(bootstrap, **{"isolation.level": isolation})
+        partitions = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self.keys: list[str] = []
+
+    def poll(self, seconds: float) -> int:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for m in self.consumer.consume(num_messages=10000, timeout=0.05):
+                if not m.error():
+                    self.keys.append(m.key().decode())
+        return len(self.keys)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # A session of its own: the kill takes the driver's JVM and Python workers with it.
+    return subprocess.Popen([sys.executable, str(JOB), *args], env=env, cwd=ROOT, start_new_session=True,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
+                      kills_wanted: int) -> tuple[set[str], list[str], str]:
+    rng = random.Random(seed)
+    ids = _write_input(tmp_path / "input")
+    topic = create_topic(bootstrap, unique_topic(f"eos-{guarantee}"), partitions=3)
+    args = [str(tmp_path / "input"), str(tmp_path / "checkpoint"), bootstrap, topic, guarantee, "0.3"]
+    log = tmp_path / "job.log"
+    written = _Topic(bootstrap, topic, "read_uncommitted")  # sees rows as soon as they are written
+    kills: list[int] = []  # rows written (committed or not) when each kill was done
+    try:
+        for kill in range(kills_wanted):
+            proc = _start(args, log)
+            seen = written.poll(0)
+            # Each run is killed once it has written new rows (Spark's start-up alone takes
+            # seconds): at once, most likely before its microbatch is committed, or after a
+            # random while, anywhere in the next microbatches.
+            deadline = time.monotonic() + 240
+            while proc.poll() is None and time.monotonic() < deadline and written.poll(0.1) <= seen:
+                pass
+            time.sleep(rng.uniform(0, 0.2) if kill % 2 == 0 else rng.uniform(0.5, 4))
+            if proc.poll() is not None:
+                break  # it finished before it could be killed
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills.append(written.poll(0.5))
+        final = _start(args, log)
+        assert final.wait(timeout=600) == 0, log.read_text()[-5000:]
+    finally:
+        written.close()
+    committed = _Topic(bootstrap, topic, "read_committed")
+    try:
+        deadline = time.monotonic() + 60
+        while committed.poll(1.0) < len(ids) and time.monotonic() < deadline:
+            pass
+        committed.poll(2.0)  # duplicates, if any, show up too
+    finally:
+        committed.close()
+    assert kills, "the job finished before it could be killed"
+    return ids, committed.keys, log.read_text() + f"\nrows written at each kill: {kills}"
+
+
+@pytest.mark.timeout(900)
+def test_exactly_once_survives_driver_kills_and_task_failures(kafka, tmp_path):
+    ids, keys, log = _run_with_crashes(tmp_path, kafka.bootstrap, "exactly-once", seed=26, kills_wanted=3)
+    counts = collections.Counter(keys)
+    assert set(counts) == ids, f"missing {len(ids - set(counts))} rows"
+    duplicated = {k: n for k, n in counts.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} rows written more than once, e.g. {list(duplicated.items())[:5]}"
+    assert "injected failure" in log  # tasks did fail and were retried
+    print(log.splitlines()[-1])
+
+
+@pytest.mark.timeout(900)
+def test_at_least_once_shows_duplicates_in_the_same_run(kafka, tmp_path):
+    ids, keys, log = _run_with_crashes(tmp_path, kafka.bootstrap, "at-least-once", seed=26, kills_wanted=2)
+    print(log.splitlines()[-1])
+    counts = collections.Counter(keys)
+    assert set(counts) == ids  # nothing lost
+    assert sum(n - 1 for n in counts.values()) > 0, "no duplicates: the crashes did not hit a written microbatch"
