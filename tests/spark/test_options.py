@@ -45,6 +45,11 @@ def test_sink_default_batch_size_yields_to_the_option():
     ({**BOOT, "topic": "a b"}, ["topic", "valid Kafka topic name"]),
     ({**BOOT, "topics": "t"}, ["'topics'", "kprod.deliveryReport.path"]),
     ({**BOOT, "kprod.flush.timeout.ms": "-1"}, ["kprod.flush.timeout.ms", "positive"]),
+    ({**BOOT, "kprod.deliveryguarantee": "twice"}, ["kprod.deliveryGuarantee", "exactly-once"]),
+    ({**BOOT, "kprod.deliveryguarantee": "exactly-once"}, ["kprod.markerTopic", "'topic'"]),
+    ({**BOOT, "topic": "t", "kprod.markertopic": "m"}, ["kprod.markerTopic", "exactly-once"]),
+    ({**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once", "kafka.acks": "1"}, ["kafka.acks", "all"]),
+    ({**BOOT, "kafka.transactional.id": "x"}, ["kafka.transactional.id", "kprod.deliveryGuarantee"]),
 ])
 def test_bad_options_name_the_option(options, names):
     with pytest.raises(ConfigError) as err:
@@ -132,3 +137,18 @@ def test_streaming_rejects_bad_column_at_start(spark, tmp_path):
             q.awaitTermination(60)
         finally:
             q.stop()
+
+
+def test_exactly_once_prefix_is_stable_for_a_checkpoint_and_new_for_each_batch_write():
+    eo = {**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once"}
+    first = parse_options({**eo, "checkpointlocation": "/tmp/cp"}, streaming=True).exactly_once
+    again = parse_options({**eo, "checkpointlocation": "/tmp/cp"}, streaming=True).exactly_once
+    other = parse_options({**eo, "checkpointlocation": "/tmp/cp2"}, streaming=True).exactly_once
+    assert first == again and first.prefix != other.prefix and first.marker_topic == "t"
+    assert first.transactional_id(3) == first.prefix + "-3"
+    assert parse_options(eo).exactly_once.prefix != parse_options(eo).exactly_once.prefix
+    named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
+    assert named.exactly_once.prefix == "orders" and named.exactly_once.marker_topic == "m"
+    with pytest.raises(ConfigError, match="kprod.transactionalIdPrefix"):
+        parse_options(eo, streaming=True)  # no checkpoint location to derive it from
+    assert parse_options({**BOOT, "topic": "t"}).exactly_once is None

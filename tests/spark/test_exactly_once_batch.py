@@ -1,0 +1,56 @@
+"""df.write in exactly-once mode: the whole write becomes visible at once, or not at all."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from tests.brokers import consume_all, create_topic, unique_topic
+from tests.spark.test_exactly_once import _Topic
+
+N = 3000
+
+
+def _write(df, bootstrap, topic, guarantee):
+    (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+     .option("kprod.deliveryGuarantee", guarantee).save())
+
+
+def _visible(bootstrap, topic, seconds=3.0) -> list[str]:
+    t = _Topic(bootstrap, topic, "read_committed")
+    try:
+        t.poll(seconds)
+        return t.keys
+    finally:
+        t.close()
+
+
+def test_batch_write_commits_every_task_at_once(spark, kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-batch"), partitions=3)
+    df = spark.range(N, numPartitions=4).select(F.col("id").cast("string").alias("key"),
+                                                 F.lit("v").alias("value"))
+    _write(df, kafka.bootstrap, topic, "exactly-once")
+    messages = consume_all(kafka.bootstrap, topic, N, settle=1.0, overrides={"isolation.level": "read_committed"})
+    counts = collections.Counter(m.key().decode() for m in messages)
+    assert set(counts) == {str(i) for i in range(N)} and set(counts.values()) == {1}
+
+
+@pytest.mark.parametrize("guarantee, visible", [("exactly-once", False), ("at-least-once", True)])
+def test_a_failed_batch_write_leaves_nothing_visible(spark, kafka, guarantee, visible):
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-fail"), partitions=2)
+
+    @F.udf(StringType())
+    def fail_in_last_partition(i):
+        if i >= N - 10:  # the last of three partitions, which starts once an earlier task is done (local[2])
+            raise RuntimeError("injected failure")
+        return str(i)
+
+    df = spark.range(N, numPartitions=3).select(fail_in_last_partition("id").alias("key"), F.lit("v").alias("value"))
+    with pytest.raises(Exception, match="injected failure"):
+        _write(df, kafka.bootstrap, topic, guarantee)
+    keys = _visible(kafka.bootstrap, topic)
+    # At least once, a finished task's rows stay in Kafka; exactly once, its transaction was aborted.
+    assert (len(keys) > 0) is visible, len(keys)
