@@ -43,6 +43,7 @@ from spark_sink.spark.writer import SEND_ROWS  # rows per send_arrow call in a k
 PRODUCER_ALONE = "kprod producer alone"
 SPARK_DEFAULTS = "Spark's Kafka sink, its defaults"
 SPARK_SAME = "Spark's Kafka sink, kprod's settings"
+EXACTLY_ONCE = "kprod exactly-once"
 # The producer settings a user compares: kprod's effective values go to Spark's sink.
 COMPARED_SETTINGS = ("batch.size", "linger.ms", "acks", "enable.idempotence", "compression.type")
 
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; each writes once through every sink, in a rotating order; best kept (default: %(default)s)")
     parser.add_argument("--skip-confluent", action="store_true", help="leave out the confluent-kafka sink")
     parser.add_argument("--skip-spark-kafka", action="store_true", help="leave out Spark's own Kafka sink")
+    parser.add_argument("--skip-exactly-once", action="store_true", help="leave out kprod in exactly-once mode")
     return parser
 
 
@@ -279,6 +281,8 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]
 
     sinks = {"no-op": lambda topic: _time_write(df, "bench_noop", {})}
     sinks["kprod"] = kafka_sink("kprod", kprod_options)
+    if not args.skip_exactly_once:
+        sinks[EXACTLY_ONCE] = kafka_sink("kprod", {**kprod_options, "kprod.deliveryGuarantee": "exactly-once"})
     if not args.skip_spark_kafka:
         spark_options = {"kafka.bootstrap.servers": bootstrap}
         sinks[SPARK_DEFAULTS] = kafka_sink("kafka", spark_options)
@@ -344,10 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         best = per_round.index(max(per_round))
         jvm, workers, broker_cpu = (c * 1e6 / args.rows for c in cpu[label][best])
         print(f"  {label:<40} {per_round[best]:>12,.0f}   {'':>24}{jvm:>5.2f} {workers:>8.2f} {broker_cpu:>7.2f}")
-    for peer in [label for label in rates if label != "kprod"]:
-        per_round = [k / p for k, p in zip(rates["kprod"], rates[peer])]
+    pairs = [("kprod", peer) for peer in rates if peer not in ("kprod", EXACTLY_ONCE)]
+    if EXACTLY_ONCE in rates:
+        pairs.append((EXACTLY_ONCE, "kprod"))
+    for sink, peer in pairs:
+        per_round = [k / p for k, p in zip(rates[sink], rates[peer])]
         spread = f"   (per round {min(per_round):.2f}-{max(per_round):.2f})" if len(per_round) > 1 else ""
-        print(f"  {'kprod / ' + peer:<48} {max(rates['kprod']) / max(rates[peer]):>6.2f}x{spread}")
+        print(f"  {sink + ' / ' + peer:<48} {max(rates[sink]) / max(rates[peer]):>6.2f}x{spread}")
     return 0
 
 

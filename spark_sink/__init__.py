@@ -8,7 +8,8 @@ does not import Spark.
 from typing import Any
 
 from spark_sink.producer import (
-    ArrowSendFuture, ArrowSendResult, AuthenticationError, BufferExhaustedError, ColumnError, ConfigError,
+    AbortableTransactionError, AdminClient, FatalTransactionError, IllegalStateError, PreparedTransaction,
+    TransactionError, ArrowSendFuture, ArrowSendResult, AuthenticationError, BufferExhaustedError, ColumnError, ConfigError,
     FutureRecordMetadata, InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError,
     ProducerConfig, ProducerRecord, RecordMetadata, RecordTooLargeError, SaslAuthenticationError,
     SerializationError, SslAuthenticationError,
@@ -16,7 +17,8 @@ from spark_sink.producer import (
 from spark_sink.protocol.errors import KafkaError, KProdError
 
 __all__ = [
-    "ArrowSendFuture", "ArrowSendResult", "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
+    "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError", "PreparedTransaction",
+    "TransactionError", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
     "FutureRecordMetadata", "InvalidPartitionError", "KafkaError", "KafkaProducer", "KafkaTimeoutError",
     "KProdDataSource", "KProdError", "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
