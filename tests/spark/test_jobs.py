@@ -83,7 +83,8 @@ def test_bench_sink_delivers_every_row_it_times(kafka):
     (the untimed one and one per round) went to a topic of its own, which holds each row
     exactly once, on Java's partition; the script checks this itself and so does this
     test. Every sink gets a rate and CPU figures, kprod its ratios; Spark's own Kafka sink
-    runs at its defaults and with kprod's settings. The Kafka writers compress with lz4."""
+    runs at its defaults and with kprod's settings; kprod runs exactly-once too (read back
+    read_committed, librdkafka's default). The Kafka writers compress with lz4."""
     from confluent_kafka.admin import AdminClient
 
     topic = unique_topic("jb")
@@ -93,15 +94,16 @@ def test_bench_sink_delivers_every_row_it_times(kafka):
                    "--producer-prop", "compression.type=lz4")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compression lz4" in done.stdout
-    assert f"read back {5 * rounds} timed writes: every row exactly once" in done.stderr
+    assert f"read back {6 * rounds} timed writes: every row exactly once" in done.stderr
     for label in ("no-op", "kprod", "Spark's Kafka sink, its defaults", "Spark's Kafka sink, kprod's settings",
                   "confluent-kafka per row", "kprod producer alone", "kprod / no-op",
                   "kprod / Spark's Kafka sink, its defaults", "kprod / Spark's Kafka sink, kprod's settings",
-                  "kprod / confluent-kafka per row", "kprod / kprod producer alone"):
+                  "kprod / confluent-kafka per row", "kprod / kprod producer alone", "kprod exactly-once",
+                  "kprod exactly-once / kprod"):
         assert f"  {label} " in done.stdout, done.stdout
     written = sorted(t for t in AdminClient({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=30).topics
                      if t.startswith(f"{topic}-"))
-    assert len(written) == 5 * (1 + rounds)
+    assert len(written) == 6 * (1 + rounds)
     for name in written:
         messages = consume_all(kafka.bootstrap, name, rows, settle=0.3)
         assert Counter(m.value() for m in messages) == {f"{i:v>100}".encode(): 1 for i in range(rows)}, name
