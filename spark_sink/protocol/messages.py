@@ -201,13 +201,15 @@ OFFSET_FETCH = Api(
     ), flexible_from=6),
 )
 
+# The producer a transaction request speaks for, and the answer of the single-error ones.
+_TXN_PRODUCER = (F("transactional_id", "string"), F("producer_id", "int64"), F("producer_epoch", "int16"))
+_THROTTLE_AND_ERROR_V3 = Schema((F("throttle_time_ms", "int32"), F("error_code", "int16")), flexible_from=3)
+
 # Up to v3: v4 and later batch several transactions and are for brokers only.
 ADD_PARTITIONS_TO_TXN = Api(
     ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3,
     Schema((
-        F("transactional_id", "string"),
-        F("producer_id", "int64"),
-        F("producer_epoch", "int16"),
+        *_TXN_PRODUCER,
         F("topics", "[]struct", fields=(
             F("name", "string"),
             F("partitions", _INT32_ARRAY),
@@ -228,30 +230,20 @@ ADD_PARTITIONS_TO_TXN = Api(
 ADD_OFFSETS_TO_TXN = Api(
     ApiKey.ADD_OFFSETS_TO_TXN, 0, 4,
     Schema((
-        F("transactional_id", "string"),
-        F("producer_id", "int64"),
-        F("producer_epoch", "int16"),
+        *_TXN_PRODUCER,
         F("group_id", "string"),
     ), flexible_from=3),
-    Schema((
-        F("throttle_time_ms", "int32"),
-        F("error_code", "int16"),
-    ), flexible_from=3),
+    _THROTTLE_AND_ERROR_V3,
 )
 
 # Up to v4: v5 belongs to the KIP-890 protocol (see PRODUCE).
 END_TXN = Api(
     ApiKey.END_TXN, 0, 4,
     Schema((
-        F("transactional_id", "string"),
-        F("producer_id", "int64"),
-        F("producer_epoch", "int16"),
+        *_TXN_PRODUCER,
         F("committed", "bool"),
     ), flexible_from=3),
-    Schema((
-        F("throttle_time_ms", "int32"),
-        F("error_code", "int16"),
-    ), flexible_from=3),
+    _THROTTLE_AND_ERROR_V3,
 )
 
 TXN_OFFSET_COMMIT = Api(
