@@ -218,7 +218,8 @@ class Sender(threading.Thread):
         for batch in self._acc.expire(now, timeout):
             self._fail(batch, KafkaTimeoutError(
                 f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
-                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout})"))
+                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout}); "
+                f"{self._metadata.describe_leader(batch.tp)}"))
 
     # -- metadata and producer id ---------------------------------------------
 
