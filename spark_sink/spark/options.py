@@ -65,6 +65,7 @@ class SinkOptions:
     delivery_report_path: str | None
     flush_timeout_s: float
     producer_cache_timeout_s: float = 600.0
+    buffer_memory: int = 33554432  # the producer's buffer.memory, which bounds a send's size
 
 
 def parse_options(options: Mapping[str, Any]) -> SinkOptions:
@@ -124,7 +125,7 @@ def parse_options(options: Mapping[str, Any]) -> SinkOptions:
             raise ConfigError(f"option 'kprod.flush.timeout.ms': expected a positive integer, got {flush_ms!r}")
     cache_timeout = opts.get("kprod.producer.cache.timeout")
     cache_timeout_s = 600.0 if cache_timeout is None else _duration_s("kprod.producer.cache.timeout", cache_timeout)
-    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s)
+    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, config.buffer_memory)
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

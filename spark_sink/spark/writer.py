@@ -33,6 +33,11 @@ _MAX_PENDING_SENDS = 64
 # Consecutive batches are therefore joined up to this many rows or bytes per call.
 SEND_ROWS = 100_000
 SEND_BYTES = 8 << 20
+# ... and small enough that this many calls fit in buffer.memory: a call larger than the
+# buffer blocks part-way whenever the brokers fall behind, and over a broker that stopped
+# answering it would wait out delivery.timeout.ms once per buffer-full, failing the task
+# only after several timeouts while holding the whole joined table.
+SEND_CALLS_PER_BUFFER = 4
 
 
 _long_lived_frozen = False
@@ -121,7 +126,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
         # Sender's wait for it short for the whole loop, not only inside each call.
         with short_switch_interval():
-            for table in coalesce(_prepare(batch, plan) for batch in iterator):
+            send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
+            for table in coalesce((_prepare(batch, plan) for batch in iterator), min_bytes=send_bytes):
                 pending.append(producer.send_arrow(table, options.topic))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
