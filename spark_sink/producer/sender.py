@@ -13,6 +13,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.idempotence import PartitionState
 from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.network import ClientResponse, NetworkClient, now_ms
 from spark_sink.protocol.errors import KafkaError, KProdError, error_for_code
 from spark_sink.protocol.messages import ApiKey
@@ -56,13 +57,14 @@ class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers."""
 
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
-                 client: NetworkClient, partitions: PartitionState) -> None:
+                 client: NetworkClient, partitions: PartitionState, metrics: ProducerMetrics) -> None:
         super().__init__(name=f"kprod-sender-{config.client_id}", daemon=True)
         self._config = config
         self._acc = accumulator
         self._metadata = metadata
         self._client = client
         self._partitions = partitions
+        self._metrics = metrics
         self._running = True
         self._force_close = False
         self._metadata_in_flight = False
@@ -287,11 +289,14 @@ class Sender(threading.Thread):
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
         self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}
+        self._metrics.request_sent(batches)
         acks0 = self._config.acks == 0
         self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0)
 
     def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
         now = now_ms()
+        if response.error is None and response.body is not None:
+            self._metrics.response_received(response.request_latency_ms)
         if response.error is not None:
             for batch in batches.values():
                 self._retry_or_fail(batch, response.error, now)
@@ -347,6 +352,7 @@ class Sender(threading.Thread):
             if getattr(error, "invalid_metadata", False):
                 self._metadata.request_update()
             self._partitions.finished(batch, retrying=True)
+            self._metrics.batch_retried(batch)
             self._acc.reenqueue(batch, now)
             return
         self._partitions.finished(batch, retrying=False)
@@ -361,5 +367,6 @@ class Sender(threading.Thread):
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
         self._in_flight_batches.discard(batch)
+        self._metrics.batch_failed(batch)
         self._acc.completed((batch,))
         batch.complete(-1, -1, error)
