@@ -110,6 +110,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     partition_id, attempt = _task_identity()
     # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
     producer = POOL.acquire(options.producer_config)
+    before = producer.metric_totals()  # a pooled producer's counts include earlier tasks'
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
@@ -135,6 +136,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         producer.flush(options.flush_timeout_s)
         for future in pending:
             settle(future)
+        counts = producer.metric_totals().since(before)  # before the pool may hand it on
         ok = True
     finally:
         # Back to the pool only after a flush that succeeded; on failure it is closed
@@ -142,9 +144,13 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         POOL.release(producer, options.producer_config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
-    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s",
-             partition_id, attempt, records, nbytes, seconds)
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds)
+    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %d retried, %d failed; "
+             "%d requests, latency avg %.1f ms, max %.1f ms", partition_id, attempt, records, nbytes, seconds,
+             counts.records_retried, counts.records_failed, counts.responses, counts.request_latency_avg_ms,
+             counts.request_latency_max_ms)
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts.records_retried,
+                              counts.records_failed, counts.responses, counts.request_latency_sum_ms,
+                              counts.request_latency_max_ms)
 
 
 def _driver_logging() -> None:

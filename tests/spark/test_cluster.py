@@ -83,7 +83,9 @@ def test_batch_job_with_kprod_shipped_by_py_files(cluster, kafka, tmp_path, deps
         assert f"wrote {rows} records to {topic}" in done.stdout
         # The sink's summary, from the commit on the driver.
         assert re.search(rf"kprod batch write committed: {rows} records, \d+ bytes of keys and values, "
-                         rf"\d partition\(s\) of 1 topic\(s\) \[{topic}\], from 4 task\(s\)", done.stderr)
+                         rf"\d partition\(s\) of 1 topic\(s\) \[{topic}\], from 4 task\(s\); "
+                         r"0 record\(s\) retried, 0 failed; \d+ request\(s\), latency avg [\d.]+ ms, max [\d.]+ ms",
+                         done.stderr)
         assert workers_that_ran_tasks(cluster, done.stderr) == {"worker-0", "worker-1"}
         messages = consume_all(kafka.bootstrap, topic, rows, settle=0.5)
         assert sorted(json.loads(m.value())["n"] for m in messages) == list(range(rows))
