@@ -36,8 +36,10 @@ def venv_with_kprod(where: Path, source: str | Path | None) -> Path:
     if source is None:
         return python
     target = ["-e", str(ROOT)] if source == "editable" else [str(source)]
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *target],
-                   check=True, capture_output=True)
+    # --ignore-installed: pip sees this venv's kprod (its metadata, through the path line)
+    # and would skip the install as already satisfied, leaving the new venv without kprod.
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                    "--ignore-installed", *target], check=True, capture_output=True)
     return python
 
 

@@ -114,3 +114,43 @@ def test_streaming_job_with_kprod_installed(cluster, kafka, tmp_path, installed_
         assert workers_that_ran_tasks(cluster, done.stderr) == {"worker-0", "worker-1"}
         messages = consume_all(kafka.bootstrap, topic, files * per_file, settle=0.5)
         assert sorted(json.loads(m.value())["id"] for m in messages) == list(range(files * per_file))
+
+
+FIRST_MICROBATCH = Path(__file__).with_name("first_microbatch.py")
+
+
+def test_first_microbatch_on_fresh_executors(cluster, kafka, tmp_path, kprod_wheel):
+    """One streaming microbatch (two tasks, one per file) in a new application, so on
+    executors and Python workers that have just started, by kprod installed from its
+    wheel, by kprod shipped with --py-files, and by Spark's own Kafka sink. Prints each
+    addBatch time (for bench/RESULTS.md; no timing is asserted) and checks every row
+    arrived."""
+    from spark_sink.kafka_broker import spark_kafka_jars
+    from tests.installs import venv_with_kprod
+
+    files, per_file = 2, 500
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(files):
+        (source / f"part-{f}.json").write_text(
+            "".join(json.dumps({"id": f * per_file + i}) + "\n" for i in range(per_file)))
+    wheel_python = venv_with_kprod(tmp_path / "venv-wheel", kprod_wheel)
+    deps_python = venv_with_kprod(tmp_path / "venv-deps", None)
+    jars = ",".join(str(j) for j in spark_kafka_jars())
+    runs = {
+        "kprod (wheel installed)": (wheel_python, "kprod", []),
+        "Spark's Kafka sink": (wheel_python, "kafka", ["--jars", jars]),
+        "kprod (--py-files zip)": (deps_python, "kprod", ["--py-files", kprod_zip(tmp_path / "kprod.zip")]),
+    }
+    timings, done = {}, []
+    with logs_on_failure(cluster, done):
+        for n, (name, (python, sink, ship)) in enumerate(runs.items()):
+            topic = create_topic(kafka.bootstrap, unique_topic(f"first-{sink}"), 2)
+            done.append(submit(cluster, python, *ship, FIRST_MICROBATCH, sink, kafka.bootstrap, topic, source,
+                               tmp_path / f"checkpoint-{n}", cwd=tmp_path))
+            assert done[-1].returncode == 0
+            result = json.loads(done[-1].stdout.strip().splitlines()[-1])
+            assert result["rows"] == files * per_file
+            assert len(consume_all(kafka.bootstrap, topic, files * per_file, settle=0.5)) == files * per_file
+            timings[name] = result["addBatchMs"]
+    print("first microbatch's addBatch on fresh executors (ms):", json.dumps(timings))
