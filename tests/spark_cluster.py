@@ -118,7 +118,8 @@ class StandaloneCluster:
             "--webui-port", str(free_port())], directory / "master.log", env)
         self.workers = [
             _Service(f"worker-{i}", [
-                str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port", str(free_port()),
+                str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                "--webui-port", str(free_port()),
                 "--cores", str(cores), "--memory", memory, "--work-dir", str(directory / f"worker-{i}"), self.url],
                 directory / f"worker-{i}.log", env)
             for i in range(workers)]
@@ -171,7 +172,8 @@ class ConnectServer:
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         directory.mkdir(parents=True, exist_ok=True)
-        settings = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(self.port),
+        settings = {"spark.connect.grpc.binding.address": "127.0.0.1",
+                    "spark.connect.grpc.binding.port": str(self.port),
                     "spark.ui.enabled": "false", **(conf or {})}
         # The launcher sizes a Connect server's heap as a daemon's, not as a driver's.
         env = {**env, "SPARK_DAEMON_MEMORY": "768m"}
