@@ -64,7 +64,6 @@ class Sender(threading.Thread):
         self._metadata = metadata
         self._client = client
         self._partitions = partitions
-        self._metrics = metrics
         self._running = True
         self._force_close = False
         self._metadata_in_flight = False
@@ -78,6 +77,7 @@ class Sender(threading.Thread):
         self._stopped = False
         self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
         self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
+        self._metrics = metrics
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -349,10 +349,10 @@ class Sender(threading.Thread):
         in_time = now - batch.created_ms < self._config.delivery_timeout_ms
         if retriable and in_time and batch.attempts < self._config.retries and not self._force_close:
             log.debug("retrying %s after %s", batch, error)
+            self._metrics.batch_retried(batch)
             if getattr(error, "invalid_metadata", False):
                 self._metadata.request_update()
             self._partitions.finished(batch, retrying=True)
-            self._metrics.batch_retried(batch)
             self._acc.reenqueue(batch, now)
             return
         self._partitions.finished(batch, retrying=False)
@@ -366,7 +366,7 @@ class Sender(threading.Thread):
         self._fail(batch, error)
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
-        self._in_flight_batches.discard(batch)
         self._metrics.batch_failed(batch)
+        self._in_flight_batches.discard(batch)
         self._acc.completed((batch,))
         batch.complete(-1, -1, error)
