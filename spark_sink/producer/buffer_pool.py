@@ -35,6 +35,9 @@ class BufferPool:
         self.total = total_bytes
         # Called when a caller is about to wait: the memory is in batches someone must send.
         self.on_block: Callable[[], None] | None = None
+        # Told how long each blocked allocation waited (bufferpool-wait-time); only blocked
+        # ones: the fast path pays nothing.
+        self.on_waited: Callable[[float], None] | None = None
         self._available = total_bytes
         self._lock = threading.Lock()
         self._waiters: deque[_Waiter] = deque()
@@ -57,7 +60,8 @@ class BufferPool:
             if self._available >= size and not self._waiters:
                 self._available -= size
                 return
-            deadline = time.monotonic() + max_block_ms / 1000.0
+            started = time.monotonic()
+            deadline = started + max_block_ms / 1000.0
             waiter = _Waiter(size, self._lock)
             self._waiters.append(waiter)
             if self.on_block is not None:
@@ -74,6 +78,8 @@ class BufferPool:
             finally:
                 self._waiters.remove(waiter)
                 self._wake_first()
+                if self.on_waited is not None:
+                    self.on_waited(time.monotonic() - started)
 
     def deallocate(self, size: int) -> None:
         """Return ``size`` bytes; wake the first waiter if it can now proceed."""

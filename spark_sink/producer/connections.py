@@ -176,8 +176,8 @@ class Connection:
         if oldest is not None and now - oldest >= config.request_timeout_ms:
             # As in Java: a request that timed out leaves the connection in an unknown
             # state, so everything in flight on it fails and it is closed.
-            return KafkaTimeoutError(f"request to node {self.node_id} timed out after "
-                                     f"{config.request_timeout_ms} ms (request.timeout.ms)"), True
+            return KafkaTimeoutError(f"request to node {self.node_id} at {self.host}:{self.port} timed out "
+                                     f"after {config.request_timeout_ms} ms (request.timeout.ms)"), True
         setup_timeout = config.socket_connection_setup_timeout_ms
         if (state is ConnState.CONNECTING or state is ConnState.HANDSHAKING) and \
                 now - self.connect_started_ms >= setup_timeout:

@@ -56,6 +56,15 @@ class Metadata:
         node = leaders[tp[1]]
         return node if node >= 0 else None
 
+    def describe_leader(self, tp: tuple[str, int]) -> str:
+        """The broker a partition's records wait for, in words, for error messages: which
+        one to look at when they time out."""
+        leader = self.leader(tp)
+        if leader is None:
+            return "the partition has no known leader"
+        host, port = self.nodes.get(leader, ("unknown host", "?"))
+        return f"its leader is broker {leader} at {host}:{port}"
+
     def available_partitions(self, topic: str) -> list[int]:
         return [p for p, node in enumerate(self.leaders.get(topic, ())) if node >= 0]
 

@@ -25,6 +25,7 @@ from spark_sink.producer.errors import (
     InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
 )
 from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import StickyPartitions, murmur2_unsigned, partition_for_key
 from spark_sink.producer.network import NetworkClient, now_ms
@@ -180,7 +181,9 @@ class KafkaProducer:
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
         self._client = NetworkClient(c)
         self._txn = TransactionManager(c)
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn)
+        self._metrics = ProducerMetrics(self._pool)
+        self._pool.on_waited = self._metrics.buffer_waited
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn, self._metrics)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions)
@@ -414,6 +417,17 @@ class KafkaProducer:
         or SASL authentication fails (raised at once, as Java does)."""
         return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
                                              lambda: self._client.authentication_error)
+
+    def metrics(self) -> dict[str, float]:
+        """The Java producer's metrics that kprod measures, by their Java names
+        (``record-send-rate``, ``request-latency-avg``, ...): see ``producer/metrics.py``."""
+        return self._metrics.metrics()
+
+    def metric_totals(self) -> MetricTotals:
+        """Records sent, retried and failed, requests and their latency since the start,
+        and the largest request latency since the previous call: subtract an earlier
+        call's answer (``since``) for what happened in between."""
+        return self._metrics.checkpoint()
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until it is acknowledged or failed."""

@@ -14,6 +14,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import AbortableTransactionError, KafkaTimeoutError
 from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.network import now_ms
 from spark_sink.producer.transaction_manager import State, TransactionManager, TxnRequest
 from spark_sink.protocol.errors import (
@@ -77,7 +78,7 @@ class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers."""
 
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
-                 client: KafkaClient, transaction_manager: TransactionManager) -> None:
+                 client: KafkaClient, transaction_manager: TransactionManager, metrics: ProducerMetrics) -> None:
         super().__init__(name=f"kprod-sender-{config.client_id}", daemon=True)
         self._config = config
         self._acc = accumulator
@@ -96,6 +97,7 @@ class Sender(threading.Thread):
         self._stopped = False
         self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
         self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
+        self._metrics = metrics
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -240,7 +242,8 @@ class Sender(threading.Thread):
         for batch in self._acc.expire(now, timeout):
             error = KafkaTimeoutError(
                 f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
-                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout})")
+                f"{now - batch.created_ms:.0f} ms passed since batch creation (delivery.timeout.ms={timeout}); "
+                f"{self._metadata.describe_leader(batch.tp)}")
             self._txn.handle_failed_batch(batch, on_wire=False, error=error)
             self._fail(batch, error)
 
@@ -341,11 +344,14 @@ class Sender(threading.Thread):
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
         self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}
+        self._metrics.request_sent(batches)
         acks0 = self._config.acks == 0
         self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0)
 
     def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
         now = now_ms()
+        if response.error is None and response.body is not None:
+            self._metrics.response_received(response.request_latency_ms)
         if response.error is not None:
             for batch in batches.values():
                 self._retry_or_fail(batch, response.error, now)
@@ -393,6 +399,7 @@ class Sender(threading.Thread):
         if (in_time and batch.attempts < self._config.retries and not self._force_close
                 and self._txn.can_retry(batch, error)):
             log.debug("retrying %s after %s", batch, error)
+            self._metrics.batch_retried(batch)
             if getattr(error, "invalid_metadata", False):
                 self._metadata.request_update()
             self._txn.handle_retry(batch)
@@ -405,6 +412,7 @@ class Sender(threading.Thread):
         self._fail(batch, error)
 
     def _fail(self, batch: ProducerBatch, error: Exception) -> None:
+        self._metrics.batch_failed(batch)
         self._in_flight_batches.discard(batch)
         # Callbacks first, then out of the incomplete set: flush() waits only for the
         # batches incomplete when it starts, and must not return before these callbacks.

@@ -84,6 +84,7 @@ class SinkOptions:
     delivery_report_path: str | None
     flush_timeout_s: float
     producer_cache_timeout_s: float = 600.0
+    buffer_memory: int = 33554432  # the producer's buffer.memory, which bounds a send's size
     exactly_once: ExactlyOnce | None = None
 
 
@@ -158,7 +159,8 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     cache_timeout = opts.get("kprod.producer.cache.timeout")
     cache_timeout_s = 600.0 if cache_timeout is None else _duration_s("kprod.producer.cache.timeout", cache_timeout)
     exactly_once = _exactly_once(opts, topic, config, streaming)
-    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, exactly_once)
+    return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, config.buffer_memory,
+                       exactly_once)
 
 
 _GUARANTEES = ("at-least-once", "exactly-once")

@@ -34,6 +34,11 @@ _MAX_PENDING_SENDS = 64
 # Consecutive batches are therefore joined up to this many rows or bytes per call.
 SEND_ROWS = 100_000
 SEND_BYTES = 8 << 20
+# ... and small enough that this many calls fit in buffer.memory: a call larger than the
+# buffer blocks part-way whenever the brokers fall behind, and over a broker that stopped
+# answering it would wait out delivery.timeout.ms once per buffer-full, failing the task
+# only after several timeouts while holding the whole joined table.
+SEND_CALLS_PER_BUFFER = 4
 
 
 _long_lived_frozen = False
@@ -110,6 +115,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
     producer = POOL.acquire(config)
     transaction = None
+    before = producer.metric_totals()  # a pooled producer's counts include earlier tasks'
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
@@ -128,7 +134,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
         # Sender's wait for it short for the whole loop, not only inside each call.
         with short_switch_interval():
-            for table in coalesce(_prepare(batch, plan) for batch in iterator):
+            send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
+            for table in coalesce((_prepare(batch, plan) for batch in iterator), min_bytes=send_bytes):
                 pending.append(producer.send_arrow(table, options.topic))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
@@ -136,6 +143,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         producer.flush(options.flush_timeout_s)
         for future in pending:
             settle(future)
+        counts = producer.metric_totals().since(before)  # before the pool may hand it on
         if eo is not None:
             transaction = producer.prepare_transaction()  # committed by the driver, with the others
         ok = True
@@ -145,9 +153,13 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         POOL.release(producer, config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
-    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s",
-             partition_id, attempt, records, nbytes, seconds)
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, transaction,
+    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %d retried, %d failed; "
+             "%d requests, latency avg %.1f ms, max %.1f ms", partition_id, attempt, records, nbytes, seconds,
+             counts.records_retried, counts.records_failed, counts.responses, counts.request_latency_avg_ms,
+             counts.request_latency_max_ms)
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts.records_retried,
+                              counts.records_failed, counts.responses, counts.request_latency_sum_ms,
+                              counts.request_latency_max_ms, transaction,
                               exactly_once.query_id() if eo is not None else None)
 
 

@@ -63,3 +63,28 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
     assert_order_per_key(messages)
     unknown = assert_arrow_offsets_match(results, messages, chunk)
     assert unknown < sum(len(r.partitions) for r in results)  # duplicates are the exception
+
+
+def test_records_timed_out_on_a_silent_broker_name_it(kafka_proxy):
+    """A broker that stops answering: the records fail after delivery.timeout.ms with an
+    error naming that timeout and the broker (its id and address), whether they were
+    still queued (expired) or in a request that timed out."""
+    proxy, broker = kafka_proxy.proxy, kafka_proxy
+    topic = create_topic(broker.bootstrap, unique_topic("silent"), partitions=1)
+    config = {"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "request.timeout.ms": 500,
+              "delivery.timeout.ms": 1500, "max.in.flight.requests.per.connection": 1}
+    with KafkaProducer(config) as p:
+        p.send(ProducerRecord(topic, b"warm")).result(30)
+        proxy.stall()
+        futures = [p.send(ProducerRecord(topic, b"%d" % i)) for i in range(3)]
+        errors = []
+        for f in futures:
+            try:
+                f.result(30)
+            except Exception as exc:  # noqa: BLE001 (any error is looked at below)
+                errors.append(str(exc))
+        proxy.stall(False)
+    assert len(errors) == 3
+    for error in errors:
+        assert "delivery.timeout.ms" in error and "1500" in error, error
+        assert f"broker 1 at 127.0.0.1:{proxy.port}" in error or f"node 1 at 127.0.0.1:{proxy.port}" in error, error

@@ -16,6 +16,7 @@ from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.transaction_manager import State, TransactionManager
 from spark_sink.protocol.errors import (
@@ -52,11 +53,13 @@ class Harness:
         c = self.config
         self.client = ScriptedClient(nodes={n: ("scripted", 9092 + n) for n in range(nodes)},
                                      topics={TOPIC: leaders or [0]})
-        self.accumulator = RecordAccumulator(c, BufferPool(c.buffer_memory))
+        pool = BufferPool(c.buffer_memory)
+        self.accumulator = RecordAccumulator(c, pool)
         self.metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
         self.metadata.topics.add(TOPIC)
         self.txn = TransactionManager(c)
-        self.sender = Sender(c, self.accumulator, self.metadata, self.client, self.txn)
+        self.metrics = ProducerMetrics(pool)
+        self.sender = Sender(c, self.accumulator, self.metadata, self.client, self.txn, self.metrics)
         # (value, offset, error) in the order the callbacks ran
         self.callbacks: list[tuple[bytes, int, Exception | None]] = []
 

@@ -30,3 +30,21 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def installed_python(tmp_path_factory):
+    """A Python with kprod installed as the README's install does (editable), and nothing
+    else of this checkout on its path: the Python of Spark services that must find kprod."""
+    from tests.installs import venv_with_kprod
+
+    return venv_with_kprod(tmp_path_factory.mktemp("venv-installed") / "venv", "editable")
+
+
+@pytest.fixture(scope="session")
+def deps_only_python(tmp_path_factory):
+    """A Python with kprod's dependencies but not kprod: a Spark Connect client, or
+    executors that get kprod only from what a job ships."""
+    from tests.installs import venv_with_kprod
+
+    return venv_with_kprod(tmp_path_factory.mktemp("venv-deps") / "venv", None)

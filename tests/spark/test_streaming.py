@@ -57,6 +57,10 @@ def test_file_stream_restarted_from_checkpoint_exactly_once(spark, broker, tmp_p
     batch_ids = [e["batchId"] for e in entries]
     assert batch_ids == list(range(len(entries)))  # each microbatch committed once, in order
     assert sum(e["records"] for e in entries) == 500
+    # The producer's counts over each microbatch's tasks: nothing retried or failed here.
+    for e in entries:
+        assert e["requests"] >= 1 and e["retries"] == e["errors"] == 0
+        assert 0 < e["requestLatencyAvgMs"] <= e["requestLatencyMaxMs"]
 
     got, messages = read_topics(spark, broker.bootstrap, {topic: 500}, settle=2.0)
     assert len(messages) == 500  # nothing from a committed microbatch written again
