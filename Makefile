@@ -31,6 +31,7 @@ bench: venv
 	$(VENV)/bin/kprod-perf --num-records 300000 --mode record --compare --repeat 3
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/bench_sink.py --rows 1000000
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) bench/bench_latency.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -s -p no:cacheprovider -m bench tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info spark-warehouse

@@ -119,6 +119,7 @@ def test_streaming_job_with_kprod_installed(cluster, kafka, tmp_path, installed_
 FIRST_MICROBATCH = Path(__file__).with_name("first_microbatch.py")
 
 
+@pytest.mark.bench
 def test_first_microbatch_on_fresh_executors(cluster, kafka, tmp_path, kprod_wheel):
     """One streaming microbatch (two tasks, one per file) in a new application, so on
     executors and Python workers that have just started, by kprod installed from its

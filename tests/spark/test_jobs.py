@@ -88,7 +88,7 @@ def test_bench_sink_delivers_every_row_it_times(kafka):
     from confluent_kafka.admin import AdminClient
 
     topic = unique_topic("jb")
-    rows, rounds = 3000, 2
+    rows, rounds = 3000, 1
     done = run_job("bench_sink.py", "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--create-topic",
                    "--partitions", "3", "--rows", str(rows), "--repeat", str(rounds), "--conf", "spark.master=local[2]",
                    "--producer-prop", "compression.type=lz4")
