@@ -30,36 +30,26 @@ def test_help(job):
     assert "usage:" in done.stdout and "--" in done.stdout
 
 
-def test_file_to_kafka_packs_columns_into_json_values(kafka, tmp_path):
+def test_file_to_kafka_under_spark_submit_packs_columns_into_json_values(kafka, tmp_path):
+    """The file job started the way a cluster runs it, by spark-submit (whose JVM starts
+    the job's Python, not the other way round): its Python workers find kprod, and each
+    row's columns become a JSON value keyed by the key column, with a delivery report."""
+    from pyspark.find_spark_home import _find_spark_home
+
     topic = create_topic(kafka.bootstrap, unique_topic("jf"), 3)
     pq.write_table(pa.table({"user": [f"u{i % 7}" for i in range(300)], "n": list(range(300))}), tmp_path / "in.parquet")
     report = tmp_path / "report.jsonl"
-    done = run_job("file_to_kafka.py", str(tmp_path / "in.parquet"), "--bootstrap-servers", kafka.bootstrap,
-                   "--topic", topic, "--key-column", "user", "--report", str(report),
-                   "--producer-prop", "linger.ms=1", "--conf", "spark.master=local[1]")
+    spark_submit = Path(_find_spark_home()) / "bin" / "spark-submit"
+    done = subprocess.run(
+        [str(spark_submit), "--master", "local[1]", str(JOBS / "file_to_kafka.py"), str(tmp_path / "in.parquet"),
+         "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--key-column", "user", "--report", str(report),
+         "--producer-prop", "linger.ms=1"], env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "wrote 300 records" in done.stdout
     messages = consume_all(kafka.bootstrap, topic, 300, settle=0.5)
     rows = sorted((m.key().decode(), json.loads(m.value())["n"]) for m in messages)
     assert rows == sorted((f"u{i % 7}", i) for i in range(300))
     assert json.loads(report.read_text())["records"] == 300
-
-
-def test_file_to_kafka_under_spark_submit(kafka, tmp_path):
-    """The same job started the way a cluster runs it, by spark-submit (whose JVM starts
-    the job's Python, not the other way round): it runs, and its Python workers find kprod."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    topic = create_topic(kafka.bootstrap, unique_topic("jss"), 2)
-    (tmp_path / "in.json").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(200)))
-    spark_submit = Path(_find_spark_home()) / "bin" / "spark-submit"
-    done = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", str(JOBS / "file_to_kafka.py"), str(tmp_path / "in.json"), "--bootstrap-servers", kafka.bootstrap,
-         "--topic", topic], env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "wrote 200 records" in done.stdout
-    messages = consume_all(kafka.bootstrap, topic, 200, settle=0.5)
-    assert sorted(json.loads(m.value())["n"] for m in messages) == list(range(200))
 
 
 def test_stream_to_kafka_over_files_available_now(kafka, tmp_path):
