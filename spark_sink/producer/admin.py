@@ -21,14 +21,16 @@ from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.protocol.errors import (
-    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaConnectionError, KafkaError, KProdError,
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaConnectionError, KProdError,
     NotCoordinatorError, error_for_code,
+)
+from spark_sink.producer.transaction_manager import (
+    GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, txn_offset_commit_body,
 )
 from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)
 
-GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
 _PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT)
 _MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
@@ -115,13 +117,8 @@ class AdminClient:
             "transactional_id": t.transactional_id, "producer_id": t.producer_id,
             "producer_epoch": t.producer_epoch, "group_id": group}) for t, group, _ in items],
             timeout_ms, "add offsets to transactions")
-        self._run([_Call(GROUP, group, ApiKey.TXN_OFFSET_COMMIT, {
-            "transactional_id": t.transactional_id, "group_id": group, "producer_id": t.producer_id,
-            "producer_epoch": t.producer_epoch, "topics": [
-                {"name": topic, "partitions": [
-                    {"partition_index": p, "committed_offset": o, "committed_metadata": m}
-                    for (tp_topic, p), (o, m) in offsets.items() if tp_topic == topic]}
-                for topic in dict.fromkeys(tp[0] for tp in offsets)]}) for t, group, offsets in items],
+        self._run([_Call(GROUP, group, ApiKey.TXN_OFFSET_COMMIT, txn_offset_commit_body(
+            t.transactional_id, group, t.producer_id, t.producer_epoch, offsets)) for t, group, offsets in items],
             timeout_ms, "commit offsets in transactions")
 
     # -- the loop -------------------------------------------------------------

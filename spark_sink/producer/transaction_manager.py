@@ -182,6 +182,17 @@ _CALL_STATES: dict[str, frozenset[State]] = {
 }
 
 
+def txn_offset_commit_body(transactional_id: str, group_id: str, producer_id: int, epoch: int,
+                           offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> dict[str, Any]:
+    """A TxnOffsetCommit request: ``offsets`` maps (topic, partition) to (offset, metadata)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (offset, metadata) in offsets.items():
+        topics.setdefault(topic, []).append(
+            {"partition_index": partition, "committed_offset": offset, "committed_metadata": metadata})
+    return {"transactional_id": transactional_id, "group_id": group_id, "producer_id": producer_id,
+            "producer_epoch": epoch, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+
+
 class TransactionalResult:
     """The outcome of one transaction call, which the application waits for."""
 
@@ -521,14 +532,9 @@ class TransactionManager:
             self._check_call("send_offsets_to_transaction")
             result = TransactionalResult()
             pid, epoch = self._identity
-            topics: dict[str, list[dict[str, Any]]] = {}
-            for (topic, partition), (offset, metadata) in offsets.items():
-                topics.setdefault(topic, []).append(
-                    {"partition_index": partition, "committed_offset": offset, "committed_metadata": metadata})
-            commit = TxnRequest(ApiKey.TXN_OFFSET_COMMIT, GROUP_COORDINATOR, group_id, {
-                "transactional_id": self.transactional_id, "group_id": group_id, "producer_id": pid,
-                "producer_epoch": epoch, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]},
-                self._on_txn_offset_commit, result)
+            commit = TxnRequest(ApiKey.TXN_OFFSET_COMMIT, GROUP_COORDINATOR, group_id,
+                                txn_offset_commit_body(self.transactional_id, group_id, pid, epoch, offsets),
+                                self._on_txn_offset_commit, result)
 
             def added(body: dict[str, Any]) -> Exception | None:
                 error = error_for_code(body["error_code"], f"AddOffsetsToTxn for group {group_id}")
