@@ -11,6 +11,7 @@ from spark_sink.producer.errors import (
     FatalTransactionError, IllegalStateError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
     RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError, TransactionError,
 )
+from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
 from spark_sink.producer.records import ProducerRecord, RecordMetadata
@@ -23,7 +24,8 @@ __all__ = [
     "ARROW_COLUMNS", "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
     "PreparedTransaction", "TransactionError", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
     "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata", "InvalidPartitionError",
-    "KafkaProducer", "KafkaTimeoutError", "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
+    "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
+    "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
     "check_arrow_column", "check_arrow_schema", "murmur2", "short_switch_interval",
 ]

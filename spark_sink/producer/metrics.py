@@ -31,6 +31,10 @@ _LATENCY_MAX = 9  # a maximum, not a sum
 _FIELDS = 10
 
 
+_SUMMED = ("records_sent", "bytes_sent", "requests", "responses", "records_retried", "records_failed",
+           "request_latency_sum_ms")
+
+
 @dataclass(frozen=True)
 class MetricTotals:
     """Counters from the producer's start, and the largest request latency since the
@@ -47,11 +51,19 @@ class MetricTotals:
 
     def since(self, earlier: MetricTotals) -> MetricTotals:
         """What happened between ``earlier`` and this checkpoint (the maximum is this one's)."""
-        return MetricTotals(
-            self.records_sent - earlier.records_sent, self.bytes_sent - earlier.bytes_sent,
-            self.requests - earlier.requests, self.responses - earlier.responses,
-            self.records_retried - earlier.records_retried, self.records_failed - earlier.records_failed,
-            self.request_latency_sum_ms - earlier.request_latency_sum_ms, self.request_latency_max_ms)
+        return MetricTotals(*(getattr(self, f) - getattr(earlier, f) for f in _SUMMED), self.request_latency_max_ms)
+
+    @classmethod
+    def combine(cls, parts: Iterable[MetricTotals]) -> MetricTotals:
+        """Several producers' (or tasks') totals added up; the maximum is the largest."""
+        parts = list(parts)
+        return cls(*(sum(getattr(p, f) for p in parts) for f in _SUMMED),
+                   max((p.request_latency_max_ms for p in parts), default=0.0))
+
+    def describe(self) -> str:
+        """For a log or summary line."""
+        return (f"{self.records_retried} record(s) retried, {self.records_failed} failed; {self.responses} "
+                f"request(s), latency avg {self.request_latency_avg_ms:.1f} ms, max {self.request_latency_max_ms:.1f} ms")
 
     @property
     def request_latency_avg_ms(self) -> float:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from spark_sink.producer import PreparedTransaction
+from spark_sink.producer import MetricTotals, PreparedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +29,9 @@ class KProdCommitMessage(WriterCommitMessage):
     bytes: int
     partitions: PartitionRanges = field(default_factory=dict)
     seconds: float = 0.0
-    # The producer's counts over this task (producer/metrics.py): records sent again after
-    # a retriable error, records that failed, and its Produce requests' round trips.
-    retries: int = 0
-    errors: int = 0
-    requests: int = 0
-    latency_sum_ms: float = 0.0
-    latency_max_ms: float = 0.0
+    # The producer's counts over this task: records sent again after a retriable error,
+    # records that failed, and its Produce requests' round trips.
+    producer: MetricTotals = field(default_factory=MetricTotals)
     # Exactly-once: the task's open transaction, which the driver commits, and the
     # streaming query it belongs to.
     transaction: PreparedTransaction | None = None
@@ -71,11 +67,7 @@ class WriteSummary:
     bytes: int
     partitions: PartitionRanges
     max_task_seconds: float = 0.0
-    retries: int = 0
-    errors: int = 0
-    requests: int = 0
-    latency_sum_ms: float = 0.0
-    latency_max_ms: float = 0.0
+    producer: MetricTotals = field(default_factory=MetricTotals)  # over the tasks
 
     @classmethod
     def of(cls, messages: Iterable[WriterCommitMessage | None]) -> WriteSummary:
@@ -84,21 +76,13 @@ class WriteSummary:
         for m in done:
             merge_ranges(ranges, m.partitions)
         return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())),
-                   max((m.seconds for m in done), default=0.0), sum(m.retries for m in done),
-                   sum(m.errors for m in done), sum(m.requests for m in done),
-                   sum(m.latency_sum_ms for m in done), max((m.latency_max_ms for m in done), default=0.0))
-
-    @property
-    def latency_avg_ms(self) -> float:
-        return self.latency_sum_ms / self.requests if self.requests else 0.0
+                   max((m.seconds for m in done), default=0.0), MetricTotals.combine(m.producer for m in done))
 
     def describe(self) -> str:
         topics = sorted({t for t, _ in self.partitions})
         return (
             f"{self.records} records, {self.bytes} bytes of keys and values, {len(self.partitions)} partition(s) "
-            f"of {len(topics)} topic(s) [{', '.join(topics)}], from {self.tasks} task(s); "
-            f"{self.retries} record(s) retried, {self.errors} failed; {self.requests} request(s), "
-            f"latency avg {self.latency_avg_ms:.1f} ms, max {self.latency_max_ms:.1f} ms"
+            f"of {len(topics)} topic(s) [{', '.join(topics)}], from {self.tasks} task(s); {self.producer.describe()}"
         )
 
     def report_line(self, batch_id: int | None) -> str:
@@ -113,11 +97,11 @@ class WriteSummary:
             "maxTaskSeconds": round(self.max_task_seconds, 3),
             # Records sent again after a retriable error: at-least-once, maybe twice in Kafka
             # when idempotence is off.
-            "retries": self.retries,
-            "errors": self.errors,
-            "requests": self.requests,
-            "requestLatencyAvgMs": round(self.latency_avg_ms, 3),
-            "requestLatencyMaxMs": round(self.latency_max_ms, 3),
+            "retries": self.producer.records_retried,
+            "errors": self.producer.records_failed,
+            "requests": self.producer.responses,
+            "requestLatencyAvgMs": round(self.producer.request_latency_avg_ms, 3),
+            "requestLatencyMaxMs": round(self.producer.request_latency_max_ms, 3),
             "partitions": [
                 {"topic": t, "partition": p, "count": c, "firstOffset": first, "lastOffset": last}
                 for (t, p), (c, first, last) in self.partitions.items()

@@ -153,13 +153,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         POOL.release(producer, config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
-    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %d retried, %d failed; "
-             "%d requests, latency avg %.1f ms, max %.1f ms", partition_id, attempt, records, nbytes, seconds,
-             counts.records_retried, counts.records_failed, counts.responses, counts.request_latency_avg_ms,
-             counts.request_latency_max_ms)
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts.records_retried,
-                              counts.records_failed, counts.responses, counts.request_latency_sum_ms,
-                              counts.request_latency_max_ms, transaction,
+    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
+             partition_id, attempt, records, nbytes, seconds, counts.describe())
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction,
                               exactly_once.query_id() if eo is not None else None)
 
 
