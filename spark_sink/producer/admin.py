@@ -20,20 +20,17 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.protocol.errors import (
-    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaConnectionError, KProdError,
-    NotCoordinatorError, error_for_code,
-)
 from spark_sink.producer.transaction_manager import (
-    GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, txn_offset_commit_body,
+    COORDINATOR_MOVED, GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic,
+    end_txn_body, partition_error, txn_offset_commit_body,
 )
+from spark_sink.protocol.errors import KProdError, error_for_code
 from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
 _PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT)
-_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
 
 
 @dataclass(frozen=True)
@@ -88,9 +85,8 @@ class AdminClient:
         retriable, or KafkaTimeoutError naming the transactions still open after
         ``timeout_ms`` (default request.timeout.ms x 2). Ending a transaction that is
         already ended the same way succeeds, so a lost answer is safe to retry."""
-        calls = [_Call(TRANSACTION, t.transactional_id, ApiKey.END_TXN, {
-            "transactional_id": t.transactional_id, "producer_id": t.producer_id,
-            "producer_epoch": t.producer_epoch, "committed": commit}) for t in transactions]
+        calls = [_Call(TRANSACTION, t.transactional_id, ApiKey.END_TXN,
+                       end_txn_body(t.transactional_id, t.producer_id, t.producer_epoch, commit)) for t in transactions]
         self._run(calls, timeout_ms, "commit" if commit else "abort")
 
     def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
@@ -99,7 +95,8 @@ class AdminClient:
         (``(-1, None)`` where none is), read once no transaction holds a pending commit for
         them (require_stable). The groups are asked at once."""
         calls = {group: _Call(GROUP, group, ApiKey.OFFSET_FETCH, {
-            "group_id": group, "require_stable": True, "topics": _by_topic(partitions)})
+            "group_id": group, "require_stable": True,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic(partitions).items()]})
             for group, partitions in partitions_by_group.items()}
         self._run(list(calls.values()), timeout_ms, "fetch committed offsets")
         return {group: {(t["name"], p["partition_index"]):
@@ -113,9 +110,9 @@ class AdminClient:
         send_offsets_to_transaction: ``(transaction, group id, {(topic, partition):
         (offset, metadata)})``. They become visible when the transaction commits."""
         items = list(items)
-        self._run([_Call(TRANSACTION, t.transactional_id, ApiKey.ADD_OFFSETS_TO_TXN, {
-            "transactional_id": t.transactional_id, "producer_id": t.producer_id,
-            "producer_epoch": t.producer_epoch, "group_id": group}) for t, group, _ in items],
+        self._run([_Call(TRANSACTION, t.transactional_id, ApiKey.ADD_OFFSETS_TO_TXN,
+                         add_offsets_body(t.transactional_id, t.producer_id, t.producer_epoch, group))
+                   for t, group, _ in items],
             timeout_ms, "add offsets to transactions")
         self._run([_Call(GROUP, group, ApiKey.TXN_OFFSET_COMMIT, txn_offset_commit_body(
             t.transactional_id, group, t.producer_id, t.producer_epoch, offsets)) for t, group, offsets in items],
@@ -190,9 +187,7 @@ class AdminClient:
             body = response.body
             error = error_for_code(body.get("error_code", 0), f"{call.api_key.name} for {call.key}")
             if error is None and call.api_key in _PER_PARTITION_ERRORS:
-                error = next((error_for_code(p["error_code"], f"{call.api_key.name} for {call.key}: "
-                                             f"{t['name']}-{p['partition_index']}")
-                              for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
+                error = partition_error(body, f"{call.api_key.name} for {call.key}")
         if error is None:
             call.result, call.done = response.body, True
             return
@@ -202,18 +197,11 @@ class AdminClient:
         """Retriable: try again after retry.backoff.ms (finding the coordinator anew if it
         moved); otherwise the whole call fails with the broker's error."""
         call.error = error
-        if isinstance(error, _MOVED):
+        if isinstance(error, COORDINATOR_MOVED):
             self._coordinators.pop((call.key_type, call.key), None)
         if not getattr(error, "retriable", False):
             call.done = True  # _run raises it: callbacks must not
             return
-        if not isinstance(error, CoordinatorLoadInProgressError):
-            log.debug("%s for %s: %s; retrying", call.api_key.name, call.key, error)
+        log.debug("%s for %s: %s; retrying", call.api_key.name, call.key, error)
         call.not_before = now_ms() + self._config.retry_backoff_ms
 
-
-def _by_topic(partitions: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-    topics: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        topics.setdefault(topic, []).append(partition)
-    return [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]

@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -81,7 +81,8 @@ _PRODUCER_STATE_ERRORS = (UnknownProducerIdError, InvalidProducerEpochError, Pro
 _FATAL_TXN_ERRORS = (ProducerFencedError, InvalidProducerEpochError, TransactionalIdAuthorizationFailedError,
                      ClusterAuthorizationFailedError, InvalidTxnStateError, InvalidProducerIdMappingError,
                      InvalidTransactionTimeoutError, UnsupportedVersionError)
-_COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
+# The coordinator a request went to is not (or no longer) the one: find it again.
+COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
 TRANSACTION_COORDINATOR, GROUP_COORDINATOR = 1, 0  # FindCoordinator key types
 
 
@@ -180,6 +181,33 @@ _CALL_STATES: dict[str, frozenset[State]] = {
     "commit_transaction": frozenset({State.IN_TRANSACTION, State.PREPARED_TRANSACTION}),
     "abort_transaction": frozenset({State.IN_TRANSACTION, State.PREPARED_TRANSACTION, State.ABORTABLE_ERROR}),
 }
+
+
+# -- request bodies (the AdminClient builds the same ones for another process) ---------
+
+
+def add_offsets_body(transactional_id: str, producer_id: int, epoch: int, group_id: str) -> dict[str, Any]:
+    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
+            "group_id": group_id}
+
+
+def end_txn_body(transactional_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
+    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
+            "committed": commit}
+
+
+def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partition numbers per topic, as the requests list them."""
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+    return topics
+
+
+def partition_error(body: dict[str, Any], what: str) -> Exception | None:
+    """The first per-partition error of an answer listing ``topics`` of ``partitions``."""
+    return next((error_for_code(p["error_code"], f"{what}: {t['name']}-{p['partition_index']}")
+                 for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
 
 
 def txn_offset_commit_body(transactional_id: str, group_id: str, producer_id: int, epoch: int,
@@ -542,9 +570,8 @@ class TransactionManager:
                     self._queue.appendleft(commit)  # next: the offsets themselves, to the group's coordinator
                 return error
 
-            self._enqueue(TxnRequest(ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id, {
-                "transactional_id": self.transactional_id, "producer_id": pid, "producer_epoch": epoch,
-                "group_id": group_id}, added, result))
+            self._enqueue(TxnRequest(ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
+                                     add_offsets_body(self.transactional_id, pid, epoch, group_id), added, result))
             return result
 
     def prepare_transaction(self) -> tuple[str, int, int]:
@@ -565,10 +592,9 @@ class TransactionManager:
                 # Nothing was added: the coordinator holds no transaction to abort.
                 self._ended(result)
                 return result
-            pid, epoch = self._identity
-            self._enqueue(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self.transactional_id, {
-                "transactional_id": self.transactional_id, "producer_id": pid, "producer_epoch": epoch,
-                "committed": commit}, lambda body: self._on_end_txn(body, result), result))
+            self._enqueue(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
+                                     end_txn_body(self.transactional_id, *self._identity, commit),
+                                     lambda body: self._on_end_txn(body, result), result))
             return result
 
     # -- transactions: the Sender's side --------------------------------------
@@ -590,9 +616,7 @@ class TransactionManager:
 
     def _add_partitions_request(self) -> TxnRequest:
         partitions, self._to_add = self._to_add, set()
-        topics: dict[str, list[int]] = {}
-        for topic, partition in sorted(partitions):
-            topics.setdefault(topic, []).append(partition)
+        topics = by_topic(sorted(partitions))
         pid, epoch = self._identity
         request = TxnRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id, {
             "transactional_id": self.transactional_id, "producer_id": pid, "producer_epoch": epoch,
@@ -639,7 +663,7 @@ class TransactionManager:
             self._request_failed(request, error, now)
 
     def _request_failed(self, request: TxnRequest, error: Exception, now: float) -> None:
-        if isinstance(error, _COORDINATOR_MOVED):
+        if isinstance(error, COORDINATOR_MOVED):
             self._coordinators.pop((request.coordinator, request.key), None)
         if getattr(error, "retriable", False) or isinstance(error, OperationNotAttemptedError):
             log.debug("%s for %s: %s; retrying", request.api_key.name, request.key, error)
@@ -694,8 +718,7 @@ class TransactionManager:
         return first
 
     def _on_txn_offset_commit(self, body: dict[str, Any]) -> Exception | None:
-        return next((error_for_code(p["error_code"], f"TxnOffsetCommit {t['name']}-{p['partition_index']}")
-                     for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
+        return partition_error(body, "TxnOffsetCommit")
 
     def _on_end_txn(self, body: dict[str, Any], result: TransactionalResult) -> Exception | None:
         error = error_for_code(body["error_code"], f"EndTxn for transactional.id {self.transactional_id!r}")
