@@ -707,8 +707,8 @@ class TransactionManager:
 
     def _on_add_partitions(self, body: dict[str, Any]) -> Exception | None:
         first: Exception | None = None
-        for topic in body["results"]:
-            for part in topic["results"]:
+        for topic in body["topics"]:
+            for part in topic["partitions"]:
                 tp = (topic["name"], part["partition_index"])
                 error = error_for_code(part["error_code"], f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
                 if error is None:

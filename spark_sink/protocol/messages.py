@@ -47,6 +47,15 @@ class Api:
 
 _INT32_ARRAY = "[]int32"
 
+
+def _topic_partitions(*fields: F) -> F:
+    """The ``topics`` array of the group and transaction APIs: each topic's name and its
+    ``partitions``, each a ``partition_index`` and ``fields``."""
+    return F("topics", "[]struct", fields=(
+        F("name", "string"),
+        F("partitions", "[]struct", fields=(F("partition_index", "int32"), *fields)),
+    ))
+
 # The sender's path uses protocol/produce.py, which writes and reads these bytes by hand.
 # v12 (Kafka 4.0) only tells the broker the client runs transactions its second way
 # (KIP-890: partitions added implicitly, the epoch bumped by EndTxn v5); kprod adds
@@ -187,16 +196,12 @@ OFFSET_FETCH = Api(
     ), flexible_from=6),
     Schema((
         F("throttle_time_ms", "int32", 3),
-        F("topics", "[]struct", fields=(
-            F("name", "string"),
-            F("partitions", "[]struct", fields=(
-                F("partition_index", "int32"),
-                F("committed_offset", "int64"),
-                F("committed_leader_epoch", "int32", 5, default=-1),
-                F("metadata", "string", nullable=True),
-                F("error_code", "int16"),
-            )),
-        )),
+        _topic_partitions(
+            F("committed_offset", "int64"),
+            F("committed_leader_epoch", "int32", 5, default=-1),
+            F("metadata", "string", nullable=True),
+            F("error_code", "int16"),
+        ),
         F("error_code", "int16", 2),
     ), flexible_from=6),
 )
@@ -204,6 +209,10 @@ OFFSET_FETCH = Api(
 # The producer a transaction request speaks for, and the answer of the single-error ones.
 _TXN_PRODUCER = (F("transactional_id", "string"), F("producer_id", "int64"), F("producer_epoch", "int16"))
 _THROTTLE_AND_ERROR_V3 = Schema((F("throttle_time_ms", "int32"), F("error_code", "int16")), flexible_from=3)
+# The answer of AddPartitionsToTxn (up to v3) and TxnOffsetCommit: an error per partition.
+# The wire format names no fields, so one table with TxnOffsetCommit's names serves both.
+_PARTITION_ERRORS_V3 = Schema(
+    (F("throttle_time_ms", "int32"), _topic_partitions(F("error_code", "int16"))), flexible_from=3)
 
 # Up to v3: v4 and later batch several transactions and are for brokers only.
 ADD_PARTITIONS_TO_TXN = Api(
@@ -215,36 +224,18 @@ ADD_PARTITIONS_TO_TXN = Api(
             F("partitions", _INT32_ARRAY),
         )),
     ), flexible_from=3),
-    Schema((
-        F("throttle_time_ms", "int32"),
-        F("results", "[]struct", fields=(
-            F("name", "string"),
-            F("results", "[]struct", fields=(
-                F("partition_index", "int32"),
-                F("error_code", "int16"),
-            )),
-        )),
-    ), flexible_from=3),
+    _PARTITION_ERRORS_V3,
 )
 
-ADD_OFFSETS_TO_TXN = Api(
-    ApiKey.ADD_OFFSETS_TO_TXN, 0, 4,
-    Schema((
-        *_TXN_PRODUCER,
-        F("group_id", "string"),
-    ), flexible_from=3),
-    _THROTTLE_AND_ERROR_V3,
-)
 
+def _single_error_txn_call(key: ApiKey, field: F) -> Api:
+    """A transaction call up to v4: the producer's identity and one field, answered by one error."""
+    return Api(key, 0, 4, Schema((*_TXN_PRODUCER, field), flexible_from=3), _THROTTLE_AND_ERROR_V3)
+
+
+ADD_OFFSETS_TO_TXN = _single_error_txn_call(ApiKey.ADD_OFFSETS_TO_TXN, F("group_id", "string"))
 # Up to v4: v5 belongs to the KIP-890 protocol (see PRODUCE).
-END_TXN = Api(
-    ApiKey.END_TXN, 0, 4,
-    Schema((
-        *_TXN_PRODUCER,
-        F("committed", "bool"),
-    ), flexible_from=3),
-    _THROTTLE_AND_ERROR_V3,
-)
+END_TXN = _single_error_txn_call(ApiKey.END_TXN, F("committed", "bool"))
 
 TXN_OFFSET_COMMIT = Api(
     ApiKey.TXN_OFFSET_COMMIT, 0, 4,
@@ -256,26 +247,13 @@ TXN_OFFSET_COMMIT = Api(
         F("generation_id", "int32", 3, default=-1),
         F("member_id", "string", 3),
         F("group_instance_id", "string", 3, nullable=True),
-        F("topics", "[]struct", fields=(
-            F("name", "string"),
-            F("partitions", "[]struct", fields=(
-                F("partition_index", "int32"),
-                F("committed_offset", "int64"),
-                F("committed_leader_epoch", "int32", 2, default=-1),
-                F("committed_metadata", "string", nullable=True),
-            )),
-        )),
+        _topic_partitions(
+            F("committed_offset", "int64"),
+            F("committed_leader_epoch", "int32", 2, default=-1),
+            F("committed_metadata", "string", nullable=True),
+        ),
     ), flexible_from=3),
-    Schema((
-        F("throttle_time_ms", "int32"),
-        F("topics", "[]struct", fields=(
-            F("name", "string"),
-            F("partitions", "[]struct", fields=(
-                F("partition_index", "int32"),
-                F("error_code", "int16"),
-            )),
-        )),
-    ), flexible_from=3),
+    _PARTITION_ERRORS_V3,
 )
 
 # v1 only: v0 (Kafka 0.10) sends the SASL tokens unframed, outside the Kafka protocol.
