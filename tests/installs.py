@@ -51,6 +51,7 @@ def kprod_zip(where: Path) -> Path:
 
     with zipfile.ZipFile(where, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.write(ROOT / "pyspark_kprod.py", "pyspark_kprod.py")
-        for source in sorted((ROOT / "spark_sink").rglob("*.py")):
-            archive.write(source, source.relative_to(ROOT))
+        for source in sorted((ROOT / "spark_sink").rglob("*")):
+            if source.is_file() and not {"__pycache__", "_kernel_cache"} & set(source.parts):
+                archive.write(source, source.relative_to(ROOT))
     return where

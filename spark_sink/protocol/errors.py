@@ -15,7 +15,7 @@ checks the table against the kafka-clients jar the test broker runs.
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 from typing import ClassVar
 
 
@@ -90,8 +90,8 @@ def _load_table() -> None:
     The table is data, one row per code as in Kafka's own ``Errors`` enum; code imports the
     classes by name like any other.
     """
-    rows = (line.split("\t") for line in (Path(__file__).with_name("errors.tsv")).read_text().splitlines()
-            if line and not line.startswith(("#", "code\t")))
+    text = resources.files(__package__).joinpath("errors.tsv").read_text()  # also from a --py-files zip
+    rows = (line.split("\t") for line in text.splitlines() if line and not line.startswith(("#", "code\t")))
     for code, name, retriable, invalid_metadata in rows:
         cls = _error(int(code), name, retriable == "yes", invalid_metadata == "yes")
         globals()[cls.__name__] = cls
