@@ -24,6 +24,7 @@ def spark():
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.unix.domain.socket.enabled", "true")  # as conf/spark-defaults.conf
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .getOrCreate()
     )
