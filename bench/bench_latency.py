@@ -87,6 +87,9 @@ def run_query(spark, sink: str, bootstrap: str, ca: Path, topic: str, seconds: f
     query = writer.start()
     try:
         time.sleep(seconds)
+        end = time.monotonic() + 5
+        while query.status["isTriggerActive"] and time.monotonic() < end:
+            time.sleep(0.01)  # stop between microbatches, not in the middle of one
     finally:
         query.stop()
     progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]

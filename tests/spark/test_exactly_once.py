@@ -110,7 +110,7 @@ def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
 
 @pytest.mark.timeout(900)
 def test_exactly_once_survives_driver_kills_and_task_failures(kafka, tmp_path):
-    ids, keys, log = _run_with_crashes(tmp_path, kafka.bootstrap, "exactly-once", seed=26, kills_wanted=3)
+    ids, keys, log = _run_with_crashes(tmp_path, kafka.bootstrap, "exactly-once", seed=26, kills_wanted=2)
     counts = collections.Counter(keys)
     assert set(counts) == ids, f"missing {len(ids - set(counts))} rows"
     duplicated = {k: n for k, n in counts.items() if n > 1}
