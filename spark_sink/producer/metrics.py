@@ -82,12 +82,19 @@ class ProducerMetrics:
         self._totals = [0] * _FIELDS
         self._checkpoint_max = 0.0
 
+    def _window(self, now: float) -> tuple[list, list | None]:
+        """The current and the previous sample as of ``now``: a new current one if this one
+        is a window old. Changes nothing, so that readers can call it too."""
+        current, previous = self._current, self._previous
+        if now - current[0] >= WINDOW_S:
+            # A sample older than the whole window (no traffic for a while) is dropped too.
+            previous = current if now - current[0] < SAMPLES * WINDOW_S else None
+            current = [now, [0] * _FIELDS]
+        return current, previous
+
     def _sample(self, now: float) -> list:
         """The current sample's counters, a new sample started if this one is a window old."""
-        if now - self._current[0] >= WINDOW_S:
-            # A sample older than the whole window (no traffic for a while) is dropped too.
-            self._previous = self._current if now - self._current[0] < SAMPLES * WINDOW_S else None
-            self._current = [now, [0] * _FIELDS]
+        self._current, self._previous = self._window(now)
         return self._current[1]
 
     def _add(self, now: float, index: int, amount: float) -> None:
@@ -144,10 +151,7 @@ class ProducerMetrics:
     def metrics(self) -> dict[str, float]:
         """The Java producer's ``producer-metrics`` that kprod measures, by name."""
         now = time.monotonic()
-        # Read as _sample() would roll them, without rolling: only the Sender writes.
-        current, previous = self._current, self._previous
-        if now - current[0] >= WINDOW_S:
-            current, previous = [now, [0] * _FIELDS], (current if now - current[0] < SAMPLES * WINDOW_S else None)
+        current, previous = self._window(now)  # without rolling them: only the Sender writes
         samples = [current[1]] if previous is None else [previous[1], current[1]]
         oldest = current[0] if previous is None else previous[0]
         # As Java's Rate: over the samples' span, but never less than (samples - 1) windows.

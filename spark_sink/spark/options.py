@@ -83,9 +83,9 @@ class SinkOptions:
     topic: str | None
     delivery_report_path: str | None
     flush_timeout_s: float
-    producer_cache_timeout_s: float = 600.0
-    buffer_memory: int = 33554432  # the producer's buffer.memory, which bounds a send's size
-    exactly_once: ExactlyOnce | None = None
+    producer_cache_timeout_s: float
+    buffer_memory: int  # the producer's buffer.memory, which bounds a send's size
+    exactly_once: ExactlyOnce | None
 
 
 @dataclass(frozen=True, slots=True)
