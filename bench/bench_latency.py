@@ -38,38 +38,12 @@ from spark_sink.kafka_broker import KafkaCluster, Listener, make_tls_files, spar
 from spark_sink.local_broker import free_port  # noqa: E402
 from tests.brokers import consume_all  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
+from tests.spark.first_microbatch import register_noop  # noqa: E402
 
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def _register_noop(spark) -> None:
-    """A streaming Python data source that reads its rows and writes nothing."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-
-    class NoopWriter(DataSourceStreamArrowWriter):
-        def write(self, iterator):
-            for _ in iterator:
-                pass
-            return WriterCommitMessage()
-
-        def commit(self, messages, batchId):  # noqa: N803 (Spark's name)
-            pass
-
-        def abort(self, messages, batchId):  # noqa: N803
-            pass
-
-    class NoopSink(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "noop-python"
-
-        def streamWriter(self, schema, overwrite):  # noqa: N802 (Spark's name)
-            return NoopWriter()
-
-    spark.dataSource.register(NoopSink)
 
 
 def run_query(spark, sink: str, bootstrap: str, ca: Path, topic: str, seconds: float, rate: int,
@@ -133,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                  .config("spark.python.unix.domain.socket.enabled", str(args.python_sockets == "unix").lower())
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
-        _register_noop(spark)
+        register_noop(spark, "noop-python")
         results: dict[str, list[tuple[list[float], int, str]]] = {"kprod": [], "kafka": [], "noop-python": []}
         try:
             for sink in ("kprod", "kafka", "noop-python"):

@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 
-def register_noop(spark: SparkSession) -> None:
-    """The ``kprodnoop`` format: a Python streaming sink that reads its rows and writes nothing."""
+def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
+    """The ``format_name`` format: a Python streaming sink that reads its rows and writes nothing."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
     class NoopWriter(DataSourceStreamArrowWriter):
@@ -37,7 +37,7 @@ def register_noop(spark: SparkSession) -> None:
     class NoopSource(DataSource):
         @classmethod
         def name(cls) -> str:
-            return "kprodnoop"
+            return format_name
 
         def streamWriter(self, schema, overwrite):  # noqa: ANN001, ANN201, N802 (Spark's name)
             return NoopWriter()
