@@ -42,7 +42,10 @@ class ProxiedKafka:
 def _kafka_session() -> Iterator[ProxiedKafka]:
     port = free_port()
     with FaultProxy("127.0.0.1", port) as proxy:
-        cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)])
+        # The coordinator looks for timed-out transactions every second (10 s by default):
+        # tests of transaction.timeout.ms wait for it.
+        cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)],
+                              config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
         try:
             yield ProxiedKafka(cluster, proxy)
         finally:

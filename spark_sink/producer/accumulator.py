@@ -44,6 +44,7 @@ class RecordAccumulator:
         self._incomplete: set[ProducerBatch] = set()
         self._order = itertools.count()
         self._flushes = 0
+        self._drain_start = 0  # where in _batches' order the next drain starts
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
         self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
@@ -236,7 +237,14 @@ class RecordAccumulator:
         sizes = dict.fromkeys(nodes, 0)
         full: set[int] = set()
         with self._lock:
-            for tp, dq in self._batches.items():
+            # Each drain starts where the last one first ran out of room (Java's
+            # drainIndex), so partitions late in the order are not always left for later.
+            items = list(self._batches.items())
+            start = self._drain_start % len(items) if items else 0
+            self._drain_start = start + 1
+            stopped = False
+            for i in range(len(items)):
+                tp, dq = items[(start + i) % len(items)]
                 if not dq:
                     continue
                 node = leader_of(tp)
@@ -249,6 +257,9 @@ class RecordAccumulator:
                 size = sizes[node] + batch.wire_size
                 if size > max_request_size and drained[node]:
                     full.add(node)
+                    if not stopped:
+                        stopped = True
+                        self._drain_start = start + i
                     continue
                 dq.popleft()
                 batch.closed = True  # its records are final: prepare() numbers them

@@ -22,7 +22,7 @@ from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.transaction_manager import (
     COORDINATOR_MOVED, GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic,
-    end_txn_body, partition_error, txn_offset_commit_body,
+    end_txn_body, offset_topics, partition_error, txn_offset_commit_body,
 )
 from spark_sink.protocol.errors import KProdError, error_for_code
 from spark_sink.protocol.messages import ApiKey
@@ -30,7 +30,7 @@ from spark_sink.protocol.messages import ApiKey
 log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
-_PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT)
+_PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,22 @@ class AdminClient:
                        end_txn_body(t.transactional_id, t.producer_id, t.producer_epoch, commit)) for t in transactions]
         self._run(calls, timeout_ms, "commit" if commit else "abort")
 
+    def fence_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None) -> None:
+        """Fence every producer of each transactional id, as a new producer's
+        init_transactions() would (Java's Admin.fenceProducers): the epoch is bumped and a
+        transaction left open under the id is aborted. One still being committed is
+        committed first."""
+        calls = [_Call(TRANSACTION, tid, ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": tid, "transaction_timeout_ms": self._config.transaction_timeout_ms,
+            "producer_id": -1, "producer_epoch": -1}) for tid in transactional_ids]
+        self._run(calls, timeout_ms, "fence transactional ids")
+
+    def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None) -> None:
+        """Commit ``offsets`` for ``group_id`` at once, outside any transaction, as a client
+        that is no member of the group (the group must have no active members)."""
+        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, {
+            "group_id": group_id, "topics": offset_topics(offsets)})], timeout_ms, f"commit offsets of {group_id}")
+
     def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
                           timeout_ms: float | None = None) -> dict[str, Offsets]:
         """Per group, the offset and metadata committed for each of its partitions
@@ -126,11 +142,16 @@ class AdminClient:
         client = self._client
         while True:
             now = now_ms()
-            failed = next((c.error for c in calls if c.done and c.result is None), None)
-            if failed is not None:
-                raise failed
             pending = [c for c in calls if not c.done]
             if not pending:
+                # Every call ran to its end, so one refusal left none of the others undone.
+                failed = [c for c in calls if c.result is None]
+                if failed:
+                    error = failed[0].error
+                    if len(failed) > 1:
+                        error.add_note(f"{what}: {len(failed)} of {len(calls)} request(s) failed: " + "; ".join(
+                            f"{c.key}: {c.error}" for c in failed[:10]))
+                    raise error
                 return
             if now >= deadline:
                 last = next((c.error for c in pending if c.error is not None), None)

@@ -235,12 +235,20 @@ class NetworkClient:
         return self._progressed
 
     def _run_callbacks(self) -> None:
+        """Run every completed request's callback. One that raises is a bug that may have
+        left its batches or transaction half handled: the others still run, then the
+        first error goes up to whoever polls (the Sender fails everything it holds with
+        it), rather than leaving records waiting forever."""
         completed, self._completed = self._completed, []
+        failure: Exception | None = None
         for callback, response in completed:
             try:
                 callback(response)
-            except Exception:  # a callback bug must not kill the I/O thread
+            except Exception as exc:
                 log.exception("request callback failed")
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def wait(self, timeout_ms: float, io: bool = True) -> None:
         """Block up to ``timeout_ms`` until wakeup() is called or (``io``) some I/O is ready,
@@ -268,7 +276,10 @@ class NetworkClient:
         self._closed = True
         for conn in self._conns.values():
             self._disconnect(conn, KafkaConnectionError("producer network client closed"), backoff=False)
-        self._run_callbacks()
+        try:
+            self._run_callbacks()
+        except Exception:  # logged; whoever closes fails what is left anyway
+            pass
         self._selector.close()
         self._wakeup_selector.close()
         self._wake_r.close()

@@ -6,10 +6,11 @@ retries, delivery.timeout.ms and buffer.memory back-pressure behave the same for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendC
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
-    InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
+    BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
 )
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
@@ -269,8 +270,10 @@ class KafkaProducer:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
             callback = self._wrap_callback(callback)
-        future, batch_ready, new_batch = self._accumulator.append(
-            topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size, c.max_block_ms)
+        with self._no_wait_in_callback():
+            future, batch_ready, new_batch = self._accumulator.append(
+                topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
+                self._max_block_ms())
         if batch_ready or new_batch:
             if batch_ready and sticky:
                 self._sticky.next(topic, count)
@@ -344,13 +347,14 @@ class KafkaProducer:
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
         batch_bytes = self._arrow_limits.batch_bytes()
         try:
-            for rows in groups:
-                for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
-                    if txn is not None:
-                        for partition, _ in chunk:
-                            txn.maybe_add_partition((rows.topic, partition))
-                    self._accumulator.append_encoded(rows.topic, chunk, now_ms(), c.max_block_ms, future._on_batch,
-                                                     future._queued, self._sender.wakeup)
+            with self._no_wait_in_callback():
+                for rows in groups:
+                    for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
+                        if txn is not None:
+                            for partition, _ in chunk:
+                                txn.maybe_add_partition((rows.topic, partition))
+                        self._accumulator.append_encoded(rows.topic, chunk, now_ms(), self._max_block_ms(),
+                                                         future._on_batch, future._queued, self._sender.wakeup)
         except BaseException as exc:
             # What was queued is sent (or failed) all the same: hand its future over.
             future._seal()
@@ -395,12 +399,15 @@ class KafkaProducer:
         consumers; records not yet sent fail with AbortableTransactionError."""
         self._txn_wait(self._txn.end_transaction(commit=False), "abort_transaction()", timeout)
 
-    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction | None:
         """Flush the open transaction and leave it open, for another process to commit or
         abort with AdminClient.end_transactions(): the first phase of a two-phase commit.
-        Raises as commit_transaction() does if the transaction cannot commit."""
+        Raises as commit_transaction() does if the transaction cannot commit. A transaction
+        that holds nothing (no record, no offsets) has nothing to end: it ends here, and
+        None is returned."""
         self.flush(timeout)
-        return PreparedTransaction(*self._txn.prepare_transaction())
+        identity = self._txn.prepare_transaction()
+        return None if identity is None else PreparedTransaction(*identity)
 
     def _txn_wait(self, result: TransactionalResult, what: str, timeout: float | None) -> None:
         self._sender.wakeup()
@@ -466,6 +473,24 @@ class KafkaProducer:
         if self._sender.is_alive():
             self._sender.force_close()
             self._sender.join()
+
+    def _max_block_ms(self) -> float:
+        """How long a send may wait for buffer.memory: not at all from a callback, whose
+        thread is the one that frees memory as records are acknowledged."""
+        return 0.0 if self._in_callback() else self.config.max_block_ms
+
+    @contextlib.contextmanager
+    def _no_wait_in_callback(self) -> Iterator[None]:
+        """Say why a send from a callback found no memory, rather than max.block.ms 0."""
+        try:
+            yield
+        except BufferExhaustedError as exc:
+            if not self._in_callback():
+                raise
+            raise BufferExhaustedError(
+                f"send() from a send callback found buffer.memory ({self.config.buffer_memory} bytes) full: a "
+                "callback runs on the producer's I/O thread, which frees memory as records are acknowledged, so "
+                "it cannot wait for memory; send from another thread, or raise buffer.memory") from exc
 
     def _in_callback(self) -> bool:
         """True on a thread running the sender's work (and so a send callback)."""

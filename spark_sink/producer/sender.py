@@ -260,6 +260,9 @@ class Sender(threading.Thread):
                 f"before these records were sent: {txn.abortable_error or txn.fatal_error or 'aborted'}",
                 txn.abortable_error or txn.fatal_error)
             for batch in self._acc.abort_undrained():
+                # A batch queued for a retry holds a sequence the broker may never see:
+                # the TransactionManager restarts its partition under a new epoch.
+                txn.handle_failed_batch(batch, on_wire=False)
                 self._fail(batch, error)
         request = txn.next_request(now)
         if request is None:

@@ -76,11 +76,17 @@ _NO_IDENTITY = (-1, -1)
 # Errors saying the broker has no usable state for this producer id and epoch on the
 # partition: an idempotent producer goes on under a bumped epoch.
 _PRODUCER_STATE_ERRORS = (UnknownProducerIdError, InvalidProducerEpochError, ProducerFencedError)
-# Errors that end a transactional producer: fenced by a newer one with its id, not allowed,
-# or holding a state the coordinator does not know.
+# Errors from a coordinator that end a transactional producer: fenced by a newer one with
+# its id, not allowed, or holding a state the coordinator does not know.
 _FATAL_TXN_ERRORS = (ProducerFencedError, InvalidProducerEpochError, TransactionalIdAuthorizationFailedError,
                      ClusterAuthorizationFailedError, InvalidTxnStateError, InvalidProducerIdMappingError,
                      InvalidTransactionTimeoutError, UnsupportedVersionError)
+# The errors of a refused batch that end it too, as Java classifies them (KIP-1050). Any
+# other makes only the transaction abortable: INVALID_PRODUCER_EPOCH on Produce is what a
+# transaction aborted by its coordinator (transaction.timeout.ms) causes, and the producer
+# goes on after abort_transaction() under a bumped epoch (KIP-588).
+_FATAL_PRODUCE_ERRORS = (ProducerFencedError, TransactionalIdAuthorizationFailedError,
+                         ClusterAuthorizationFailedError, UnsupportedVersionError)
 # The coordinator a request went to is not (or no longer) the one: find it again.
 COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
 TRANSACTION_COORDINATOR, GROUP_COORDINATOR = 1, 0  # FindCoordinator key types
@@ -210,15 +216,20 @@ def partition_error(body: dict[str, Any], what: str) -> Exception | None:
                  for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
 
 
-def txn_offset_commit_body(transactional_id: str, group_id: str, producer_id: int, epoch: int,
-                           offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> dict[str, Any]:
-    """A TxnOffsetCommit request: ``offsets`` maps (topic, partition) to (offset, metadata)."""
+def offset_topics(offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> list[dict[str, Any]]:
+    """The ``topics`` of an offset commit: ``offsets`` maps (topic, partition) to (offset, metadata)."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), (offset, metadata) in offsets.items():
         topics.setdefault(topic, []).append(
             {"partition_index": partition, "committed_offset": offset, "committed_metadata": metadata})
+    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+
+def txn_offset_commit_body(transactional_id: str, group_id: str, producer_id: int, epoch: int,
+                           offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> dict[str, Any]:
+    """A TxnOffsetCommit request."""
     return {"transactional_id": transactional_id, "group_id": group_id, "producer_id": producer_id,
-            "producer_epoch": epoch, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+            "producer_epoch": epoch, "topics": offset_topics(offsets)}
 
 
 class TransactionalResult:
@@ -305,6 +316,10 @@ class TransactionManager:
         self._coordinators: dict[tuple[int, str], int] = {}
         self._in_transaction: set[TopicPartition] = set()  # added to the open transaction
         self._to_add: set[TopicPartition] = set()  # sent to, not yet in an AddPartitionsToTxn
+        # The coordinator holds the open transaction: a partition or offsets were added to
+        # it. Until then it knows of none, and EndTxn is answered INVALID_TXN_STATE: an
+        # empty transaction ends here, without a request (Java's transactionStarted).
+        self._started = False
         self.abortable_error: Exception | None = None
 
     # -- the state machine ----------------------------------------------------
@@ -474,7 +489,7 @@ class TransactionManager:
         producer fatal if ``error`` says it was fenced."""
         if self.transactional and error is not None:
             with self._lock:
-                self._transaction_failed(error)
+                self._transaction_failed(error, isinstance(error, _FATAL_PRODUCE_ERRORS), produce=True)
         p = self._partitions.get(batch.tp)
         if p is None:
             return  # never drained
@@ -520,8 +535,7 @@ class TransactionManager:
 
     def _enqueue_init(self, producer_id: int, epoch: int,
                       result: TransactionalResult | None = None) -> TransactionalResult:
-        self._in_transaction.clear()
-        self._to_add.clear()
+        self._new_transaction()
         result = result or TransactionalResult()
         self._enqueue(TxnRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self.transactional_id, {
             "transactional_id": self.transactional_id, "transaction_timeout_ms": self._transaction_timeout_ms,
@@ -531,9 +545,14 @@ class TransactionManager:
     def begin_transaction(self) -> None:
         with self._lock:
             self._check_call("begin_transaction")
-            self._in_transaction.clear()
-            self._to_add.clear()
+            self._new_transaction()
             self._transition(Event.BEGIN)
+
+    def _new_transaction(self) -> None:
+        """Forget the partitions of the transaction before."""
+        self._in_transaction.clear()
+        self._to_add.clear()
+        self._started = False
 
     def ensure_sendable(self) -> None:
         """Raise unless records may be sent now: inside an open transaction."""
@@ -567,6 +586,7 @@ class TransactionManager:
             def added(body: dict[str, Any]) -> Exception | None:
                 error = error_for_code(body["error_code"], f"AddOffsetsToTxn for group {group_id}")
                 if error is None:
+                    self._started = True  # the group's offsets partition is in the transaction
                     self._queue.appendleft(commit)  # next: the offsets themselves, to the group's coordinator
                 return error
 
@@ -574,10 +594,16 @@ class TransactionManager:
                                      add_offsets_body(self.transactional_id, pid, epoch, group_id), added, result))
             return result
 
-    def prepare_transaction(self) -> tuple[str, int, int]:
-        """Leave the (flushed) transaction open for another process to end; its identity."""
+    def prepare_transaction(self) -> tuple[str, int, int] | None:
+        """Leave the (flushed) transaction open for another process to end; its identity.
+        None if it holds nothing: the coordinator knows of no transaction to end, so it
+        ends here and the producer may begin the next one."""
         with self._lock:
             self._check_call("prepare_transaction")
+            if not self._started and not self._to_add:
+                self._transition(Event.BEGIN_COMMIT)
+                self._ended(TransactionalResult())
+                return None
             self._transition(Event.PREPARE)
             return self.transactional_id, self._identity[0], self._identity[1]
 
@@ -588,10 +614,13 @@ class TransactionManager:
             self._transition(Event.BEGIN_COMMIT if commit else Event.BEGIN_ABORT)
             self._to_add.clear()
             result = TransactionalResult()
-            if not self._in_transaction and not commit and self.abortable_error is None:
-                # Nothing was added: the coordinator holds no transaction to abort.
-                self._ended(result)
-                return result
+            if not commit and isinstance(self.abortable_error, InvalidProducerEpochError):
+                # The coordinator aborted the transaction itself (transaction.timeout.ms) and
+                # bumped the epoch: EndTxn under the old one is refused as fenced. InitProducerId
+                # under it is how a producer goes on (KIP-360, KIP-588): the coordinator aborts
+                # whatever is still open and answers with the epoch to use.
+                self._transition(Event.INIT_PRODUCER_ID_SENT)
+                return self._enqueue_init(*self._identity, result)
             self._enqueue(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
                                      end_txn_body(self.transactional_id, *self._identity, commit),
                                      lambda body: self._on_end_txn(body, result), result))
@@ -610,6 +639,11 @@ class TransactionManager:
             if self._to_add and self.state is State.IN_TRANSACTION and not any(
                     r.api_key == ApiKey.ADD_PARTITIONS_TO_TXN for r in self._queue):
                 self._queue.appendleft(self._add_partitions_request())
+            while self._queue and self._queue[0].api_key == ApiKey.END_TXN and not self._started:
+                # Nothing was added (the requests before it have been answered): the
+                # coordinator holds no transaction, so it ends here.
+                end = self._queue.popleft()
+                self._ended(end.result)
             if not self._queue or now < self._queue[0].not_before:
                 return None
             return self._queue[0]
@@ -676,9 +710,10 @@ class TransactionManager:
         if request.result is not None:
             request.result.done(failure)
 
-    def _transaction_failed(self, error: Exception, fatal: bool = False) -> TransactionError:
-        """The open transaction cannot commit: abortable, or fatal for the producer."""
-        if fatal or isinstance(error, _FATAL_TXN_ERRORS):
+    def _transaction_failed(self, error: Exception, fatal: bool = False, produce: bool = False) -> TransactionError:
+        """The open transaction cannot commit: abortable, or fatal for the producer (a
+        refused batch, ``produce``, is fatal only if ``fatal`` says so)."""
+        if fatal or not produce and isinstance(error, _FATAL_TXN_ERRORS):
             failure = FatalTransactionError(
                 f"transactional.id {self.transactional_id!r}: "
                 + ("fenced by a newer producer with the same transactional.id: "
@@ -713,6 +748,7 @@ class TransactionManager:
                 error = error_for_code(part["error_code"], f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
                 if error is None:
                     self._in_transaction.add(tp)
+                    self._started = True
                 elif first is None or isinstance(first, OperationNotAttemptedError):
                     first = error
         return first
