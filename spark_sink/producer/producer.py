@@ -492,6 +492,12 @@ class KafkaProducer:
                 "callback runs on the producer's I/O thread, which frees memory as records are acknowledged, so "
                 "it cannot wait for memory; send from another thread, or raise buffer.memory") from exc
 
+    @property
+    def usable(self) -> bool:
+        """Whether the producer can still send: not closed, its Sender running and not
+        failed for good."""
+        return not self._closed and self._sender.is_alive() and self._sender.fatal_error is None
+
     def _in_callback(self) -> bool:
         """True on a thread running the sender's work (and so a send callback)."""
         return self._sender.io_lock.holder == threading.get_ident()
