@@ -18,6 +18,7 @@ import pytest
 from spark_sink.kafka_broker import KafkaCluster, Listener
 from spark_sink.local_broker import LocalBroker
 from tests.brokers import free_port, start_kafka, start_tansu
+from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
