@@ -212,27 +212,26 @@ class TokenSource:
             conn.close()
 
     def _token_from(self, value: str, origin: str, expires_at: float | None) -> BearerToken:
-        """The token with its expiry and principal, from its JWT claims if it is a JWT
-        (Java's client reads them to know when to refresh), else from what came with it."""
+        """The token with its expiry and principal. A provider's expiry is taken as given;
+        a token endpoint's JWT is read for exp and the subject claim as Java's client
+        does, and an opaque token from it lasts expires_in."""
         c, now = self._config, self._clock()
-        claims = jwt_claims(value)
-        if claims is not None:
+        claims = jwt_claims(value) or {}
+        sub, iat = claims.get(c.sasl_oauthbearer_sub_claim_name), claims.get("iat")
+        if self._provider is None and claims:
             if not isinstance(claims.get("exp"), (int, float)):
                 raise SaslAuthenticationError(f"OAUTHBEARER: the token from {origin} has no numeric exp claim")
-            sub = claims.get(c.sasl_oauthbearer_sub_claim_name)
             if not isinstance(sub, str) or not sub:
                 raise SaslAuthenticationError(
                     f"OAUTHBEARER: the token from {origin} has no {c.sasl_oauthbearer_sub_claim_name!r} claim "
                     "(sasl.oauthbearer.sub.claim.name)")
-            iat = claims.get("iat")
-            scope = claims.get(c.sasl_oauthbearer_scope_claim_name)
-            log.debug("OAUTHBEARER token for %s, scope %s", sub, scope)
-            return BearerToken(value, float(claims["exp"]), float(iat) if isinstance(iat, (int, float)) else now,
-                               sub, origin)
+            expires_at = float(claims["exp"])
+            log.debug("OAUTHBEARER token for %s, scope %s", sub, claims.get(c.sasl_oauthbearer_scope_claim_name))
         if expires_at is None:
             raise SaslAuthenticationError(f"OAUTHBEARER: the token from {origin} is not a JWT and came without "
                                           "an expiry (expires_in)")
-        return BearerToken(value, expires_at, now, None, origin)
+        issued = float(iat) if isinstance(iat, (int, float)) and iat <= now else now
+        return BearerToken(value, expires_at, issued, sub if isinstance(sub, str) else None, origin)
 
     def _endpoint_tls(self) -> ssl.SSLContext:
         """TLS for the token endpoint from the ssl.* options in sasl.jaas.config, as Java
