@@ -323,6 +323,8 @@ _KEYS: tuple[_Key, ...] = (
     _Key("metadata.max.age.ms", 300000, _int(0), "refresh metadata at least this often"),
     _Key("metadata.max.idle.ms", 300000, _int(5000), "forget topics not produced to for this long"),
     _Key("partitioner.ignore.keys", False, _bool, "spread keyed records like keyless ones"),
+    _Key("partitioner.adaptive.partitioning.enable", True, _bool, "records without keys go less often to partitions whose brokers fall behind (KIP-794)"),
+    _Key("partitioner.availability.timeout.ms", 0, _int(0), "skip a partition whose leader took nothing for this long (0: never)"),
     _Key("interceptors", (), _interceptors, "objects with on_send/on_acknowledgement"),
     _Key("key.serializer", None, _callable_or_none, "callable turning a key into bytes"),
     _Key("value.serializer", None, _callable_or_none, "callable turning a value into bytes"),
@@ -390,6 +392,8 @@ class ProducerConfig:
     metadata_max_age_ms: int
     metadata_max_idle_ms: int
     partitioner_ignore_keys: bool
+    partitioner_adaptive_partitioning_enable: bool
+    partitioner_availability_timeout_ms: int
     interceptors: tuple
     key_serializer: Callable[[Any], bytes] | None
     value_serializer: Callable[[Any], bytes] | None

@@ -186,7 +186,8 @@ class KafkaProducer:
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn, self._metrics)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
-        self._sticky = StickyPartitions(self._metadata.available_partitions)
+        self._sticky = StickyPartitions(self._metadata.available_partitions,
+                                        self._partition_load if c.partitioner_adaptive_partitioning_enable else None)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
@@ -197,6 +198,13 @@ class KafkaProducer:
         self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
                            or c.transactional_id)
         self._sender.start()
+
+    def _partition_load(self, topic: str, num_partitions: int) -> tuple[list[int], list[int], int] | None:
+        """The queue sizes the adaptive partitioner weighs (None: topic unknown)."""
+        leaders = self._metadata.leaders.get(topic)
+        if not leaders or len(leaders) != num_partitions:
+            return None
+        return self._accumulator.partition_load(topic, leaders, now_ms())
 
     # -- per record -----------------------------------------------------------
 
