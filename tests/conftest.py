@@ -39,6 +39,18 @@ class ProxiedKafka:
         return f"127.0.0.1:{self.proxy.port}"
 
 
+@dataclass
+class ProxiedKafka3:
+    """The three-node cluster, each node also reachable through its own fault proxy."""
+
+    cluster: KafkaCluster
+    proxies: dict[int, FaultProxy]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{proxy.port}" for proxy in self.proxies.values())
+
+
 @pytest.fixture(scope="session")
 def _kafka_session() -> Iterator[ProxiedKafka]:
     port = free_port()
@@ -66,11 +78,35 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
 
 
 @pytest.fixture(scope="session")
-def kafka3() -> Iterator[KafkaCluster]:
+def _kafka3_session() -> Iterator[ProxiedKafka3]:
+    ports = {node_id: free_port() for node_id in (1, 2, 3)}
+    proxies = {node_id: FaultProxy("127.0.0.1", port) for node_id, port in ports.items()}
+    try:
+        cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
+            node_id: proxy.port for node_id, proxy in proxies.items()})])
+        try:
+            yield ProxiedKafka3(cluster, proxies)
+        finally:
+            cluster.stop()
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
+
+
+@pytest.fixture(scope="session")
+def kafka3(_kafka3_session: ProxiedKafka3) -> KafkaCluster:
     """Three Apache Kafka nodes: replication factor 3, min.insync.replicas 2 (failover)."""
-    cluster = start_kafka(3)
-    yield cluster
-    cluster.stop()
+    return _kafka3_session.cluster
+
+
+@pytest.fixture
+def kafka3_proxies(_kafka3_session: ProxiedKafka3) -> Iterator[ProxiedKafka3]:
+    """The three nodes with a fault proxy in front of each one's PROXIED listener (by node
+    id); faults are cleared after each test."""
+    yield _kafka3_session
+    for proxy in _kafka3_session.proxies.values():
+        proxy.set_delay(0)
+        proxy.stall(False)
 
 
 @pytest.fixture(scope="session")

@@ -79,16 +79,30 @@ class StickyPartitions:
     the current one when possible.
     """
 
-    def __init__(self, available: Callable[[str], list[int]], load: PartitionLoad | None = None) -> None:
+    def __init__(self, available: Callable[[str], list[int]], load: PartitionLoad | None = None,
+                 batch_size: int = 16384) -> None:
         self._available = available
         self._load = load
+        self._batch_size = max(batch_size, 1)
         self._current: dict[str, int] = {}
+        self._produced: dict[str, int] = {}  # bytes sent to the current sticky partition
 
     def current(self, topic: str, num_partitions: int) -> int:
         partition = self._current.get(topic)
         if partition is None or partition >= num_partitions:
             partition = self.next(topic, num_partitions)
         return partition
+
+    def appended(self, topic: str, num_partitions: int, size: int, batch_ready: bool) -> None:
+        """``size`` bytes went to the sticky partition: move on once batch.size bytes went
+        there and its batch is ready, or twice that regardless (Java's stickyBatchSize
+        rule). Counting bytes rather than reacting to every ready batch keeps a backlog
+        from moving each record to a partition of its own."""
+        produced = self._produced.get(topic, 0) + size
+        if produced >= self._batch_size and batch_ready or produced >= 2 * self._batch_size:
+            self.next(topic, num_partitions)
+        else:
+            self._produced[topic] = produced
 
     def next(self, topic: str, num_partitions: int) -> int:
         """Move ``topic`` on to another partition (when a batch filled) and return it."""
@@ -102,6 +116,7 @@ class StickyPartitions:
             choices = [p for p in available if p != current] or available
             partition = random.choice(choices)
         self._current[topic] = partition
+        self._produced[topic] = 0
         return partition
 
 

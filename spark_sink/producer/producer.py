@@ -187,7 +187,8 @@ class KafkaProducer:
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions,
-                                        self._partition_load if c.partitioner_adaptive_partitioning_enable else None)
+                                        self._partition_load if c.partitioner_adaptive_partitioning_enable else None,
+                                        c.batch_size)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
@@ -279,9 +280,9 @@ class KafkaProducer:
             callback = self._wrap_callback(callback)
         future, batch_ready, new_batch = self._accumulator.append(
             topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size, c.max_block_ms)
+        if sticky:
+            self._sticky.appended(topic, count, key_size + value_size + h_size, batch_ready)
         if batch_ready or new_batch:
-            if batch_ready and sticky:
-                self._sticky.next(topic, count)
             if new_batch:
                 self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
             else:
