@@ -260,24 +260,17 @@ def _check_sasl(values: dict[str, Any]) -> None:
         raise ConfigError(f"sasl.mechanism: expected one of {', '.join(SASL_MECHANISMS)} with "
                           f"security.protocol={values['security_protocol']}, got {mechanism!r}{hint}")
     if mechanism == "OAUTHBEARER":
-        oauth_options(_Values(values))
+        oauth_options(values["sasl_jaas_config"], values["sasl_oauthbearer_token_endpoint_url"],
+                      values["sasl_oauthbearer_token_provider"])
     else:
         sasl_credentials(values["sasl_jaas_config"])
 
 
-class _Values(dict):
-    """Parsed values read as a ProducerConfig's attributes, before it exists."""
-
-    __getattr__ = dict.__getitem__
-
-
-def oauth_options(config: ProducerConfig | _Values) -> dict[str, str]:
+def oauth_options(jaas: str | None, url: str | None, provider: Callable | str | None) -> dict[str, str]:
     """The sasl.jaas.config options of OAUTHBEARER, checked against where the token comes
-    from: a token provider, or the token endpoint (which needs clientId and clientSecret,
-    as Java's OAuthBearerLoginModule takes them)."""
-    jaas = config.sasl_jaas_config
+    from: a token provider, or the token endpoint ``url`` (which needs clientId and
+    clientSecret, as Java's OAuthBearerLoginModule takes them)."""
     options = jaas_options(jaas) if jaas else {}
-    url, provider = config.sasl_oauthbearer_token_endpoint_url, config.sasl_oauthbearer_token_provider
     if url and provider:
         raise ConfigError("sasl.oauthbearer.token.provider: give either it or sasl.oauthbearer.token.endpoint.url, "
                           "not both")

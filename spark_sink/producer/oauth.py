@@ -79,7 +79,8 @@ class TokenSource:
     def __init__(self, config: ProducerConfig, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
-        self._options = oauth_options(config)
+        self._options = oauth_options(config.sasl_jaas_config, config.sasl_oauthbearer_token_endpoint_url,
+                                      config.sasl_oauthbearer_token_provider)
         self.extensions = {key[len("extension_"):]: value for key, value in self._options.items()
                            if key.startswith("extension_")}
         provider = config.sasl_oauthbearer_token_provider
@@ -135,8 +136,7 @@ class TokenSource:
     def _from_provider(self) -> BearerToken:
         origin = f"sasl.oauthbearer.token.provider {self._provider_name}"
         try:
-            result = self._provider(dict(self._options))
-            value, expiry_ms = result
+            value, expiry_ms = self._provider(dict(self._options))
             value, expires_at = str(value), float(expiry_ms) / 1000.0
         except Exception as exc:  # the provider is the user's code: say whose call failed
             raise SaslAuthenticationError(f"OAUTHBEARER: {origin} failed: {type(exc).__name__}: {exc}") from exc
@@ -285,5 +285,4 @@ def sasl_exchanges(config: ProducerConfig) -> Callable[[], sasl.SaslMechanism] |
         hint = f"{token.describe(time.time())}; check the token's audience, issuer and scope"
         return sasl.OAuthBearer(token.value, source.extensions, hint)
 
-    exchange.source = source  # type: ignore[attr-defined]
     return exchange
