@@ -135,7 +135,8 @@ class Listener:
     ``protocol`` is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; ``config`` holds its own
     settings without the ``listener.name.<name>.`` prefix (``ssl.client.auth``, JAAS, ...).
     ``port`` fixes the listener's port and ``advertised_port`` puts another one (a proxy in
-    front) in metadata; both are for one-node clusters.
+    front) in metadata; both are for one-node clusters. ``node_ports`` and
+    ``advertised_node_ports`` do the same per node id.
     """
 
     name: str
@@ -143,6 +144,8 @@ class Listener:
     config: Mapping[str, str] = field(default_factory=dict)
     port: int | None = None
     advertised_port: int | None = None
+    node_ports: Mapping[int, int] = field(default_factory=dict)
+    advertised_node_ports: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,8 @@ class KafkaNode:
         self.dir = cluster.dir / f"node-{node_id}"
         self.port = free_port()
         self.controller_port = free_port()
-        self.listener_ports = {listener.name: listener.port or free_port() for listener in cluster.listeners}
+        self.listener_ports = {listener.name: listener.port or listener.node_ports.get(node_id) or free_port()
+                               for listener in cluster.listeners}
         self.log_path = self.dir / "server.log"
         self.process: subprocess.Popen | None = None
 
@@ -235,7 +239,9 @@ class KafkaNode:
         names = ["INTERNAL", "CONTROLLER", *self.listener_ports]
         ports = [self.port, self.controller_port, *self.listener_ports.values()]
         advertised = [f"INTERNAL://127.0.0.1:{self.port}"] + [
-            f"{lst.name}://127.0.0.1:{lst.advertised_port or self.listener_ports[lst.name]}" for lst in c.listeners]
+            f"{lst.name}://127.0.0.1:"
+            f"{lst.advertised_port or lst.advertised_node_ports.get(self.node_id) or self.listener_ports[lst.name]}"
+            for lst in c.listeners]
         protocols = {"INTERNAL": "PLAINTEXT", "CONTROLLER": "PLAINTEXT",
                      **{lst.name: lst.protocol for lst in c.listeners}}
         replicas = str(min(3, c.size))

@@ -18,6 +18,7 @@ import pytest
 from spark_sink.kafka_broker import KafkaCluster, Listener
 from spark_sink.local_broker import LocalBroker
 from tests.brokers import free_port, start_kafka, start_tansu
+from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
@@ -36,6 +37,18 @@ class ProxiedKafka:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.proxy.port}"
+
+
+@dataclass
+class ProxiedKafka3:
+    """The three-node cluster, each node also reachable through its own fault proxy."""
+
+    cluster: KafkaCluster
+    proxies: dict[int, FaultProxy]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{proxy.port}" for proxy in self.proxies.values())
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +81,35 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
 
 
 @pytest.fixture(scope="session")
-def kafka3() -> Iterator[KafkaCluster]:
+def _kafka3_session() -> Iterator[ProxiedKafka3]:
+    ports = {node_id: free_port() for node_id in (1, 2, 3)}
+    proxies = {node_id: FaultProxy("127.0.0.1", port) for node_id, port in ports.items()}
+    try:
+        cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
+            node_id: proxy.port for node_id, proxy in proxies.items()})])
+        try:
+            yield ProxiedKafka3(cluster, proxies)
+        finally:
+            cluster.stop()
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
+
+
+@pytest.fixture(scope="session")
+def kafka3(_kafka3_session: ProxiedKafka3) -> KafkaCluster:
     """Three Apache Kafka nodes: replication factor 3, min.insync.replicas 2 (failover)."""
-    cluster = start_kafka(3)
-    yield cluster
-    cluster.stop()
+    return _kafka3_session.cluster
+
+
+@pytest.fixture
+def kafka3_proxies(_kafka3_session: ProxiedKafka3) -> Iterator[ProxiedKafka3]:
+    """The three nodes with a fault proxy in front of each one's PROXIED listener (by node
+    id); faults are cleared after each test."""
+    yield _kafka3_session
+    for proxy in _kafka3_session.proxies.values():
+        proxy.set_delay(0)
+        proxy.stall(False)
 
 
 @pytest.fixture(scope="session")

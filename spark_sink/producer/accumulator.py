@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from spark_sink.producer.batch import (
     FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future,
@@ -48,6 +48,7 @@ class RecordAccumulator:
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
         self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
+        self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
 
     # -- appending (user threads) ---------------------------------------------
 
@@ -348,3 +349,40 @@ class RecordAccumulator:
     def end_flush(self) -> None:
         with self._lock:
             self._flushes -= 1
+
+    # -- adaptive partitioning (KIP-794) -------------------------------------------
+
+    def note_drained(self, nodes: Iterable[int], now: float) -> None:
+        """The Sender drained batches for ``nodes``: they are taking records."""
+        for node in nodes:
+            self._drained_ms[node] = now
+
+    def partition_load(self, topic: str, leaders: Sequence[int], now: float) -> tuple[list[int], list[int], int]:
+        """(batches waiting per available partition, those partitions, the partition count)
+        of ``topic``, as Java's RecordAccumulator gathers them for its BuiltInPartitioner.
+
+        Available: the partition has a leader and, with partitioner.availability.timeout.ms,
+        the leader is not overdue. Java calls a node overdue when it had batches ready but
+        could not take them for that long; kprod's ready() leaves out partitions at their
+        in-flight limit, so a node is overdue when a batch has been due for it (lingered)
+        for longer than the timeout and the node took no batch in that time."""
+        timeout = self._config.partitioner_availability_timeout_ms
+        queues = self._by_topic.get(topic, {})
+        sizes: list[int] = []
+        ids: list[int] = []
+        overdue: set[int] = set()
+        with self._lock:
+            if timeout:
+                due_since: dict[int, float] = {}
+                for partition, dq in queues.items():
+                    if dq and partition < len(leaders) and leaders[partition] >= 0:
+                        node = leaders[partition]
+                        due_since[node] = min(due_since.get(node, now), dq[0].created_ms + self._config.linger_ms)
+                overdue = {node for node, since in due_since.items()
+                           if now - max(since, self._drained_ms.get(node, since)) > timeout}
+            for partition, node in enumerate(leaders):
+                if node >= 0 and node not in overdue:
+                    dq = queues.get(partition)
+                    sizes.append(len(dq) if dq else 0)
+                    ids.append(partition)
+        return sizes, ids, len(leaders)

@@ -25,7 +25,7 @@ from itertools import islice
 from typing import Any
 
 from spark_sink.producer import tls
-from spark_sink.producer.config import ProducerConfig, sasl_credentials
+from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import (
     Callback,
     ClientResponse,
@@ -36,7 +36,7 @@ from spark_sink.producer.connections import (
     least_loaded,
 )
 from spark_sink.producer.errors import AuthenticationError, SaslAuthenticationError
-from spark_sink.protocol import sasl
+from spark_sink.producer.oauth import sasl_exchanges
 from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
 from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
     KafkaConnectionError,
@@ -71,8 +71,9 @@ class NetworkClient:
         for i, (host, port) in enumerate(config.bootstrap_servers):
             self._conns[-(i + 1)] = Connection(-(i + 1), host, port)
         self._ssl = tls.ssl_context(config)
-        self._sasl_credentials = (
-            sasl_credentials(config.sasl_jaas_config) if config.security_protocol.startswith("SASL_") else None)
+        # A fresh SASL exchange per connection (with OAUTHBEARER, the first token is
+        # fetched now: a refused client fails here, before anything is sent).
+        self._sasl_exchange = sasl_exchanges(config)
         # The last authentication (TLS or SASL) that failed; cleared when a connection
         # becomes ready. Read by threads waiting for metadata, which then fail at once, as
         # in Java.
@@ -354,8 +355,11 @@ class NetworkClient:
         conn.state = ConnState.SETTING_UP
         self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
         conn.writing = False
-        exchange = (sasl.mechanism(self._config.sasl_mechanism, *self._sasl_credentials)
-                    if self._sasl_credentials is not None else None)
+        try:
+            exchange = self._sasl_exchange() if self._sasl_exchange is not None else None
+        except SaslAuthenticationError as error:  # no OAUTHBEARER token to be had
+            self.authentication_error = error
+            raise
         # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a
         # fleet of clients does not reconnect at once, well before the broker closes it.
         conn.setup = ConnectionSetup(conn.protocol, exchange, random.uniform(0.85, 0.95))

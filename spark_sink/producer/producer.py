@@ -187,7 +187,9 @@ class KafkaProducer:
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn, self._metrics)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
-        self._sticky = StickyPartitions(self._metadata.available_partitions)
+        self._sticky = StickyPartitions(self._metadata.available_partitions,
+                                        self._partition_load if c.partitioner_adaptive_partitioning_enable else None,
+                                        c.batch_size)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
@@ -198,6 +200,13 @@ class KafkaProducer:
         self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
                            or c.transactional_id)
         self._sender.start()
+
+    def _partition_load(self, topic: str, num_partitions: int) -> tuple[list[int], list[int], int] | None:
+        """The queue sizes the adaptive partitioner weighs (None: topic unknown)."""
+        leaders = self._metadata.leaders.get(topic)
+        if not leaders or len(leaders) != num_partitions:
+            return None
+        return self._accumulator.partition_load(topic, leaders, now_ms())
 
     # -- per record -----------------------------------------------------------
 
@@ -274,9 +283,9 @@ class KafkaProducer:
             future, batch_ready, new_batch = self._accumulator.append(
                 topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
                 self._max_block_ms())
+        if sticky:
+            self._sticky.appended(topic, count, key_size + value_size + h_size, batch_ready)
         if batch_ready or new_batch:
-            if batch_ready and sticky:
-                self._sticky.next(topic, count)
             if new_batch:
                 self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
             else:

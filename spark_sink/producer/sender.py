@@ -228,6 +228,7 @@ class Sender(threading.Thread):
             drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
                                       self._config.compression_codec, self._config.compression_level,
                                       self._txn.prepare_batch)
+            self._acc.note_drained(drained, now)
             for node, batches in drained.items():
                 self._send_produce(node, batches)
             if drained:
