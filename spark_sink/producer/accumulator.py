@@ -20,7 +20,7 @@ from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import ProducerClosedError
 from spark_sink.producer.network import now_ms
-from spark_sink.protocol.columnar import EncodedRecords
+from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
 LeaderOf = Callable[[TopicPartition], int | None]
