@@ -9,7 +9,9 @@ Two figures for the encoder:
            (chunk by chunk, each row into its partition's batches, split at batch.size;
            with --partitions N the rows go where Java's murmur2 of their keys puts them);
   wire     the same plus each batch's header and CRC-32C (done at drain time in the
-           producer, when the sequence number is known): the bytes that go on the wire.
+           producer, when the sequence number is known): the bytes that go on the wire;
+  numba    records with numba's compiled loops instead of the C extension (what kprod
+           run from a --py-files zip uses; skipped if numba is not installed).
 The memcpy of the same number of bytes into a preallocated buffer is the physical floor:
 the ratio shows how far each is from just moving the data once.
 """
@@ -77,6 +79,16 @@ def main() -> None:
     total = sum(len(w) for w in wire())
     records_s = best_of(args.runs, records)
     wire_s = best_of(args.runs, wire)
+    figures = [("records", records_s), ("wire", wire_s)]
+    try:
+        from spark_sink.encoder import jit, kernels
+    except ImportError:
+        pass
+    else:
+        extension, kernels.compiled = kernels.compiled, lambda: jit
+        records()  # numba compiles here
+        figures.append(("numba", best_of(args.runs, records)))
+        kernels.compiled = extension
     src = np.frombuffer(np.random.default_rng(1).bytes(total), np.uint8)
     dst = np.empty_like(src)
     copy_s = best_of(args.runs, lambda: np.copyto(dst, src))
@@ -84,7 +96,7 @@ def main() -> None:
     print(f"{n:,} records ({args.key_size} B keys, {args.record_size} B values), codec {args.codec}, "
           f"{args.partitions} partition(s), batch.size {args.batch_size}: {len(batches):,} batches, {payload / 1e6:.1f} MB records, "
           f"{total / 1e6:.1f} MB on the wire; one core")
-    for name, seconds in (("records", records_s), ("wire", wire_s), ("memcpy", copy_s)):
+    for name, seconds in (*figures, ("memcpy", copy_s)):
         print(f"{name:8s} {n / seconds / 1e6:8.2f} M records/s {total / seconds / 1e6:9.0f} MB/s"
               f"   {seconds / copy_s:6.1f}x memcpy time")
 
