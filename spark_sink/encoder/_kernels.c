@@ -4,7 +4,7 @@
    Arrow buffers and allocate the outputs; the loops release the GIL, so the producer's
    sender thread keeps the network busy while a task encodes its next rows. jit.py holds
    the same loops for numba, used where this extension was not built (a --py-files zip);
-   tests/protocol/test_columnar.py checks both against the row-wise reference encoder.
+   tests/encoder/test_columnar.py checks both against the row-wise reference encoder.
 
    A binary column is (data, starts, lengths): the whole data buffer, where each value
    starts in it, its length (-1 for null; empty lengths: every value null). Only array
@@ -373,8 +373,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_kernels", "kprod's columnar encoder loops, compiled when the wheel is built.", -1,
-    methods,
+    .m_base = PyModuleDef_HEAD_INIT,
+    .m_name = "_kernels",
+    .m_doc = "kprod's columnar encoder loops, compiled when the wheel is built.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
