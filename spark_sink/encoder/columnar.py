@@ -1,7 +1,7 @@
 """Columnar record encoding: Arrow columns straight into record batch v2 records sections.
 
-No Python code runs per record: compiled loops (:mod:`spark_sink.encoder.kernels`) read the Arrow
-buffers of keys, values and headers in compiled loops, first to split the rows into batches
+No Python code runs per record: compiled loops (:mod:`spark_sink.encoder.kernels`) read
+the Arrow buffers of keys, values and headers, first to split the rows into batches
 (exact sizes, greedy, as the accumulator fills a batch), then to write every record into a
 buffer that *is* the records section. The bytes equal
 :func:`spark_sink.protocol.records.encode_records`. (send()'s batches are encoded record
@@ -171,7 +171,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
     opens, plan = np.zeros(len(values), np.bool_), np.empty((5, len(values)), np.int64)
     batches = loops.plan_batches(columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count,
-                                   limit, opens, plan)
+                                 limit, opens, plan)
     batch_group, counts, sizes, base_ts, max_ts = plan[:, :batches]
     # The buffer holds group 0's records, then group 1's, ...; each group's batches in the
     # order they were opened, which is input order.
