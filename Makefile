@@ -4,8 +4,9 @@ PY := $(VENV)/bin/python
 
 .PHONY: venv kafka test soak demo bench clean
 
-# The venv is (re)built whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
+# The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
+# encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
+$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
