@@ -20,7 +20,7 @@ from spark_sink.spark.exactly_once import PartlyCommittedError
 from spark_sink.spark.messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
-from tests.spark.test_exactly_once import _Topic
+from tests.spark.readback import CommittedView, assert_nothing_left_open
 
 # A few random shapes in the suite; KPROD_SOAK=N tries N more (make soak).
 SHAPES = int(os.environ.get("KPROD_SOAK", "0")) or 3
@@ -35,32 +35,13 @@ def _write(df, bootstrap: str, topic: str, **options: str) -> None:
 
 
 def _committed_keys(bootstrap: str, topic: str, expected: int) -> list[str]:
-    t = _Topic(bootstrap, topic, "read_committed")
+    t = CommittedView(bootstrap, topic, "read_committed")
     try:
         for _ in range(20):
             if t.poll(0.5) >= expected:
                 break
         t.poll(1.0)  # duplicates, if any, show up too
         return t.keys
-    finally:
-        t.close()
-
-
-def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int) -> None:
-    """A plain record produced now to every partition is visible to read_committed within
-    seconds: no transaction before it holds the last stable offset back."""
-    with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
-        for partition in range(partitions):
-            p.send(ProducerRecord(topic, b"sentinel", key=b"sentinel-%d" % partition, partition=partition))
-        p.flush(30)
-    t = _Topic(bootstrap, topic, "read_committed")
-    try:
-        for _ in range(20):
-            t.poll(0.5)
-            if sum(k.startswith("sentinel") for k in t.keys) == partitions:
-                return
-        raise AssertionError(f"sentinels seen by read_committed: {[k for k in t.keys if k.startswith('sentinel')]}; "
-                             f"a transaction is still open on the others")
     finally:
         t.close()
 
