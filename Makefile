@@ -2,10 +2,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka test demo bench clean
+.PHONY: venv kafka test soak demo bench clean
 
-# The venv is (re)built whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
+# The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
+# encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
+$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -20,6 +21,12 @@ kafka: venv
 
 test: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider
+
+# The randomized transaction and exactly-once tests with many more cases than the suite's.
+KPROD_SOAK ?= 100
+soak: venv kafka
+	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
+		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py -k "model or random"
 
 demo: venv
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/demo.py

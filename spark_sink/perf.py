@@ -351,10 +351,10 @@ class _PeakRss:
 
 
 def _load_kernels() -> float:
-    """Load send_arrow's compiled loops (numba and its code, once per process, as any
-    program's first send_arrow would) before anything is timed; returns the MiB of RSS
+    """Load send_arrow's compiled loops (once per process, as any program's first
+    send_arrow would) before anything is timed; returns the MiB of RSS
     that took."""
-    from spark_sink.protocol.columnar import encode_columns
+    from spark_sink.encoder.columnar import encode_columns
     from spark_sink.producer.partitioner import murmur2_array
 
     before = _proc_status_kb("VmRSS")

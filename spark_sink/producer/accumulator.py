@@ -13,6 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
     FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future,
 )
@@ -20,7 +21,6 @@ from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import ProducerClosedError
 from spark_sink.producer.network import now_ms
-from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
 LeaderOf = Callable[[TopicPartition], int | None]

@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
 
-from spark_sink.protocol.columnar import as_binary, binary_offsets
+from spark_sink.encoder import kernels
+from spark_sink.encoder.columnar import as_binary, binary_offsets
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
@@ -139,6 +140,6 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
     for a in (data, offsets, nulls):
         a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
-    from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
-
-    return kernels.murmur2_rows(data, offsets, nulls, SEED).view(np.int32)
+    hashes = np.empty(len(keys), np.uint32)
+    kernels.compiled().murmur2_rows(data, offsets, nulls, SEED, hashes)
+    return hashes.view(np.int32)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.admin import PreparedTransaction
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
@@ -36,7 +37,6 @@ from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.protocol.errors import KProdError
-from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)

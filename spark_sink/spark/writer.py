@@ -45,11 +45,12 @@ _long_lived_frozen = False
 
 
 def _freeze_long_lived() -> None:
-    """Once per Python worker, when the compiled encoder has been loaded: collect, then
-    move every object the process holds out of the cyclic GC's reach (gc.freeze).
+    """Once per Python worker, when numba has been loaded (kprod's encoder compiled by
+    numba, as from a --py-files zip; the wheel's C extension does not load it): collect,
+    then move every object the process holds out of the cyclic GC's reach (gc.freeze).
 
-    Spark reuses its Python workers across tasks and microbatches. numba and the compiled
-    kernels add about a hundred thousand long-lived objects, and every full collection
+    Spark reuses its Python workers across tasks and microbatches. numba and its compiled
+    code add about a hundred thousand long-lived objects, and every full collection
     walked them all again, about once per microbatch in each worker."""
     global _long_lived_frozen
     if _long_lived_frozen or "numba" not in sys.modules:
