@@ -20,12 +20,13 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.producer.transaction_manager import (
-    COORDINATOR_MOVED, GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic,
-    end_txn_body, offset_topics, partition_error, txn_offset_commit_body,
-)
+from spark_sink.producer.coordinators import Coordinators
 from spark_sink.protocol.errors import KProdError, error_for_code
 from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.transactions import (
+    GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic, end_txn_body,
+    offset_topics, partition_error, txn_offset_commit_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,7 @@ class AdminClient:
     def __init__(self, config: Mapping[str, Any] | ProducerConfig) -> None:
         self._config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config)
         self._client = NetworkClient(self._config)
-        self._coordinators: dict[tuple[int, str], int] = {}
-        self._finding: set[tuple[int, str]] = set()  # FindCoordinator in flight for these keys
+        self._coordinators = Coordinators()
 
     def close(self) -> None:
         self._client.close()
@@ -178,28 +178,14 @@ class AdminClient:
     def _coordinator(self, call: _Call, now: float) -> int | None:
         """The coordinator's node id for ``call`` if known, else asks for it (once at a
         time per key) and returns None."""
-        node = self._coordinators.get((call.key_type, call.key))
-        if node is not None:
-            return node
-        if (call.key_type, call.key) in self._finding:
-            return None
-        any_node = self._client.least_loaded_node(now)
-        if any_node is None or not self._client.ready(any_node, now):
-            return None
-        self._finding.add((call.key_type, call.key))
-        self._client.send(any_node, ApiKey.FIND_COORDINATOR, {"key": call.key, "key_type": call.key_type},
-                          lambda r, c=call: self._found(c, r))
-        return None
+        node = self._coordinators.node(call.key_type, call.key)
+        if node is None:
+            self._coordinators.find(self._client, call.key_type, call.key, now, lambda error: self._found(call, error))
+        return node
 
-    def _found(self, call: _Call, response: ClientResponse) -> None:
-        self._finding.discard((call.key_type, call.key))
-        error = response.error or error_for_code(response.body["error_code"], response.body.get("error_message"))
-        if error is None:
-            node = response.body["node_id"]
-            self._client.set_nodes({node: (response.body["host"], response.body["port"])})
-            self._coordinators[(call.key_type, call.key)] = node
-            return
-        self._failed(call, error)
+    def _found(self, call: _Call, error: KProdError | None) -> None:
+        if error is not None:
+            self._failed(call, error)
 
     def _answered(self, call: _Call, response: ClientResponse) -> None:
         call.in_flight = False
@@ -218,8 +204,7 @@ class AdminClient:
         """Retriable: try again after retry.backoff.ms (finding the coordinator anew if it
         moved); otherwise the whole call fails with the broker's error."""
         call.error = error
-        if isinstance(error, COORDINATOR_MOVED):
-            self._coordinators.pop((call.key_type, call.key), None)
+        self._coordinators.failed(call.key_type, call.key, error)
         if not getattr(error, "retriable", False):
             call.done = True  # _run raises it: callbacks must not
             return

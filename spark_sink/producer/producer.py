@@ -23,6 +23,7 @@ from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_
 from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.coordinator_requests import TransactionalResult
 from spark_sink.producer.errors import (
     BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
 )
@@ -34,7 +35,7 @@ from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.producer.transaction_manager import TransactionalResult, TransactionManager
+from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.protocol.errors import KProdError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 

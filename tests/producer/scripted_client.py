@@ -67,6 +67,8 @@ class ScriptedClient:
     # InitProducerId answers to give, in order, before the default (a new id each time):
     # an error class, or (producer id, epoch).
     init_producer_id_script: list[type[KafkaError] | tuple[int, int]] = field(default_factory=list)
+    # EndTxn answers to give, in order, before success: an error class each.
+    end_txn_script: list[type[KafkaError]] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     # What a broker appended: per partition, the batches answered with success, in order.
     log: dict[TopicPartition, list[RecordBatch]] = field(default_factory=dict)
@@ -132,7 +134,7 @@ class ScriptedClient:
                 {"name": t["name"], "partitions": [{"partition_index": i, "error_code": NO_ERROR}
                                                    for i in t["partitions"]]} for t in request.body["topics"]]})
         elif api_key == ApiKey.END_TXN:
-            self.respond(request, {"error_code": NO_ERROR})
+            self.respond(request, {"error_code": self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR})
 
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
         self.nodes = dict(nodes)

@@ -20,8 +20,8 @@ from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.transaction_manager import State, TransactionManager
 from spark_sink.protocol.errors import (
-    DuplicateSequenceNumberError, InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError,
-    OutOfOrderSequenceNumberError, UnknownProducerIdError,
+    DuplicateSequenceNumberError, InvalidRecordError, NotCoordinatorError, NotEnoughReplicasError,
+    NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, UnknownProducerIdError,
 )
 from spark_sink.protocol.messages import ApiKey
 from tests.producer.scripted_client import Request, ScriptedClient
@@ -359,6 +359,23 @@ def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over(
     h.client.respond_produce(h.only_in_flight())
     h.run()
     assert h.callbacks[-1] == (b"b", 0, None)
+
+
+def test_a_coordinator_that_moved_is_found_again():
+    """EndTxn answered NOT_COORDINATOR: the cached coordinator is forgotten, found again
+    with FindCoordinator, and EndTxn sent again; the commit then succeeds."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.client.end_txn_script = [NotCoordinatorError]
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight())
+    committed = h.txn.end_transaction(commit=True)
+    h.run()
+    committed.wait(0, "commit")
+    assert [ApiKey(r.api_key) for r in h.client.requests if r.api_key in (ApiKey.FIND_COORDINATOR, ApiKey.END_TXN)
+            ] == [ApiKey.FIND_COORDINATOR, ApiKey.END_TXN, ApiKey.FIND_COORDINATOR, ApiKey.END_TXN]
+    assert h.txn.state is State.READY
 
 
 def test_an_empty_transaction_ends_without_a_request():
