@@ -248,7 +248,7 @@ def _read_back(bootstrap: str, topic: str, rows: int) -> None:
 def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]], dict[str, list[tuple]], str]:
     """rows/s of each sink and CPU per write, one figure per round, and the compression used."""
     if not args.skip_spark_kafka:
-        from spark_sink.kafka_broker import spark_kafka_jars
+        from kprod_broker import spark_kafka_jars
 
         # On the driver's class path only if given before its JVM starts (as spark-submit's
         # --jars would); under spark-submit, pass them with --jars yourself.
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         args.topic = f"{args.topic}-{uuid.uuid4().hex[:6]}"
     with _common.kafka_cluster(args) as bootstrap:
         rates, cpu, compression = run(args, bootstrap)
-    broker = args.bootstrap_servers or f"embedded {args.broker}"
+    broker = args.bootstrap_servers or "a local Apache Kafka node"
     print(f"\nsink benchmark on {broker}: {args.rows} rows, {args.key_size}-byte keys, {args.value_size}-byte values, "
           f"{args.tasks} tasks, kprod's compression {compression}, best of {args.repeat} round(s)")
     print(f"  {'':<40} {'rows/s':>12}   CPU s per million rows: {'JVM':>5} {'workers':>8} {'broker':>7}")

@@ -2,8 +2,7 @@
 
     kprod-perf --num-records 1000000 --record-size 100 --key-size 10 --mode arrow --compare
 
-Without --bootstrap-servers it starts a broker for the run: Apache Kafka (one KRaft node,
-``--broker kafka``, the default) or Tansu (``--broker tansu``). With --compare it also
+Without --bootstrap-servers it starts a local Apache Kafka node (KRaft) for the run. With --compare it also
 runs confluent-kafka (per-record produce with a delivery callback), kafka-python and the
 Java producer (Kafka's own ProducerPerformance, values without keys) on the same data in
 the same run, and prints kprod's throughput as a ratio of each. Every client's delivery
@@ -243,7 +242,7 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
     import re
     import subprocess
 
-    from spark_sink.kafka_broker import KAFKA_VERSION, java, kafka_classpath
+    from kprod_broker import KAFKA_VERSION, java, kafka_classpath
 
     settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true",
                 "batch.size": str(batch_size), "linger.ms": str(linger_ms),
@@ -299,22 +298,14 @@ def _payload(table: pa.Table) -> int:
 
 
 @contextlib.contextmanager
-def _cluster(bootstrap: str | None, topic: str, partitions: int, kind: str) -> Iterator[str]:
+def _cluster(bootstrap: str | None, topic: str, partitions: int) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    if kind == "kafka":
-        from spark_sink.kafka_broker import KAFKA_VERSION, KafkaCluster
+    from kprod_broker import KAFKA_VERSION, start_local_kafka
 
-        broker = KafkaCluster(1, heap="1g")
-        what = f"Apache Kafka {KAFKA_VERSION} (one KRaft node)"
-    else:
-        from spark_sink.local_broker import start_local_broker
-
-        broker, what = start_local_broker(), "the embedded local broker (Tansu)"
-    with broker:
-        print(f"started {what} at {broker.bootstrap}", file=sys.stderr)
-        broker.create_topic(topic, partitions)
+    with start_local_kafka(topic, partitions, heap="1g") as broker:
+        print(f"started Apache Kafka {KAFKA_VERSION} (one KRaft node) at {broker.bootstrap}", file=sys.stderr)
         yield broker.bootstrap
 
 
@@ -392,9 +383,7 @@ def report(rounds: list[list[Result]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kprod-perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap-servers", help="host:port list; default: start a broker for the run (--broker)")
-    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
-                    help="the broker started without --bootstrap-servers (default: %(default)s)")
+    ap.add_argument("--bootstrap-servers", help="host:port list; default: start a local Apache Kafka node for the run")
     ap.add_argument("--topic", default=None, help="topic to write (default: a new one on the embedded broker)")
     ap.add_argument("--partitions", type=int, default=6, help="partitions of the topic created on the embedded broker")
     ap.add_argument("--num-records", type=int, default=1_000_000)
@@ -449,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{result.client}: the broker holds {written} of its {result.records} records")
         return result
 
-    with _cluster(args.bootstrap_servers, topic, args.partitions, args.broker) as bootstrap:
+    with _cluster(args.bootstrap_servers, topic, args.partitions) as bootstrap:
         for n in range(max(1, args.repeat)):
             # A rotating order: the broker slows as it fills, so no client always goes first.
             order = [(n + k) % len(clients) for k in range(len(clients))]

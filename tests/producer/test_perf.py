@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from spark_sink import perf
-from spark_sink.kafka_broker import KAFKA_VERSION
+from kprod_broker import KAFKA_VERSION
 from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, create_topic, unique_topic
 
