@@ -13,14 +13,15 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Apache Kafka's jars, fetched with Maven into ~/.cache/kprod once (the suite's broker).
+# Apache Kafka's jars, fetched once into ~/.cache/kprod with the Ivy inside PySpark (Java only).
 kafka: venv
-	@# Without Java or Maven the tests that need Kafka skip (outside CI) or fail (in CI).
-	-$(PY) -c "from spark_sink.kafka_broker import kafka_classpath; kafka_classpath()"
+	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
+	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
 
 test: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider
 
+# Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: venv
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/demo.py
 
