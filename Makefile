@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka test demo bench clean
+.PHONY: venv kafka test versions demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -20,6 +20,10 @@ kafka: venv
 
 test: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider
+
+# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each) and the producer on Kafka 3.9 and 3.6.
+versions: venv kafka
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
 
 # Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: venv

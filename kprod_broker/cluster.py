@@ -43,6 +43,15 @@ logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
+# The same for Kafka 3, which logs through log4j 1 (reload4j).
+_LOG4J1 = """\
+log4j.rootLogger=INFO, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
+"""
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,7 @@ class KafkaNode:
         config = self.dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
+        (self.dir / "log4j.properties").write_text(_LOG4J1)
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
         result = subprocess.run(
             [java(), "-cp", kafka_classpath(self.cluster.version), *self._log_args(), "kafka.tools.StorageTool", "format",
@@ -140,7 +150,8 @@ class KafkaNode:
             raise KafkaUnavailableError(f"formatting node {self.node_id} failed:\n{result.stdout}{result.stderr}")
 
     def _log_args(self) -> list[str]:
-        return [f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}"]
+        return [f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+                f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}"]
 
     def start(self) -> None:
         """Start the JVM (storage already formatted); returns without waiting for it."""
