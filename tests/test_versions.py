@@ -82,6 +82,7 @@ def test_producer_round_trip_and_transactions_on_kafka(old_kafka):
         producer.init_transactions()
         producer.begin_transaction()
         producer.send(ProducerRecord(txn_topic, b"aborted"))
+        producer.flush()  # on the broker, so that its abort marker is what hides it
         producer.abort_transaction()
         producer.begin_transaction()
         for i in range(10):
