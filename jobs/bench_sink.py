@@ -5,7 +5,7 @@
 
 1. kprod: ``df.write.format("kprod")`` (Arrow batches into record batches, columnar);
 2. Spark's own Kafka sink, ``df.write.format("kafka")`` (spark-sql-kafka-0-10 of the
-   running Spark, fetched with Maven), twice: at its own defaults (what a user gets), and
+   running Spark, fetched with PySpark's Ivy), twice: at its own defaults (what a user gets), and
    with kprod's producer settings (batch.size, linger.ms, acks, enable.idempotence,
    compression.type);
 3. confluent-kafka called once per row inside an Arrow writer, with a delivery callback,

@@ -71,7 +71,6 @@ class Listener:
     advertised_port: int | None = None
 
 
-
 class KafkaNode:
     """One KRaft node (broker and controller) in its own JVM."""
 
@@ -211,8 +210,6 @@ class KafkaCluster:
     e.g. ``SCRAM-SHA-256=[name=alice,password=secret]``. ``config`` overrides node settings.
     """
 
-    name = "kafka"
-
     def __init__(self, nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
                  scram_users: Sequence[str] = (), heap: str = "512m", jvm_args: Sequence[str] = (),
                  start_timeout: float = 90.0, workdir: str | None = None, version: str = KAFKA_VERSION) -> None:
@@ -269,7 +266,8 @@ class KafkaCluster:
 
     def create_topic(self, name: str, partitions: int, replication_factor: int | None = None,
                      config: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
-        """Create a topic and wait until every partition has a leader; returns its name."""
+        """Create a topic and wait until every partition has a leader; returns its name
+        (through confluent-kafka, the bench extra: the tests' own client)."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
         rf = replication_factor or min(3, len(self.nodes))

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.brokers import consume_all, create_topic, partition_counts, subprocess_env, unique_topic
+from tests.procs import descendants
 
 
 def test_broker_round_trip_with_reference_client(kafka):
@@ -28,22 +29,6 @@ def test_broker_round_trip_with_reference_client(kafka):
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
 
 
-def _java_children(pid: int) -> list[int]:
-    """Java processes whose parent is ``pid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            if name == "java" and fields[1] == str(pid):  # fields: state, parent pid, ...
-                found.append(int(entry))
-    return found
-
-
 def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     """``kprod-broker`` prints an address that serves (a record goes in and comes back,
     on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
@@ -53,7 +38,7 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     try:
         bootstrap = broker.stdout.readline().strip()
         assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
-        (jvm,) = _java_children(broker.pid)
+        (jvm,) = descendants(broker.pid)  # the Kafka node's JVM
         from spark_sink.producer import KafkaProducer, ProducerRecord
 
         topic = unique_topic("cli")
@@ -66,7 +51,7 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
 
         broker.send_signal(signal.SIGINT)
         assert broker.wait(60) == 0, broker.stderr.read()
-        assert not os.path.exists(f"/proc/{jvm}")
+        assert not os.path.exists(f"/proc/{jvm}")  # stopped and reaped, not left to init
     finally:
         if broker.poll() is None:
             broker.kill()
