@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
@@ -72,6 +73,9 @@ def maven_jars(name: str, artifacts: Sequence[str], excludes: Sequence[str] = ()
         with open(cache_dir() / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one Ivy at a time: they share its cache
             if not done.exists():
+                # A first fetch takes a minute or so: say why nothing else happens meanwhile.
+                print(f"[kprod_broker] fetching {', '.join(artifacts)} and their dependencies from Maven "
+                      f"Central into {target} (once)", file=sys.stderr, flush=True)
                 _fetch(target, artifacts, excludes)
                 done.write_text("\n".join(artifacts) + "\n")
     return sorted((target / "libs").glob("*.jar"))

@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         message, code = f"run failed: {exc}", 1
     except KeyboardInterrupt:
         message, code = "interrupted", 130
-    print(f"kprod-perf: {str(message).splitlines()[0]}", file=sys.stderr)
+    print(f"kprod-perf: {message.splitlines()[0]}", file=sys.stderr)
     return code
 
 
