@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_sink.kafka_broker import KafkaCluster, Listener
-from spark_sink.local_broker import LocalBroker
-from tests.brokers import free_port, start_kafka, start_tansu
+from kprod_broker import KafkaCluster, Listener
+from tests.brokers import free_port, start_kafka
 from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
@@ -118,14 +117,6 @@ def kprod_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.installs import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("dist"))
-
-
-@pytest.fixture(scope="session")
-def tansu() -> Iterator[LocalBroker]:
-    """A Tansu broker with memory storage on loopback (the demo's zero-download broker)."""
-    broker = start_tansu()
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture
