@@ -10,6 +10,7 @@ give Spark hints.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 
@@ -56,10 +57,15 @@ class ColumnPlan:
     renamed: bool
 
 
+# PySpark 4.2 names the session time zone ``timezone``; 4.1 has ``timestamp_utc`` instead.
+_UTC = ({"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_type).parameters
+        else {"timestamp_utc": True})
+
+
 def _arrow_type(data_type: DataType) -> pa.DataType:
     """The Arrow type of a Spark column as a task receives it."""
     try:
-        return to_arrow_type(data_type, timezone="UTC")
+        return to_arrow_type(data_type, **_UTC)
     except Exception:  # noqa: BLE001 - a type Arrow cannot carry (PySpark raises several kinds)
         return pa.null()  # which no column accepts
 
