@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from spark_sink.producer import AdminClient, KafkaProducer, PreparedTransaction
@@ -80,8 +81,10 @@ def query_id() -> str | None:
 
 # -- the driver -------------------------------------------------------------------
 
-_admins: dict[tuple[tuple[str, str], ...], AdminClient] = {}
+# The driver's AdminClients by configuration, most recently used last; a few at most.
+_admins: OrderedDict[tuple[tuple[str, str], ...], AdminClient] = OrderedDict()
 _admins_lock = threading.Lock()
+_MAX_ADMINS = 4
 # Per prefix, the task ids below which this process has fenced every id no task of the
 # current run uses: done once per process rather than at every microbatch.
 _fenced: dict[str, int] = {}
@@ -95,6 +98,9 @@ def _admin(config: Mapping[str, str]) -> AdminClient:
         admin = _admins.get(key)
         if admin is None:
             admin = _admins[key] = AdminClient(dict(config))
+            while len(_admins) > _MAX_ADMINS:
+                _admins.popitem(last=False)[1].close()
+        _admins.move_to_end(key)
         return admin
 
 
