@@ -95,6 +95,7 @@ class ExactlyOnce:
 
     prefix: str | None  # None: derived from the streaming query's id (see prefix_for)
     marker_topic: str
+    one_write: bool = False  # the prefix is this batch write's own: no later write uses its ids
 
     def prefix_for(self, query_id: str | None) -> str:
         """The prefix of this write. Unless one was given, it comes from the streaming
@@ -187,7 +188,8 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
     if config.acks != -1:
         raise ConfigError("option 'kafka.acks': exactly-once needs acks=all (Kafka's transactions require it)")
     prefix = opts.get("kprod.transactionalidprefix", "").strip() or None
-    if prefix is None and not streaming:
+    one_write = prefix is None and not streaming
+    if one_write:
         # Batch writes are never replayed: a prefix of their own fences nothing else.
         prefix = "kprod-" + uuid.uuid4().hex[:20]
     marker_topic = opts.get("kprod.markertopic", "").strip() or topic
@@ -195,7 +197,7 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
         raise ConfigError("option 'kprod.markerTopic': required for exactly-once writes without a 'topic' option "
                           "(an existing topic; its partition 0 holds the committed-microbatch markers)")
     _check_topic_name(marker_topic, "kprod.markerTopic")
-    return ExactlyOnce(prefix, marker_topic)
+    return ExactlyOnce(prefix, marker_topic, one_write)
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

@@ -116,8 +116,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         options.producer_config, eo.prefix_for(query), partition_id)
     # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
     producer = POOL.acquire(config)
-    # A batch write's transactional ids are its own: no later task could reuse the producer.
-    keep_s = 0.0 if eo is not None and eo.prefix is not None and query is None else options.producer_cache_timeout_s
+    # A batch write's own transactional ids: no later task could reuse the producer.
+    keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
     transaction = None
     begun = False
     before = producer.metric_totals()  # a pooled producer's counts include earlier tasks'

@@ -151,7 +151,7 @@ def test_exactly_once_prefix_comes_from_the_query_id_and_is_new_for_each_batch_w
     with pytest.raises(ConfigError, match="kprod.transactionalIdPrefix"):
         streaming.prefix_for(None)
     batch = parse_options(eo).exactly_once
-    assert batch.prefix and batch.prefix != parse_options(eo).exactly_once.prefix
+    assert batch.prefix and batch.one_write and batch.prefix != parse_options(eo).exactly_once.prefix
     assert batch.prefix_for(None) == batch.prefix
     named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
     assert named.exactly_once.prefix_for("q-1") == "orders" and named.exactly_once.marker_topic == "m"
