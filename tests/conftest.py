@@ -19,6 +19,7 @@ from spark_sink.kafka_broker import KafkaCluster, Listener
 from spark_sink.local_broker import LocalBroker
 from tests.brokers import free_port, start_kafka, start_tansu
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
+from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
 # Spark's Python workers must run this interpreter, or they will not find the project.
