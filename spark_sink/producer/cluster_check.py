@@ -20,8 +20,14 @@ from spark_sink.protocol.messages import ApiKey
 # Errors of a topic that exists (or is being created on first use): a write would go on.
 _TOPIC_EXISTS = frozenset({NO_ERROR, LeaderNotAvailableError.code})
 
+# Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the very request that makes it create a topic
+# on first use (auto.create.topics.enable): a topic is unknown only if it still is when
+# asked again over this long.
+_UNKNOWN_TOPIC_GRACE_MS = 2_000
+
 
 def bootstrap_text(config: ProducerConfig) -> str:
+    """The bootstrap servers as the user wrote them, for error messages."""
     return ",".join(f"{host}:{port}" for host, port in config.bootstrap_servers)
 
 
@@ -35,9 +41,10 @@ def unknown_topic_message(topic: str, config: ProducerConfig, waited: str | None
 
 def check_cluster(config: Mapping[str, Any] | ProducerConfig, topics: Iterable[str],
                   timeout_ms: float | None = None) -> dict[str, int]:
-    """The partition count of each of ``topics`` (0 for one created by this very request,
-    whose partitions have no leader yet), from one Metadata request that may create topics
-    where the brokers allow it, as the producer's own requests do.
+    """The partition count of each of ``topics`` (0 for one being created, whose
+    partitions have no leader yet), from one Metadata request that may create topics where
+    the brokers allow it, as the producer's own requests do (asked again for up to 2 s
+    while a topic is unknown: it may be being created).
 
     Raises, without retrying what cannot change by waiting: BrokersUnreachableError once
     every bootstrap address failed (or ``timeout_ms``, default max.block.ms, passed), naming
@@ -47,9 +54,16 @@ def check_cluster(config: Mapping[str, Any] | ProducerConfig, topics: Iterable[s
     config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config)
     topics = list(dict.fromkeys(topics))
     timeout_ms = config.max_block_ms if timeout_ms is None else timeout_ms
+    deadline = now_ms() + timeout_ms
+    grace_end = min(deadline, now_ms() + _UNKNOWN_TOPIC_GRACE_MS)
     client = NetworkClient(config)
     try:
-        response = _metadata(client, config, topics, timeout_ms)
+        while True:
+            response = _metadata(client, config, topics, deadline, timeout_ms)
+            if now_ms() >= grace_end or all(
+                    t["error_code"] != UnknownTopicOrPartitionError.code for t in response["topics"]):
+                break
+            client.poll(config.retry_backoff_ms)
     finally:
         client.close()
     counts = {}
@@ -63,10 +77,10 @@ def check_cluster(config: Mapping[str, Any] | ProducerConfig, topics: Iterable[s
     return counts
 
 
-def _metadata(client: NetworkClient, config: ProducerConfig, topics: list[str], timeout_ms: float) -> dict[str, Any]:
+def _metadata(client: NetworkClient, config: ProducerConfig, topics: list[str], deadline: float,
+              timeout_ms: float) -> dict[str, Any]:
     """The Metadata response for ``topics`` from whichever bootstrap server is up first:
     every address is tried at once, so one dead address costs no time."""
-    deadline = now_ms() + timeout_ms
     body = {"topics": [{"name": t} for t in topics], "allow_auto_topic_creation": True}
     answers: list[ClientResponse] = []
     sent = False

@@ -421,7 +421,7 @@ class KafkaProducer:
         try:
             return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
                                                  lambda: self._client.authentication_error)
-        except KafkaTimeoutError as exc:
+        except KafkaTimeoutError:
             waited = f"{self.config.max_block_ms} ms (max.block.ms)"
             if not self._metadata.nodes:
                 raise BrokersUnreachableError(
@@ -429,7 +429,7 @@ class KafkaProducer:
                     f"{self._client.describe_bootstrap()}") from None
             if isinstance(self._metadata.topic_errors.get(topic), UnknownTopicOrPartitionError):
                 raise UnknownTopicError(unknown_topic_message(topic, self.config, waited)) from None
-            raise exc from None
+            raise
 
     def metrics(self) -> dict[str, float]:
         """The Java producer's metrics that kprod measures, by their Java names

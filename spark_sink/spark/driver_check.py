@@ -1,5 +1,5 @@
-"""The driver's check before any task runs, and kprod's message put first in what Spark
-shows of an error.
+"""The driver's check before any task runs, and kprod's errors raised from one frame, so
+that what Spark shows of them starts with their message, not kprod's call stack.
 
 ``check_write`` asks the cluster once (one Metadata request, every bootstrap address at
 once) whether it can be reached and authenticated with and whether the ``topic`` option
@@ -10,8 +10,9 @@ max.block.ms. With a per-row ``topic`` column it checks the cluster alone.
 Spark shows a Python data source's error as the worker's traceback text: "Traceback (most
 recent call last):", every frame, and only then the error, with chained errors dropped
 (its simplified traceback, on by default, clears ``__cause__``, which suppresses the
-context too). ``kprod_message_first`` raises the errors a user is to fix from one frame,
-so that their message comes right after it.
+context too), so kprod cannot put its message above "Traceback". ``short_traceback``
+raises the errors a user is to fix from one frame, so that their message comes right
+after it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _without_traceback(error: KProdError) -> KProdError:
         return KProdError(str(error))
 
 
-def kprod_message_first(func: F) -> F:
+def short_traceback(func: F) -> F:
     """Re-raise the errors of ``func`` that are the user's to fix (options, columns, the
     cluster, a record) from ``func`` itself, so that the traceback text Spark shows has one
     frame before kprod's message, not kprod's whole call stack."""

@@ -9,7 +9,7 @@ from pyspark.sql.types import StructType
 
 from spark_sink.producer import ConfigError
 from spark_sink.spark.columns import plan_columns
-from spark_sink.spark.driver_check import check_write, kprod_message_first
+from spark_sink.spark.driver_check import check_write, short_traceback
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.writer import KProdBatchWriter, KProdStreamWriter
 
@@ -35,7 +35,7 @@ class KProdDataSource(DataSource):
     def name(cls) -> str:
         return "kprod"
 
-    @kprod_message_first
+    @short_traceback
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         # Spark hands a Python data source only two save modes: append (overwrite=False) and
         # overwrite (True). It refuses 'errorifexists' (its default) and 'ignore' itself,
@@ -47,7 +47,7 @@ class KProdDataSource(DataSource):
         check_write(options)
         return KProdBatchWriter(options, plan)
 
-    @kprod_message_first
+    @short_traceback
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's name)
         # Complete mode asks to overwrite; like Spark's Kafka sink, every microbatch's
         # full result is simply appended to the topic.

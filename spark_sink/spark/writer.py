@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan
-from spark_sink.spark.driver_check import kprod_message_first
+from spark_sink.spark.driver_check import short_traceback
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions
 from spark_sink.spark.producer_pool import POOL
@@ -210,7 +210,7 @@ class _TaskWriter:
         self.options = options
         self.plan = plan
 
-    @kprod_message_first
+    @short_traceback
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return write_task(iterator, self.options, self.plan)
 

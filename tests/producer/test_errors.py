@@ -99,3 +99,10 @@ def test_check_cluster_wrong_password(secure_kafka):
     with pytest.raises(SaslAuthenticationError) as err:
         check_cluster(config, ["t"])
     assert "wrong-one" not in str(err.value) and "sasl.jaas.config" in str(err.value)
+
+
+def test_check_cluster_lets_the_cluster_create_a_topic_on_first_use(kafka):
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the request that makes it create a topic:
+    where auto.create.topics.enable is on (the default), a new topic is not an error."""
+    topic = unique_topic("auto")
+    assert check_cluster({"bootstrap.servers": kafka.bootstrap}, [topic]) in ({topic: 0}, {topic: 1})
