@@ -2,10 +2,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka test demo bench clean
+.PHONY: venv kafka test soak versions demo bench clean
 
-# The venv is (re)built whenever pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
+# The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
+# encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
+$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -13,14 +14,25 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Apache Kafka's jars, fetched with Maven into ~/.cache/kprod once (the suite's broker).
+# Apache Kafka's jars, fetched once into ~/.cache/kprod with the Ivy inside PySpark (Java only).
 kafka: venv
-	@# Without Java or Maven the tests that need Kafka skip (outside CI) or fail (in CI).
-	-$(PY) -c "from spark_sink.kafka_broker import kafka_classpath; kafka_classpath()"
+	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
+	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
 
 test: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider
 
+# The randomized transaction and exactly-once tests with many more cases than the suite's.
+KPROD_SOAK ?= 100
+soak: venv kafka
+	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
+		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py -k "model or random"
+
+# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each) and the producer on Kafka 3.9 and 3.6.
+versions: venv kafka
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
+
+# Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: venv
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/demo.py
 

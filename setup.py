@@ -1,35 +1,16 @@
-"""Builds the wheel with kprod's compiled encoder in it (everything else is in pyproject.toml).
+"""Builds kprod's compiled encoder loops (spark_sink/encoder/_kernels.c) into the wheel;
+everything else is in pyproject.toml.
 
-Compiling the numba kernels takes seconds in every fresh process; a wheel that carries
-them lets a new Spark executor write at once (see spark_sink/protocol/kernel_cache.py).
-Editable installs skip this: they compile once, into the checkout, on first use.
+The loops are plain C over the buffers numpy hands them (no numpy headers), written
+against Python's stable ABI, so one wheel serves every CPython from 3.11 on. Without a C
+compiler the build goes on without them (optional): kprod then compiles the same loops
+with numba (``kprod[jit]``) at first use.
 """
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from setuptools import Extension, setup
 
-from setuptools import setup
-from setuptools.command.build_py import build_py
-
-
-class BuildPyWithKernels(build_py):
-    """build_py, then compile the kernels into the built package's _kernel_cache/."""
-
-    def run(self) -> None:
-        super().run()
-        if getattr(self, "editable_mode", False):
-            return
-        target = Path(self.build_lib, "spark_sink", "protocol", "_kernel_cache").resolve()
-        env = {**os.environ, "PYTHONPATH": os.path.abspath(self.build_lib)}
-        for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT"):
-            env.pop(name, None)
-        done = subprocess.run([sys.executable, "-m", "spark_sink.protocol.kernel_cache", str(target)],
-                              env=env, cwd=self.build_lib)
-        if done.returncode != 0:
-            # A wheel without the cache still works: its first write compiles the kernels.
-            print("warning: kprod's kernels were not precompiled into the wheel", file=sys.stderr)
-
-
-setup(cmdclass={"build_py": BuildPyWithKernels})
+setup(
+    ext_modules=[Extension("spark_sink.encoder._kernels", ["spark_sink/encoder/_kernels.c"],
+                           py_limited_api=True, define_macros=[("Py_LIMITED_API", "0x030B0000")], optional=True)],
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
+)

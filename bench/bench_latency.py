@@ -34,8 +34,8 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from spark_sink.kafka_broker import KafkaCluster, Listener, make_tls_files, spark_kafka_jars, ssl_listener_config  # noqa: E402
-from spark_sink.local_broker import free_port  # noqa: E402
+from kprod_broker import KafkaCluster, Listener, make_tls_files, spark_kafka_jars, ssl_listener_config  # noqa: E402
+from kprod_broker import free_port  # noqa: E402
 from tests.brokers import consume_all  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
 from tests.spark.first_microbatch import register_noop  # noqa: E402

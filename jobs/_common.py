@@ -34,13 +34,11 @@ def say(message: str) -> None:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every job has: where Kafka is, the topic, producer and Spark settings."""
     parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
-                        help="Kafka cluster to write to; without it an embedded local broker is started (--broker)")
-    parser.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
-                        help="the embedded broker: tansu (in memory, no download) or kafka (Apache Kafka, one "
-                             "KRaft node; its jars are fetched with Maven once) (default: %(default)s)")
+                        help="Kafka cluster to write to; without it a local Apache Kafka node is started for "
+                             "the job (its jars are fetched once into ~/.cache/kprod)")
     parser.add_argument("--topic", default="kprod-demo", help="topic to write to (default: %(default)s)")
     parser.add_argument("--partitions", type=int, default=6,
-                        help="partitions when the job creates the topic (embedded broker or --create-topic; "
+                        help="partitions when the job creates the topic (local broker or --create-topic; "
                              "default: %(default)s)")
     parser.add_argument("--create-topic", action="store_true",
                         help="create --topic on --bootstrap-servers first (needs confluent-kafka)")
@@ -139,31 +137,23 @@ def spark_session(args: argparse.Namespace, app_name: str):
 
 @contextlib.contextmanager
 def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
-    """The bootstrap address: --bootstrap-servers, or an embedded broker for the job's life."""
+    """The bootstrap address: --bootstrap-servers, or a local Apache Kafka node for the job's life."""
     if args.bootstrap_servers:
         if args.create_topic:
             create_topic(args.bootstrap_servers, args.topic, args.partitions)
         yield args.bootstrap_servers
         return
-    if args.broker == "kafka":
-        from spark_sink.kafka_broker import KAFKA_VERSION, KafkaCluster
+    from kprod_broker import KAFKA_VERSION, start_local_kafka
 
-        broker = KafkaCluster(1, heap="1g")
-        args.broker_pid = broker.nodes[0].pid
-        say(f"no --bootstrap-servers given: started Apache Kafka {KAFKA_VERSION} (one KRaft node) at {broker.bootstrap}")
-    else:
-        from spark_sink.local_broker import start_local_broker
-
-        broker = start_local_broker()
-        args.broker_pid = broker.pid
-        say(f"no --bootstrap-servers given: started an embedded local broker (Tansu, in memory) at {broker.bootstrap}")
+    say(f"no --bootstrap-servers given: starting Apache Kafka {KAFKA_VERSION} (one KRaft node) on loopback")
+    broker = start_local_kafka(args.topic, args.partitions, heap="1g")
+    args.broker_pid = broker.nodes[0].pid
+    say(f"Apache Kafka serves at {broker.bootstrap}; created topic {args.topic} with {args.partitions} partitions")
     try:
-        broker.create_topic(args.topic, args.partitions)
-        say(f"created topic {args.topic} with {args.partitions} partitions")
         yield broker.bootstrap
     finally:
         broker.stop()
-        say("embedded broker stopped")
+        say("local broker stopped")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

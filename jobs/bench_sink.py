@@ -5,7 +5,7 @@
 
 1. kprod: ``df.write.format("kprod")`` (Arrow batches into record batches, columnar);
 2. Spark's own Kafka sink, ``df.write.format("kafka")`` (spark-sql-kafka-0-10 of the
-   running Spark, fetched with Maven), twice: at its own defaults (what a user gets), and
+   running Spark, fetched with PySpark's Ivy), twice: at its own defaults (what a user gets), and
    with kprod's producer settings (batch.size, linger.ms, acks, enable.idempotence,
    compression.type);
 3. confluent-kafka called once per row inside an Arrow writer, with a delivery callback,
@@ -248,7 +248,7 @@ def _read_back(bootstrap: str, topic: str, rows: int) -> None:
 def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]], dict[str, list[tuple]], str]:
     """rows/s of each sink and CPU per write, one figure per round, and the compression used."""
     if not args.skip_spark_kafka:
-        from spark_sink.kafka_broker import spark_kafka_jars
+        from kprod_broker import spark_kafka_jars
 
         # On the driver's class path only if given before its JVM starts (as spark-submit's
         # --jars would); under spark-submit, pass them with --jars yourself.
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         args.topic = f"{args.topic}-{uuid.uuid4().hex[:6]}"
     with _common.kafka_cluster(args) as bootstrap:
         rates, cpu, compression = run(args, bootstrap)
-    broker = args.bootstrap_servers or f"embedded {args.broker}"
+    broker = args.bootstrap_servers or "a local Apache Kafka node"
     print(f"\nsink benchmark on {broker}: {args.rows} rows, {args.key_size}-byte keys, {args.value_size}-byte values, "
           f"{args.tasks} tasks, kprod's compression {compression}, best of {args.repeat} round(s)")
     print(f"  {'':<40} {'rows/s':>12}   CPU s per million rows: {'JVM':>5} {'workers':>8} {'broker':>7}")

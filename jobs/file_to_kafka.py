@@ -6,8 +6,8 @@
 
 If the files already have kprod's columns (value, and optionally key, topic, partition,
 headers, timestamp) they are sent as they are; otherwise every column is packed into a
-JSON value, with --key-column as the key. Without --bootstrap-servers an embedded local
-broker is started for the run (and the records are gone when it stops).
+JSON value, with --key-column as the key. Without --bootstrap-servers a local Apache
+Kafka node is started for the run (and the records are gone when it stops).
 """
 
 from __future__ import annotations

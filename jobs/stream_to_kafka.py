@@ -6,7 +6,7 @@
     python jobs/stream_to_kafka.py --source files --input-dir /data/in --input-format json \\
         --trigger available-now
 
-Without --bootstrap-servers it starts an embedded local broker for the run. Every
+Without --bootstrap-servers it starts a local Apache Kafka node for the run. Every
 microbatch is committed only after Kafka acknowledged all its records; its summary goes
 to the log and one JSON line to the delivery report (--report).
 """
@@ -62,6 +62,7 @@ class StreamStats:
     bytes: int = 0
     seconds: float = 0.0
     task_seconds: float = 0.0  # summed over microbatches: the slowest task of each
+    batches: list[tuple[int, float]] = field(default_factory=list)  # (records, slowest task's seconds) of each
     per_partition: dict[tuple[str, int], int] = field(default_factory=dict)
     report: str = ""
 
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> StreamStats:
         stats.records += entry["records"]
         stats.bytes += entry["bytes"]
         stats.task_seconds += entry.get("maxTaskSeconds", 0.0)
+        stats.batches.append((entry["records"], entry.get("maxTaskSeconds", 0.0)))
         for p in entry["partitions"]:
             tp = (p["topic"], p["partition"])
             stats.per_partition[tp] = stats.per_partition.get(tp, 0) + p["count"]

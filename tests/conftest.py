@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_sink.kafka_broker import KafkaCluster, Listener
-from spark_sink.local_broker import LocalBroker
-from tests.brokers import free_port, start_kafka, start_tansu
+from kprod_broker import KafkaCluster, Listener
+from tests.brokers import free_port, start_kafka
+from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
@@ -39,11 +39,26 @@ class ProxiedKafka:
         return f"127.0.0.1:{self.proxy.port}"
 
 
+@dataclass
+class ProxiedKafka3:
+    """The three-node cluster, each node also reachable through its own fault proxy."""
+
+    cluster: KafkaCluster
+    proxies: dict[int, FaultProxy]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{proxy.port}" for proxy in self.proxies.values())
+
+
 @pytest.fixture(scope="session")
 def _kafka_session() -> Iterator[ProxiedKafka]:
     port = free_port()
     with FaultProxy("127.0.0.1", port) as proxy:
-        cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)])
+        # The coordinator looks for timed-out transactions every second (10 s by default):
+        # tests of transaction.timeout.ms wait for it.
+        cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)],
+                              config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
         try:
             yield ProxiedKafka(cluster, proxy)
         finally:
@@ -66,11 +81,35 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
 
 
 @pytest.fixture(scope="session")
-def kafka3() -> Iterator[KafkaCluster]:
+def _kafka3_session() -> Iterator[ProxiedKafka3]:
+    ports = {node_id: free_port() for node_id in (1, 2, 3)}
+    proxies = {node_id: FaultProxy("127.0.0.1", port) for node_id, port in ports.items()}
+    try:
+        cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
+            node_id: proxy.port for node_id, proxy in proxies.items()})])
+        try:
+            yield ProxiedKafka3(cluster, proxies)
+        finally:
+            cluster.stop()
+    finally:
+        for proxy in proxies.values():
+            proxy.close()
+
+
+@pytest.fixture(scope="session")
+def kafka3(_kafka3_session: ProxiedKafka3) -> KafkaCluster:
     """Three Apache Kafka nodes: replication factor 3, min.insync.replicas 2 (failover)."""
-    cluster = start_kafka(3)
-    yield cluster
-    cluster.stop()
+    return _kafka3_session.cluster
+
+
+@pytest.fixture
+def kafka3_proxies(_kafka3_session: ProxiedKafka3) -> Iterator[ProxiedKafka3]:
+    """The three nodes with a fault proxy in front of each one's PROXIED listener (by node
+    id); faults are cleared after each test."""
+    yield _kafka3_session
+    for proxy in _kafka3_session.proxies.values():
+        proxy.set_delay(0)
+        proxy.stall(False)
 
 
 @pytest.fixture(scope="session")
@@ -79,14 +118,6 @@ def kprod_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.installs import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("dist"))
-
-
-@pytest.fixture(scope="session")
-def tansu() -> Iterator[LocalBroker]:
-    """A Tansu broker with memory storage on loopback (the demo's zero-download broker)."""
-    broker = start_tansu()
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from spark_sink.kafka_broker import KafkaCluster
+from kprod_broker import KafkaCluster
 
 # Retries must outlast an election: a killed node is fenced after broker.session.timeout.ms (3 s).
 FAILOVER_CONFIG = {"linger.ms": 2, "request.timeout.ms": 5000, "delivery.timeout.ms": 120000,

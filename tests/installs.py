@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_wheel(dist: Path) -> Path:
-    """kprod's wheel, built as pip builds it (with its compiled kernels)."""
+    """kprod's wheel, built as pip builds it (with its compiled encoder)."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
                    check=True, capture_output=True)
     (wheel,) = dist.glob("kprod-*.whl")
@@ -52,6 +52,6 @@ def kprod_zip(where: Path) -> Path:
     with zipfile.ZipFile(where, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.write(ROOT / "pyspark_kprod.py", "pyspark_kprod.py")
         for source in sorted((ROOT / "spark_sink").rglob("*")):
-            if source.is_file() and not {"__pycache__", "_kernel_cache"} & set(source.parts):
+            if source.is_file() and "__pycache__" not in source.parts:
                 archive.write(source, source.relative_to(ROOT))
     return where

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spark_sink.kafka_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_listener_config
+from kprod_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_listener_config
 from tests.brokers import free_port, start_kafka
 from tests.faultproxy import FaultProxy
 

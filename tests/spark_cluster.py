@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pyspark.find_spark_home import _find_spark_home
 
-from spark_sink.local_broker import free_port
+from kprod_broker import free_port
 
 SPARK_HOME = Path(_find_spark_home())
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"

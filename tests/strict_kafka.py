@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spark_sink.kafka_broker import KafkaCluster
+from kprod_broker import KafkaCluster
 from tests.brokers import start_kafka
 
 

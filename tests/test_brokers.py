@@ -1,23 +1,57 @@
-"""The brokers themselves: Apache Kafka (the suite's) and Tansu (the demo's) start, create
-topics and round-trip through confluent-kafka.
+"""The broker itself: Apache Kafka (the suite's, the demo's and ``kprod-broker``'s) starts,
+creates topics and round-trips through confluent-kafka.
 
 If these fail, every integration test would fail for a reason that is not kprod's.
 """
 
-import pytest
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
-from tests.brokers import consume_all, create_topic, partition_counts, unique_topic
+from tests.brokers import consume_all, create_topic, partition_counts, subprocess_env, unique_topic
+from tests.procs import descendants
 
 
-@pytest.mark.parametrize("which", ["kafka", "tansu"])
-def test_broker_round_trip_with_reference_client(request, which):
-    broker = request.getfixturevalue(which)
-    topic = create_topic(broker.bootstrap, unique_topic("fixture"), partitions=3)
-    p = Producer({"bootstrap.servers": broker.bootstrap})
+def test_broker_round_trip_with_reference_client(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("fixture"), partitions=3)
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
     for i in range(30):
         p.produce(topic, value=b"v%d" % i, partition=i % 3)
     assert p.flush(30) == 0
-    messages = consume_all(broker.bootstrap, topic, 30)
+    messages = consume_all(kafka.bootstrap, topic, 30)
     assert sorted(m.value() for m in messages) == sorted(b"v%d" % i for i in range(30))
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
+
+
+def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
+    """``kprod-broker`` prints an address that serves (a record goes in and comes back,
+    on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
+    exit status 0, its JVM gone."""
+    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        bootstrap = broker.stdout.readline().strip()
+        assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
+        (jvm,) = descendants(broker.pid)  # the Kafka node's JVM
+        from spark_sink.producer import KafkaProducer, ProducerRecord
+
+        topic = unique_topic("cli")
+        with KafkaProducer({"bootstrap.servers": bootstrap}) as producer:
+            producer.send(ProducerRecord(topic, b"hello", b"k")).result(30)
+        (message,) = consume_all(bootstrap, topic, 1)
+        assert (message.key(), message.value()) == (b"k", b"hello")
+        assert len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+                   .topics[topic].partitions) == 2
+
+        broker.send_signal(signal.SIGINT)
+        assert broker.wait(60) == 0, broker.stderr.read()
+        assert not os.path.exists(f"/proc/{jvm}")  # stopped and reaped, not left to init
+    finally:
+        if broker.poll() is None:
+            broker.kill()

@@ -11,8 +11,9 @@ import dataclasses
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
     FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future,
 )
@@ -20,7 +21,6 @@ from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import ProducerClosedError
 from spark_sink.producer.network import now_ms
-from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
 LeaderOf = Callable[[TopicPartition], int | None]
@@ -44,9 +44,11 @@ class RecordAccumulator:
         self._incomplete: set[ProducerBatch] = set()
         self._order = itertools.count()
         self._flushes = 0
+        self._drain_start = 0  # where in _batches' order the next drain starts
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
         self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
+        self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
 
     # -- appending (user threads) ---------------------------------------------
 
@@ -236,7 +238,14 @@ class RecordAccumulator:
         sizes = dict.fromkeys(nodes, 0)
         full: set[int] = set()
         with self._lock:
-            for tp, dq in self._batches.items():
+            # Each drain starts where the last one first ran out of room (Java's
+            # drainIndex), so partitions late in the order are not always left for later.
+            items = list(self._batches.items())
+            start = self._drain_start % len(items) if items else 0
+            self._drain_start = start + 1
+            stopped = False
+            for i in range(len(items)):
+                tp, dq = items[(start + i) % len(items)]
                 if not dq:
                     continue
                 node = leader_of(tp)
@@ -249,6 +258,9 @@ class RecordAccumulator:
                 size = sizes[node] + batch.wire_size
                 if size > max_request_size and drained[node]:
                     full.add(node)
+                    if not stopped:
+                        stopped = True
+                        self._drain_start = start + i
                     continue
                 dq.popleft()
                 batch.closed = True  # its records are final: prepare() numbers them
@@ -337,3 +349,40 @@ class RecordAccumulator:
     def end_flush(self) -> None:
         with self._lock:
             self._flushes -= 1
+
+    # -- adaptive partitioning (KIP-794) -------------------------------------------
+
+    def note_drained(self, nodes: Iterable[int], now: float) -> None:
+        """The Sender drained batches for ``nodes``: they are taking records."""
+        for node in nodes:
+            self._drained_ms[node] = now
+
+    def partition_load(self, topic: str, leaders: Sequence[int], now: float) -> tuple[list[int], list[int], int]:
+        """(batches waiting per available partition, those partitions, the partition count)
+        of ``topic``, as Java's RecordAccumulator gathers them for its BuiltInPartitioner.
+
+        Available: the partition has a leader and, with partitioner.availability.timeout.ms,
+        the leader is not overdue. Java calls a node overdue when it had batches ready but
+        could not take them for that long; kprod's ready() leaves out partitions at their
+        in-flight limit, so a node is overdue when a batch has been due for it (lingered)
+        for longer than the timeout and the node took no batch in that time."""
+        timeout = self._config.partitioner_availability_timeout_ms
+        queues = self._by_topic.get(topic, {})
+        sizes: list[int] = []
+        ids: list[int] = []
+        overdue: set[int] = set()
+        with self._lock:
+            if timeout:
+                due_since: dict[int, float] = {}
+                for partition, dq in queues.items():
+                    if dq and partition < len(leaders) and leaders[partition] >= 0:
+                        node = leaders[partition]
+                        due_since[node] = min(due_since.get(node, now), dq[0].created_ms + self._config.linger_ms)
+                overdue = {node for node, since in due_since.items()
+                           if now - max(since, self._drained_ms.get(node, since)) > timeout}
+            for partition, node in enumerate(leaders):
+                if node >= 0 and node not in overdue:
+                    dq = queues.get(partition)
+                    sizes.append(len(dq) if dq else 0)
+                    ids.append(partition)
+        return sizes, ids, len(leaders)

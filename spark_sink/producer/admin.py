@@ -20,17 +20,18 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.producer.transaction_manager import (
-    COORDINATOR_MOVED, GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic,
-    end_txn_body, partition_error, txn_offset_commit_body,
-)
+from spark_sink.producer.coordinators import Coordinators
 from spark_sink.protocol.errors import KProdError, error_for_code
 from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.transactions import (
+    GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic, end_txn_body,
+    offset_topics, partition_error, txn_offset_commit_body,
+)
 
 log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
-_PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT)
+_PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_COMMIT)
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,7 @@ class AdminClient:
     def __init__(self, config: Mapping[str, Any] | ProducerConfig) -> None:
         self._config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config)
         self._client = NetworkClient(self._config)
-        self._coordinators: dict[tuple[int, str], int] = {}
-        self._finding: set[tuple[int, str]] = set()  # FindCoordinator in flight for these keys
+        self._coordinators = Coordinators()
 
     def close(self) -> None:
         self._client.close()
@@ -88,6 +88,22 @@ class AdminClient:
         calls = [_Call(TRANSACTION, t.transactional_id, ApiKey.END_TXN,
                        end_txn_body(t.transactional_id, t.producer_id, t.producer_epoch, commit)) for t in transactions]
         self._run(calls, timeout_ms, "commit" if commit else "abort")
+
+    def fence_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None) -> None:
+        """Fence every producer of each transactional id, as a new producer's
+        init_transactions() would (Java's Admin.fenceProducers): the epoch is bumped and a
+        transaction left open under the id is aborted. One still being committed is
+        committed first."""
+        calls = [_Call(TRANSACTION, tid, ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": tid, "transaction_timeout_ms": self._config.transaction_timeout_ms,
+            "producer_id": -1, "producer_epoch": -1}) for tid in transactional_ids]
+        self._run(calls, timeout_ms, "fence transactional ids")
+
+    def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None) -> None:
+        """Commit ``offsets`` for ``group_id`` at once, outside any transaction, as a client
+        that is no member of the group (the group must have no active members)."""
+        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, {
+            "group_id": group_id, "topics": offset_topics(offsets)})], timeout_ms, f"commit offsets of {group_id}")
 
     def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
                           timeout_ms: float | None = None) -> dict[str, Offsets]:
@@ -126,11 +142,16 @@ class AdminClient:
         client = self._client
         while True:
             now = now_ms()
-            failed = next((c.error for c in calls if c.done and c.result is None), None)
-            if failed is not None:
-                raise failed
             pending = [c for c in calls if not c.done]
             if not pending:
+                # Every call ran to its end, so one refusal left none of the others undone.
+                failed = [c for c in calls if c.result is None]
+                if failed:
+                    error = failed[0].error
+                    if len(failed) > 1:
+                        error.add_note(f"{what}: {len(failed)} of {len(calls)} request(s) failed: " + "; ".join(
+                            f"{c.key}: {c.error}" for c in failed[:10]))
+                    raise error
                 return
             if now >= deadline:
                 last = next((c.error for c in pending if c.error is not None), None)
@@ -157,28 +178,14 @@ class AdminClient:
     def _coordinator(self, call: _Call, now: float) -> int | None:
         """The coordinator's node id for ``call`` if known, else asks for it (once at a
         time per key) and returns None."""
-        node = self._coordinators.get((call.key_type, call.key))
-        if node is not None:
-            return node
-        if (call.key_type, call.key) in self._finding:
-            return None
-        any_node = self._client.least_loaded_node(now)
-        if any_node is None or not self._client.ready(any_node, now):
-            return None
-        self._finding.add((call.key_type, call.key))
-        self._client.send(any_node, ApiKey.FIND_COORDINATOR, {"key": call.key, "key_type": call.key_type},
-                          lambda r, c=call: self._found(c, r))
-        return None
+        node = self._coordinators.node(call.key_type, call.key)
+        if node is None:
+            self._coordinators.find(self._client, call.key_type, call.key, now, lambda error: self._found(call, error))
+        return node
 
-    def _found(self, call: _Call, response: ClientResponse) -> None:
-        self._finding.discard((call.key_type, call.key))
-        error = response.error or error_for_code(response.body["error_code"], response.body.get("error_message"))
-        if error is None:
-            node = response.body["node_id"]
-            self._client.set_nodes({node: (response.body["host"], response.body["port"])})
-            self._coordinators[(call.key_type, call.key)] = node
-            return
-        self._failed(call, error)
+    def _found(self, call: _Call, error: KProdError | None) -> None:
+        if error is not None:
+            self._failed(call, error)
 
     def _answered(self, call: _Call, response: ClientResponse) -> None:
         call.in_flight = False
@@ -197,8 +204,7 @@ class AdminClient:
         """Retriable: try again after retry.backoff.ms (finding the coordinator anew if it
         moved); otherwise the whole call fails with the broker's error."""
         call.error = error
-        if isinstance(error, COORDINATOR_MOVED):
-            self._coordinators.pop((call.key_type, call.key), None)
+        self._coordinators.failed(call.key_type, call.key, error)
         if not getattr(error, "retriable", False):
             call.done = True  # _run raises it: callbacks must not
             return

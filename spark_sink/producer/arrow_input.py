@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_sink.encoder.columnar import HEADER_TYPE, EncodedRecords, as_binary, encode_groups, record_size_bounds
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.partitioner import murmur2_array, partition_for_hash
-from spark_sink.protocol.columnar import HEADER_TYPE, EncodedRecords, as_binary, encode_groups, record_size_bounds
 from spark_sink.protocol.compression import compressed_bound, largest_input
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 

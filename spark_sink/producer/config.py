@@ -50,6 +50,19 @@ def _int(minimum: int = 0, maximum: int = 2**63 - 1) -> Callable[[str, Any], int
     return parse
 
 
+def _float(minimum: float, maximum: float) -> Callable[[str, Any], float]:
+    def parse(key: str, value: Any) -> float:
+        try:
+            number = float(str(value).strip()) if not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None or not minimum <= number <= maximum:
+            raise ConfigError(f"{key}: expected a number in [{minimum}, {maximum}], got {value!r}")
+        return number
+
+    return parse
+
+
 def _bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -197,6 +210,34 @@ def jaas_options(text: str) -> dict[str, str]:
     return options
 
 
+# Java's login callback handlers for OIDC client credentials (Kafka 3.1-3.x and 4.x):
+# kprod does what they do when sasl.oauthbearer.token.endpoint.url is set.
+_OIDC_LOGIN_HANDLERS = ("org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler")
+
+
+def _token_provider(key: str, value: Any) -> Callable | str | None:
+    """A callable, or ``module:function`` (imported where the token is needed, so that a
+    Spark worker imports it itself)."""
+    if value is None or value == "" or callable(value):
+        return value or None
+    text = _str(key, value).strip()
+    module, sep, name = text.partition(":")
+    if not sep or not module or not name.replace(".", "_").isidentifier() or \
+            not all(part.isidentifier() for part in module.split(".")):
+        raise ConfigError(f"{key}: expected a callable or 'package.module:function', got {value!r}")
+    return text
+
+
+def _login_handler(key: str, value: Any) -> str | None:
+    text = _optional_str(key, value)
+    if text is not None and text.strip() not in _OIDC_LOGIN_HANDLERS:
+        raise ConfigError(f"{key}: kprod runs no Java callback handler; leave it out, or set it to "
+                          f"{_OIDC_LOGIN_HANDLERS[1]} with sasl.oauthbearer.token.endpoint.url, and give other "
+                          f"token sources as sasl.oauthbearer.token.provider (a Python callable), got {value!r}")
+    return text
+
+
 def sasl_credentials(jaas_config: str | None) -> tuple[str, str]:
     """User name and password from sasl.jaas.config (PlainLoginModule and ScramLoginModule
     both take them as the username and password options)."""
@@ -218,7 +259,38 @@ def _check_sasl(values: dict[str, Any]) -> None:
         hint = " (Java's default, Kerberos, is not supported)" if mechanism == "GSSAPI" else ""
         raise ConfigError(f"sasl.mechanism: expected one of {', '.join(SASL_MECHANISMS)} with "
                           f"security.protocol={values['security_protocol']}, got {mechanism!r}{hint}")
-    sasl_credentials(values["sasl_jaas_config"])
+    if mechanism == "OAUTHBEARER":
+        oauth_options(values["sasl_jaas_config"], values["sasl_oauthbearer_token_endpoint_url"],
+                      values["sasl_oauthbearer_token_provider"])
+    else:
+        sasl_credentials(values["sasl_jaas_config"])
+
+
+def oauth_options(jaas: str | None, url: str | None, provider: Callable | str | None) -> dict[str, str]:
+    """The sasl.jaas.config options of OAUTHBEARER, checked against where the token comes
+    from: a token provider, or the token endpoint ``url`` (which needs clientId and
+    clientSecret, as Java's OAuthBearerLoginModule takes them)."""
+    options = jaas_options(jaas) if jaas else {}
+    if url and provider:
+        raise ConfigError("sasl.oauthbearer.token.provider: give either it or sasl.oauthbearer.token.endpoint.url, "
+                          "not both")
+    if provider:
+        return options
+    if not url:
+        raise ConfigError("sasl.mechanism: OAUTHBEARER needs sasl.oauthbearer.token.endpoint.url (OIDC client "
+                          "credentials in sasl.jaas.config) or sasl.oauthbearer.token.provider (a Python callable); "
+                          "Kafka's unsecured tokens are not supported")
+    if not url.lower().startswith(("https://", "http://")):
+        raise ConfigError(f"sasl.oauthbearer.token.endpoint.url: expected an https:// (or http://) URL, got {url!r}")
+    if not jaas:
+        raise ConfigError("sasl.jaas.config: required with sasl.oauthbearer.token.endpoint.url, e.g. "
+                          "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                          'clientId="..." clientSecret="..." scope="...";')
+    missing = [name for name in ("clientId", "clientSecret") if name not in options]
+    if missing:
+        raise ConfigError(f"sasl.jaas.config: the {' and '.join(missing)} option(s) are missing "
+                          "(OIDC client credentials for sasl.oauthbearer.token.endpoint.url)")
+    return options
 
 
 _KEYS: tuple[_Key, ...] = (
@@ -244,6 +316,8 @@ _KEYS: tuple[_Key, ...] = (
     _Key("metadata.max.age.ms", 300000, _int(0), "refresh metadata at least this often"),
     _Key("metadata.max.idle.ms", 300000, _int(5000), "forget topics not produced to for this long"),
     _Key("partitioner.ignore.keys", False, _bool, "spread keyed records like keyless ones"),
+    _Key("partitioner.adaptive.partitioning.enable", True, _bool, "records without keys go less often to partitions whose brokers fall behind (KIP-794)"),
+    _Key("partitioner.availability.timeout.ms", 0, _int(0), "skip a partition whose leader took nothing for this long (0: never)"),
     _Key("interceptors", (), _interceptors, "objects with on_send/on_acknowledgement"),
     _Key("key.serializer", None, _callable_or_none, "callable turning a key into bytes"),
     _Key("value.serializer", None, _callable_or_none, "callable turning a value into bytes"),
@@ -256,8 +330,22 @@ _KEYS: tuple[_Key, ...] = (
     _Key("transactional.id", None, _optional_str, "enables transactions under this id (stable across restarts)"),
     _Key("transaction.timeout.ms", 60000, _int(1, _INT32_MAX), "the coordinator aborts a transaction open this long"),
     _Key("security.protocol", "PLAINTEXT", _security_protocol, "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL"),
-    _Key("sasl.mechanism", "GSSAPI", _upper, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (not GSSAPI, Java's default)"),
-    _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." options'),
+    _Key("sasl.mechanism", "GSSAPI", _upper, "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (not GSSAPI, Java's default)"),
+    _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." (OAUTHBEARER: clientId="..." clientSecret="...") options'),
+    _Key("sasl.oauthbearer.token.endpoint.url", None, _optional_str, "OIDC token endpoint for the client credentials grant"),
+    _Key("sasl.oauthbearer.token.provider", None, _token_provider, "kprod's own: a callable or 'module:function' returning (token, expiry in epoch ms)"),
+    _Key("sasl.oauthbearer.scope.claim.name", "scope", _str, "the token's claim holding its scope"),
+    _Key("sasl.oauthbearer.sub.claim.name", "sub", _str, "the token's claim holding its principal"),
+    _Key("sasl.oauthbearer.header.urlencode", False, _bool, "URL-encode client id and secret in the token request's Basic header"),
+    _Key("sasl.login.callback.handler.class", None, _login_handler, "accepted for Java's OIDC handler only"),
+    _Key("sasl.login.refresh.window.factor", 0.8, _float(0.5, 1.0), "refresh a token at this share of its lifetime"),
+    _Key("sasl.login.refresh.window.jitter", 0.05, _float(0.0, 0.25), "random share of the lifetime added to the refresh time"),
+    _Key("sasl.login.refresh.min.period.seconds", 60, _int(0, 900), "least time between token refreshes"),
+    _Key("sasl.login.refresh.buffer.seconds", 300, _int(0, 3600), "refresh at least this long before the token expires"),
+    _Key("sasl.login.connect.timeout.ms", 10000, _int(1, _INT32_MAX), "token endpoint connect timeout (Java: none)"),
+    _Key("sasl.login.read.timeout.ms", 10000, _int(1, _INT32_MAX), "token endpoint read timeout (Java: none)"),
+    _Key("sasl.login.retry.backoff.ms", 100, _int(0), "first wait before asking the token endpoint again"),
+    _Key("sasl.login.retry.backoff.max.ms", 10000, _int(0), "time spent retrying the token endpoint"),
     _Key("ssl.truststore.location", None, _optional_str, "file of the CA certificates to trust (default: the system's CAs)"),
     _Key("ssl.truststore.certificates", None, _optional_str, "the CA certificates to trust, as PEM text"),
     _Key("ssl.truststore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
@@ -297,6 +385,8 @@ class ProducerConfig:
     metadata_max_age_ms: int
     metadata_max_idle_ms: int
     partitioner_ignore_keys: bool
+    partitioner_adaptive_partitioning_enable: bool
+    partitioner_availability_timeout_ms: int
     interceptors: tuple
     key_serializer: Callable[[Any], bytes] | None
     value_serializer: Callable[[Any], bytes] | None
@@ -311,6 +401,20 @@ class ProducerConfig:
     security_protocol: str
     sasl_mechanism: str
     sasl_jaas_config: str | None = dataclasses.field(repr=False)
+    sasl_oauthbearer_token_endpoint_url: str | None
+    sasl_oauthbearer_token_provider: Callable[[dict[str, str]], tuple[str, float]] | str | None
+    sasl_oauthbearer_scope_claim_name: str
+    sasl_oauthbearer_sub_claim_name: str
+    sasl_oauthbearer_header_urlencode: bool
+    sasl_login_callback_handler_class: str | None
+    sasl_login_refresh_window_factor: float
+    sasl_login_refresh_window_jitter: float
+    sasl_login_refresh_min_period_seconds: int
+    sasl_login_refresh_buffer_seconds: int
+    sasl_login_connect_timeout_ms: int
+    sasl_login_read_timeout_ms: int
+    sasl_login_retry_backoff_ms: int
+    sasl_login_retry_backoff_max_ms: int
     ssl_truststore_location: str | None
     ssl_truststore_certificates: str | None
     ssl_truststore_type: str

@@ -26,7 +26,7 @@ from itertools import islice
 from typing import Any
 
 from spark_sink.producer import tls
-from spark_sink.producer.config import ProducerConfig, sasl_credentials
+from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import (
     Callback,
     ClientResponse,
@@ -37,7 +37,7 @@ from spark_sink.producer.connections import (
     least_loaded,
 )
 from spark_sink.producer.errors import AuthenticationError, SaslAuthenticationError
-from spark_sink.protocol import sasl
+from spark_sink.producer.oauth import sasl_exchanges
 from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
 from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
     KafkaConnectionError,
@@ -72,8 +72,9 @@ class NetworkClient:
         for i, (host, port) in enumerate(config.bootstrap_servers):
             self._conns[-(i + 1)] = Connection(-(i + 1), host, port)
         self._ssl = tls.ssl_context(config)
-        self._sasl_credentials = (
-            sasl_credentials(config.sasl_jaas_config) if config.security_protocol.startswith("SASL_") else None)
+        # A fresh SASL exchange per connection (with OAUTHBEARER, the first token is
+        # fetched now: a refused client fails here, before anything is sent).
+        self._sasl_exchange = sasl_exchanges(config)
         # The last authentication (TLS or SASL) that failed; cleared when a connection
         # becomes ready. Read by threads waiting for metadata, which then fail at once, as
         # in Java.
@@ -255,12 +256,20 @@ class NetworkClient:
         return self._progressed
 
     def _run_callbacks(self) -> None:
+        """Run every completed request's callback. One that raises is a bug that may have
+        left its batches or transaction half handled: the others still run, then the
+        first error goes up to whoever polls (the Sender fails everything it holds with
+        it), rather than leaving records waiting forever."""
         completed, self._completed = self._completed, []
+        failure: Exception | None = None
         for callback, response in completed:
             try:
                 callback(response)
-            except Exception:  # a callback bug must not kill the I/O thread
+            except Exception as exc:
                 log.exception("request callback failed")
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def wait(self, timeout_ms: float, io: bool = True) -> None:
         """Block up to ``timeout_ms`` until wakeup() is called or (``io``) some I/O is ready,
@@ -288,7 +297,10 @@ class NetworkClient:
         self._closed = True
         for conn in self._conns.values():
             self._disconnect(conn, KafkaConnectionError("producer network client closed"), backoff=False)
-        self._run_callbacks()
+        try:
+            self._run_callbacks()
+        except Exception:  # logged; whoever closes fails what is left anyway
+            pass
         self._selector.close()
         self._wakeup_selector.close()
         self._wake_r.close()
@@ -365,8 +377,11 @@ class NetworkClient:
         conn.state = ConnState.SETTING_UP
         self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
         conn.writing = False
-        exchange = (sasl.mechanism(self._config.sasl_mechanism, *self._sasl_credentials)
-                    if self._sasl_credentials is not None else None)
+        try:
+            exchange = self._sasl_exchange() if self._sasl_exchange is not None else None
+        except SaslAuthenticationError as error:  # no OAUTHBEARER token to be had
+            self.authentication_error = error
+            raise
         # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a
         # fleet of clients does not reconnect at once, well before the broker closes it.
         conn.setup = ConnectionSetup(conn.protocol, exchange, random.uniform(0.85, 0.95))

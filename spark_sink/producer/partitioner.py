@@ -3,18 +3,27 @@
 An explicit partition wins; else ``toPositive(murmur2(key)) % partitions`` with Java's
 murmur2 (per key, and compiled over a whole column), so keyed records land where Java
 clients put them; else the sticky partition, which moves on when a batch fills.
+
+The next sticky partition is chosen as Java's BuiltInPartitioner does (KIP-794): with
+adaptive partitioning, at random weighted by how few batches wait in each partition's
+queue (a partition whose broker falls behind has more waiting and is chosen less often),
+leaving out partitions whose leader is unavailable (``partitioner.availability.timeout.ms``);
+otherwise, or when every queue is the same, uniformly among the partitions with a leader.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
 
-from spark_sink.protocol.columnar import as_binary, binary_offsets
+from spark_sink.encoder import kernels
+from spark_sink.encoder.columnar import as_binary, binary_offsets
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
@@ -37,16 +46,47 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return (murmur2_unsigned(key, SEED) & 0x7FFFFFFF) % num_partitions
 
 
+# (queue sizes, their partition ids, the topic's partition count) for a topic, or None.
+PartitionLoad = Callable[[str, int], tuple[list[int], list[int], int] | None]
+
+
+def load_stats(queue_sizes: Sequence[int], partition_ids: Sequence[int], partition_count: int
+               ) -> tuple[list[int], list[int]] | None:
+    """Java's updatePartitionLoadStats: the cumulative frequency table of the available
+    partitions (``partition_ids``, with the batches waiting in each), or None when the
+    choice is uniform (fewer than two partitions in the topic, none available, or every
+    partition available with the same queue). Each partition's weight is the largest
+    queue plus one minus its own: with queues 0 3 1 the weights are 4 1 3, the table 4 5 8."""
+    if not queue_sizes or partition_count < 2:
+        return None
+    top = max(queue_sizes) + 1
+    if len(queue_sizes) == partition_count and min(queue_sizes) == top - 1:
+        return None
+    return list(itertools.accumulate(top - size for size in queue_sizes)), list(partition_ids)
+
+
+def weighted_partition(table: Sequence[int], partition_ids: Sequence[int], draw: int) -> int:
+    """The partition a non-negative random ``draw`` picks from a cumulative frequency
+    table: the first entry greater than ``draw % total``."""
+    return partition_ids[bisect.bisect_right(table, draw % table[-1])]
+
+
 class StickyPartitions:
     """The sticky partition of each topic for records without a key.
 
-    ``available(topic)`` lists the partitions that have a leader; a new sticky partition
-    is picked at random among them, different from the current one when possible.
+    ``available(topic)`` lists the partitions that have a leader; ``load`` (adaptive
+    partitioning, or None) gives each topic's queue sizes. Without a load-weighted choice,
+    a new sticky partition is picked at random among the available ones, different from
+    the current one when possible.
     """
 
-    def __init__(self, available: Callable[[str], list[int]]) -> None:
+    def __init__(self, available: Callable[[str], list[int]], load: PartitionLoad | None = None,
+                 batch_size: int = 16384) -> None:
         self._available = available
+        self._load = load
+        self._batch_size = max(batch_size, 1)
         self._current: dict[str, int] = {}
+        self._produced: dict[str, int] = {}  # bytes sent to the current sticky partition
 
     def current(self, topic: str, num_partitions: int) -> int:
         partition = self._current.get(topic)
@@ -54,13 +94,30 @@ class StickyPartitions:
             partition = self.next(topic, num_partitions)
         return partition
 
+    def appended(self, topic: str, num_partitions: int, size: int, batch_ready: bool) -> None:
+        """``size`` bytes went to the sticky partition: move on once batch.size bytes went
+        there and its batch is ready, or twice that regardless (Java's stickyBatchSize
+        rule). Counting bytes rather than reacting to every ready batch keeps a backlog
+        from moving each record to a partition of its own."""
+        produced = self._produced.get(topic, 0) + size
+        if produced >= self._batch_size and batch_ready or produced >= 2 * self._batch_size:
+            self.next(topic, num_partitions)
+        else:
+            self._produced[topic] = produced
+
     def next(self, topic: str, num_partitions: int) -> int:
         """Move ``topic`` on to another partition (when a batch filled) and return it."""
-        available = [p for p in self._available(topic) if p < num_partitions] or list(range(num_partitions))
-        current = self._current.get(topic)
-        choices = [p for p in available if p != current] or available
-        partition = random.choice(choices)
+        stats = self._load(topic, num_partitions) if self._load is not None else None
+        weighted = load_stats(*stats) if stats is not None else None
+        if weighted is not None:
+            partition = weighted_partition(*weighted, random.getrandbits(31))
+        else:
+            available = [p for p in self._available(topic) if p < num_partitions] or list(range(num_partitions))
+            current = self._current.get(topic)
+            choices = [p for p in available if p != current] or available
+            partition = random.choice(choices)
         self._current[topic] = partition
+        self._produced[topic] = 0
         return partition
 
 
@@ -83,6 +140,6 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
     for a in (data, offsets, nulls):
         a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
-    from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
-
-    return kernels.murmur2_rows(data, offsets, nulls, SEED).view(np.int32)
+    hashes = np.empty(len(keys), np.uint32)
+    kernels.compiled().murmur2_rows(data, offsets, nulls, SEED, hashes)
+    return hashes.view(np.int32)

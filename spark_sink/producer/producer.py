@@ -6,15 +6,17 @@ retries, delivery.timeout.ms and buffer.memory back-pressure behave the same for
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.admin import PreparedTransaction
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
@@ -22,9 +24,10 @@ from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendC
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.cluster_check import unknown_topic_message
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.coordinator_requests import TransactionalResult
 from spark_sink.producer.errors import (
-    BrokersUnreachableError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError,
-    SerializationError, UnknownTopicError,
+    BrokersUnreachableError, BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
+    RecordTooLargeError, SerializationError, UnknownTopicError,
 )
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
@@ -34,9 +37,8 @@ from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.producer.transaction_manager import TransactionalResult, TransactionManager
+from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.protocol.errors import KProdError, UnknownTopicOrPartitionError  # type: ignore[attr-defined]
-from spark_sink.protocol.columnar import EncodedRecords
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
@@ -188,7 +190,9 @@ class KafkaProducer:
         self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn, self._metrics)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
-        self._sticky = StickyPartitions(self._metadata.available_partitions)
+        self._sticky = StickyPartitions(self._metadata.available_partitions,
+                                        self._partition_load if c.partitioner_adaptive_partitioning_enable else None,
+                                        c.batch_size)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
@@ -199,6 +203,13 @@ class KafkaProducer:
         self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
                            or c.transactional_id)
         self._sender.start()
+
+    def _partition_load(self, topic: str, num_partitions: int) -> tuple[list[int], list[int], int] | None:
+        """The queue sizes the adaptive partitioner weighs (None: topic unknown)."""
+        leaders = self._metadata.leaders.get(topic)
+        if not leaders or len(leaders) != num_partitions:
+            return None
+        return self._accumulator.partition_load(topic, leaders, now_ms())
 
     # -- per record -----------------------------------------------------------
 
@@ -271,11 +282,13 @@ class KafkaProducer:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
             callback = self._wrap_callback(callback)
-        future, batch_ready, new_batch = self._accumulator.append(
-            topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size, c.max_block_ms)
+        with self._no_wait_in_callback():
+            future, batch_ready, new_batch = self._accumulator.append(
+                topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
+                self._max_block_ms())
+        if sticky:
+            self._sticky.appended(topic, count, key_size + value_size + h_size, batch_ready)
         if batch_ready or new_batch:
-            if batch_ready and sticky:
-                self._sticky.next(topic, count)
             if new_batch:
                 self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
             else:
@@ -346,13 +359,14 @@ class KafkaProducer:
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
         batch_bytes = self._arrow_limits.batch_bytes()
         try:
-            for rows in groups:
-                for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
-                    if txn is not None:
-                        for partition, _ in chunk:
-                            txn.maybe_add_partition((rows.topic, partition))
-                    self._accumulator.append_encoded(rows.topic, chunk, now_ms(), c.max_block_ms, future._on_batch,
-                                                     future._queued, self._sender.wakeup)
+            with self._no_wait_in_callback():
+                for rows in groups:
+                    for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
+                        if txn is not None:
+                            for partition, _ in chunk:
+                                txn.maybe_add_partition((rows.topic, partition))
+                        self._accumulator.append_encoded(rows.topic, chunk, now_ms(), self._max_block_ms(),
+                                                         future._on_batch, future._queued, self._sender.wakeup)
         except BaseException as exc:
             # What was queued is sent (or failed) all the same: hand its future over.
             future._seal()
@@ -397,12 +411,15 @@ class KafkaProducer:
         consumers; records not yet sent fail with AbortableTransactionError."""
         self._txn_wait(self._txn.end_transaction(commit=False), "abort_transaction()", timeout)
 
-    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction | None:
         """Flush the open transaction and leave it open, for another process to commit or
         abort with AdminClient.end_transactions(): the first phase of a two-phase commit.
-        Raises as commit_transaction() does if the transaction cannot commit."""
+        Raises as commit_transaction() does if the transaction cannot commit. A transaction
+        that holds nothing (no record, no offsets) has nothing to end: it ends here, and
+        None is returned."""
         self.flush(timeout)
-        return PreparedTransaction(*self._txn.prepare_transaction())
+        identity = self._txn.prepare_transaction()
+        return None if identity is None else PreparedTransaction(*identity)
 
     def _txn_wait(self, result: TransactionalResult, what: str, timeout: float | None) -> None:
         self._sender.wakeup()
@@ -479,6 +496,30 @@ class KafkaProducer:
         if self._sender.is_alive():
             self._sender.force_close()
             self._sender.join()
+
+    def _max_block_ms(self) -> float:
+        """How long a send may wait for buffer.memory: not at all from a callback, whose
+        thread is the one that frees memory as records are acknowledged."""
+        return 0.0 if self._in_callback() else self.config.max_block_ms
+
+    @contextlib.contextmanager
+    def _no_wait_in_callback(self) -> Iterator[None]:
+        """Say why a send from a callback found no memory, rather than max.block.ms 0."""
+        try:
+            yield
+        except BufferExhaustedError as exc:
+            if not self._in_callback():
+                raise
+            raise BufferExhaustedError(
+                f"send() from a send callback found buffer.memory ({self.config.buffer_memory} bytes) full: a "
+                "callback runs on the producer's I/O thread, which frees memory as records are acknowledged, so "
+                "it cannot wait for memory; send from another thread, or raise buffer.memory") from exc
+
+    @property
+    def usable(self) -> bool:
+        """Whether the producer can still send: not closed, its Sender running and not
+        failed for good."""
+        return not self._closed and self._sender.is_alive() and self._sender.fatal_error is None
 
     def _in_callback(self) -> bool:
         """True on a thread running the sender's work (and so a send callback)."""

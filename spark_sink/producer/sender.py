@@ -16,7 +16,8 @@ from spark_sink.producer.errors import AbortableTransactionError, KafkaTimeoutEr
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.network import now_ms
-from spark_sink.producer.transaction_manager import State, TransactionManager, TxnRequest
+from spark_sink.producer.transaction_manager import TransactionManager
+from spark_sink.producer.transaction_states import State
 from spark_sink.protocol.errors import (
     NO_ERROR, DuplicateSequenceNumberError, KProdError, UnknownServerError, error_for_code,
 )
@@ -228,6 +229,7 @@ class Sender(threading.Thread):
             drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
                                       self._config.compression_codec, self._config.compression_level,
                                       self._txn.prepare_batch)
+            self._acc.note_drained(drained, now)
             for node, batches in drained.items():
                 self._send_produce(node, batches)
             if drained:
@@ -260,33 +262,28 @@ class Sender(threading.Thread):
                 f"before these records were sent: {txn.abortable_error or txn.fatal_error or 'aborted'}",
                 txn.abortable_error or txn.fatal_error)
             for batch in self._acc.abort_undrained():
+                # A batch queued for a retry holds a sequence the broker may never see:
+                # the TransactionManager restarts its partition under a new epoch.
+                txn.handle_failed_batch(batch, on_wire=False)
                 self._fail(batch, error)
         request = txn.next_request(now)
         if request is None:
             return _MAX_POLL_MS
         if request.api_key == ApiKey.END_TXN and self._in_flight_batches:
             return 5.0  # the markers go after every record of the transaction is answered
-        node = txn.coordinator(request)
+        node = txn.coordinators.node(request.coordinator, request.key)
         if node is None:
-            target = self._client.least_loaded_node(now)
-            if target is None or not self._client.ready(target, now):
+            if not txn.coordinators.find(self._client, request.coordinator, request.key, now,
+                                         lambda error: txn.handle_find_coordinator(request, error, now_ms())):
                 return 10.0
-            txn.request_in_flight = True
-            self._client.send(target, ApiKey.FIND_COORDINATOR, txn.find_coordinator_body(request),
-                              lambda r: self._on_coordinator(request, r))
+            txn.request_sent()
             return _MAX_POLL_MS
         if not self._client.ready(node, now):
             return max(5.0, self._client.connection_delay_ms(node, now))
-        txn.request_in_flight = True
+        txn.request_sent()
         self._client.send(node, request.api_key, request.body,
                           lambda r: txn.handle_response(request, r.body, r.error, now_ms()))
         return _MAX_POLL_MS
-
-    def _on_coordinator(self, request: TxnRequest, response: ClientResponse) -> None:
-        found = self._txn.handle_find_coordinator(request, response.body, response.error, now_ms())
-        if found is not None:
-            node, host, port = found
-            self._client.set_nodes({node: (host, port)})
 
     # -- metadata and producer id ---------------------------------------------
 

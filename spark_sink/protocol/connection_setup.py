@@ -268,7 +268,7 @@ class ConnectionSetup:
         code = body["error_code"]
         if code:
             reason = body["error_message"] or error_for_code(code).name
-            return Event.CREDENTIALS_REFUSED, f"{reason} (check the username and password in sasl.jaas.config)"
+            return Event.CREDENTIALS_REFUSED, f"{reason} ({self._exchange.hint})"
         try:
             token = self._exchange.respond(body["auth_bytes"] or b"")
         except sasl.SaslError as exc:

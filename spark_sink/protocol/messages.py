@@ -22,6 +22,7 @@ class ApiKey(IntEnum):
 
     PRODUCE = 0
     METADATA = 3
+    OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
     SASL_HANDSHAKE = 17
@@ -184,6 +185,27 @@ FIND_COORDINATOR = Api(
     ), flexible_from=3),
 )
 
+# A plain (non-transactional) commit, by a client that is no member of the group.
+OFFSET_COMMIT = Api(
+    ApiKey.OFFSET_COMMIT, 2, 9,
+    Schema((
+        F("group_id", "string"),
+        F("generation_id_or_member_epoch", "int32", default=-1),
+        F("member_id", "string", default=""),
+        F("group_instance_id", "string", 7, nullable=True),
+        F("retention_time_ms", "int64", 2, 4, default=-1),
+        _topic_partitions(
+            F("committed_offset", "int64"),
+            F("committed_leader_epoch", "int32", 6, default=-1),
+            F("committed_metadata", "string", nullable=True),
+        ),
+    ), flexible_from=8),
+    Schema((
+        F("throttle_time_ms", "int32", 3),
+        _topic_partitions(F("error_code", "int16")),
+    ), flexible_from=8),
+)
+
 OFFSET_FETCH = Api(
     ApiKey.OFFSET_FETCH, 1, 7,
     Schema((
@@ -279,7 +301,7 @@ SASL_AUTHENTICATE = Api(
 
 APIS: dict[int, Api] = {api.key: api for api in (
     PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE,
-    OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT)}
+    OFFSET_COMMIT, OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT)}
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
 
 

@@ -52,20 +52,6 @@ def write_varint(value: int) -> bytes:
     return write_uvarint(zigzag(value) & 0xFFFFFFFFFFFFFFFF)
 
 
-def uvarint_size(value: int) -> int:
-    """Bytes an unsigned varint of ``value`` takes."""
-    size = 1
-    while value >= 0x80:
-        value >>= 7
-        size += 1
-    return size
-
-
-def varint_size(value: int) -> int:
-    """Bytes a zigzag varint of ``value`` takes."""
-    return uvarint_size(zigzag(value) & 0xFFFFFFFFFFFFFFFF)
-
-
 def write_string(value: str | None) -> bytes:
     """INT16-length string; None is length -1 (NULLABLE_STRING)."""
     if value is None:

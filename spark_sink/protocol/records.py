@@ -1,6 +1,6 @@
 """Record batch v2 (magic 2): the per-record encoder (send()'s batches encode each record
 with :func:`record_parts` as it is appended), the batch header, the row-wise reference
-and the decoder. (Arrow input is encoded by the compiled loops of ``kernels``.)
+and the decoder. (Arrow input is encoded by ``spark_sink.encoder``.)
 
 Layout of a batch (61-byte header, then the records section, compressed as a whole):
 

@@ -8,7 +8,9 @@ SaslAuthenticate requests (KIP-152).
 
 PLAIN is RFC 4616; SCRAM-SHA-256/512 is RFC 5802 and RFC 7677 as Kafka uses it (KIP-84):
 no channel binding, the password's UTF-8 bytes without SASLprep, and at least 4096
-iterations (Kafka's own floor, which its clients enforce).
+iterations (Kafka's own floor, which its clients enforce). OAUTHBEARER is RFC 7628 as
+Kafka uses it (KIP-255, SASL extensions KIP-342): the token comes from the caller, who
+fetched it (an OAuth token endpoint, a token provider).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Protocol
 
 from spark_sink.protocol.errors import KProdError
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 _SCRAM_MIN_ITERATIONS = 4096
 _GS2_HEADER = b"n,,"  # no channel binding, no authorization id
@@ -33,6 +35,8 @@ class SaslError(KProdError):
 
 class SaslMechanism(Protocol):
     name: str
+    # What to check when the broker refuses the credentials (never a secret).
+    hint: str
 
     def first_token(self) -> bytes: ...
 
@@ -40,18 +44,19 @@ class SaslMechanism(Protocol):
 
 
 def mechanism(name: str, username: str, password: str) -> SaslMechanism:
-    """A fresh client exchange for mechanism ``name`` (one per connection)."""
+    """A fresh client exchange for password mechanism ``name`` (one per connection)."""
     if name == "PLAIN":
         return Plain(username, password)
     if name in _SCRAM_HASHES:
         return Scram(name, username, password)
-    raise ValueError(f"unsupported SASL mechanism {name!r}; expected one of {', '.join(MECHANISMS)}")
+    raise ValueError(f"unsupported SASL password mechanism {name!r}; expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
 
 
 class Plain:
     """PLAIN: one token carrying the user name and password; the server answers empty."""
 
     name = "PLAIN"
+    hint = "check the username and password in sasl.jaas.config"
 
     def __init__(self, username: str, password: str) -> None:
         self._token = b"\x00" + username.encode() + b"\x00" + password.encode()
@@ -67,6 +72,8 @@ class Scram:
     """SCRAM-SHA-256/512: client-first, server-first, client-final (the proof),
     server-final (the server's signature, checked: the server proves it knows the
     password too)."""
+
+    hint = Plain.hint
 
     def __init__(self, name: str, username: str, password: str, nonce: str | None = None) -> None:
         self.name = name
@@ -127,6 +134,38 @@ class Scram:
 
     def _hmac(self, key: bytes, message: bytes) -> bytes:
         return hmac.new(key, message, self._hash).digest()
+
+
+class OAuthBearer:
+    """OAUTHBEARER: one token carrying the bearer token and SASL extensions. A broker
+    that refuses the token answers with an error (a JSON status) instead of completing;
+    the client acknowledges it with a single 0x01 and the broker then fails the exchange
+    with its message. ``hint`` says which token was sent, for that message."""
+
+    name = "OAUTHBEARER"
+
+    def __init__(self, token: str, extensions: dict[str, str] | None = None, hint: str = "") -> None:
+        for key, value in (extensions or {}).items():
+            # RFC 7628 section 3.1: key = 1*(ALPHA), value = printable without 0x01.
+            if not key.isascii() or not key.isalpha() or key == "auth":
+                raise ValueError(f"SASL extension name {key!r}: expected ASCII letters, not 'auth'")
+            if "\x01" in value:
+                raise ValueError(f"SASL extension {key!r}: the value may not contain 0x01")
+        extra = "".join(f"{key}={value}\x01" for key, value in (extensions or {}).items())
+        self._token = _GS2_HEADER + f"\x01auth=Bearer {token}\x01{extra}\x01".encode()
+        self.hint = hint
+        self.server_error: str | None = None
+
+    def first_token(self) -> bytes:
+        return self._token
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        if not challenge:
+            return None
+        if self.server_error is not None:
+            raise SaslError("OAUTHBEARER: unexpected server message after the error")
+        self.server_error = challenge.decode(errors="replace")
+        return b"\x01"
 
 
 def _attributes(name: str, message: bytes) -> dict[str, str]:

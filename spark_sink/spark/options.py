@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -101,11 +100,19 @@ class ExactlyOnce:
     committed microbatches are marked under the group of the same name on
     ``(marker_topic, 0)``."""
 
-    prefix: str
+    prefix: str | None  # None: derived from the streaming query's id (see prefix_for)
     marker_topic: str
 
-    def transactional_id(self, partition_id: int) -> str:
-        return f"{self.prefix}-{partition_id}"
+    def prefix_for(self, query_id: str | None) -> str:
+        """The prefix of this write. Unless one was given, it comes from the streaming
+        query's id, which Spark keeps in the checkpoint: the same on every restart from it,
+        however its path is spelled (relative, s3a://...) and wherever the driver runs."""
+        if self.prefix is not None:
+            return self.prefix
+        if not query_id:
+            raise ConfigError("kprod.deliveryGuarantee=exactly-once: this streaming write has no query id to derive "
+                              "kprod.transactionalIdPrefix from; set kprod.transactionalIdPrefix")
+        return "kprod-" + hashlib.sha256(query_id.encode()).hexdigest()[:20]
 
 
 def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOptions:
@@ -217,17 +224,10 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
     if conflicts:
         raise ConfigError(f"option kprod.deliveryGuarantee=exactly-once conflicts with {'; '.join(conflicts)}: "
                           "remove or change these options")
-    prefix = opts.get("kprod.transactionalidprefix", "").strip()
-    if not prefix:
-        checkpoint = opts.get("checkpointlocation", "").strip()
-        if streaming and not checkpoint:
-            raise ConfigError(
-                "option 'kprod.transactionalIdPrefix': required for an exactly-once streaming query whose "
-                "checkpoint location is not given with .option('checkpointLocation', ...): the prefix must "
-                "stay the same across restarts of the query")
+    prefix = opts.get("kprod.transactionalidprefix", "").strip() or None
+    if prefix is None and not streaming:
         # Batch writes are never replayed: a prefix of their own fences nothing else.
-        seed = os.path.abspath(checkpoint) if streaming else uuid.uuid4().hex
-        prefix = "kprod-" + hashlib.sha256(seed.encode()).hexdigest()[:20]
+        prefix = "kprod-" + uuid.uuid4().hex[:20]
     marker_topic = opts.get("kprod.markertopic", "").strip() or topic
     if marker_topic is None:
         raise ConfigError("option 'kprod.markerTopic': required for exactly-once writes without a 'topic' option "

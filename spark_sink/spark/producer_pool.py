@@ -22,6 +22,10 @@ from spark_sink.producer import KafkaProducer
 log = logging.getLogger(__name__)
 
 _Key = tuple[tuple[str, str], ...]
+# Idle producers a worker keeps at most, each with its sender thread and sockets: an
+# exactly-once write keys producers by transactional id, so without a bound a loop of
+# writes (foreachBatch) would pile them up until their timeout.
+MAX_IDLE = 32
 
 
 class ProducerPool:
@@ -36,10 +40,17 @@ class ProducerPool:
     def acquire(self, config: Mapping[str, str]) -> KafkaProducer:
         """An idle producer made with exactly ``config``, or a new one."""
         key = tuple(sorted(config.items()))
-        with self._lock:
-            idle = self._idle.get(key)
-            if idle:
-                return idle.pop()[0]
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                if not idle:
+                    break
+                producer = idle.pop()[0]
+                if not idle:
+                    del self._idle[key]
+            if producer.usable:
+                return producer
+            producer.close(0)  # its sender died (a bug or a fatal error) since it was kept
         return KafkaProducer(dict(config))
 
     def release(self, producer: KafkaProducer, config: Mapping[str, str], *, healthy: bool,
@@ -52,10 +63,24 @@ class ProducerPool:
         key = tuple(sorted(config.items()))
         with self._lock:
             self._idle.setdefault(key, []).append((producer, time.monotonic(), timeout_s))
+            overflow = self._oldest_beyond(MAX_IDLE)
             if self._evictor is None:
                 self._evictor = threading.Thread(target=self._evict_loop, name="kprod-producer-pool", daemon=True)
                 self._evictor.start()
         self._wake.set()
+        for old in overflow:
+            old.close(0)
+
+    def _oldest_beyond(self, limit: int) -> list[KafkaProducer]:
+        """Take out the longest idle producers past ``limit`` (with the lock held)."""
+        entries = sorted(((since, key, p) for key, idle in self._idle.items() for p, since, _ in idle),
+                         key=lambda e: e[0])
+        taken = [p for _, _, p in entries[:max(0, len(entries) - limit)]]
+        for key in {k for _, k, p in entries if p in taken}:
+            self._idle[key] = [e for e in self._idle[key] if e[0] not in taken]
+            if not self._idle[key]:
+                del self._idle[key]
+        return taken
 
     def evict_idle(self, now: float | None = None) -> int:
         """Close the producers idle past their timeout; returns how many."""

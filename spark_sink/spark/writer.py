@@ -46,11 +46,12 @@ _long_lived_frozen = False
 
 
 def _freeze_long_lived() -> None:
-    """Once per Python worker, when the compiled encoder has been loaded: collect, then
-    move every object the process holds out of the cyclic GC's reach (gc.freeze).
+    """Once per Python worker, when numba has been loaded (kprod's encoder compiled by
+    numba, as from a --py-files zip; the wheel's C extension does not load it): collect,
+    then move every object the process holds out of the cyclic GC's reach (gc.freeze).
 
-    Spark reuses its Python workers across tasks and microbatches. numba and the compiled
-    kernels add about a hundred thousand long-lived objects, and every full collection
+    Spark reuses its Python workers across tasks and microbatches. numba and its compiled
+    code add about a hundred thousand long-lived objects, and every full collection
     walked them all again, about once per microbatch in each worker."""
     global _long_lived_frozen
     if _long_lived_frozen or "numba" not in sys.modules:
@@ -111,11 +112,15 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     started = time.monotonic()
     partition_id, attempt = _task_identity()
     eo = options.exactly_once
+    query = exactly_once.query_id() if eo is not None else None
     config = options.producer_config if eo is None else exactly_once.transactional_config(
-        options.producer_config, eo, partition_id)
+        options.producer_config, eo.prefix_for(query), partition_id)
     # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
     producer = POOL.acquire(config)
+    # A batch write's transactional ids are its own: no later task could reuse the producer.
+    keep_s = 0.0 if eo is not None and eo.prefix is not None and query is None else options.producer_cache_timeout_s
     transaction = None
+    begun = False
     before = producer.metric_totals()  # a pooled producer's counts include earlier tasks'
     records = nbytes = 0
     ranges: dict = {}
@@ -132,6 +137,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     try:
         if eo is not None:
             exactly_once.begin(producer)
+            begun = True
         # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
         # Sender's wait for it short for the whole loop, not only inside each call.
         with short_switch_interval():
@@ -146,18 +152,20 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
             settle(future)
         counts = producer.metric_totals().since(before)  # before the pool may hand it on
         if eo is not None:
-            transaction = producer.prepare_transaction()  # committed by the driver, with the others
+            # Committed by the driver, with the others; None if this task sent nothing.
+            transaction = producer.prepare_transaction()
         ok = True
     finally:
+        if begun and not ok:
+            exactly_once.abort_in_task(producer)
         # Back to the pool only after a flush that succeeded; on failure it is closed
         # without waiting for the rest: the task is failing anyway.
-        POOL.release(producer, config, healthy=ok, timeout_s=options.producer_cache_timeout_s)
+        POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction,
-                              exactly_once.query_id() if eo is not None else None)
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query)
 
 
 def _driver_logging() -> None:
@@ -178,8 +186,8 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     summary = WriteSummary.of(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
-        skipped = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
-        what += f" (exactly-once, {len(messages) - skipped} transaction(s) committed)"
+        committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
+        what += f" (exactly-once, {committed} transaction(s) committed)"
     log.info("kprod %s committed: %s", what, summary.describe())
     if options.delivery_report_path:
         append_report(options.delivery_report_path, summary.report_line(batch_id))
@@ -190,7 +198,7 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
-        exactly_once.abort(options.producer_config, messages)
+        exactly_once.abort(options.producer_config, options.exactly_once, messages)
         log.warning("kprod %s aborted: the transactions of its %d finished task(s) were aborted; "
                     "nothing of it is visible to read_committed consumers", what, len(done))
     elif done:

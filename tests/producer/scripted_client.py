@@ -67,10 +67,13 @@ class ScriptedClient:
     # InitProducerId answers to give, in order, before the default (a new id each time):
     # an error class, or (producer id, epoch).
     init_producer_id_script: list[type[KafkaError] | tuple[int, int]] = field(default_factory=list)
+    # EndTxn answers to give, in order, before success: an error class each.
+    end_txn_script: list[type[KafkaError]] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
     # What a broker appended: per partition, the batches answered with success, in order.
     log: dict[TopicPartition, list[RecordBatch]] = field(default_factory=dict)
     down: set[int] = field(default_factory=set)  # nodes not ready (no connection)
+    transactional_ids: set[str] = field(default_factory=set)  # initialised by InitProducerId
     wakeups: int = 0
     closed: bool = False
     _completed: list[tuple[Callback, ClientResponse]] = field(default_factory=list)
@@ -122,7 +125,16 @@ class ScriptedClient:
         elif api_key == ApiKey.METADATA:
             self.respond(request, self._metadata_body(request.body))
         elif api_key == ApiKey.INIT_PRODUCER_ID:
-            self.respond(request, self._init_producer_id_body())
+            self.respond(request, self._init_producer_id_body(request.body))
+        elif api_key == ApiKey.FIND_COORDINATOR:  # node 0 coordinates every transaction
+            host, port = self.nodes[0]
+            self.respond(request, {"error_code": NO_ERROR, "node_id": 0, "host": host, "port": port})
+        elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            self.respond(request, {"topics": [
+                {"name": t["name"], "partitions": [{"partition_index": i, "error_code": NO_ERROR}
+                                                   for i in t["partitions"]]} for t in request.body["topics"]]})
+        elif api_key == ApiKey.END_TXN:
+            self.respond(request, {"error_code": self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR})
 
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
         self.nodes = dict(nodes)
@@ -237,7 +249,14 @@ class ScriptedClient:
             } for name in names if name in self.topics],
         }
 
-    def _init_producer_id_body(self) -> dict[str, Any]:
+    def _init_producer_id_body(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request["transactional_id"] is not None and not self.init_producer_id_script:
+            # A transaction coordinator keeps one producer id per transactional id and
+            # bumps its epoch at every initialisation.
+            first = request["transactional_id"] not in self.transactional_ids
+            self.transactional_ids.add(request["transactional_id"])
+            self.producer_epoch = 0 if first else self.producer_epoch + 1
+            return {"error_code": NO_ERROR, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
         if self.init_producer_id_script:
             answer = self.init_producer_id_script.pop(0)
             if not isinstance(answer, tuple):

@@ -142,7 +142,7 @@ def _encoded_groups(rows: int) -> list:
     """(partition, batches) for two partitions, each partition's payloads views of one buffer."""
     import numpy as np
 
-    from spark_sink.protocol.columnar import encode_groups
+    from spark_sink.encoder.columnar import encode_groups
 
     values = pa.array([b"v" * 100] * rows, pa.binary())
     groups = encode_groups(None, values, np.zeros(rows, np.int64), None, np.arange(rows) % 2, 2, batch_size=16384)

@@ -3,18 +3,26 @@
 kprod's records are read back: each exactly once per round, intact, on Java's partition
 for its key. With --compare the peers' deliveries are checked by the script itself (a
 delivery callback or errback per record, and no figure for a run with a failure); they
-are not read back here: in one CI run Tansu served only 8,502 of 9,000 records that
-confluent-kafka had been told were delivered, which is not kprod's to test.
+are not read back here, which is not kprod's to test.
+
+kprod-perf is also a command people keep: progress on a terminal only, peers imported only
+with --compare, one line and exit status 2 for a mistake, producers closed on every path.
 """
 
 from __future__ import annotations
 
+import io
+import subprocess
+import sys
+import threading
 from collections import Counter
 
+import pytest
+
 from spark_sink import perf
-from spark_sink.kafka_broker import KAFKA_VERSION
+from kprod_broker import KAFKA_VERSION
 from spark_sink.producer.partitioner import partition_for_key
-from tests.brokers import consume_all, create_topic, unique_topic
+from tests.brokers import consume_all, create_topic, free_port, subprocess_env, unique_topic
 
 N = 2000
 
@@ -23,7 +31,10 @@ def test_kprod_delivers_every_record_it_times(kafka, capsys):
     topic = create_topic(kafka.bootstrap, unique_topic("perf-arrow"), 3)
     assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", str(N),
                       "--mode", "arrow", "--repeat", "2"]) == 0
-    assert "kprod send_arrow " in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "kprod send_arrow " in out
+    # Not a terminal: no progress line rewritten in place, one plain line per run.
+    assert "\r" not in err and err.count(f"kprod arrow: {N:,} records sent in ") == 2, err
 
     table = perf.make_data(N, 100, 10)
     sent = Counter(zip(table.column("key").to_pylist(), table.column("value").to_pylist()))
@@ -46,3 +57,89 @@ def test_compare_reports_every_client_and_ratio_per_round(kafka, capsys):
     # Every client's records are on the broker: kprod's and the Python clients' rounds,
     # and the Java producer's, counted by the script itself before it printed a figure.
     assert perf._high_watermarks(kafka.bootstrap, topic) == 4 * 2 * N
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("mode", ["arrow", "record"])
+def test_progress_on_a_terminal_counts_exactly(kafka, monkeypatch, capsys, mode):
+    """On a terminal the progress line counts the records handed over so far: never more
+    than there are, all of them at the end (2,500 is no multiple of any step)."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(perf.Progress, "interval", 0.0)  # every update shows
+    topic = create_topic(kafka.bootstrap, unique_topic("perf-tty"), 3)
+    assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", "2500",
+                      "--mode", mode]) == 0
+    shown = [int(line.split(": ", 1)[1].split("/", 1)[0].replace(",", ""))
+             for line in terminal.getvalue().split("\r") if "/2,500 records sent" in line]
+    assert shown and shown[-1] == 2500 and all(n <= 2500 for n in shown) and shown == sorted(shown), shown
+    assert ": 2,500 records sent in " in terminal.getvalue()
+
+
+def test_without_compare_no_peer_is_imported(kafka):
+    """A run without --compare needs only kprod: neither confluent-kafka nor kafka-python
+    is imported (they are the bench extra's)."""
+    topic = create_topic(kafka.bootstrap, unique_topic("perf-alone"), 1)
+    code = ("import sys; from spark_sink import perf; "
+            f"code = perf.main(['--bootstrap-servers', '{kafka.bootstrap}', '--topic', '{topic}', "
+            "'--num-records', '100']); "
+            "print(code, sorted(m for m in ('confluent_kafka', 'kafka') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kprod-perf: "), err
+    return lines[0]
+
+
+def test_compare_without_the_bench_extra_names_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # what an import finds when it is not installed
+    assert perf.main(["--bootstrap-servers", "127.0.0.1:1", "--compare", "--num-records", "10"]) == 2
+    line = _one_line_error(capsys)
+    assert "confluent-kafka" in line and "pip install 'kprod[bench]'" in line, line
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--num-records", "many"], "--num-records: invalid int value: 'many'"),
+    (["--num-records", "0"], "--num-records must be at least 1, got 0"),
+    (["--repeat", "0"], "--repeat must be at least 1, got 0"),
+    (["--producer-props", "linger.ms"], "--producer-props: expected key=value, got 'linger.ms'"),
+    (["--producer-props", "no.such.setting=1"], "no.such.setting"),
+    (["--mode", "fast"], "--mode: invalid choice: 'fast'"),
+])
+def test_command_line_mistakes_end_with_one_line_and_status_2(capsys, argv, says):
+    assert perf.main(["--bootstrap-servers", "127.0.0.1:1", *argv]) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("kprod-perf: error: ") and says in line, line
+
+
+def _senders() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("kprod-sender-")]
+
+
+def test_unreachable_address_ends_with_one_line_and_status_2_and_no_producer_left(capsys):
+    address = f"127.0.0.1:{free_port()}"
+    assert perf.main(["--bootstrap-servers", address, "--num-records", "10",
+                      "--producer-props", "max.block.ms=1500"]) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("kprod-perf: error: ") and address in line, line
+    assert _senders() == []
+
+
+def test_failed_run_ends_with_one_line_and_status_1_and_no_producer_left(kafka, capsys):
+    """Records larger than max.request.size fail the kprod run: one line, status 1, and
+    the producer is closed."""
+    topic = create_topic(kafka.bootstrap, unique_topic("perf-fail"), 1)
+    assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", "10",
+                      "--record-size", "2000", "--mode", "record", "--producer-props", "max.request.size=1000"]) == 1
+    line = _one_line_error(capsys)
+    assert line.startswith("kprod-perf: run failed: "), line
+    assert _senders() == []

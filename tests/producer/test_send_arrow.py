@@ -140,7 +140,7 @@ def test_summary_ranges_follow_send_order_and_mark_unknown_ends():
     summary says -1 for that end of the range, never an offset that is not its records'."""
     from spark_sink.producer.batch import ProducerBatch
     from spark_sink.producer.producer import ArrowSendFuture
-    from spark_sink.protocol.columnar import EncodedRecords
+    from spark_sink.encoder.columnar import EncodedRecords
 
     def queue(future, counts):
         encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]

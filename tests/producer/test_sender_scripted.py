@@ -20,8 +20,8 @@ from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.transaction_manager import State, TransactionManager
 from spark_sink.protocol.errors import (
-    DuplicateSequenceNumberError, InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError,
-    OutOfOrderSequenceNumberError, UnknownProducerIdError,
+    DuplicateSequenceNumberError, InvalidRecordError, NotCoordinatorError, NotEnoughReplicasError,
+    NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, UnknownProducerIdError,
 )
 from spark_sink.protocol.messages import ApiKey
 from tests.producer.scripted_client import Request, ScriptedClient
@@ -281,7 +281,8 @@ def test_a_failed_batch_leaves_a_gap_the_partition_starts_over_under_the_next_ep
     # c, pipelined behind b, is refused for the gap b left, and goes again as 0 of epoch 1.
     assert h.sequences(TP0) == [(0, 0, (b"a",)), (0, 1, (b"b",)), (0, 2, (b"c",)), (1, 0, (b"c",))]
     assert h.sequences(TP1) == [(0, 0, (b"x",)), (0, 1, (b"y",)), (1, 0, (b"z",))]
-    assert h.callbacks[2][0] == b"b" and isinstance(h.callbacks[2][2], InvalidRecordError)
+    (failed,) = [e for v, o, e in h.callbacks if v == b"b"]
+    assert isinstance(failed, InvalidRecordError)
     acked = [(v, o) for v, o, e in h.callbacks if e is None]
     assert [a for a in acked if a[0] in b"abc"] == [(b"a", 0), (b"c", 1)]
     assert [a for a in acked if a[0] in b"xyz"] == [(b"x", 0), (b"y", 1), (b"z", 2)]
@@ -329,3 +330,78 @@ def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent):
     assert h.in_flight() == []
     ((value, offset, error),) = h.callbacks
     assert isinstance(error, NotEnoughReplicasError) and offset is None
+
+
+def _transaction_with(h: Harness, *values: bytes) -> None:
+    h.txn.begin_transaction()
+    h.txn.maybe_add_partition(TP0)
+    h.send(*values)
+    h.run()
+
+
+def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over():
+    """The retried batch held sequence 0 and is never sent again: the next transaction's
+    first batch must not carry sequence 1 under the same epoch (a gap the broker refuses
+    with OUT_OF_ORDER_SEQUENCE_NUMBER), so the abort bumps the epoch first."""
+    h = Harness(**{"transactional.id": "tx", "retry.backoff.ms": 60_000})
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight(), {TP0: NotLeaderOrFollowerError})
+    h.run()  # "a" is queued for a retry, a minute away
+    assert h.sequences() == [(0, 0, (b"a",))] and not h.in_flight()
+    aborted = h.txn.end_transaction(commit=False)
+    h.run()
+    aborted.wait(0, "abort")
+    assert [e for v, o, e in h.callbacks if v == b"a"] and h.callbacks[0][2] is not None
+    _transaction_with(h, b"b")
+    assert h.sequences()[-1] == (1, 0, (b"b",))
+    h.client.respond_produce(h.only_in_flight())
+    h.run()
+    assert h.callbacks[-1] == (b"b", 0, None)
+
+
+def test_a_coordinator_that_moved_is_found_again():
+    """EndTxn answered NOT_COORDINATOR: the cached coordinator is forgotten, found again
+    with FindCoordinator, and EndTxn sent again; the commit then succeeds."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.client.end_txn_script = [NotCoordinatorError]
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight())
+    committed = h.txn.end_transaction(commit=True)
+    h.run()
+    committed.wait(0, "commit")
+    assert [ApiKey(r.api_key) for r in h.client.requests if r.api_key in (ApiKey.FIND_COORDINATOR, ApiKey.END_TXN)
+            ] == [ApiKey.FIND_COORDINATOR, ApiKey.END_TXN, ApiKey.FIND_COORDINATOR, ApiKey.END_TXN]
+    assert h.txn.state is State.READY
+
+
+def test_an_empty_transaction_ends_without_a_request():
+    """Java's transactionStarted: EndTxn for a transaction the coordinator never heard
+    of is refused with INVALID_TXN_STATE, so nothing is sent, for a commit or an abort."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.txn.init_transactions()
+    h.run()
+    for commit in (True, False, True):
+        h.txn.begin_transaction()
+        ended = h.txn.end_transaction(commit=commit)
+        h.run()
+        ended.wait(0, "end")
+        assert h.txn.state is State.READY
+    h.txn.begin_transaction()
+    assert h.txn.prepare_transaction() is None and h.txn.state is State.READY
+    assert not [r for r in h.client.requests if r.api_key == ApiKey.END_TXN]
+
+
+def test_drain_starts_where_the_last_one_ran_out_of_room():
+    """Twelve partitions with three batches each on one node, and room for a few batches a
+    request: every partition has its first batch sent before any has its second, not the
+    first few again and again while the others wait."""
+    h = Harness(leaders=[0] * 12, **{"max.request.size": 400, "enable.idempotence": False, "acks": 1})
+    for p in range(12):
+        h.send(b"x1" * 30, b"x2" * 30, b"x3" * 30, partition=p)
+    h.run(8)  # metadata, then a request a round
+    order = [tp[1] for r in h.in_flight() for tp in r.batches()]
+    assert sorted(order[:12]) == list(range(12)), order

@@ -12,7 +12,7 @@ import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
-from spark_sink.kafka_broker import make_tls_files
+from kprod_broker import make_tls_files
 from tests.brokers import consume_all, unique_topic
 
 

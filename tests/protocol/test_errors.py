@@ -74,7 +74,7 @@ public class DumpErrors {
 def test_the_table_is_kafkas_own(tmp_path: Path):
     """Codes, names and flags are those of the kafka-clients jar the test broker runs (Java's
     exception classes decide the flags: RetriableException, InvalidMetadataException)."""
-    from spark_sink.kafka_broker import cache_dir, kafka_classpath
+    from kprod_broker import cache_dir, kafka_classpath
 
     java = shutil.which("java")
     if java is None or not (cache_dir()).exists():

@@ -94,3 +94,24 @@ def test_sasl_message_bytes():
     handshake = p.INT16.pack(33) + p.INT32.pack(2) + b"\x00\x05PLAIN\x00\x0dSCRAM-SHA-256"
     assert decode_response_body(ApiKey.SASL_HANDSHAKE, 1, handshake) == {
         "error_code": 33, "mechanisms": ["PLAIN", "SCRAM-SHA-256"]}
+
+
+def test_oauthbearer_initial_response_as_kip_255_lays_it_out():
+    from spark_sink.protocol.sasl import OAuthBearer
+
+    assert OAuthBearer("t.k.n").first_token() == b"n,,\x01auth=Bearer t.k.n\x01\x01"
+    client = OAuthBearer("tok", {"logicalCluster": "lkc-1", "poolId": "p"})
+    assert client.first_token() == b"n,,\x01auth=Bearer tok\x01logicalCluster=lkc-1\x01poolId=p\x01\x01"
+    assert client.respond(b"") is None  # the broker accepted the token
+
+
+def test_oauthbearer_acknowledges_the_brokers_error_with_one_control_a():
+    from spark_sink.protocol.sasl import OAuthBearer
+
+    client = OAuthBearer("tok")
+    assert client.respond(b'{"status":"invalid_token"}') == b"\x01"
+    assert client.server_error == '{"status":"invalid_token"}'
+    with pytest.raises(SaslError):
+        client.respond(b"more")
+    with pytest.raises(ValueError, match="extension name 'auth'"):
+        OAuthBearer("tok", {"auth": "x"})

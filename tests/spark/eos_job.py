@@ -1,9 +1,10 @@
 """A file-stream query to Kafka through kprod, for the crash tests: run, killed, rerun from
 its checkpoint until it has read every file (availableNow).
 
-    python eos_job.py INPUT_DIR CHECKPOINT BOOTSTRAP TOPIC GUARANTEE FAIL_PROBABILITY
+    python eos_job.py INPUT_DIR CHECKPOINT BOOTSTRAP TOPIC GUARANTEE FAIL_PROBABILITY [TASKS]
 
-Each task's first attempt fails with FAIL_PROBABILITY, part-way through its rows.
+Each task's first attempt fails with FAIL_PROBABILITY, part-way through its rows. With
+TASKS, each microbatch is repartitioned into that many tasks (a restart may change it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 def main() -> None:
     input_dir, checkpoint, bootstrap, topic, guarantee, fail_probability = sys.argv[1:7]
+    tasks = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     p = float(fail_probability)
     spark = (SparkSession.builder.master("local[2,4]").appName("kprod-eos-test")
              .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
@@ -35,6 +37,8 @@ def main() -> None:
                 raise RuntimeError(f"injected failure of task {ctx.partitionId()} (attempt 0)")
             yield batch
 
+    if tasks:
+        source = source.repartition(tasks)
     rows = source.mapInArrow(flaky, source.schema).selectExpr("CAST(id AS STRING) AS key", "payload AS value")
     query = (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
              .option("kprod.deliveryGuarantee", guarantee).option("checkpointLocation", checkpoint)

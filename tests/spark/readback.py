@@ -1,11 +1,15 @@
-"""Records read back with confluent-kafka, as a Spark DataFrame chispa can compare."""
+"""Records read back with confluent-kafka: as a Spark DataFrame chispa can compare, as a
+read_committed consumer sees them, and whether a transaction is still open."""
 
 from __future__ import annotations
+
+import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tests.brokers import consume_all
+from spark_sink.producer import KafkaProducer, ProducerRecord
+from tests.brokers import consume_all, consumer
 
 SCHEMA = (
     "topic string, partition int, key binary, value binary, "
@@ -38,3 +42,45 @@ def as_sent(df: DataFrame, topic: str | None = None, default_ts: bool = True) ->
         (F.unix_millis("timestamp") if "timestamp" in cols else F.lit(None).cast("bigint")).alias("timestamp"),
     )
     return out
+
+
+class CommittedView:
+    """Counts the records in a topic as a consumer of the given isolation level sees them."""
+
+    def __init__(self, bootstrap: str, topic: str, isolation: str) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self.consumer = consumer(bootstrap, **{"isolation.level": isolation})
+        partitions = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self.keys: list[str] = []
+
+    def poll(self, seconds: float) -> int:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for m in self.consumer.consume(num_messages=10000, timeout=0.05):
+                if not m.error():
+                    self.keys.append(m.key().decode())
+        return len(self.keys)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int) -> None:
+    """A plain record produced now to every partition is visible to read_committed within
+    seconds: no transaction before it holds the last stable offset back."""
+    with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
+        for partition in range(partitions):
+            p.send(ProducerRecord(topic, b"sentinel", key=b"sentinel-%d" % partition, partition=partition))
+        p.flush(30)
+    t = CommittedView(bootstrap, topic, "read_committed")
+    try:
+        for _ in range(20):
+            t.poll(0.5)
+            if sum(k.startswith("sentinel") for k in t.keys) == partitions:
+                return
+        raise AssertionError(f"sentinels seen by read_committed: {[k for k in t.keys if k.startswith('sentinel')]}; "
+                             f"a transaction is still open on the others")
+    finally:
+        t.close()

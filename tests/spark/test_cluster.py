@@ -126,7 +126,7 @@ def test_first_microbatch_on_fresh_executors(cluster, kafka, tmp_path, kprod_whe
     wheel, by kprod shipped with --py-files, by Spark's own Kafka sink, and by a no-op
     Python sink (Spark's own cost for a Python sink). Prints each addBatch time (for
     bench/RESULTS.md; no timing is asserted) and checks every row arrived."""
-    from spark_sink.kafka_broker import spark_kafka_jars
+    from kprod_broker import spark_kafka_jars
     from tests.installs import venv_with_kprod
 
     files, per_file = 2, 500

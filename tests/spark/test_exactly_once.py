@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokers import consumer, create_topic, subprocess_env, unique_topic
+from tests.brokers import create_topic, subprocess_env, unique_topic
+from tests.spark.readback import CommittedView, assert_nothing_left_open
 
 JOB = Path(__file__).with_name("eos_job.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,49 +38,35 @@ def _write_input(directory: Path) -> set[str]:
     return ids
 
 
-class _Topic:
-    """Counts the records in a topic as a consumer of the given isolation level sees them."""
-
-    def __init__(self, bootstrap: str, topic: str, isolation: str) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-        self.consumer = consumer(bootstrap, **{"isolation.level": isolation})
-        partitions = self.consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        self.keys: list[str] = []
-
-    def poll(self, seconds: float) -> int:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for m in self.consumer.consume(num_messages=10000, timeout=0.05):
-                if not m.error():
-                    self.keys.append(m.key().decode())
-        return len(self.keys)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
+def _start(args: list[str], log: Path, cwd: Path) -> subprocess.Popen:
     env = subprocess_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # A session of its own: the kill takes the driver's JVM and Python workers with it.
-    return subprocess.Popen([sys.executable, str(JOB), *args], env=env, cwd=ROOT, start_new_session=True,
+    return subprocess.Popen([sys.executable, str(JOB), *args], env=env, cwd=cwd, start_new_session=True,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
+_SPLIT = re.compile(r"PartlyCommittedError: microbatch \d+ was committed in part .* split it into (\d+) tasks")
+
+
 def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
-                      kills_wanted: int) -> tuple[set[str], list[str], str]:
+                      kills_wanted: int, splits: list[int] | None = None) -> tuple[set[str], list[str], str, str]:
+    """Kill the query ``kills_wanted`` times, then run it to the end. ``splits`` gives each
+    run's task count (a restart with other settings): a run refused for a microbatch
+    committed in part by a differently split run is restarted with that run's split, as
+    the error says to."""
     rng = random.Random(seed)
     ids = _write_input(tmp_path / "input")
     topic = create_topic(bootstrap, unique_topic(f"eos-{guarantee}"), partitions=3)
-    args = [str(tmp_path / "input"), str(tmp_path / "checkpoint"), bootstrap, topic, guarantee, "0.3"]
+    # A relative checkpoint: the transactional ids come from the query id, not its path.
+    args = [str(tmp_path / "input"), "checkpoint", bootstrap, topic, guarantee, "0.3"]
+    splits = splits or [0] * (kills_wanted + 1)
     log = tmp_path / "job.log"
-    written = _Topic(bootstrap, topic, "read_uncommitted")  # sees rows as soon as they are written
+    written = CommittedView(bootstrap, topic, "read_uncommitted")  # sees rows as soon as they are written
     kills: list[int] = []  # rows written (committed or not) when each kill was done
     try:
         for kill in range(kills_wanted):
-            proc = _start(args, log)
+            proc = _start(args + [str(splits[kill])], log, tmp_path)
             seen = written.poll(0)
             # Each run is killed once it has written new rows (Spark's start-up alone takes
             # seconds): at once, most likely before its microbatch is committed, or after a
@@ -92,11 +80,20 @@ def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             kills.append(written.poll(0.5))
-        final = _start(args, log)
-        assert final.wait(timeout=600) == 0, log.read_text()[-5000:]
+        split = splits[-1]
+        for _ in range(3):
+            logged = len(log.read_text()) if log.exists() else 0
+            final = _start(args + [str(split)], log, tmp_path)
+            if final.wait(timeout=600) == 0:
+                break
+            refused = _SPLIT.search(log.read_text()[logged:])
+            assert refused, log.read_text()[-5000:]
+            split = int(refused.group(1))
+        else:
+            raise AssertionError(log.read_text()[-5000:])
     finally:
         written.close()
-    committed = _Topic(bootstrap, topic, "read_committed")
+    committed = CommittedView(bootstrap, topic, "read_committed")
     try:
         deadline = time.monotonic() + 60
         while committed.poll(1.0) < len(ids) and time.monotonic() < deadline:
@@ -105,23 +102,26 @@ def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
     finally:
         committed.close()
     assert kills, "the job finished before it could be killed"
-    return ids, committed.keys, log.read_text() + f"\nrows written at each kill: {kills}"
+    return ids, committed.keys, log.read_text() + f"\nrows written at each kill: {kills}", topic
 
 
 @pytest.mark.timeout(900)
 def test_exactly_once_survives_driver_kills_and_task_failures(kafka, tmp_path):
-    ids, keys, log = _run_with_crashes(tmp_path, kafka.bootstrap, "exactly-once", seed=26, kills_wanted=2)
+    # Each restart splits the microbatches differently.
+    ids, keys, log, topic = _run_with_crashes(tmp_path, kafka.bootstrap, "exactly-once", seed=26, kills_wanted=2,
+                                              splits=[3, 2, 3])
     counts = collections.Counter(keys)
     assert set(counts) == ids, f"missing {len(ids - set(counts))} rows"
     duplicated = {k: n for k, n in counts.items() if n > 1}
     assert not duplicated, f"{len(duplicated)} rows written more than once, e.g. {list(duplicated.items())[:5]}"
     assert "injected failure" in log  # tasks did fail and were retried
+    assert_nothing_left_open(kafka.bootstrap, topic, 3)  # the killed runs' transactions were aborted
     print(log.splitlines()[-1])
 
 
 @pytest.mark.timeout(900)
 def test_at_least_once_shows_duplicates_in_the_same_run(kafka, tmp_path):
-    ids, keys, log = _run_with_crashes(tmp_path, kafka.bootstrap, "at-least-once", seed=26, kills_wanted=1)
+    ids, keys, log, _ = _run_with_crashes(tmp_path, kafka.bootstrap, "at-least-once", seed=26, kills_wanted=1)
     print(log.splitlines()[-1])
     counts = collections.Counter(keys)
     assert set(counts) == ids  # nothing lost

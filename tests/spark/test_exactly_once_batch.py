@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from tests.brokers import consume_all, create_topic, unique_topic
-from tests.spark.test_exactly_once import _Topic
+from tests.spark.readback import CommittedView
 
 N = 3000
 
@@ -20,7 +20,7 @@ def _write(df, bootstrap, topic, guarantee):
 
 
 def _visible(bootstrap, topic, seconds=3.0) -> list[str]:
-    t = _Topic(bootstrap, topic, "read_committed")
+    t = CommittedView(bootstrap, topic, "read_committed")
     try:
         t.poll(seconds)
         return t.keys

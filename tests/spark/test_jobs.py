@@ -1,4 +1,4 @@
-"""The jobs in jobs/: --help, and real runs against Tansu as a user would start them."""
+"""The jobs in jobs/: --help, and real runs against Apache Kafka as a user would start them."""
 
 from __future__ import annotations
 
@@ -28,6 +28,33 @@ def test_help(job):
     done = run_job(job, "--help", timeout=60)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout and "--" in done.stdout
+
+
+def _import_job(name: str):
+    sys.path.insert(0, str(JOBS))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(JOBS))
+
+
+def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates():
+    """``make demo``'s script, as a newcomer runs it: no address given, so it starts a
+    local Apache Kafka node, streams, reads everything back, and labels kprod's steady
+    rate apart from the first microbatch's (which includes starting Python workers)."""
+    done = run_job("demo.py", "--duration", "6", "--rows-per-second", "3000", "--partitions", "2")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "starting Apache Kafka" in done.stderr and "local broker stopped" in done.stderr
+    assert "every committed record was read back, once" in done.stdout, done.stdout
+    assert "kprod, steady state: " in done.stdout and "kprod, first microbatch: " in done.stdout, done.stdout
+
+
+def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart():
+    demo = _import_job("demo")
+    steady, first = demo.kprod_rates([(0, 0.01), (1000, 2.0), (3000, 0.5), (0, 0.0), (1000, 0.5)])
+    assert steady.startswith("  kprod, steady state:     4,000 records/s") and "2 microbatches: 4,000 records" in steady
+    assert first.startswith("  kprod, first microbatch: 500 records/s (1,000 records in 2.0 s")
+    assert demo.kprod_rates([(0, 0.0)]) == []
 
 
 def test_file_to_kafka_under_spark_submit_packs_columns_into_json_values(kafka, tmp_path):
@@ -101,11 +128,7 @@ def test_bench_sink_delivers_every_row_it_times(kafka):
 
 
 def test_conf_files_are_read_as_their_formats_say(tmp_path):
-    sys.path.insert(0, str(JOBS))
-    try:
-        import _common
-    finally:
-        sys.path.remove(str(JOBS))
+    _common = _import_job("_common")
     props = tmp_path / "producer.properties"
     props.write_text("# comment\n! also a comment\n\nlinger.ms = 10\nacks: all\nclient.id=a=b\n")
     assert _common.read_properties(str(props)) == {"linger.ms": "10", "acks": "all", "client.id": "a=b"}

@@ -144,18 +144,22 @@ def test_streaming_rejects_bad_column_at_start(spark, tmp_path):
             q.stop()
 
 
-def test_exactly_once_prefix_is_stable_for_a_checkpoint_and_new_for_each_batch_write():
+def test_exactly_once_prefix_comes_from_the_query_id_and_is_new_for_each_batch_write():
     eo = {**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once"}
-    first = parse_options({**eo, "checkpointlocation": "/tmp/cp"}, streaming=True).exactly_once
-    again = parse_options({**eo, "checkpointlocation": "/tmp/cp"}, streaming=True).exactly_once
-    other = parse_options({**eo, "checkpointlocation": "/tmp/cp2"}, streaming=True).exactly_once
-    assert first == again and first.prefix != other.prefix and first.marker_topic == "t"
-    assert first.transactional_id(3) == first.prefix + "-3"
-    assert parse_options(eo).exactly_once.prefix != parse_options(eo).exactly_once.prefix
-    named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
-    assert named.exactly_once.prefix == "orders" and named.exactly_once.marker_topic == "m"
+    # A streaming query's prefix: from its id (kept in its checkpoint), however the
+    # checkpoint is spelled, and with no checkpointLocation option at all.
+    for checkpoint in ("/tmp/cp", "chk", "s3a://bucket/chk", None):
+        options = {**eo, "checkpointlocation": checkpoint} if checkpoint else eo
+        streaming = parse_options(options, streaming=True).exactly_once
+        assert streaming.prefix is None and streaming.marker_topic == "t"
+        assert streaming.prefix_for("q-1") == streaming.prefix_for("q-1") != streaming.prefix_for("q-2")
     with pytest.raises(ConfigError, match="kprod.transactionalIdPrefix"):
-        parse_options(eo, streaming=True)  # no checkpoint location to derive it from
+        streaming.prefix_for(None)
+    batch = parse_options(eo).exactly_once
+    assert batch.prefix and batch.prefix != parse_options(eo).exactly_once.prefix
+    assert batch.prefix_for(None) == batch.prefix
+    named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
+    assert named.exactly_once.prefix_for("q-1") == "orders" and named.exactly_once.marker_topic == "m"
     assert parse_options({**BOOT, "topic": "t"}).exactly_once is None
 
 

@@ -54,6 +54,35 @@ def test_idle_producers_are_closed_after_their_timeout(kafka):
         _send_one(producer, "any")
 
 
+def test_the_pool_stays_bounded_and_closes_the_longest_idle(kafka, monkeypatch):
+    """Exactly-once producers differ by transactional id, so a loop of writes would pile
+    them up: past MAX_IDLE the longest idle are closed."""
+    from spark_sink.spark import producer_pool
+
+    monkeypatch.setattr(producer_pool, "MAX_IDLE", 3)
+    pool = ProducerPool()
+    producers = []
+    for i in range(5):
+        config = {"bootstrap.servers": kafka.bootstrap, "client.id": f"c{i}"}
+        producers.append(pool.acquire(config))
+        pool.release(producers[-1], config, healthy=True, timeout_s=600)
+    assert pool.idle_count() == 3
+    assert [p.usable for p in producers] == [False, False, True, True, True]
+    pool.close_all()
+
+
+def test_a_producer_whose_sender_died_is_not_handed_out(kafka):
+    pool = ProducerPool()
+    config = {"bootstrap.servers": kafka.bootstrap}
+    producer = pool.acquire(config)
+    pool.release(producer, config, healthy=True, timeout_s=600)
+    producer._sender.force_close()  # as a bug or a fatal error would stop it
+    producer._sender.join(10)
+    fresh = pool.acquire(config)
+    assert fresh is not producer and fresh.usable
+    fresh.close()
+
+
 def test_cache_timeout_option_takes_spark_durations():
     base = {"kafka.bootstrap.servers": "h:1"}
     assert parse_options(base).producer_cache_timeout_s == 600

@@ -1,20 +1,12 @@
-"""Compiled loops over Arrow buffers: the columnar encoder's records sections, and Kafka's
-murmur2 over a key column.
+"""The columnar encoder's loops for numba: what runs where kprod's compiled extension
+(``_kernels.c``, built with the wheel) is not there, as when kprod is shipped to Spark in
+a ``--py-files`` zip. Same functions, arguments and results as the extension, whose
+docstrings describe them; tests/protocol/test_columnar.py checks both.
 
-The functions here take plain numpy views of Arrow buffers and are compiled by numba, so
-that a record costs nanoseconds rather than a Python loop or a dozen numpy passes, a take
-and an element-wise join. They release the GIL, so the producer's sender thread keeps the
-network busy while a task encodes its next rows.
-
-Import this module where it is used, not at the top of a module: numba and the loading of
-its compiled code take memory and time that a program that only calls ``send()``
-should not pay.
-
-A binary column is passed as a tuple ``(data, starts, lengths)``: the whole data buffer,
-where each value starts in it and its length, -1 for null (an absent column has empty
-``lengths``: every value null). Headers are ``(first_entry, end_entry, sizes, keys,
-values)``: each row's range of entries, the bytes of its header section (empty
-``sizes``: no headers at all), and the entries' key and value columns, indexed by entry.
+numba compiles these on their first call in a process, for the host's CPU, and keeps the
+code where numba's own cache settings say (``cache=True``; for a zip, numba's per-user
+cache directory). kprod sets no numba option for the process: a program's own numba
+functions compile as they would without kprod.
 
 Hot loops read their input arrays themselves rather than through helpers: numba may then
 count references on every call, which costs many times the lookup itself.
@@ -23,13 +15,7 @@ count references on every call, which costs many times the lookup itself.
 from __future__ import annotations
 
 import numpy as np
-
-from spark_sink.protocol import kernel_cache
-
-kernel_cache.configure()  # before numba is imported: portable code, so a shipped cache loads
-from numba import njit  # noqa: E402
-
-kernel_cache.install_locator()
+from numba import njit
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 
@@ -82,10 +68,10 @@ def _record_size(fixed, timestamp_delta, offset_delta):
 
 
 @njit(**_JIT)
-def header_sizes(entry_offsets, key_lengths, value_lengths):
-    """Bytes of each row's header section, its count included (a null key is written empty)."""
+def header_sizes(entry_offsets, key_lengths, value_lengths, sizes):
+    """Bytes of each row's header section into ``sizes``, its count included (a null key
+    is written empty)."""
     n = len(entry_offsets) - 1
-    sizes = np.empty(n, np.int64)
     for row in range(n):
         first, end = entry_offsets[row], entry_offsets[row + 1]
         size = _varint_size(np.int64(end - first))
@@ -93,32 +79,19 @@ def header_sizes(entry_offsets, key_lengths, value_lengths):
             key_length = key_lengths[e]
             size += _field_size(key_length if key_length > 0 else 0) + _field_size(value_lengths[e])
         sizes[row] = size
-    return sizes
 
 
 @njit(**_JIT)
-def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, group_count, limit):
-    """Split rows into record batches, each row in its group's (a partition's) batches.
-
-    Rows are read in input order and each group's rows keep that order. Greedy and exact,
-    as the accumulator fills a batch: a group's batch takes rows while its records section
-    stays within ``limit`` bytes (a row larger than that gets a batch of its own).
-    Empty ``key_lengths``: no keys; empty ``header_sizes``: no headers; empty ``groups``:
-    every row in group 0.
-
-    Returns whether each row opens a batch, and per batch, in the order they were opened:
-    its group, record count, records section size, first and largest timestamp.
-    """
+def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, group_count, limit, opens, plan):
+    """Split rows into record batches, each row in its group's (a partition's) batches:
+    which rows open a batch into ``opens``, per batch its group, record count, records
+    section size, first and largest timestamp into the rows of ``plan``; returns the
+    number of batches."""
     has_keys = len(key_lengths) != 0
     has_headers = len(header_sizes) != 0
     has_groups = len(groups) != 0
     n = len(value_lengths)
-    opens = np.zeros(n, np.bool_)
-    batch_group = np.empty(n, np.int64)
-    counts = np.empty(n, np.int64)
-    sizes = np.empty(n, np.int64)
-    base_ts = np.empty(n, np.int64)
-    max_ts = np.empty(n, np.int64)
+    batch_group, counts, sizes, base_ts, max_ts = plan[0], plan[1], plan[2], plan[3], plan[4]
     current = np.full(group_count, -1, np.int64)  # each group's open batch
     batches = 0
     for i in range(n):
@@ -148,15 +121,13 @@ def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, g
         sizes[batch] += size
         if ts > max_ts[batch]:
             max_ts[batch] = ts
-    return (opens, batch_group[:batches], counts[:batches], sizes[:batches], base_ts[:batches],
-            max_ts[:batches])
+    return batches
 
 
 @njit(**_JIT)
 def write_records(out, group_starts, opens, groups, keys, values, headers, timestamps):
     """Write every row's record into ``out``, each group's records from its start in
-    ``group_starts`` on, split into batches where ``opens`` (from :func:`plan_batches`)
-    says.
+    ``group_starts`` on, split into batches where ``opens`` says.
 
     The four field copies are written out: through a helper that takes the data array the
     loop runs 45% slower (reference counting, see the module docstring)."""
@@ -231,12 +202,10 @@ _MURMUR2_M = 0x5BD1E995
 
 
 @njit(**_JIT)
-def murmur2_rows(data, offsets, nulls, seed):
-    """MurmurHash2 with ``seed`` (Kafka's Utils.murmur2 with Kafka's seed) of each value of
-    a binary column (nulls, and absent data, hash as empty), as uint32 bits. 32-bit
+def murmur2_rows(data, offsets, nulls, seed, out):
+    """MurmurHash2 with ``seed`` of each value of a binary column into ``out``. 32-bit
     arithmetic in int64, masked after each multiply."""
     n = len(offsets) - 1
-    out = np.empty(n, np.uint32)
     for row in range(n):
         start = np.int64(offsets[row])
         length = 0 if len(nulls) != 0 and nulls[row] else np.int64(offsets[row + 1]) - start
@@ -261,4 +230,3 @@ def murmur2_rows(data, offsets, nulls, seed):
         h = (h * _MURMUR2_M) & 0xFFFFFFFF
         h ^= h >> 15
         out[row] = h
-    return out

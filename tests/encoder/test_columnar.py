@@ -1,12 +1,32 @@
-"""The columnar encoder writes exactly the bytes of the row-wise reference encoder."""
+"""The columnar encoder writes exactly the bytes of the row-wise reference encoder, with
+either of its compiled forms: the C extension and numba's."""
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_sink.protocol.columnar import encode_columns, encode_groups
+from spark_sink.encoder import _kernels, jit, kernels
+from spark_sink.encoder.columnar import encode_columns, encode_groups
+from spark_sink.producer.partitioner import murmur2, murmur2_array
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, encode_records
+
+
+@pytest.fixture(autouse=True, scope="module", params=[_kernels, jit], ids=["extension", "numba"])
+def loops(request):
+    """Every test of this module once with each form of the loops."""
+    chosen = kernels.compiled
+    kernels.compiled = lambda: request.param
+    yield request.param
+    kernels.compiled = chosen
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.none() | st.binary(max_size=13), max_size=30), st.integers(0, 3))
+def test_murmur2_over_a_column_equals_javas_per_key(keys, cut):
+    column = pa.array(keys, pa.binary()).slice(min(cut, len(keys)))
+    assert murmur2_array(column).tolist() == [murmur2(k or b"") for k in keys[cut:]]
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

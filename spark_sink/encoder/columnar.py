@@ -1,7 +1,7 @@
 """Columnar record encoding: Arrow columns straight into record batch v2 records sections.
 
-No Python code runs per record: :mod:`spark_sink.protocol.kernels` reads the Arrow
-buffers of keys, values and headers in compiled loops, first to split the rows into batches
+No Python code runs per record: compiled loops (:mod:`spark_sink.encoder.kernels`) read
+the Arrow buffers of keys, values and headers, first to split the rows into batches
 (exact sizes, greedy, as the accumulator fills a batch), then to write every record into a
 buffer that *is* the records section. The bytes equal
 :func:`spark_sink.protocol.records.encode_records`. (send()'s batches are encoded record
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from spark_sink.encoder import kernels
 from spark_sink.protocol.compression import compress
 from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
@@ -109,9 +110,8 @@ def _header_column(headers: pa.Array | None) -> tuple:
     if headers is None:
         return _NO_HEADERS
     entry_offsets, keys, values = _header_entries(headers)
-    from spark_sink.protocol import kernels
-
-    sizes = kernels.header_sizes(entry_offsets, keys[2], values[2])
+    sizes = np.empty(len(entry_offsets) - 1, np.int64)
+    kernels.compiled().header_sizes(entry_offsets, keys[2], values[2], sizes)
     return entry_offsets[:-1], entry_offsets[1:], _frozen(sizes), keys, values
 
 
@@ -156,8 +156,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     the columns. A group's uncompressed payloads are views of one buffer of its own, which
     lives as long as any of them.
     """
-    from spark_sink.protocol import kernels  # numba loads on first use (see kernels)
-
+    loops = kernels.compiled()
     values = as_binary(values)
     keys = as_binary(keys)
     out: list[list[EncodedRecords]] = [[] for _ in range(group_count)]
@@ -170,8 +169,10 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
         raise ValueError(f"groups must lie in 0..{group_count - 1}, got {group_ids.min()}..{group_ids.max()}")
     columns = (_column(keys), _column(values), _header_column(headers), timestamps)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
-    opens, batch_group, counts, sizes, base_ts, max_ts = kernels.plan_batches(
-        columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count, limit)
+    opens, plan = np.zeros(len(values), np.bool_), np.empty((5, len(values)), np.int64)
+    batches = loops.plan_batches(columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count,
+                                 limit, opens, plan)
+    batch_group, counts, sizes, base_ts, max_ts = plan[:, :batches]
     # The buffer holds group 0's records, then group 1's, ...; each group's batches in the
     # order they were opened, which is input order.
     group_bytes = np.bincount(batch_group, weights=sizes, minlength=group_count).astype(np.int64)
@@ -184,7 +185,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     # fresh buffer per call; compressed payloads are copies anyway.
     apart = not codec and int(np.count_nonzero(group_bytes)) > 1
     buffer = _scratch(total) if apart else np.empty(total, np.uint8)
-    kernels.write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
+    loops.write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
     order = np.argsort(batch_group, kind="stable")
     ends = np.cumsum(sizes[order]).tolist()
     data, base = memoryview(buffer), 0

@@ -1,0 +1,138 @@
+"""Apache Kafka's jars (and Spark's own Kafka connector, the benchmark's peer sink) from
+Maven Central, fetched with the Ivy that PySpark ships in ``pyspark/jars`` (what
+``spark-submit --packages`` uses): Python and Java are all it takes.
+
+They are fetched once into a cache outside any repository (``$KPROD_CACHE``, default
+``~/.cache/kprod``): ``<name>/libs/*.jar`` per set of artifacts, Ivy's own downloads in
+``ivy/``, under a file lock so that concurrent callers fetch once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+KAFKA_VERSION = "4.3.1"
+# Kafka 4 logs through log4j 2 behind slf4j 1.7; its jars name no slf4j binding.
+_LOG4J_VERSION = "2.25.4"
+# Kafka 3 logs through log4j 1 (reload4j) behind slf4j 1.7, and names no binding either.
+_SLF4J_RELOAD4J = "org.slf4j:slf4j-reload4j:1.7.36"
+# kafka-tools (for ProducerPerformance, the Java peer of kprod-perf) depends on Kafka
+# Connect's REST server (Jetty, Jersey: 40 more modules) for tools kprod never runs.
+_KAFKA_EXCLUDES = ("org.apache.kafka:connect-runtime",)
+_MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+
+
+class KafkaUnavailableError(RuntimeError):
+    """Kafka cannot be fetched or started here (no Java, no PySpark, no network to Maven Central)."""
+
+
+def cache_dir() -> Path:
+    """Where fetched jars live: ``$KPROD_CACHE`` or ``~/.cache/kprod`` (never inside a repository)."""
+    return Path(os.environ.get("KPROD_CACHE") or Path.home() / ".cache" / "kprod")
+
+
+def java() -> str:
+    """The ``java`` to run: ``$JAVA_HOME/bin/java`` or the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not found or not os.access(found, os.X_OK):
+        raise KafkaUnavailableError("Apache Kafka needs Java 17 or newer: no java on PATH and no JAVA_HOME")
+    return found
+
+
+def ivy_jar() -> Path:
+    """The Ivy jar inside the installed PySpark (found without importing pyspark)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise KafkaUnavailableError("fetching Kafka's jars uses the Ivy that PySpark ships: pip install 'kprod[spark]'")
+    found = sorted(Path(next(iter(spec.submodule_search_locations)), "jars").glob("ivy-*.jar"))
+    if not found:
+        raise KafkaUnavailableError(f"no ivy-*.jar in {spec.submodule_search_locations[0]}/jars")
+    return found[-1]
+
+
+def maven_jars(name: str, artifacts: Sequence[str], excludes: Sequence[str] = ()) -> list[Path]:
+    """The jars of ``artifacts`` (``group:artifact:version``) and their runtime dependencies,
+    without the modules ``excludes`` names (``group:artifact``) and what only they need.
+
+    Fetched into ``cache_dir()/name`` the first time; later calls only list the directory.
+    """
+    target = cache_dir() / name
+    done = target / ".complete"
+    if not done.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        with open(cache_dir() / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one Ivy at a time: they share its cache
+            if not done.exists():
+                # A first fetch takes a minute or so: say why nothing else happens meanwhile.
+                print(f"[kprod_broker] fetching {', '.join(artifacts)} and their dependencies from Maven "
+                      f"Central into {target} (once)", file=sys.stderr, flush=True)
+                _fetch(target, artifacts, excludes)
+                done.write_text("\n".join(artifacts) + "\n")
+    return sorted((target / "libs").glob("*.jar"))
+
+
+def _fetch(target: Path, artifacts: Sequence[str], excludes: Sequence[str]) -> None:
+    exclusions = "".join(f"<exclude org={quoteattr(g)} module={quoteattr(a)}/>"
+                         for g, a in (e.split(":") for e in excludes))
+    # default->default: each module's jar and its runtime dependencies (Maven's runtime scope).
+    dependencies = "".join(
+        f"<dependency org={quoteattr(g)} name={quoteattr(a)} rev={quoteattr(v)} conf=\"default->default\">"
+        f"{exclusions}</dependency>"
+        for g, a, v in (artifact.split(":") for artifact in artifacts))
+    (target / "ivy.xml").write_text(
+        f'<ivy-module version="2.0"><info organisation="kprod.cache" module={quoteattr(target.name)}/>'
+        f"<dependencies>{dependencies}</dependencies></ivy-module>\n")
+    # Maven Central only: Ivy's default chain first looks in two local repositories for
+    # each of ~60 modules, which doubles a first fetch.
+    (target / "ivysettings.xml").write_text(
+        '<ivysettings><settings defaultResolver="central"/><resolvers>'
+        f'<ibiblio name="central" m2compatible="true" root="{_MAVEN_CENTRAL}"/></resolvers></ivysettings>\n')
+    shutil.rmtree(target / "libs", ignore_errors=True)
+    result = subprocess.run(
+        [java(), "-jar", str(ivy_jar()), "-settings", str(target / "ivysettings.xml"),
+         "-cache", str(cache_dir() / "ivy"), "-ivy", str(target / "ivy.xml"), "-confs", "default",
+         # Named artifact-version.jar, as in PySpark's own jars/ (spark_kafka_jars compares them).
+         "-retrieve", str(target / "libs" / "[artifact]-[revision](-[classifier]).[ext]")],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    if result.returncode != 0 or "UNRESOLVED DEPENDENCIES" in output or not any((target / "libs").glob("*.jar")):
+        raise KafkaUnavailableError(
+            f"Ivy could not fetch {', '.join(artifacts)} from {_MAVEN_CENTRAL}:\n{output[-3000:]}")
+
+
+def kafka_artifacts(version: str = KAFKA_VERSION) -> tuple[str, ...]:
+    """Apache Kafka ``version``'s server and tools, and a logging binding for its line."""
+    logging = (f"org.apache.logging.log4j:log4j-slf4j-impl:{_LOG4J_VERSION}" if int(version.split(".")[0]) >= 4
+               else _SLF4J_RELOAD4J)
+    return (f"org.apache.kafka:kafka_2.13:{version}", f"org.apache.kafka:kafka-tools:{version}", logging)
+
+
+def kafka_classpath(version: str = KAFKA_VERSION) -> str:
+    """Apache Kafka's server and tools jars, fetched on first use."""
+    jars = maven_jars(f"kafka-{version}", kafka_artifacts(version), _KAFKA_EXCLUDES)
+    return os.pathsep.join(str(p) for p in jars)
+
+
+def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
+    """Spark's own Kafka sink (``spark-sql-kafka-0-10_2.13`` of the running Spark) and what
+    it needs at run time that Spark does not already ship, for ``spark.jars``."""
+    import pyspark
+
+    version = spark_version or pyspark.__version__
+    jars = maven_jars(f"spark-sql-kafka-{version}", [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"])
+
+    def artifact(jar: Path) -> str:
+        return re.sub(r"-\d[\w.]*\.jar$", "", jar.name)
+
+    shipped = {artifact(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in jars if artifact(j) not in shipped]

@@ -1,0 +1,70 @@
+"""Request bodies and answer checks for transaction and offset requests to coordinators.
+
+Sans-IO: dicts in the shape of :mod:`spark_sink.protocol.messages`' schemas. The
+producer's TransactionManager and the AdminClient (which ends or extends another
+process's transaction) build the same requests from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from spark_sink.protocol.errors import error_for_code
+
+TopicPartition = tuple[str, int]
+
+TRANSACTION_COORDINATOR, GROUP_COORDINATOR = 1, 0  # FindCoordinator key types
+
+
+def add_offsets_body(transactional_id: str, producer_id: int, epoch: int, group_id: str) -> dict[str, Any]:
+    """An AddOffsetsToTxn request."""
+    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
+            "group_id": group_id}
+
+
+def end_txn_body(transactional_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
+    """An EndTxn request: commit, or abort."""
+    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
+            "committed": commit}
+
+
+def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partition numbers per topic, as the requests list them."""
+    topics: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(partition)
+    return topics
+
+
+def partition_error(body: dict[str, Any], what: str) -> Exception | None:
+    """The first per-partition error of an answer listing ``topics`` of ``partitions``."""
+    return next((error_for_code(p["error_code"], f"{what}: {t['name']}-{p['partition_index']}")
+                 for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
+
+
+def offset_topics(offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> list[dict[str, Any]]:
+    """The ``topics`` of an offset commit: ``offsets`` maps (topic, partition) to (offset, metadata)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), (offset, metadata) in offsets.items():
+        topics.setdefault(topic, []).append(
+            {"partition_index": partition, "committed_offset": offset, "committed_metadata": metadata})
+    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+
+
+def txn_offset_commit_body(transactional_id: str, group_id: str, producer_id: int, epoch: int,
+                           offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> dict[str, Any]:
+    """A TxnOffsetCommit request."""
+    return {"transactional_id": transactional_id, "group_id": group_id, "producer_id": producer_id,
+            "producer_epoch": epoch, "topics": offset_topics(offsets)}
+
+
+def find_coordinator_body(key_type: int, key: str) -> dict[str, Any]:
+    """A FindCoordinator request for the coordinator of ``key`` (a transactional id or group id)."""
+    return {"key": key, "key_type": key_type}
+
+
+def coordinator_error(body: dict[str, Any], key: str) -> Exception | None:
+    """The error of a FindCoordinator answer, if any."""
+    return error_for_code(body["error_code"], f"FindCoordinator for {key}: "
+                                              f"{body.get('error_message') or ''}".rstrip(": "))

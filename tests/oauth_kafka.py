@@ -1,0 +1,73 @@
+"""Apache Kafka with OAUTHBEARER listeners validated by the broker's own OIDC validator
+(OAuthBearerValidatorCallbackHandler) against the test identity provider (tests/oidc.py),
+for the OAUTHBEARER tests (fixture ``oauth_kafka``).
+
+One node with, besides its plain listener:
+- OAUTHPLAIN (SASL_PLAINTEXT) and OAUTHSSL (SASL_SSL, the session's own CA);
+- OAUTHREAUTH (SASL_PLAINTEXT) whose sessions last 1.5 s (connections.max.reauth.ms),
+  behind a fault proxy that counts connections.
+The broker checks each token's RS256 signature against the provider's JWKS, its audience
+and its issuer. Kafka 4 fetches only the URLs listed in the JVM system property
+org.apache.kafka.sasl.oauthbearer.allowed.urls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from kprod_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_listener_config
+from tests.brokers import free_port, start_kafka
+from tests.faultproxy import FaultProxy
+from tests.oidc import AUDIENCE, IdentityProvider
+
+LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+REAUTH_MS = 1500
+_LISTENER = {
+    "sasl.enabled.mechanisms": "OAUTHBEARER",
+    "oauthbearer.sasl.jaas.config": f"{LOGIN_MODULE} required;",
+    "oauthbearer.sasl.server.callback.handler.class":
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+}
+
+
+@dataclass
+class OAuthKafka:
+    cluster: KafkaCluster
+    tls: TlsFiles
+    idp: IdentityProvider
+    reauth_proxy: FaultProxy
+
+    def bootstrap(self, listener: str) -> str:
+        """The listener's address (OAUTHREAUTH: its proxy's)."""
+        if listener == "OAUTHREAUTH":
+            return f"127.0.0.1:{self.reauth_proxy.port}"
+        return self.cluster.listener_bootstrap(listener)
+
+
+@pytest.fixture(scope="session")
+def oauth_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthKafka]:
+    tls = make_tls_files(tmp_path_factory.mktemp("oauth-tls"))
+    idp = IdentityProvider(tls_cert=tls.broker)
+    reauth_port = free_port()
+    try:
+        with FaultProxy("127.0.0.1", reauth_port) as proxy:
+            cluster = start_kafka(
+                listeners=[
+                    Listener("OAUTHPLAIN", "SASL_PLAINTEXT", _LISTENER),
+                    Listener("OAUTHSSL", "SASL_SSL", {**ssl_listener_config(tls), **_LISTENER}),
+                    Listener("OAUTHREAUTH", "SASL_PLAINTEXT", {**_LISTENER, "connections.max.reauth.ms": str(REAUTH_MS)},
+                             port=reauth_port, advertised_port=proxy.port),
+                ],
+                config={"sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
+                        "sasl.oauthbearer.expected.audience": AUDIENCE,
+                        "sasl.oauthbearer.expected.issuer": idp.issuer},
+                jvm_args=[f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={idp.jwks_url}"])
+            try:
+                yield OAuthKafka(cluster, tls, idp, proxy)
+            finally:
+                cluster.stop()
+    finally:
+        idp.close()

@@ -1,0 +1,135 @@
+"""Adaptive partitioning (KIP-794) on the three-node cluster, one node's client traffic
+slowed or stalled by the fault proxy in front of it (the ``kafka3_proxies`` fixture):
+records without keys go less to the slow node's partitions, none go to a stalled
+leader's partitions after partitioner.availability.timeout.ms, and nothing is lost."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pyarrow as pa
+import pytest
+
+from spark_sink.producer import KafkaProducer, ProducerRecord
+from tests.brokers import consume_all, unique_topic
+
+VALUE = b"v" * 1000
+PARTITIONS = 6
+# The slow node's replies come this late: with 5 requests in flight it takes about
+# 300 kB/s, well below what the other two take on a 2-core machine.
+SLOW_MS = 500
+RECORDS = 6000
+
+
+def _topic(kafka3_proxies, prefix):
+    cluster = kafka3_proxies.cluster
+    topic = cluster.create_topic(unique_topic(prefix), PARTITIONS)
+    leaders = {p: cluster.leader(topic, p) for p in range(PARTITIONS)}
+    return topic, leaders
+
+
+def _write(producer, topic, records, path):
+    """Send ``records`` keyless values of 1 kB through ``path``; (seconds, partition counts)."""
+    started = time.monotonic()
+    counts: collections.Counter[int] = collections.Counter()
+    if path == "send":
+        futures = [producer.send(ProducerRecord(topic, VALUE)) for _ in range(records)]
+        producer.flush(120)
+        counts.update(f.result(0).partition for f in futures)
+    else:
+        table = pa.table({"value": [VALUE] * 250})
+        futures = [producer.send_arrow(table, topic=topic) for _ in range(records // 250)]
+        for future in futures:
+            for (_, partition), (count, _, _) in future.result(120).partitions.items():
+                counts[partition] += count
+    return time.monotonic() - started, counts
+
+
+def _config(kafka3_proxies, **settings):
+    # A buffer smaller than the write: send() then waits for room as a long write does,
+    # and the queues show how fast each broker takes batches.
+    return {"bootstrap.servers": kafka3_proxies.bootstrap, "linger.ms": 5, "batch.size": 16384,
+            "buffer.memory": 2_000_000, "delivery.timeout.ms": 120000, **settings}
+
+
+def _warm_up(producer, topic):
+    """Connections to every leader and the topic's metadata, before any fault."""
+    for partition in range(PARTITIONS):
+        producer.send(ProducerRecord(topic, b"warm-up", partition=partition))
+    producer.flush(30)
+
+
+@pytest.mark.parametrize("path", ["send", "send_arrow"])
+def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies, path):
+    topic, leaders = _topic(kafka3_proxies, "adaptive")
+    slow = leaders[0]
+    records = RECORDS
+    with KafkaProducer(_config(kafka3_proxies)) as producer:
+        _warm_up(producer, topic)
+        kafka3_proxies.proxies[slow].set_delay(SLOW_MS, replies_only=True)
+        _, counts = _write(producer, topic, records, path)
+    shares = collections.Counter()
+    for partition, count in counts.items():
+        shares[leaders[partition]] += count
+    others = [shares[node] for node in set(leaders.values()) if node != slow]
+    assert shares[slow] < 0.75 * sum(others) / len(others), (shares, slow)
+    assert sum(counts.values()) == records
+    assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, records + PARTITIONS)) == records + PARTITIONS
+
+
+def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafka3_proxies):
+    topic, leaders = _topic(kafka3_proxies, "availability")
+    stalled = leaders[0]
+    stalled_partitions = {p for p, node in leaders.items() if node == stalled}
+    timeout_ms = 300
+    config = _config(kafka3_proxies, **{"partitioner.availability.timeout.ms": timeout_ms,
+                                        "request.timeout.ms": 60000})
+    sent: list[tuple[float, object]] = []
+    with KafkaProducer(config) as producer:
+        _warm_up(producer, topic)
+        proxy = kafka3_proxies.proxies[stalled]
+        proxy.stall(True)
+        stalled_at = time.monotonic()
+        try:
+            while time.monotonic() < stalled_at + 2.0:
+                sent += [(time.monotonic(), producer.send(ProducerRecord(topic, VALUE))) for _ in range(20)]
+                time.sleep(0.005)
+        finally:
+            proxy.stall(False)
+        producer.flush(120)
+    # The records chosen before the leader was overdue may go to it (its batches are
+    # queued, then written once it answers again); none chosen well after.
+    settled = stalled_at + timeout_ms / 1000 + 0.3
+    late = [f.result(0).partition for at, f in sent if at > settled]
+    early = [f.result(0).partition for at, f in sent if at <= stalled_at + 0.05]
+    assert late and not stalled_partitions & set(late)
+    assert stalled_partitions & set(early) or not early  # it was a candidate before the stall
+    total = len(sent) + PARTITIONS
+    assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, total, settle=0.5)) == total
+
+
+@pytest.mark.bench
+def test_bench_slow_node_write_time_adaptive_on_and_off(kafka3_proxies):
+    """The same keyless write with one node's replies 500 ms late, adaptive partitioning
+    on and off, alternating in one run; prints the times and the slow node's share."""
+    rounds, records = 3, RECORDS
+    results = collections.defaultdict(list)
+    for _ in range(rounds):
+        for adaptive in (True, False):
+            topic, leaders = _topic(kafka3_proxies, "adaptive-bench")
+            slow = leaders[0]
+            config = _config(kafka3_proxies, **{"partitioner.adaptive.partitioning.enable": adaptive})
+            with KafkaProducer(config) as producer:
+                _warm_up(producer, topic)
+                kafka3_proxies.proxies[slow].set_delay(SLOW_MS, replies_only=True)
+                try:
+                    seconds, counts = _write(producer, topic, records, "send")
+                finally:
+                    kafka3_proxies.proxies[slow].set_delay(0)
+            share = sum(c for p, c in counts.items() if leaders[p] == slow) / records
+            results[adaptive].append((seconds, share))
+    for adaptive, runs in results.items():
+        print(f"adaptive={adaptive}: " + ", ".join(f"{s:.2f} s (slow node {share:.0%})" for s, share in runs))
+    on, off = (sorted(s for s, _ in results[a])[rounds // 2] for a in (True, False))
+    print(f"median on {on:.2f} s, off {off:.2f} s, off/on {off / on:.2f}")

@@ -1,0 +1,77 @@
+"""When kprod fetches a new OAUTHBEARER token: Java's refresh rules, on a clock the test
+moves (pure: the provider is a function, no broker)."""
+
+import pytest
+
+from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.errors import SaslAuthenticationError
+from spark_sink.producer.oauth import TokenSource
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _source(clock, provider, **settings):
+    config = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+                                       "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.provider": provider,
+                                       "sasl.login.refresh.window.jitter": 0, **settings})
+    return TokenSource(config, clock)
+
+
+def test_token_is_cached_until_the_refresh_window_then_fetched_again():
+    clock, issued = Clock(), []
+
+    def provider(options):
+        issued.append(clock.now)
+        return f"opaque-{len(issued)}", (clock.now + 3600) * 1000  # not a JWT: expiry from the provider
+
+    source = _source(clock, provider)
+    assert source.token().value == "opaque-1"
+    clock.now += 0.8 * 3600 - 1  # window factor 0.8 of an hour
+    assert source.token().value == "opaque-1"
+    clock.now += 2
+    assert source.token().value == "opaque-2" and len(issued) == 2
+
+
+def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept():
+    clock = Clock()
+    source = _source(clock, lambda options: ("t", (clock.now + 100) * 1000))  # min period + buffer > lifetime
+    source.token()
+    clock.now += 49
+    assert source.fetches == 1 and source.token() and source.fetches == 1
+    clock.now += 2
+    source.token()
+    assert source.fetches == 2
+    source = _source(clock, lambda options: ("t", (clock.now + 3600) * 1000), **{
+        "sasl.login.refresh.window.factor": 1.0, "sasl.login.refresh.buffer.seconds": 600})
+    source.token()
+    clock.now += 3600 - 601
+    source.token()
+    assert source.fetches == 1
+    clock.now += 2
+    source.token()
+    assert source.fetches == 2  # 600 s before expiry, not at the window factor's 100%
+
+
+def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired():
+    clock, fail = Clock(), []
+
+    def provider(options):
+        if fail:
+            raise OSError("identity service down")
+        return "t", (clock.now + 1000) * 1000
+
+    source = _source(clock, provider, **{"sasl.login.refresh.min.period.seconds": 0,
+                                         "sasl.login.refresh.buffer.seconds": 0})
+    source.token()
+    fail.append(True)
+    clock.now += 900
+    assert source.token().value == "t"  # still valid for 100 s
+    clock.now += 101
+    with pytest.raises(SaslAuthenticationError, match="identity service down"):
+        source.token()

@@ -1,0 +1,170 @@
+"""Transactions at their edges, on Apache Kafka: empty transactions, aborted offsets, a
+transaction its coordinator timed out, AdminClient calls of which one is refused, and
+faults inside the producer that must fail a send rather than leave it waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from spark_sink.producer import (
+    AbortableTransactionError, AdminClient, BufferExhaustedError, KafkaProducer, PreparedTransaction, ProducerRecord,
+)
+from spark_sink.protocol.errors import InvalidProducerEpochError, ProducerFencedError
+from tests.brokers import consume_all, create_topic, unique_topic
+
+COMMITTED = {"isolation.level": "read_committed"}
+
+
+def _producer(bootstrap: str, txn_id: str | None = None, **extra: object) -> KafkaProducer:
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 0, **extra}
+    if txn_id is not None:
+        config["transactional.id"] = txn_id
+    return KafkaProducer(config)
+
+
+def _values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+    return sorted(m.value() for m in consume_all(bootstrap, topic, expected, settle=1.0, overrides=COMMITTED))
+
+
+def test_empty_transactions_commit_abort_and_prepare_without_error(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("empty"), partitions=1)
+    with _producer(kafka.bootstrap, unique_topic("tid")) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.commit_transaction()
+        p.begin_transaction()
+        p.abort_transaction()
+        p.begin_transaction()
+        assert p.prepare_transaction() is None  # nothing open at the coordinator to end
+        p.begin_transaction()
+        p.send(ProducerRecord(topic, b"after empty ones"))
+        p.commit_transaction()
+    assert _values(kafka.bootstrap, topic, 1) == [b"after empty ones"]
+
+
+def test_aborted_offsets_are_never_committed(kafka):
+    """The offsets were the transaction's only content: the abort must reach the
+    coordinator, or the next transaction's commit would commit them."""
+    topic = create_topic(kafka.bootstrap, unique_topic("offsets"), partitions=1)
+    group = unique_topic("group")
+    with _producer(kafka.bootstrap, unique_topic("tid")) as p, AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_offsets_to_transaction({(topic, 0): 5}, group)
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send(ProducerRecord(topic, b"one"))
+        p.commit_transaction()
+        assert admin.committed_offsets({group: [(topic, 0)]})[group] == {(topic, 0): (-1, None)}
+        p.begin_transaction()
+        p.send_offsets_to_transaction({(topic, 0): 6}, group)  # offsets alone, committed
+        p.commit_transaction()
+        assert admin.committed_offsets({group: [(topic, 0)]})[group] == {(topic, 0): (6, "")}
+    assert _values(kafka.bootstrap, topic, 1) == [b"one"]
+
+
+def test_a_transaction_its_coordinator_timed_out_is_abortable_not_fatal(kafka):
+    """The coordinator aborts a transaction older than transaction.timeout.ms and bumps the
+    epoch: the next Produce is refused with INVALID_PRODUCER_EPOCH. As Java's (KIP-588),
+    the producer aborts and goes on under a new epoch rather than dying."""
+    topic = create_topic(kafka.bootstrap, unique_topic("timeout"), partitions=1)
+    with _producer(kafka.bootstrap, unique_topic("tid"), **{"transaction.timeout.ms": 1500}) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(ProducerRecord(topic, b"timed out", partition=0)).result(30)
+        deadline = time.monotonic() + 30
+        while True:  # until the coordinator has aborted it (it looks every second here)
+            time.sleep(1.0)
+            late = p.send(ProducerRecord(topic, b"late", partition=0))
+            error = late.exception(30)
+            if error is not None or time.monotonic() > deadline:
+                break
+        assert isinstance(error, InvalidProducerEpochError), error
+        with pytest.raises(AbortableTransactionError):
+            p.commit_transaction()
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send(ProducerRecord(topic, b"next", partition=0))
+        p.commit_transaction()
+    assert _values(kafka.bootstrap, topic, 1) == [b"next"]
+
+
+def test_end_transactions_ends_every_one_it_can_and_names_the_refused(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("admin"), partitions=2)
+    prepared = []
+    for i in range(3):
+        with _producer(kafka.bootstrap, unique_topic(f"tid{i}")) as p:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send(ProducerRecord(topic, b"v%d" % i))
+            prepared.append(p.prepare_transaction())
+    stale = PreparedTransaction(prepared[1].transactional_id, prepared[1].producer_id, prepared[1].producer_epoch - 1)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        with pytest.raises((ProducerFencedError, InvalidProducerEpochError)) as raised:
+            admin.end_transactions([prepared[0], stale, prepared[2]], commit=True)
+        assert prepared[1].transactional_id in str(raised.value)
+        admin.end_transactions([prepared[1]], commit=False)  # the refused one was still open
+    # the other two were committed all the same
+    assert _values(kafka.bootstrap, topic, 2) == [b"v0", b"v2"]
+
+
+def test_fence_transactions_aborts_what_a_dead_writer_left_open(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("fence"), partitions=1)
+    tid = unique_topic("tid")
+    writer = _producer(kafka.bootstrap, tid)
+    writer.init_transactions()
+    writer.begin_transaction()
+    writer.send(ProducerRecord(topic, b"left open")).result(30)
+    writer.close(0)  # the process died: its transaction stays open
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        admin.fence_transactions([tid])
+    with _producer(kafka.bootstrap) as plain:
+        plain.send(ProducerRecord(topic, b"after")).result(30)
+    # read_committed sees the later record at once: the last stable offset moved past the
+    # aborted transaction instead of waiting for transaction.timeout.ms
+    assert _values(kafka.bootstrap, topic, 1) == [b"after"]
+
+
+def test_an_exception_in_a_response_handler_fails_the_send_instead_of_hanging(kafka):
+    """A bug in the producer's own handling of an answer: the records fail with it, and
+    flush() returns, rather than waiting forever for an answer already consumed."""
+    topic = create_topic(kafka.bootstrap, unique_topic("bug"), partitions=1)
+    with _producer(kafka.bootstrap) as p:
+        p.send(ProducerRecord(topic, b"warm")).result(30)
+        sender = p._sender
+
+        def broken(response, batches):
+            raise RuntimeError("injected bug in the Produce handler")
+
+        sender._on_produce = broken  # a fault injected into kprod's own code, not the broker's
+        future = p.send(ProducerRecord(topic, b"x"))
+        started = time.monotonic()
+        with pytest.raises(Exception, match="injected bug"):
+            future.result(60)
+        assert time.monotonic() - started < 30
+
+
+def test_send_from_a_callback_with_a_full_buffer_fails_at_once(kafka):
+    """A callback runs on the thread that frees buffer.memory: waiting there for memory
+    would stall every connection for max.block.ms. It fails at once, saying why."""
+    topic = create_topic(kafka.bootstrap, unique_topic("cb"), partitions=1)
+    outcome: list = []
+    done = threading.Event()
+    with _producer(kafka.bootstrap, **{"buffer.memory": 200_000, "batch.size": 16384, "max.block.ms": 20_000}) as p:
+
+        def callback(metadata, error):
+            started = time.monotonic()
+            try:
+                for _ in range(100):  # 1 MB into a 200 kB buffer that only this thread frees
+                    p.send(ProducerRecord(topic, b"y" * 10_000))
+            except BaseException as exc:  # noqa: BLE001 (what the test looks at)
+                outcome.extend([exc, time.monotonic() - started])
+            done.set()
+
+        p.send(ProducerRecord(topic, b"z"), callback)
+        assert done.wait(60)
+    assert outcome and isinstance(outcome[0], BufferExhaustedError), outcome
+    assert "callback" in str(outcome[0]) and outcome[1] < 5

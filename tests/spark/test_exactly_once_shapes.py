@@ -1,0 +1,256 @@
+"""Exactly-once writes over every shape of data: empty and skewed partitions, 200 shuffle
+partitions after an aggregation, tasks failing after they sent rows, a microbatch replayed
+with another task count, and checkpoints named by URI. After each, every row is visible
+once to read_committed, and no transaction is left open: a record produced afterwards is
+visible at once (the last stable offset reached the high watermark)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_sink.producer import AdminClient, KafkaProducer, ProducerRecord
+from spark_sink.spark import exactly_once
+from spark_sink.spark.exactly_once import PartlyCommittedError
+from spark_sink.spark.messages import KProdCommitMessage
+from spark_sink.spark.options import ExactlyOnce
+from tests.brokers import create_topic, unique_topic
+from tests.spark.readback import CommittedView, assert_nothing_left_open
+
+# A few random shapes in the suite; KPROD_SOAK=N tries N more (make soak).
+SHAPES = int(os.environ.get("KPROD_SOAK", "0")) or 3
+
+
+def _write(df, bootstrap: str, topic: str, **options: str) -> None:
+    writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
+              .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once"))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()
+
+
+def _committed_keys(bootstrap: str, topic: str, expected: int) -> list[str]:
+    t = CommittedView(bootstrap, topic, "read_committed")
+    try:
+        for _ in range(20):
+            if t.poll(0.5) >= expected:
+                break
+        t.poll(1.0)  # duplicates, if any, show up too
+        return t.keys
+    finally:
+        t.close()
+
+
+def _exactly(keys: list[str], expected: set[str]) -> None:
+    counts = collections.Counter(k for k in keys if not k.startswith("sentinel"))
+    assert set(counts) == expected, f"missing {sorted(expected - set(counts))[:5]}, extra {sorted(set(counts) - expected)[:5]}"
+    duplicated = {k: n for k, n in counts.items() if n > 1}
+    assert not duplicated, f"written more than once: {list(duplicated.items())[:5]}"
+
+
+def test_a_dataframe_with_empty_partitions(spark, kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-empty"), partitions=2)
+    df = spark.range(3, numPartitions=6).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
+    _write(df, kafka.bootstrap, topic)
+    _exactly(_committed_keys(kafka.bootstrap, topic, 3), {"0", "1", "2"})
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+
+
+def test_an_aggregation_over_200_shuffle_partitions(spark, kafka):
+    """The default spark.sql.shuffle.partitions: most of the 200 tasks have no row."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-agg"), partitions=3)
+    saved = {k: spark.conf.get(k) for k in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
+    # Without adaptive execution, which would coalesce the empty partitions away.
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    try:
+        df = (spark.range(1000).groupBy((F.col("id") % 7).alias("k")).count()
+              .select(F.col("k").cast("string").alias("key"), F.col("count").cast("string").alias("value")))
+        assert df.rdd.getNumPartitions() == 200
+        _write(df, kafka.bootstrap, topic)
+    finally:
+        for key, value in saved.items():
+            spark.conf.set(key, value)
+    _exactly(_committed_keys(kafka.bootstrap, topic, 7), {str(k) for k in range(7)})
+    assert_nothing_left_open(kafka.bootstrap, topic, 3)
+
+
+def test_a_task_that_fails_after_sending_aborts_its_transaction(spark, kafka):
+    """local[2] retries no task: the write fails, and what its tasks sent is aborted
+    rather than left open until transaction.timeout.ms."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-taskfail"), partitions=2)
+    schema = "key string, value string"
+
+    def fail_after_sending(batches):
+        from pyspark import TaskContext
+
+        yield from batches
+        if TaskContext.get().partitionId() == 1:
+            raise RuntimeError("injected failure after the rows were handed to the sink")
+
+    df = (spark.range(4000, numPartitions=2).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
+          .mapInArrow(fail_after_sending, schema))
+    with pytest.raises(Exception, match="injected failure"):
+        _write(df, kafka.bootstrap, topic)
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    _exactly(_committed_keys(kafka.bootstrap, topic, 2), set())
+
+
+def test_foreach_batch_in_update_mode_over_an_aggregation(spark, kafka, tmp_path):
+    """A streaming aggregation written with foreachBatch: each microbatch a batch write of
+    200 shuffle partitions, a new transactional-id prefix each time."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-fb"), partitions=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(3):
+        (source / f"{f}.json").write_text("\n".join(json.dumps({"id": f * 100 + i}) for i in range(100)) + "\n")
+    counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
+              .groupBy((F.col("id") % 5).alias("k")).count())
+
+    def write(batch_df, batch_id):
+        _write(batch_df.select(F.concat_ws("@", F.col("k").cast("string"), F.lit(str(batch_id))).alias("key"),
+                               F.col("count").cast("string").alias("value")), kafka.bootstrap, topic)
+
+    query = (counts.writeStream.outputMode("update").foreachBatch(write)
+             .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None
+    _exactly(_committed_keys(kafka.bootstrap, topic, 15), {f"{k}@{b}" for k in range(5) for b in range(3)})
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+
+
+def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(spark, kafka, tmp_path):
+    """A file:// URI and a plain path name the same checkpoint, so the same query: the
+    restarted query finds its own commit records under the same prefix."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-uri"), partitions=1)
+    source = tmp_path / "in"
+    source.mkdir()
+    checkpoint = tmp_path / "chk"
+    ids = []
+    for run, name in enumerate((checkpoint.as_uri(), str(checkpoint))):
+        (source / f"{run}.json").write_text(json.dumps({"id": run}) + "\n")
+        rows = spark.readStream.schema("id LONG").json(str(source)).select(
+            F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
+        query = (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", kafka.bootstrap)
+                 .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
+                 .option("checkpointLocation", name).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None
+        ids.append(query.id)
+    assert ids[0] == ids[1]
+    prefix = ExactlyOnce(None, topic).prefix_for(ids[0])
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        offset, metadata = admin.committed_offsets({prefix: [(topic, 0)]})[prefix][(topic, 0)]
+    assert offset == 1 and json.loads(metadata)["query"] == ids[0]
+    _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
+
+
+def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str
+                    ) -> list[KProdCommitMessage]:
+    """What a run's tasks return: each partition's rows sent in a prepared transaction."""
+    messages = []
+    for partition, values in rows.items():
+        with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                            "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
+            exactly_once.begin(p)
+            for v in values:
+                p.send(ProducerRecord(topic, v, key=v))
+            txn = p.prepare_transaction()
+        messages.append(KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id=query))
+    return messages
+
+
+class _Crash(BaseException):
+    """The driver dies part-way through its commit."""
+
+
+def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka, monkeypatch):
+    """Run 1 splits microbatch 0 into four tasks and dies after committing two of them;
+    run 2 has two tasks: it must not commit everything again (it refuses, saying why);
+    run 3, split as run 1 was, commits only the two missing tasks."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-replay"), partitions=2)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    query = unique_topic("query")
+    eo = ExactlyOnce(None, topic)
+    prefix = eo.prefix_for(query)
+    rows4 = {p: [b"%d-%d" % (p, i) for i in range(5)] for p in range(4)}
+
+    real_end = AdminClient.end_transactions
+
+    def end_two_then_crash(self, transactions, commit, timeout_ms=None):
+        transactions = list(transactions)
+        if commit:
+            real_end(self, [t for t in transactions if t.transactional_id.endswith(("-2", "-3"))], commit)
+            raise _Crash()
+        real_end(self, transactions, commit, timeout_ms)
+
+    monkeypatch.setattr(AdminClient, "end_transactions", end_two_then_crash)
+    with pytest.raises(_Crash):
+        exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query), 0)
+    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
+    exactly_once._fenced.clear()  # a new driver process
+
+    rows2 = {0: rows4[0] + rows4[1], 1: rows4[2] + rows4[3]}
+    run2 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows2, query)
+    with pytest.raises(PartlyCommittedError, match="2 of 4"):
+        exactly_once.commit(config, eo, run2, 0)
+    exactly_once.abort(config, eo, run2)
+    exactly_once._fenced.clear()
+
+    assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query), 0) == 2
+    expected = {v.decode() for values in rows4.values() for v in values}
+    got = _committed_keys_by_value(kafka.bootstrap, topic, len(expected))
+    assert collections.Counter(got) == collections.Counter(expected)
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+
+
+def _committed_keys_by_value(bootstrap: str, topic: str, expected: int) -> list[str]:
+    from tests.brokers import consume_all
+
+    return [m.value().decode() for m in consume_all(bootstrap, topic, expected, settle=1.0,
+                                                    overrides={"isolation.level": "read_committed"})]
+
+
+@pytest.mark.parametrize("seed", range(SHAPES))
+def test_random_shapes_and_failures(spark, kafka, seed):
+    """Random partition counts (many empty or skewed) and a task failing at a random point:
+    the write is all there exactly once, or (when a task failed) nothing of it is."""
+    rng = random.Random(seed)
+    partitions = rng.choice([1, 2, 7, 24])
+    tasks = rng.choice([1, 3, 8, 40])
+    rows = rng.choice([0, 1, 5, 300, 3000])
+    skew = rng.random() < 0.5
+    fail_task = rng.randrange(tasks) if rng.random() < 0.4 else -1
+    fail_after = rng.randrange(3)
+    topic = create_topic(kafka.bootstrap, unique_topic(f"eos-rand{seed}"), partitions=partitions)
+    schema = "key string, value string"
+
+    def shaped(batches):
+        from pyspark import TaskContext
+
+        for i, batch in enumerate(batches):
+            if TaskContext.get().partitionId() == fail_task and i == fail_after:
+                raise RuntimeError("injected failure")
+            yield batch
+        if TaskContext.get().partitionId() == fail_task:
+            raise RuntimeError("injected failure")
+
+    ids = spark.range(rows, numPartitions=tasks)
+    if skew:  # most rows in one task
+        ids = ids.repartitionByRange(tasks, F.when(F.col("id") % 10 == 0, F.col("id")).otherwise(F.lit(0)))
+    df = ids.select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")).mapInArrow(shaped, schema)
+    print("shape:", dict(partitions=partitions, tasks=tasks, rows=rows, skew=skew, fail_task=fail_task))
+    # (Spark runs no Python for an empty partition: a failure planned there does not happen.)
+    try:
+        _write(df, kafka.bootstrap, topic, **{"kafka.batch.size": str(rng.choice([1000, 1000000]))})
+        expected = {str(i) for i in range(rows)}
+    except Exception as exc:  # noqa: BLE001
+        assert fail_task >= 0 and "injected failure" in str(exc), exc
+        expected = set()
+    assert_nothing_left_open(kafka.bootstrap, topic, partitions)
+    _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + partitions), expected)

@@ -1,0 +1,94 @@
+"""kprod's import graph, read from its source (ast over spark_sink/**/*.py, imports inside
+functions included): no module imports itself back through others, and the layers import
+only downwards (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "spark_sink"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every module ``name`` imports, by its full name (a name imported from a package is
+    its submodule when there is one; other packages' modules as they are written). kprod
+    writes no relative imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{path}: a relative import"
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                         for a in node.names)
+    return found - {name}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles among kprod's modules (strongly connected components of more
+    than one module), each as its sorted module names."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in graph[name] & graph.keys():
+            if target not in index:
+                visit(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            component = []
+            while not component or component[-1] != name:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c", "x"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_protocol_imports_nothing_above_it_nor_numba():
+    graph = _graph()
+    forbidden = ("spark_sink.producer", "spark_sink.spark", "spark_sink.encoder", "numba", "llvmlite")
+    wrong = {name: sorted(t for t in targets if t.startswith(forbidden) or t == "spark_sink")
+             for name, targets in graph.items() if name.startswith("spark_sink.protocol")}
+    assert {name: targets for name, targets in wrong.items() if targets} == {}
+    assert "spark_sink.protocol.compression" in graph["spark_sink.encoder.columnar"]  # edges are seen
+
+
+def test_the_encoder_imports_only_protocol():
+    graph = _graph()
+    above = ("spark_sink.producer", "spark_sink.spark")
+    assert {name: sorted(t for t in targets if t.startswith(above))
+            for name, targets in graph.items() if name.startswith("spark_sink.encoder")} == {
+        name: [] for name in graph if name.startswith("spark_sink.encoder")}
