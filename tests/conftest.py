@@ -19,6 +19,7 @@ from kprod_broker import KafkaCluster, Listener
 from tests.brokers import free_port, start_kafka
 from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
+from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
 
 # Spark's Python workers must run this interpreter, or they will not find the project.

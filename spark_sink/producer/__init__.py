@@ -7,10 +7,12 @@ from spark_sink.producer.batch import FutureRecordMetadata
 from spark_sink.producer.config import KEYS as _KEYS
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
-    AbortableTransactionError, AuthenticationError, BufferExhaustedError, ColumnError, ConfigError,
-    FatalTransactionError, IllegalStateError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
-    RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError, TransactionError,
+    AbortableTransactionError, AuthenticationError, BrokersUnreachableError, BufferExhaustedError, ColumnError,
+    ConfigError, FatalTransactionError, IllegalStateError, InvalidPartitionError, KafkaTimeoutError,
+    ProducerClosedError, RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError,
+    TransactionError, UnknownTopicError,
 )
+from spark_sink.producer.cluster_check import check_cluster
 from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
@@ -23,7 +25,8 @@ CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 __all__ = [
     "ARROW_COLUMNS", "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
     "PreparedTransaction", "TransactionError", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
-    "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata", "InvalidPartitionError",
+    "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
+    "InvalidPartitionError", "UnknownTopicError", "check_cluster",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",

@@ -181,7 +181,7 @@ class Connection:
         setup_timeout = config.socket_connection_setup_timeout_ms
         if (state is ConnState.CONNECTING or state is ConnState.HANDSHAKING) and \
                 now - self.connect_started_ms >= setup_timeout:
-            return KafkaConnectionError(f"connecting to {self.host}:{self.port} took over {setup_timeout} ms "
+            return KafkaConnectionError(f"timed out: no connection within {setup_timeout} ms "
                                         "(socket.connection.setup.timeout.ms)"), True
         max_idle = config.connections_max_idle_ms
         if state is ConnState.READY and oldest is None and max_idle > 0 and now - self.last_used_ms >= max_idle:

@@ -24,6 +24,17 @@ class KafkaTimeoutError(KProdError, TimeoutError):
     retriable = True
 
 
+class BrokersUnreachableError(KafkaTimeoutError):
+    """No bootstrap server could be reached (or none answered for metadata) in time; the
+    message names each address and what happened to it (connection refused, name not
+    resolved, TLS handshake failed, timed out)."""
+
+
+class UnknownTopicError(KafkaTimeoutError):
+    """The cluster answered, but the topic does not exist on it (and the brokers do not
+    create topics on first use); the message names the topic and the bootstrap servers."""
+
+
 class BufferExhaustedError(KafkaTimeoutError):
     """buffer.memory stayed full for longer than max.block.ms."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import selectors
 import socket
@@ -78,6 +79,11 @@ class NetworkClient:
         # becomes ready. Read by threads waiting for metadata, which then fail at once, as
         # in Java.
         self.authentication_error: AuthenticationError | None = None
+        # Why the last attempt to bring up a connection to each address failed, in words
+        # ("connection refused"), until one succeeds: what an error saying that no broker
+        # answered names. An address is warned about at its first failure only.
+        self.connect_failures: dict[str, str] = {}
+        self._warned: set[str] = set()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -158,6 +164,20 @@ class NetworkClient:
         """A ready node with the fewest requests in flight, else one that is connecting or
         may connect now; brokers from metadata are preferred over bootstrap entries."""
         return least_loaded(self._conns.values(), now)
+
+    def describe_bootstrap(self) -> str:
+        """Each bootstrap address with what happened when it was last tried, for errors
+        saying why no broker answered: ``127.0.0.1:1: connection refused; ...``."""
+        parts = []
+        for node in self.bootstrap_nodes():
+            conn = self._conns[node]
+            address = f"{conn.host}:{conn.port}"
+            cause = self.connect_failures.get(address)
+            if cause is None:
+                cause = {ConnState.READY: "connected, but no metadata came back",
+                         ConnState.DISCONNECTED: "not tried yet"}.get(conn.state, "still connecting")
+            parts.append(f"{address}: {cause}")
+        return "; ".join(parts)
 
     def api_version(self, node_id: int, api_key: int) -> int | None:
         conn = self._conns.get(node_id)
@@ -295,8 +315,11 @@ class NetworkClient:
             infos = socket.getaddrinfo(conn.host, conn.port, 0, socket.SOCK_STREAM)
             family, _, _, _, address = infos[0] if infos else (family, None, None, None, (conn.host, conn.port))
             sock = socket.socket(family, socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            self._fail_connect(conn, f"name not resolved ({exc.strerror})", now)
+            return
         except OSError as exc:
-            self._fail_connect(conn, KafkaConnectionError(f"cannot resolve {conn.host}:{conn.port}: {exc}"), now)
+            self._fail_connect(conn, f"cannot open a socket: {exc}", now)
             return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -310,8 +333,7 @@ class NetworkClient:
         if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
             sock.close()
             conn.sock = None
-            self._fail_connect(conn, KafkaConnectionError(
-                f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(err, err)}"), now)
+            self._fail_connect(conn, _errno_text(err), now)
             return
         self._selector.register(sock, selectors.EVENT_WRITE, conn)
         conn.writing = True
@@ -319,7 +341,7 @@ class NetworkClient:
     def _finish_connect(self, conn: Connection) -> None:
         err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            raise KafkaConnectionError(f"cannot connect to {conn.host}:{conn.port}: {errno.errorcode.get(err, err)}")
+            raise KafkaConnectionError(_errno_text(err))
         if self._ssl is not None:
             # The wrapped socket takes over the file descriptor: register it instead.
             self._selector.unregister(conn.sock)
@@ -375,6 +397,9 @@ class NetworkClient:
                 conn.note_ready(output.versions, now_ms())
                 self._progressed = True
                 self.authentication_error = None
+                address = f"{conn.host}:{conn.port}"
+                self.connect_failures.pop(address, None)
+                self._warned.discard(address)
                 log.debug("node %s ready, versions %s", conn.node_id, conn.versions)
             elif type(output) is Failed:
                 if output.authentication:
@@ -385,10 +410,20 @@ class NetworkClient:
                 raise KafkaConnectionError(f"setting up the connection to node {conn.node_id} failed: "
                                            f"{output.reason}")
 
-    def _fail_connect(self, conn: Connection, error: Exception, now: float) -> None:
+    def _fail_connect(self, conn: Connection, cause: str, now: float) -> None:
         conn.state = ConnState.DISCONNECTED
         conn.note_failure(now, self._config)
-        log.info("connection to node %s failed: %s", conn.node_id, error)
+        self._bring_up_failed(conn, cause)
+
+    def _bring_up_failed(self, conn: Connection, cause: str) -> None:
+        """Remember why the connection to an address could not be brought up; the first
+        failure is a warning (a wrong address or security.protocol shows at once), the
+        retries that follow are not."""
+        address = f"{conn.host}:{conn.port}"
+        self.connect_failures[address] = cause
+        level = logging.INFO if address in self._warned else logging.WARNING
+        self._warned.add(address)
+        log.log(level, "cannot connect to %s (node %s): %s", address, conn.node_id, cause)
 
     def _disconnect(self, conn: Connection, error: Exception, backoff: bool = True) -> None:
         if conn.sock is not None:
@@ -398,7 +433,10 @@ class NetworkClient:
                 pass
             conn.sock.close()
             conn.sock = None
-            log.info("disconnected from node %s: %s", conn.node_id, error)
+            if conn.state is ConnState.READY or not backoff:
+                log.info("disconnected from node %s: %s", conn.node_id, error)
+            else:
+                self._bring_up_failed(conn, str(error))
         now = now_ms()
         if conn.state is not ConnState.DISCONNECTED and backoff:
             conn.note_failure(now, self._config)
@@ -457,6 +495,11 @@ class NetworkClient:
                     raise self._tls_failed(conn, exc) from None
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
             if not n:
+                if conn.state is ConnState.SETTING_UP:
+                    # What a TLS listener does to a plaintext connection (the other way
+                    # round fails in the TLS handshake instead).
+                    raise KafkaConnectionError("the broker closed the connection before answering ApiVersions "
+                                               "(a TLS or SASL_SSL listener? check security.protocol)")
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
             if conn.state is ConnState.SETTING_UP:
                 self._follow(conn, conn.setup.receive_data(buf[:n], now_ms()))
@@ -496,3 +539,9 @@ class NetworkClient:
             expiry = conn.expiry(now, self._config)
             if expiry is not None:
                 self._disconnect(conn, expiry[0], backoff=expiry[1])
+
+
+def _errno_text(err: int) -> str:
+    """A connect() error in words: ``connection refused`` (ECONNREFUSED)."""
+    text = os.strerror(err)
+    return f"{text[:1].lower()}{text[1:]} ({errno.errorcode.get(err, err)})"

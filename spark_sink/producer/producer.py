@@ -22,10 +22,12 @@ from spark_sink.producer.admin import PreparedTransaction
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
 from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
+from spark_sink.producer.cluster_check import unknown_topic_message
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.coordinator_requests import TransactionalResult
 from spark_sink.producer.errors import (
-    BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError, RecordTooLargeError, SerializationError,
+    BrokersUnreachableError, BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
+    RecordTooLargeError, SerializationError, UnknownTopicError,
 )
 from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
@@ -36,7 +38,7 @@ from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transaction_manager import TransactionManager
-from spark_sink.protocol.errors import KProdError
+from spark_sink.protocol.errors import KProdError, UnknownTopicOrPartitionError  # type: ignore[attr-defined]
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
@@ -431,9 +433,20 @@ class KafkaProducer:
 
     def _wait_for_topic(self, topic: str) -> int:
         """Partition count once metadata names ``topic``: up to max.block.ms, or until TLS
-        or SASL authentication fails (raised at once, as Java does)."""
-        return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
-                                             lambda: self._client.authentication_error)
+        or SASL authentication fails (raised at once, as Java does). Past max.block.ms the
+        error says why: no broker reached (each address, what happened), or no such topic."""
+        try:
+            return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
+                                                 lambda: self._client.authentication_error)
+        except KafkaTimeoutError:
+            waited = f"{self.config.max_block_ms} ms (max.block.ms)"
+            if not self._metadata.nodes:
+                raise BrokersUnreachableError(
+                    f"cannot send to topic {topic!r}: no broker answered within {waited}: "
+                    f"{self._client.describe_bootstrap()}") from None
+            if isinstance(self._metadata.topic_errors.get(topic), UnknownTopicOrPartitionError):
+                raise UnknownTopicError(unknown_topic_message(topic, self.config, waited)) from None
+            raise
 
     def metrics(self) -> dict[str, float]:
         """The Java producer's metrics that kprod measures, by their Java names

@@ -59,7 +59,8 @@ def handshake_error(exc: OSError, host: str, port: int, config: ProducerConfig) 
                 else "check the client certificate in ssl.keystore.location and that the broker trusts its CA")
         return SslAuthenticationError(
             f"the TLS session with {host}:{port} was refused: {getattr(exc, 'reason', None) or exc} ({hint})")
-    return KafkaConnectionError(f"TLS handshake with {host}:{port} failed: {exc}")
+    return KafkaConnectionError(f"TLS handshake failed: {getattr(exc, 'reason', None) or exc} (is {host}:{port} "
+                                "a TLS listener? a plaintext one closes the connection; check security.protocol)")
 
 
 def _load_truststore(context: ssl.SSLContext, config: ProducerConfig) -> None:

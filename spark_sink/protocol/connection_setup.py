@@ -9,8 +9,8 @@ runs that state's entry action, which says what to do next as outputs: :class:`S
 and never reads a clock.
 
 The exchanges: ApiVersions (KIP-35; a broker that does not know the version asked for
-answers in v0 with the versions it knows, KIP-511, and the request is sent again at the
-highest both know), then, with SASL, SaslHandshake v1 (KIP-43) and SaslAuthenticate
+answers UNSUPPORTED_VERSION with the versions it knows, KIP-511, in v0's layout or in that
+of the version asked, and the request is sent again at the highest both know), then, with SASL, SaslHandshake v1 (KIP-43) and SaslAuthenticate
 (KIP-152) carrying the mechanism's tokens until the client's side is complete. A session
 with a lifetime (KIP-368) is renewed before the broker ends it: past ``renew_fraction``
 of it (which the owner draws at random, as Java does, so that a fleet of clients does not
@@ -230,7 +230,10 @@ class ConnectionSetup:
         code = body["error_code"]
         sent = self._api_versions_version
         if code == UnsupportedVersionError.code and sent > 0:
-            # Answered in v0 with the broker's own range for ApiVersions (KIP-511).
+            # The broker's own range for ApiVersions comes with the error (KIP-511), in the
+            # layout of the version sent or of v0 (the framing reads either, as Java does).
+            # As Java: ask again at the highest version it lists, 0 if it lists none; and
+            # never at the version just refused, so a broker listing it cannot loop us.
             theirs = [e["max_version"] for e in body["api_keys"] if e["api_key"] == ApiKey.API_VERSIONS]
             return Event.VERSION_TOO_NEW, min(sent - 1, max(theirs or [0]))
         if code:

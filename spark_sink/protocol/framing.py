@@ -103,10 +103,9 @@ class KafkaProtocol:
             if response_header_is_flexible(api_key, version):
                 reader.skip_tagged_fields()
             if api_key == ApiKey.API_VERSIONS and p.INT16.unpack_from(reader.buf, reader.pos)[0] != 0:
-                # A broker answers an ApiVersions version it does not know in v0 format
-                # (KIP-511), so the client can retry with a version from that list.
-                version = 0
-            body = decode_response_body(api_key, version, reader)
+                version, body = _decode_api_versions_error(version, reader)
+            else:
+                body = decode_response_body(api_key, version, reader)
             del reader
             responses.append((correlation_id, api_key, version, body))
         if pos:
@@ -126,3 +125,22 @@ class KafkaProtocol:
                 return False  # oldest was sent after this response's request
             unanswered.popleft()
         return False
+
+
+def _decode_api_versions_error(version: int, reader: p.Reader) -> tuple[int, dict[str, Any]]:
+    """An ApiVersions error, decoded as the Java client does: in the version that was sent,
+    and in v0 only if that fails. Kafka answers a version it does not know in v0's layout
+    (KIP-511); other brokers (librdkafka's mock cluster) answer in the layout of the version
+    asked. Java's parse gives up on an exception; a v0 body read as v3 can also end early
+    or leave bytes over, which is checked here too."""
+    start = reader.pos
+    if version > 0:
+        try:
+            body = decode_response_body(ApiKey.API_VERSIONS, version, reader)
+        except (CorruptRecordError, ValueError):
+            pass
+        else:
+            if body["api_keys"] is not None and reader.pos == reader.end:
+                return version, body
+        reader.pos = start
+    return 0, decode_response_body(ApiKey.API_VERSIONS, 0, reader)

@@ -49,6 +49,12 @@ SINK_OPTIONS: dict[str, str] = {
         "committed-microbatch markers, as offsets of consumer groups <prefix>-N (default: the "
         "'topic' option)"
     ),
+    "kprod.clustercheck": (
+        "kprod.clusterCheck: true (default) or false; before any task runs, the driver asks the "
+        "cluster once whether it can be reached and authenticated with and whether the topic "
+        "exists, and fails the write with that error; false skips it (a driver that cannot reach "
+        "the brokers its executors reach)"
+    ),
     "kprod.flush.timeout.ms": (
         "kprod.flush.timeout.ms: longest a task waits for its records to be acknowledged after "
         "its last batch (default: kafka.delivery.timeout.ms plus 30000)"
@@ -85,6 +91,7 @@ class SinkOptions:
     producer_cache_timeout_s: float
     buffer_memory: int  # the producer's buffer.memory, which bounds a send's size
     exactly_once: ExactlyOnce | None
+    check_timeout_ms: int  # the driver's check of the cluster: its bound, 0 for no check
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +174,40 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     cache_timeout = opts.get("kprod.producer.cache.timeout")
     cache_timeout_s = 600.0 if cache_timeout is None else _duration_s("kprod.producer.cache.timeout", cache_timeout)
     exactly_once = _exactly_once(opts, topic, config, streaming)
+    check = opts.get("kprod.clustercheck", "true").strip().lower()
+    if check not in ("true", "false"):
+        raise ConfigError(f"option 'kprod.clusterCheck': expected true or false, got {opts['kprod.clustercheck']!r}")
+    check_timeout_ms = min(config.max_block_ms, CHECK_TIMEOUT_MS) if check == "true" else 0
     return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, config.buffer_memory,
-                       exactly_once)
+                       exactly_once, check_timeout_ms)
 
 
 _GUARANTEES = ("at-least-once", "exactly-once")
+
+# The driver's check of the cluster waits at most this long (or max.block.ms if shorter):
+# time for a connection attempt that hangs (socket.connection.setup.timeout.ms, 10 s by
+# default) to be reported as such.
+CHECK_TIMEOUT_MS = 15_000
+
+_MAX_IDEMPOTENT_IN_FLIGHT = 5
+
+
+def _exactly_once_conflicts(opts: Mapping[str, str], config: ProducerConfig) -> list[str]:
+    """The kafka.* options exactly-once cannot run with: Kafka's transactions need an
+    idempotent producer, which needs acks=all, retries and at most 5 requests in flight."""
+    conflicts = []
+    if config.acks != -1:
+        conflicts.append(f"kafka.acks={opts['kafka.acks']} (transactions need acks=all)")
+    if "kafka.enable.idempotence" in opts and not config.enable_idempotence:
+        conflicts.append(f"kafka.enable.idempotence={opts['kafka.enable.idempotence']} (transactions need "
+                         "an idempotent producer)")
+    if config.retries == 0:
+        conflicts.append("kafka.retries=0 (transactions need an idempotent producer, which retries)")
+    if config.max_in_flight_requests_per_connection > _MAX_IDEMPOTENT_IN_FLIGHT:
+        conflicts.append(f"kafka.max.in.flight.requests.per.connection="
+                         f"{config.max_in_flight_requests_per_connection} (at most {_MAX_IDEMPOTENT_IN_FLIGHT} "
+                         "with an idempotent producer)")
+    return conflicts
 
 
 def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerConfig,
@@ -185,8 +221,10 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
         if eo_only:
             raise ConfigError(f"option {_display(eo_only[0])!r} applies only with kprod.deliveryGuarantee=exactly-once")
         return None
-    if config.acks != -1:
-        raise ConfigError("option 'kafka.acks': exactly-once needs acks=all (Kafka's transactions require it)")
+    conflicts = _exactly_once_conflicts(opts, config)
+    if conflicts:
+        raise ConfigError(f"option kprod.deliveryGuarantee=exactly-once conflicts with {'; '.join(conflicts)}: "
+                          "remove or change these options")
     prefix = opts.get("kprod.transactionalidprefix", "").strip() or None
     one_write = prefix is None and not streaming
     if one_write:

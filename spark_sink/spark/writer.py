@@ -14,6 +14,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan
+from spark_sink.spark.driver_check import short_traceback
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions
 from spark_sink.spark.producer_pool import POOL
@@ -217,6 +218,7 @@ class _TaskWriter:
         self.options = options
         self.plan = plan
 
+    @short_traceback
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return write_task(iterator, self.options, self.plan)
 

@@ -47,11 +47,11 @@ def _compact_bytes(data: bytes) -> bytes:
     return _uvarint(len(data) + 1) + data
 
 
-def _api_versions_v3(cid: int, apis: list[tuple[int, int, int]]) -> bytes:
+def _api_versions_v3(cid: int, apis: list[tuple[int, int, int]], code: int = 0) -> bytes:
     """ApiVersions v3 response: header v0 (ApiVersions never has tagged header fields),
     error_code, compact array of (api_key, min, max, tags), throttle_time_ms, tags."""
     entries = b"".join(struct.pack(">hhh", *api) + b"\x00" for api in apis)
-    return _frame(struct.pack(">ih", cid, 0) + _uvarint(len(apis) + 1) + entries + struct.pack(">i", 0) + b"\x00")
+    return _frame(struct.pack(">ih", cid, code) + _uvarint(len(apis) + 1) + entries + struct.pack(">i", 0) + b"\x00")
 
 
 def _api_versions_v0_error(cid: int, code: int, apis: list[tuple[int, int, int]] = ()) -> bytes:
@@ -293,6 +293,30 @@ def test_api_versions_stepped_down_to_v0_then_agreed():
     setup.receive_data(_api_versions_v0_error(0, 35, [(18, 0, 0)]), 1.0)  # the broker knows v0 only
     v0_response = _frame(struct.pack(">ihi", 1, 0, 2) + struct.pack(">hhh", 0, 3, 9) + struct.pack(">hhh", 18, 0, 0))
     assert setup.receive_data(v0_response, 2.0) == [Ready({0: 9, 18: 0})]
+
+
+def test_unsupported_version_in_the_layout_of_the_version_sent():
+    """librdkafka's mock cluster answers UNSUPPORTED_VERSION in the layout of the version
+    asked (v3: compact array, tagged fields), not v0's. Read as the Java client reads it:
+    with the version sent first; the request goes again at the highest version listed."""
+    setup = _connected(_setup())
+    again = _frame(b"\x00\x12\x00\x02\x00\x00\x00\x01" + CLIENT_ID)  # v2: header v1, empty body
+    assert setup.receive_data(_api_versions_v3(0, [(0, 3, 9), (18, 0, 2)], code=35), 1.0) == [Send(again)]
+    v2_response = _frame(struct.pack(">ihi", 1, 0, 2) + struct.pack(">hhh", 0, 3, 9)
+                         + struct.pack(">hhh", 18, 0, 2) + struct.pack(">i", 0))  # v2: throttle_time_ms
+    assert setup.receive_data(v2_response, 2.0) == [Ready({0: 9, 18: 2})]
+
+
+def test_unsupported_version_listing_no_api_versions_steps_down_to_v0():
+    setup = _connected(_setup())
+    again = _frame(b"\x00\x12\x00\x00\x00\x00\x00\x01" + CLIENT_ID)  # v0: header v1, empty body
+    assert setup.receive_data(_api_versions_v3(0, [], code=35), 1.0) == [Send(again)]
+
+
+def test_another_error_in_the_layout_of_the_version_sent_fails():
+    setup = _connected(_setup())
+    assert setup.receive_data(_api_versions_v3(0, [], code=42), 1.0) == [
+        Failed("ApiVersions failed: INVALID_REQUEST", authentication=False)]
 
 
 def test_unsupported_version_at_v0_fails():

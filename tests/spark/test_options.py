@@ -50,6 +50,11 @@ def test_sink_default_batch_size_yields_to_the_option():
     ({**BOOT, "topic": "t", "kprod.markertopic": "m"}, ["kprod.markerTopic", "exactly-once"]),
     ({**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once", "kafka.acks": "1"}, ["kafka.acks", "all"]),
     ({**BOOT, "kafka.transactional.id": "x"}, ["kafka.transactional.id", "kprod.deliveryGuarantee"]),
+    ({**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once", "kafka.retries": "0",
+      "kafka.enable.idempotence": "false", "kafka.max.in.flight.requests.per.connection": "6"},
+     ["kprod.deliveryGuarantee=exactly-once conflicts with kafka.enable.idempotence=false", "kafka.retries=0",
+      "kafka.max.in.flight.requests.per.connection=6 (at most 5"]),
+    ({**BOOT, "kprod.clustercheck": "maybe"}, ["kprod.clusterCheck", "true or false"]),
 ])
 def test_bad_options_name_the_option(options, names):
     with pytest.raises(ConfigError) as err:
@@ -156,3 +161,9 @@ def test_exactly_once_prefix_comes_from_the_query_id_and_is_new_for_each_batch_w
     named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
     assert named.exactly_once.prefix_for("q-1") == "orders" and named.exactly_once.marker_topic == "m"
     assert parse_options({**BOOT, "topic": "t"}).exactly_once is None
+
+
+def test_the_cluster_check_is_bounded_and_can_be_skipped():
+    assert parse_options({**BOOT, "topic": "t"}).check_timeout_ms == 15_000
+    assert parse_options({**BOOT, "topic": "t", "kafka.max.block.ms": "2000"}).check_timeout_ms == 2000
+    assert parse_options({**BOOT, "topic": "t", "kprod.clustercheck": "false"}).check_timeout_ms == 0

@@ -1,0 +1,108 @@
+"""Errors that name the cause: a producer that reaches no broker says, per bootstrap
+address, what happened; an unknown topic is called one; check_cluster says the same at
+once. On Apache Kafka: its plain, TLS and SASL listeners, and a node that creates no
+topics on first use (tests/strict_kafka.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+
+from spark_sink.producer import (
+    BrokersUnreachableError, KafkaProducer, KafkaTimeoutError, ProducerRecord, SaslAuthenticationError,
+    UnknownTopicError, check_cluster,
+)
+from tests.brokers import create_topic, unique_topic
+from tests.secure_kafka import JAAS
+
+UNRESOLVABLE = "no-such-broker.invalid:9092"
+
+
+def _closed_port() -> str:
+    """An address where nothing listens: a port bound, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def _unreachable(config: dict, topic: str = "t") -> tuple[str, float]:
+    started = time.monotonic()
+    with KafkaProducer(config) as producer, pytest.raises(BrokersUnreachableError) as err:
+        producer.send(ProducerRecord(topic, b"v"))
+    return str(err.value), time.monotonic() - started
+
+
+def test_no_broker_reached_names_each_address_and_what_happened(caplog):
+    closed = _closed_port()
+    caplog.set_level(logging.INFO, logger="spark_sink.producer.network")
+    message, seconds = _unreachable({"bootstrap.servers": f"{closed},{UNRESOLVABLE}", "max.block.ms": 3000})
+    assert f"{closed}: connection refused" in message
+    assert f"{UNRESOLVABLE}: name not resolved" in message
+    assert "max.block.ms" in message and "'t'" in message
+    assert isinstance(BrokersUnreachableError(), KafkaTimeoutError)  # what Java's callers catch
+    assert seconds < 30  # within max.block.ms, not a 60 s default
+    # The first failure per address is a warning; the retries that follow are not.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sorted(w.split(" ")[3] for w in warnings) == sorted([closed, UNRESOLVABLE])
+    assert any(r.levelno == logging.INFO and closed in r.getMessage() for r in caplog.records)
+
+
+def test_tls_spoken_to_a_plaintext_listener(kafka):
+    message, _ = _unreachable({"bootstrap.servers": kafka.bootstrap, "security.protocol": "SSL",
+                               "max.block.ms": 3000})
+    assert f"{kafka.bootstrap}: TLS handshake failed" in message and "security.protocol" in message
+
+
+def test_plaintext_spoken_to_a_tls_listener(secure_kafka):
+    bootstrap = secure_kafka.bootstrap("SSL")
+    message, _ = _unreachable({"bootstrap.servers": bootstrap, "max.block.ms": 3000})
+    assert f"{bootstrap}: the broker closed the connection before answering ApiVersions" in message
+    assert "security.protocol" in message
+
+
+def test_unknown_topic_is_called_one(strict_kafka):
+    topic = unique_topic("missing")
+    with KafkaProducer({"bootstrap.servers": strict_kafka.bootstrap, "max.block.ms": 2000}) as producer:
+        with pytest.raises(UnknownTopicError) as err:
+            producer.send(ProducerRecord(topic, b"v"))
+    assert str(err.value).startswith(f"topic {topic!r} does not exist on the cluster at {strict_kafka.bootstrap}")
+    assert "auto.create.topics.enable" in str(err.value)
+
+
+# -- check_cluster: the same errors at once -------------------------------------------
+
+def test_check_cluster_fails_at_once_when_every_address_failed():
+    closed = _closed_port()
+    started = time.monotonic()
+    with pytest.raises(BrokersUnreachableError) as err:
+        check_cluster({"bootstrap.servers": f"{closed},{UNRESOLVABLE}"}, ["t"])
+    assert time.monotonic() - started < 30  # not max.block.ms (60 s)
+    assert f"{closed}: connection refused" in str(err.value) and f"{UNRESOLVABLE}: name not resolved" in str(err.value)
+
+
+def test_check_cluster_counts_partitions_and_refuses_unknown_topics(strict_kafka):
+    bootstrap = strict_kafka.bootstrap
+    topic = create_topic(bootstrap, unique_topic("known"), partitions=3)
+    assert check_cluster({"bootstrap.servers": f"{_closed_port()},{bootstrap}"}, [topic]) == {topic: 3}
+    missing = unique_topic("missing")
+    with pytest.raises(UnknownTopicError, match=f"topic '{missing}' does not exist on the cluster at {bootstrap}"):
+        check_cluster({"bootstrap.servers": bootstrap}, [topic, missing])
+
+
+def test_check_cluster_wrong_password(secure_kafka):
+    config = {"bootstrap.servers": secure_kafka.bootstrap("SASLPLAIN"), "security.protocol": "SASL_PLAINTEXT",
+              "sasl.mechanism": "SCRAM-SHA-256",
+              "sasl.jaas.config": f'{JAAS["SCRAM-SHA-256"]} required username="alice" password="wrong-one";'}
+    with pytest.raises(SaslAuthenticationError) as err:
+        check_cluster(config, ["t"])
+    assert "wrong-one" not in str(err.value) and "sasl.jaas.config" in str(err.value)
+
+
+def test_check_cluster_lets_the_cluster_create_a_topic_on_first_use(kafka):
+    """Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the request that makes it create a topic:
+    where auto.create.topics.enable is on (the default), a new topic is not an error."""
+    topic = unique_topic("auto")
+    assert check_cluster({"bootstrap.servers": kafka.bootstrap}, [topic]) in ({topic: 0}, {topic: 1})
