@@ -168,33 +168,25 @@ def test_transactions_match_the_model(kafka, kafka_proxy):
 # -- sequences the model found, kept as they were shrunk --------------------------
 
 
-def test_unflushed_records_of_an_aborted_transaction_stay_out_of_the_next(kafka, kafka_proxy):
-    """begin, send, abort without a flush, begin, send, commit: the first record must be
-    failed by the abort, not sent in the next transaction."""
+def _replay(kafka, kafka_proxy, *steps: tuple) -> None:
+    """Run one sequence of the model's steps, ``(rule, {argument: value})`` each."""
     machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, kafka_proxy.proxy)()
     machine.setup()
     try:
-        machine.begin()
-        machine.send(partition=0, n=3)
-        machine.abort(flush=False)
-        machine.begin()
-        machine.send(partition=0, n=1)
-        machine.commit()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
     finally:
         machine.teardown()
+
+
+def test_unflushed_records_of_an_aborted_transaction_stay_out_of_the_next(kafka, kafka_proxy):
+    """The first records must be failed by the abort, not sent in the next transaction."""
+    _replay(kafka, kafka_proxy, ("begin", {}), ("send", {"partition": 0, "n": 3}), ("abort", {"flush": False}),
+            ("begin", {}), ("send", {"partition": 0, "n": 1}), ("commit", {}))
 
 
 def test_aborted_offsets_then_a_committed_transaction(kafka, kafka_proxy):
-    """begin, send_offsets, abort, begin, send, commit: the offsets of the aborted
-    transaction were committed by the next one (fixed with empty transactions)."""
-    machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, kafka_proxy.proxy)()
-    machine.setup()
-    try:
-        machine.begin()
-        machine.send_offsets(partition=0, offset=5)
-        machine.abort(flush=True)
-        machine.begin()
-        machine.send(partition=1, n=1)
-        machine.commit()
-    finally:
-        machine.teardown()
+    """The offsets of the aborted transaction were committed by the next one (fixed with
+    empty transactions)."""
+    _replay(kafka, kafka_proxy, ("begin", {}), ("send_offsets", {"partition": 0, "offset": 5}),
+            ("abort", {"flush": True}), ("begin", {}), ("send", {"partition": 1, "n": 1}), ("commit", {}))
