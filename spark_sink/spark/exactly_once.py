@@ -1,9 +1,10 @@
 """Exactly-once writes: each task's rows in one Kafka transaction, committed by the driver.
 
-A task opens the transaction under ``<prefix>-<partition>`` (which fences an earlier
-attempt of the same partition and aborts what it left open), writes, flushes and returns
-the transaction's identity without committing it; a task that sent nothing returns none,
-since the coordinator holds no transaction for it. A task that fails aborts its own. The
+A task opens the transaction under ``<prefix>-<partition>`` with its first row (which
+fences an earlier attempt of the same partition and aborts what it left open), writes,
+flushes and returns the transaction's identity without committing it; a task without
+rows opens no producer and no transaction (the driver fences its id at a query's first
+commit, for what a crashed run may have left under it). A task that fails aborts its own. The
 driver's commit ends them all; its abort ends those of the tasks that finished and fences
 the ids of those that did not, so that nothing stays open until transaction.timeout.ms.
 
@@ -85,9 +86,9 @@ def query_id() -> str | None:
 _admins: OrderedDict[tuple[tuple[str, str], ...], AdminClient] = OrderedDict()
 _admins_lock = threading.Lock()
 _MAX_ADMINS = 4
-# Per prefix, the task ids below which this process has fenced every id no task of the
-# current run uses: done once per process rather than at every microbatch.
-_fenced: dict[str, int] = {}
+# The prefixes whose leftovers this process has fenced: needed at a query's first commit
+# after a (re)start only, not at every microbatch.
+_fenced: set[str] = set()
 
 
 def _admin(config: Mapping[str, str]) -> AdminClient:
@@ -127,12 +128,14 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     directory = (eo.marker_topic, MARKER_PARTITION)
     started_batch, ids = _read_directory(admin, prefix, directory, query)
     ids = max(ids, tasks)
-    if _fenced.get(prefix, 0) < ids:
-        # Ids an earlier run used and this one does not may hold transactions its crash
-        # left open: aborted now, not at transaction.timeout.ms, and their pending
+    if prefix not in _fenced:
+        # Ids an earlier run used that hold no transaction of this one (this run has
+        # fewer tasks, or their task was empty and opened none) may hold transactions a
+        # crash left open: aborted now, not at transaction.timeout.ms, and their pending
         # markers settled before they are read.
-        admin.fence_transactions([transactional_id(prefix, p) for p in range(tasks, ids)])
-        _fenced[prefix] = ids
+        idle = [p for p in range(ids) if p >= tasks or p not in txns]
+        admin.fence_transactions([transactional_id(prefix, p) for p in idle])
+        _fenced.add(prefix)
     already = set()
     if started_batch >= batch_id:
         already = _committed_before(admin, prefix, eo, batch_id, query, tasks, ids, len(txns))

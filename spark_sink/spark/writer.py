@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from spark_sink.producer import MetricTotals
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan
 from spark_sink.spark.driver_check import short_traceback
@@ -115,13 +116,12 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     query = exactly_once.query_id() if eo is not None else None
     config = options.producer_config if eo is None else exactly_once.transactional_config(
         options.producer_config, eo.prefix_for(query), partition_id)
-    # Taken from the worker's pool (a producer an earlier task left, flushed) or new.
-    producer = POOL.acquire(config)
     # A batch write's own transactional ids: no later task could reuse the producer.
     keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
+    producer = None
     transaction = None
     begun = False
-    before = producer.metric_totals()  # a pooled producer's counts include earlier tasks'
+    counts = before = MetricTotals()
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
@@ -135,32 +135,40 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
 
     ok = False
     try:
-        if eo is not None:
-            exactly_once.begin(producer)
-            begun = True
         # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
         # Sender's wait for it short for the whole loop, not only inside each call.
         with short_switch_interval():
             send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
             for table in coalesce((_prepare(batch, plan) for batch in iterator), min_bytes=send_bytes):
+                if producer is None:
+                    # From the worker's pool (a producer an earlier task left, flushed) or
+                    # new, at the first row: an empty task (a filter, the empty shuffle
+                    # partitions of an aggregation) opens no producer and no transaction.
+                    producer = POOL.acquire(config)
+                    before = producer.metric_totals()  # a pooled producer's include earlier tasks'
+                    if eo is not None:
+                        exactly_once.begin(producer)
+                        begun = True
                 pending.append(producer.send_arrow(table, options.topic))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
                     settle(pending.pop(0))
-        producer.flush(options.flush_timeout_s)
-        for future in pending:
-            settle(future)
-        counts = producer.metric_totals().since(before)  # before the pool may hand it on
-        if eo is not None:
-            # Committed by the driver, with the others; None if this task sent nothing.
-            transaction = producer.prepare_transaction()
+        if producer is not None:
+            producer.flush(options.flush_timeout_s)
+            for future in pending:
+                settle(future)
+            counts = producer.metric_totals().since(before)  # before the pool may hand it on
+            if eo is not None:
+                # Committed by the driver, with the others.
+                transaction = producer.prepare_transaction()
         ok = True
     finally:
         if begun and not ok:
             exactly_once.abort_in_task(producer)
-        # Back to the pool only after a flush that succeeded; on failure it is closed
-        # without waiting for the rest: the task is failing anyway.
-        POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
+        if producer is not None:
+            # Back to the pool only after a flush that succeeded; on failure it is closed
+            # without waiting for the rest: the task is failing anyway.
+            POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
     seconds = time.monotonic() - started
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",

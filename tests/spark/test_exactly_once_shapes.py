@@ -124,6 +124,34 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark, kafka, tmp_path
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
+def test_a_streaming_aggregation_over_200_shuffle_partitions(spark, kafka, tmp_path):
+    """kprod itself as the sink of a streaming aggregation (Complete mode: Spark offers
+    Python data sources no Update mode): each microbatch 200 tasks, most of them empty,
+    each microbatch's counts visible once."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-stream-agg"), partitions=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(3):
+        (source / f"{f}.json").write_text("\n".join(json.dumps({"id": f * 100 + i}) for i in range(100)) + "\n")
+    saved = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "200")  # a stateful query keeps its count
+    try:
+        counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
+                  .groupBy((F.col("id") % 5).alias("k")).count()
+                  .select(F.concat_ws("@", F.col("k").cast("string"), F.col("count").cast("string")).alias("key"),
+                          F.lit("v").alias("value")))
+        query = (counts.writeStream.format("kprod").outputMode("complete")
+                 .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topic)
+                 .option("kprod.deliveryGuarantee", "exactly-once")
+                 .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+        query.awaitTermination(300)
+        assert query.exception() is None
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", saved)
+    _exactly(_committed_keys(kafka.bootstrap, topic, 15), {f"{k}@{n}" for k in range(5) for n in (20, 40, 60)})
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+
+
 def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(spark, kafka, tmp_path):
     """A file:// URI and a plain path name the same checkpoint, so the same query: the
     restarted query finds its own commit records under the same prefix."""
