@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
-    FutureRecordMetadata, ProducerBatch, SendCallback, SharedMemory, TopicPartition, new_future,
+    FutureRecordMetadata, ProducerBatch, SendCallback, SharedReservation, TopicPartition, new_future,
 )
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
@@ -154,7 +154,7 @@ class RecordAccumulator:
             self._pool.allocate(total, max_block_ms)
             try:
                 for (partition, encoded), size in zip(groups, sizes):
-                    shared = SharedMemory(size, len(encoded))
+                    shared = SharedReservation(size, len(encoded))
                     self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
                     total -= size
                     queued(encoded)
@@ -177,7 +177,7 @@ class RecordAccumulator:
                 queued([records])
                 wakeup()
 
-    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedMemory]],
+    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedReservation]],
                          now: float, listener: Callable[[ProducerBatch], None]) -> None:
         batch_size = self._config.batch_size
         batches = [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records, listener=listener)

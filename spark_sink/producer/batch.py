@@ -68,7 +68,7 @@ class FutureRecordMetadata(tuple):
 new_future = _new_metadata = tuple.__new__  # tuple subclasses made without __init__
 
 
-class SharedMemory:
+class SharedReservation:
     """buffer.memory reserved once for batches whose payloads are views of one encoded
     buffer: the buffer lives until the last of them completes, and so does the reservation."""
 
@@ -94,7 +94,7 @@ class ProducerBatch:
         "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
 
-    def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedMemory,
+    def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedReservation,
                  batch_size: int, encoded: EncodedRecords | None = None,
                  listener: Callable[[ProducerBatch], None] | None = None) -> None:
         self.topic = topic

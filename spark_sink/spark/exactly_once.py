@@ -55,7 +55,7 @@ def transactional_config(config: Mapping[str, str], prefix: str, partition_id: i
     return {**config, "transactional.id": transactional_id(prefix, partition_id)}
 
 
-def begin(producer: KafkaProducer) -> None:
+def fence_and_begin(producer: KafkaProducer) -> None:
     """Fence earlier attempts of this partition (their open transaction is aborted) and
     open the task's transaction."""
     producer.init_transactions()

@@ -81,10 +81,11 @@ def _prepare(batch: pa.RecordBatch, plan: ColumnPlan) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([batch.column(i) for i in keep], names=[plan.names[i] for i in keep])
 
 
-def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int = SEND_ROWS,
-             min_bytes: int = SEND_BYTES) -> Iterator[pa.Table]:
-    """Consecutive non-empty batches, in order, joined into tables of at least ``min_rows``
-    rows or ``min_bytes`` bytes (the last table may be smaller)."""
+def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
+             max_bytes: int = SEND_BYTES) -> Iterator[pa.Table]:
+    """Consecutive non-empty batches, in order, joined into tables of at most ``max_rows``
+    rows and ``max_bytes`` bytes (a batch larger than that on its own is a table of its
+    own): each send_arrow call stays within the share of buffer.memory it was given."""
     import pyarrow as pa
 
     held: list[pa.RecordBatch] = []
@@ -92,12 +93,12 @@ def coalesce(batches: Iterator[pa.RecordBatch], min_rows: int = SEND_ROWS,
     for batch in batches:
         if batch.num_rows == 0:
             continue
+        if held and (rows + batch.num_rows > max_rows or nbytes + batch.nbytes > max_bytes):
+            yield pa.Table.from_batches(held)
+            held, rows, nbytes = [], 0, 0
         held.append(batch)
         rows += batch.num_rows
         nbytes += batch.nbytes
-        if rows >= min_rows or nbytes >= min_bytes:
-            yield pa.Table.from_batches(held)
-            held, rows, nbytes = [], 0, 0
     if held:
         yield pa.Table.from_batches(held)
 
@@ -139,7 +140,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         # Sender's wait for it short for the whole loop, not only inside each call.
         with short_switch_interval():
             send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
-            for table in coalesce((_prepare(batch, plan) for batch in iterator), min_bytes=send_bytes):
+            for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
                 if producer is None:
                     # From the worker's pool (a producer an earlier task left, flushed) or
                     # new, at the first row: an empty task (a filter, the empty shuffle
@@ -147,7 +148,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     producer = POOL.acquire(config)
                     before = producer.metric_totals()  # a pooled producer's include earlier tasks'
                     if eo is not None:
-                        exactly_once.begin(producer)
+                        exactly_once.fence_and_begin(producer)
                         begun = True
                 pending.append(producer.send_arrow(table, options.topic))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.

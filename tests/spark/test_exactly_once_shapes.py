@@ -185,7 +185,7 @@ def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, lis
     for partition, values in rows.items():
         with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
                             "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
-            exactly_once.begin(p)
+            exactly_once.fence_and_begin(p)
             for v in values:
                 p.send(ProducerRecord(topic, v, key=v))
             txn = p.prepare_transaction()
