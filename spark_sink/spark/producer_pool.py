@@ -11,7 +11,6 @@ with it: every producer in the pool was flushed when its task ended, so nothing 
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
@@ -125,5 +124,6 @@ class ProducerPool:
             self.evict_idle()
 
 
+# No atexit hook: Spark's forked Python workers end with os._exit, which runs none, and
+# every pooled producer was flushed when its task ended, so nothing is left to send.
 POOL = ProducerPool()
-atexit.register(POOL.close_all)
