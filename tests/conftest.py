@@ -41,6 +41,7 @@ _HEAVY_GROUPS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put each test that needs a heavy shared fixture in that fixture's xdist group, and
     the tests of a module with a module-scoped fixture in the module's group: spread over
