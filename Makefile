@@ -24,7 +24,7 @@ kafka: venv
 # SparkSession; the tests sharing a heavier fixture run on one worker (tests/conftest.py).
 TEST_WORKERS ?= 3
 test: venv kafka
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's.
 KPROD_SOAK ?= 100

@@ -31,13 +31,14 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # one: a test using one runs on the worker that runs its group (``--dist loadgroup``).
 # The wheel and the venvs are built in this checkout (pip's build writes build/ and
 # *.egg-info in it), so the tests that build them must not run at the same time.
+# The groups are in the order they start in, the longest (the Spark services) first.
 _HEAVY_GROUPS = {
-    "_kafka3_session": "kafka3",
-    "secure_kafka": "secure_kafka",
-    "oauth_kafka": "oauth_kafka",
     "kprod_wheel": "installs",
     "installed_python": "installs",
     "deps_only_python": "installs",
+    "_kafka3_session": "kafka3",
+    "secure_kafka": "secure_kafka",
+    "oauth_kafka": "oauth_kafka",
 }
 
 
@@ -57,6 +58,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 group = item.module.__name__
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # xdist hands work out in collection order (make test turns its reordering by group
+    # size off): the groups first, the longest first, then the Spark tests, then the rest,
+    # so that no long test starts last. A stable sort keeps each module's tests together.
+    ranks = {group: rank for rank, group in enumerate(dict.fromkeys(_HEAVY_GROUPS.values()))}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None:
+            return 0, ranks.get(marker.args[0], len(ranks))
+        return (1, 0) if "spark" in item.path.parts else (2, 0)
+
+    items.sort(key=rank)
 
 
 @dataclass
