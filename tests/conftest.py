@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put each test that needs a heavy shared fixture in that fixture's xdist group, and
     the tests of a module with a module-scoped fixture in the module's group: spread over
     workers, each worker would start that fixture (a cluster of JVMs, a Spark job) again.
-    Without xdist the groups change nothing."""
+    Without xdist only the order changes."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         group = next((_HEAVY_GROUPS[name] for name in names if name in _HEAVY_GROUPS), None)
