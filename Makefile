@@ -19,8 +19,12 @@ kafka: venv
 	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
 	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
 
+# The suite on TEST_WORKERS pytest-xdist workers: its tests mostly wait (JVM start-ups, the
+# network), so more workers than cores pay. Each worker starts its own Kafka node and
+# SparkSession; the tests sharing a heavier fixture run on one worker (tests/conftest.py).
+TEST_WORKERS ?= 3
 test: venv kafka
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's.
 KPROD_SOAK ?= 100

@@ -1,4 +1,5 @@
-"""Shared fixtures: the brokers, started once per test session.
+"""Shared fixtures: the brokers, started once per test session (per worker under
+pytest-xdist, which ``make test`` runs: see ``pytest_collection_modifyitems``).
 
 ``kafka`` is one Apache Kafka node with two client listeners: its plain one, and PROXIED,
 whose advertised address is a fault proxy's, so every connection of a client that
@@ -25,6 +26,51 @@ from tests.faultproxy import FaultProxy
 # Spark's Python workers must run this interpreter, or they will not find the project.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+# Fixtures too costly to start on every xdist worker, by the group of tests that share
+# one: a test using one runs on the worker that runs its group (``--dist loadgroup``).
+# The wheel and the venvs are built in this checkout (pip's build writes build/ and
+# *.egg-info in it), so the tests that build them must not run at the same time.
+# The groups are in the order they start in, the longest (the Spark services) first.
+_HEAVY_GROUPS = {
+    "kprod_wheel": "installs",
+    "installed_python": "installs",
+    "deps_only_python": "installs",
+    "_kafka3_session": "kafka3",
+    "secure_kafka": "secure_kafka",
+    "oauth_kafka": "oauth_kafka",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put each test that needs a heavy shared fixture in that fixture's xdist group, and
+    the tests of a module with a module-scoped fixture in the module's group: spread over
+    workers, each worker would start that fixture (a cluster of JVMs, a Spark job) again.
+    Without xdist only the order changes."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        group = next((_HEAVY_GROUPS[name] for name in names if name in _HEAVY_GROUPS), None)
+        if group is None:
+            definitions = getattr(item, "_fixtureinfo", None)
+            definitions = definitions.name2fixturedefs if definitions else {}
+            if any(defs[-1].scope == "module" for defs in definitions.values()):
+                group = item.module.__name__
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # xdist hands work out in collection order (make test turns its reordering by group
+    # size off): the groups first, the longest first, then the Spark tests, then the rest,
+    # so that no long test starts last. A stable sort keeps each module's tests together.
+    ranks = {group: rank for rank, group in enumerate(dict.fromkeys(_HEAVY_GROUPS.values()))}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        marker = item.get_closest_marker("xdist_group")
+        if marker is not None:
+            return 0, ranks.get(marker.args[0], len(ranks))
+        return (1, 0) if "spark" in item.path.parts else (2, 0)
+
+    items.sort(key=rank)
 
 
 @dataclass

@@ -59,7 +59,10 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
         p.send(ProducerRecord(topic, b"warm")).result(30)
         proxy.stall()
         futures = [p.send(ProducerRecord(topic, b"%d" % i)) for i in range(10)]
-        time.sleep(1.2)  # past request.timeout.ms: the request in flight is given up and retried
+        # Past request.timeout.ms the request in flight is given up and its batch retried.
+        deadline = time.monotonic() + 30
+        while not p.metrics()["record-retry-total"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         proxy.stall(False)
         for f in futures:
             f.result(30)

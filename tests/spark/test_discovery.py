@@ -15,8 +15,9 @@ from tests.installs import venv_with_kprod
 
 
 @pytest.mark.parametrize("mode", ["editable", "wheel"])
-def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode, kprod_wheel):
-    python = venv_with_kprod(tmp_path / "venv", "editable" if mode == "editable" else kprod_wheel)
+def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode, kprod_wheel, installed_python):
+    # installed_python is the session's editable install (one build of the checkout fewer).
+    python = installed_python if mode == "editable" else venv_with_kprod(tmp_path / "venv", kprod_wheel)
     topic = create_topic(kafka.bootstrap, unique_topic("disc"), 1)
     script = textwrap.dedent(f"""
         from pyspark.sql import SparkSession

@@ -24,8 +24,11 @@ def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded():
         garbage[0].append(garbage)  # a cycle made after the freeze is still collected
         del garbage
         assert gc.collect() >= 2
+        kept = [[] for _ in range(1000)]  # made after the freeze, alive at the second call
         writer._freeze_long_lived()  # once per process: nothing more is frozen
-        assert gc.get_freeze_count() == frozen
+        # At most as many: a frozen object can be freed since (under pytest-xdist, by
+        # the thread that talks to the controller), but a second freeze would add ``kept``.
+        assert gc.get_freeze_count() <= frozen, len(kept)
     finally:
         gc.unfreeze()
         writer._long_lived_frozen = False
