@@ -289,12 +289,20 @@ class KafkaCluster:
             time.sleep(0.1)
         raise RuntimeError(f"topic {name} has no leaders after {timeout:.0f} s")
 
-    def leader(self, topic: str, partition: int) -> int:
-        """The node id leading ``topic``/``partition`` now (-1 while there is none)."""
+    def leader(self, topic: str, partition: int, timeout: float = 10.0) -> int:
+        """The node id leading ``topic``/``partition`` now (-1 while there is none). The
+        node asked may not know a new topic yet (metadata reaches the nodes one by one):
+        it is asked again until it does, up to ``timeout``."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": ",".join(n.address for n in self.nodes if n.alive)})
-        return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+        deadline = time.monotonic() + timeout
+        while True:
+            found = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+            info = found.partitions.get(partition) if found is not None and found.error is None else None
+            if info is not None or time.monotonic() >= deadline:
+                return info.leader if info is not None else -1
+            time.sleep(0.1)
 
     def logs(self) -> str:
         """Where each node's log is, and how each ends: for a failing test's report."""
