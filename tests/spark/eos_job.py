@@ -31,7 +31,7 @@ def main() -> None:
 
     def flaky(batches):
         ctx = TaskContext.get()
-        fail_at = random.randrange(1, 5) if ctx.attemptNumber() == 0 and random.random() < p else -1
+        fail_at = random.randrange(1, 3) if ctx.attemptNumber() == 0 and random.random() < p else -1
         for i, batch in enumerate(batches):
             if i == fail_at:
                 raise RuntimeError(f"injected failure of task {ctx.partitionId()} (attempt 0)")
