@@ -121,8 +121,7 @@ def kafka(_kafka_session: ProxiedKafka) -> KafkaCluster:
 def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
     """The session's Kafka behind the fault proxy; faults are cleared after each test."""
     yield _kafka_session
-    _kafka_session.proxy.set_delay(0)
-    _kafka_session.proxy.stall(False)
+    _clear_faults(_kafka_session.proxy)
     _kafka_session.proxy.cut_all()
 
 
@@ -154,8 +153,13 @@ def kafka3_proxies(_kafka3_session: ProxiedKafka3) -> Iterator[ProxiedKafka3]:
     id); faults are cleared after each test."""
     yield _kafka3_session
     for proxy in _kafka3_session.proxies.values():
-        proxy.set_delay(0)
-        proxy.stall(False)
+        _clear_faults(proxy)
+
+
+def _clear_faults(proxy: FaultProxy) -> None:
+    """No delay and no stall: what a test's faults leave behind for the next one."""
+    proxy.set_delay(0)
+    proxy.stall(False)
 
 
 @pytest.fixture(scope="session")
