@@ -180,6 +180,7 @@ class Sender(threading.Thread):
                 # interruption (KeyboardInterrupt) goes on up.
                 log.exception("sender round failed on a sending thread")
                 self.fatal_error = exc if isinstance(exc, Exception) else KProdError(f"producer stopped by {exc!r}")
+                self._acc.stop(self.fatal_error)  # now, not once the Sender thread has woken
                 self._running = False
                 self._force_close = True
                 self.wakeup()
