@@ -4,7 +4,7 @@ for the OAUTHBEARER tests (fixture ``oauth_kafka``).
 
 One node with, besides its plain listener:
 - OAUTHPLAIN (SASL_PLAINTEXT) and OAUTHSSL (SASL_SSL, the session's own CA);
-- OAUTHREAUTH (SASL_PLAINTEXT) whose sessions last 1.5 s (connections.max.reauth.ms),
+- OAUTHREAUTH (SASL_PLAINTEXT) whose sessions last 3 s (connections.max.reauth.ms),
   behind a fault proxy that counts connections.
 The broker checks each token's RS256 signature against the provider's JWKS, its audience
 and its issuer. Kafka 4 fetches only the URLs listed in the JVM system property
@@ -24,7 +24,7 @@ from tests.faultproxy import FaultProxy
 from tests.oidc import AUDIENCE, IdentityProvider
 
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-REAUTH_MS = 1500
+REAUTH_MS = 3000
 _LISTENER = {
     "sasl.enabled.mechanisms": "OAUTHBEARER",
     "oauthbearer.sasl.jaas.config": f"{LOGIN_MODULE} required;",

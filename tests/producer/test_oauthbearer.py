@@ -99,7 +99,7 @@ def test_expired_token_is_refused_with_the_brokers_message(oauth_kafka):
 
 
 def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
-    """The OAUTHREAUTH listener's sessions last 1.5 s and the provider's tokens 4 s: kprod
+    """The OAUTHREAUTH listener's sessions last 3 s and the provider's tokens 4 s: kprod
     moves to a newly authenticated connection before each session ends and fetches a new
     token before the old one expires, while the records keep going."""
     idp, proxy, topic = oauth_kafka.idp, oauth_kafka.reauth_proxy, unique_topic("oauth-reauth")
@@ -111,7 +111,7 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
                   "sasl.login.refresh.buffer.seconds": 1, **_oidc(idp)}
         with KafkaProducer(config) as p:
             futures = []
-            deadline = time.monotonic() + 6 * REAUTH_MS / 1000
+            deadline = time.monotonic() + 4 * REAUTH_MS / 1000
             while time.monotonic() < deadline:
                 futures += [p.send(ProducerRecord(topic, b"%d" % len(futures))) for _ in range(50)]
                 time.sleep(0.05)
@@ -119,7 +119,7 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
             offsets = [f.result(10).offset for f in futures]
     finally:
         idp.token_lifetime_s = 3600
-    assert proxy.connections_accepted - opened >= 4  # sessions were renewed over six lifetimes
+    assert proxy.connections_accepted - opened >= 3  # sessions were renewed over four lifetimes
     assert proxy.closed_by_target == closed_by_broker  # and none ran out
     assert idp.fetches["kprod-app"] - fetched >= 2  # and tokens were refreshed before expiring
     assert len(set(offsets)) == len(futures)
