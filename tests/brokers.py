@@ -16,6 +16,23 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import KafkaCluster, KafkaUnavailableError, free_port  # noqa: F401 (free_port re-exported)
 
+# Every JVM of the suite (brokers, Spark drivers, executors, Spark services) compiles with
+# C1 only: they live for seconds to minutes, and C2's compiler threads cost more CPU than
+# they save in that time (a local SparkSession's start and a small job: 25 s of CPU with
+# C2, 15 s without, on the 2-core CI machine). Only for tests: benchmarks keep the default.
+TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+
+# The variables Spark's launcher adds to the java command line of a spark-submit driver,
+# of a standalone master or worker, and of an executor.
+_SPARK_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_EXECUTOR_OPTS")
+
+
+def with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with TEST_JVM_OPTIONS added for every Spark JVM its processes start."""
+    for name in _SPARK_JVM_VARIABLES:
+        env[name] = " ".join(filter(None, [env.get(name), *TEST_JVM_OPTIONS]))
+    return env
+
 
 def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
     """Start Apache Kafka for a test. Without Java the test skips, except in CI (``CI``
@@ -26,6 +43,7 @@ def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
 
     if not shutil.which("java") and not os.environ.get("JAVA_HOME") and not os.environ.get("CI"):
         pytest.skip("Apache Kafka needs Java 17 or newer on PATH")
+    kwargs["jvm_args"] = [*TEST_JVM_OPTIONS, *kwargs.get("jvm_args", ())]  # type: ignore[misc]
     try:
         return KafkaCluster(nodes, **kwargs)
     except KafkaUnavailableError as exc:
@@ -113,4 +131,4 @@ def subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return env
+    return with_test_jvm_options(env)

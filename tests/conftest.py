@@ -30,13 +30,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 # Fixtures too costly to start on every xdist worker, by the group of tests that share
 # one: a test using one runs on the worker that runs its group (``--dist loadgroup``).
-# The wheel and the venvs are built in this checkout (pip's build writes build/ and
-# *.egg-info in it), so the tests that build them must not run at the same time.
-# The groups are in the order they start in, the longest (the Spark services) first.
+# The groups are in the order they start in, the longest first. (The wheel and the venvs
+# are cheap enough to build on each worker that needs them: tests/installs.py takes
+# turns for the builds that write into this checkout.)
 _HEAVY_GROUPS = {
-    "kprod_wheel": "installs",
-    "installed_python": "installs",
-    "deps_only_python": "installs",
     "_kafka3_session": "kafka3",
     "secure_kafka": "secure_kafka",
     "oauth_kafka": "oauth_kafka",

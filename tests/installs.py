@@ -4,18 +4,34 @@ for executors that get kprod from what a job ships); and kprod zipped for --py-f
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import subprocess
 import sys
 import sysconfig
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@contextlib.contextmanager
+def _building_in_checkout() -> Iterator[None]:
+    """Held while pip builds from this checkout: its builds write build/ and *.egg-info
+    in it, so two at once (on two xdist workers) would trip over each other."""
+    name = hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"kprod-build-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_wheel(dist: Path) -> Path:
     """kprod's wheel, built as pip builds it (with its compiled encoder)."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
-                   check=True, capture_output=True)
+    with _building_in_checkout():
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+                       check=True, capture_output=True)
     (wheel,) = dist.glob("kprod-*.whl")
     return wheel
 
@@ -38,8 +54,9 @@ def venv_with_kprod(where: Path, source: str | Path | None) -> Path:
     target = ["-e", str(ROOT)] if source == "editable" else [str(source)]
     # --ignore-installed: pip sees this venv's kprod (its metadata, through the path line)
     # and would skip the install as already satisfied, leaving the new venv without kprod.
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--ignore-installed", *target], check=True, capture_output=True)
+    with _building_in_checkout() if source == "editable" else contextlib.nullcontext():
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                        "--ignore-installed", *target], check=True, capture_output=True)
     return python
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from pyspark.find_spark_home import _find_spark_home
 
 from kprod_broker import free_port
+from tests.brokers import with_test_jvm_options
 
 SPARK_HOME = Path(_find_spark_home())
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -99,7 +100,7 @@ def spark_env(python: str, base: Mapping[str, str] | None = None) -> dict[str, s
         "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
     })
-    return env
+    return with_test_jvm_options(env)
 
 
 class StandaloneCluster:
