@@ -9,6 +9,8 @@ come from ``kprod_broker.jars``.
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
 import shutil
 import signal
 import socket
@@ -131,6 +133,9 @@ class KafkaNode:
             # A killed node is fenced (and its partitions move) after 3 s instead of 9.
             "broker.session.timeout.ms": "3000",
             "broker.heartbeat.interval.ms": "500",
+            # The controller's liveness records every 5 s instead of every 0.5 s: an idle
+            # node then uses about a quarter less CPU.
+            "metadata.max.idle.interval.ms": "5000",
             "num.network.threads": "2",
             "num.io.threads": "4",
         }
@@ -148,7 +153,8 @@ class KafkaNode:
         (self.dir / "log4j.properties").write_text(_LOG4J1)
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
         result = subprocess.run(
-            [java(), "-cp", kafka_classpath(self.cluster.version), *self._log_args(), "kafka.tools.StorageTool", "format",
+            [java(), *self._jvm_args(), "-cp", kafka_classpath(self.cluster.version), *self._log_args(),
+             "kafka.tools.StorageTool", "format",
              f"--cluster-id={self.cluster.cluster_id}", "--config", str(config), *scram],
             stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if result.returncode != 0:
@@ -157,6 +163,10 @@ class KafkaNode:
     def _log_args(self) -> list[str]:
         return [f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                 f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}"]
+
+    def _jvm_args(self) -> list[str]:
+        """The cluster's own JVM options, then KAFKA_OPTS (as Kafka's scripts read it)."""
+        return [*self.cluster.jvm_args, *shlex.split(os.environ.get("KAFKA_OPTS", ""))]
 
     def start(self) -> None:
         """Start the JVM (storage already formatted); returns without waiting for it."""
@@ -167,7 +177,8 @@ class KafkaNode:
             self.process = subprocess.Popen(
                 [java(), f"-Xmx{self.cluster.heap}", f"-Xms{self.cluster.heap}", "-XX:+UseG1GC",
                  "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true", *self._log_args(),
-                 *self.cluster.jvm_args, "-cp", kafka_classpath(self.cluster.version), "kafka.Kafka", str(self.dir / "server.properties")],
+                 *self._jvm_args(), "-cp", kafka_classpath(self.cluster.version), "kafka.Kafka",
+                 str(self.dir / "server.properties")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
@@ -214,6 +225,8 @@ class KafkaCluster:
     One node by default; with three or more, topics default to replication factor 3 and
     ``min.insync.replicas`` 2. ``scram_users`` are StorageTool ``--add-scram`` values,
     e.g. ``SCRAM-SHA-256=[name=alice,password=secret]``. ``config`` overrides node settings.
+    Each JVM gets ``jvm_args`` and then the options in the ``KAFKA_OPTS`` environment
+    variable, which Kafka's own scripts read too.
     """
 
     def __init__(self, nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,

@@ -15,23 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import KafkaCluster, KafkaUnavailableError, free_port  # noqa: F401 (free_port re-exported)
-
-# Every JVM of the suite (brokers, Spark drivers, executors, Spark services) compiles with
-# C1 only: they live for seconds to minutes, and C2's compiler threads cost more CPU than
-# they save in that time (a local SparkSession's start and a small job: 25 s of CPU with
-# C2, 15 s without, on the 2-core CI machine). Only for tests: benchmarks keep the default.
-TEST_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
-
-# The variables Spark's launcher adds to the java command line of a spark-submit driver,
-# of a standalone master or worker, and of an executor.
-_SPARK_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_EXECUTOR_OPTS")
-
-
-def with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with TEST_JVM_OPTIONS added for every Spark JVM its processes start."""
-    for name in _SPARK_JVM_VARIABLES:
-        env[name] = " ".join(filter(None, [env.get(name), *TEST_JVM_OPTIONS]))
-    return env
+from tests.jvms import C1_ONLY, with_test_jvm_options
 
 
 def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
@@ -43,7 +27,10 @@ def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
 
     if not shutil.which("java") and not os.environ.get("JAVA_HOME") and not os.environ.get("CI"):
         pytest.skip("Apache Kafka needs Java 17 or newer on PATH")
-    kwargs["jvm_args"] = [*TEST_JVM_OPTIONS, *kwargs.get("jvm_args", ())]  # type: ignore[misc]
+    kwargs["jvm_args"] = [*C1_ONLY, *kwargs.get("jvm_args", ())]  # type: ignore[misc]
+    # Tests write records with timestamps from 2024: the retention check (every 5 minutes)
+    # would delete them from under a test that reads them back.
+    kwargs["config"] = {"log.retention.ms": "-1", **kwargs.get("config", {})}  # type: ignore[dict-item]
     try:
         return KafkaCluster(nodes, **kwargs)
     except KafkaUnavailableError as exc:

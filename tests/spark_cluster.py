@@ -22,7 +22,7 @@ from pathlib import Path
 from pyspark.find_spark_home import _find_spark_home
 
 from kprod_broker import free_port
-from tests.brokers import with_test_jvm_options
+from tests.jvms import with_test_jvm_options
 
 SPARK_HOME = Path(_find_spark_home())
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"

@@ -32,13 +32,16 @@ def test_broker_round_trip_with_reference_client(kafka):
 def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     """``kprod-broker`` prints an address that serves (a record goes in and comes back,
     on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
-    exit status 0, its JVM gone."""
-    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=subprocess_env(),
+    exit status 0, its JVM gone. The JVM takes KAFKA_OPTS."""
+    env = {**subprocess_env(), "KAFKA_OPTS": "-Dkprod.test=from-kafka-opts -XX:TieredStopAtLevel=1"}
+    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         bootstrap = broker.stdout.readline().strip()
         assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
         (jvm,) = descendants(broker.pid)  # the Kafka node's JVM
+        with open(f"/proc/{jvm}/cmdline", "rb") as cmdline:
+            assert b"\0-Dkprod.test=from-kafka-opts\0" in cmdline.read()
         from spark_sink.producer import KafkaProducer, ProducerRecord
 
         topic = unique_topic("cli")

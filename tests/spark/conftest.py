@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.brokers import TEST_JVM_OPTIONS
+from tests.jvms import spark_jvm_options
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -22,7 +22,7 @@ def spark():
         SparkSession.builder.master("local[2]")
         .appName("kprod-tests")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", " ".join(TEST_JVM_OPTIONS))
+        .config("spark.driver.extraJavaOptions", " ".join(spark_jvm_options()))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")

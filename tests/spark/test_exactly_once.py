@@ -22,7 +22,7 @@ from tests.spark.readback import CommittedView, assert_nothing_left_open
 
 JOB = Path(__file__).with_name("eos_job.py")
 ROOT = Path(__file__).resolve().parents[2]
-FILES, ROWS_PER_FILE = 10, 400
+FILES, ROWS_PER_FILE = 8, 400
 
 
 def _write_input(directory: Path) -> set[str]:
