@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -70,17 +72,21 @@ def test_batch_job_with_kprod_shipped_by_py_files(cluster, kafka, tmp_path, deps
     """file_to_kafka.py with kprod in a --py-files zip: the driver and the executors run a
     Python that has kprod's dependencies but not kprod. The job registers the data source
     itself (as every job in jobs/ does): Spark's lookup of format("kprod") does not see
-    --py-files, so without that call the write fails with DATA_SOURCE_NOT_FOUND."""
+    --py-files, so without that call the write fails with DATA_SOURCE_NOT_FOUND. Each
+    row's columns become a JSON value keyed by the key column, with a delivery report."""
     rows = 4000
     topic = create_topic(kafka.bootstrap, unique_topic("cb"), 4)
-    source = tmp_path / "in.json"
-    source.write_text("".join(json.dumps({"n": i, "user": f"u{i % 13}"}) + "\n" for i in range(rows)))
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"n": list(range(rows)), "user": [f"u{i % 13}" for i in range(rows)]}), source)
+    report = tmp_path / "report.jsonl"
     done = submit(cluster, deps_only_python, "--py-files", kprod_zip(tmp_path / "kprod.zip"),
                   JOBS / "file_to_kafka.py", source, "--bootstrap-servers", kafka.bootstrap, "--topic", topic,
-                  "--key-column", "user", "--tasks", "4", "--producer-prop", "linger.ms=5", cwd=tmp_path)
+                  "--key-column", "user", "--tasks", "4", "--producer-prop", "linger.ms=5", "--report", report,
+                  cwd=tmp_path)
     with logs_on_failure(cluster, [done]):
         assert done.returncode == 0
         assert f"wrote {rows} records to {topic}" in done.stdout
+        assert json.loads(report.read_text())["records"] == rows
         # The sink's summary, from the commit on the driver.
         assert re.search(rf"kprod batch write committed: {rows} records, \d+ bytes of keys and values, "
                          rf"\d partition\(s\) of 1 topic\(s\) \[{topic}\], from 4 task\(s\); "

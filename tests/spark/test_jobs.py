@@ -1,19 +1,18 @@
-"""The jobs in jobs/: --help, and real runs against Apache Kafka as a user would start them."""
+"""The jobs in jobs/: --help, and real runs against Apache Kafka as a user would start them.
+(file_to_kafka.py and stream_to_kafka.py run under spark-submit on a standalone cluster, in
+test_cluster.py.)"""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from spark_sink.producer.partitioner import partition_for_key
-from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
+from tests.brokers import consume_all, subprocess_env, unique_topic
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -57,44 +56,6 @@ def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart():
     assert steady.startswith("  kprod, steady state:     4,000 records/s") and "2 microbatches: 4,000 records" in steady
     assert first.startswith("  kprod, first microbatch: 500 records/s (1,000 records in 2.0 s")
     assert demo.kprod_rates([(0, 0.0)]) == []
-
-
-def test_file_to_kafka_under_spark_submit_packs_columns_into_json_values(kafka, tmp_path):
-    """The file job started the way a cluster runs it, by spark-submit (whose JVM starts
-    the job's Python, not the other way round): its Python workers find kprod, and each
-    row's columns become a JSON value keyed by the key column, with a delivery report."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    topic = create_topic(kafka.bootstrap, unique_topic("jf"), 3)
-    pq.write_table(pa.table({"user": [f"u{i % 7}" for i in range(300)], "n": list(range(300))}), tmp_path / "in.parquet")
-    report = tmp_path / "report.jsonl"
-    spark_submit = Path(_find_spark_home()) / "bin" / "spark-submit"
-    done = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", str(JOBS / "file_to_kafka.py"), str(tmp_path / "in.parquet"),
-         "--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--key-column", "user", "--report", str(report),
-         "--producer-prop", "linger.ms=1"], env=subprocess_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "wrote 300 records" in done.stdout
-    messages = consume_all(kafka.bootstrap, topic, 300, settle=0.5)
-    rows = sorted((m.key().decode(), json.loads(m.value())["n"]) for m in messages)
-    assert rows == sorted((f"u{i % 7}", i) for i in range(300))
-    assert json.loads(report.read_text())["records"] == 300
-
-
-def test_stream_to_kafka_over_files_available_now(kafka, tmp_path):
-    topic = create_topic(kafka.bootstrap, unique_topic("js"), 2)
-    source = tmp_path / "in"
-    source.mkdir()
-    for f in range(3):
-        (source / f"part-{f}.json").write_text("".join(json.dumps({"id": f * 100 + i}) + "\n" for i in range(100)))
-    done = run_job("stream_to_kafka.py", "--bootstrap-servers", kafka.bootstrap, "--topic", topic,
-                   "--source", "files", "--input-dir", str(source), "--max-files-per-trigger", "1",
-                   "--trigger", "available-now", "--checkpoint", str(tmp_path / "cp"),
-                   "--conf", "spark.master=local[1]")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "committed 300 records" in done.stdout and "in 3 microbatches" in done.stdout
-    messages = consume_all(kafka.bootstrap, topic, 300, settle=0.5)
-    assert sorted(json.loads(m.value())["id"] for m in messages) == list(range(300))
 
 
 def test_bench_sink_delivers_every_row_it_times(kafka):
