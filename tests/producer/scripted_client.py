@@ -73,6 +73,7 @@ class ScriptedClient:
     # What a broker appended: per partition, the batches answered with success, in order.
     log: dict[TopicPartition, list[RecordBatch]] = field(default_factory=dict)
     down: set[int] = field(default_factory=set)  # nodes not ready (no connection)
+    coordinator: int = 0  # the node FindCoordinator names for every transaction
     transactional_ids: set[str] = field(default_factory=set)  # initialised by InitProducerId
     wakeups: int = 0
     closed: bool = False
@@ -126,9 +127,9 @@ class ScriptedClient:
             self.respond(request, self._metadata_body(request.body))
         elif api_key == ApiKey.INIT_PRODUCER_ID:
             self.respond(request, self._init_producer_id_body(request.body))
-        elif api_key == ApiKey.FIND_COORDINATOR:  # node 0 coordinates every transaction
-            host, port = self.nodes[0]
-            self.respond(request, {"error_code": NO_ERROR, "node_id": 0, "host": host, "port": port})
+        elif api_key == ApiKey.FIND_COORDINATOR:
+            host, port = self.nodes[self.coordinator]
+            self.respond(request, {"error_code": NO_ERROR, "node_id": self.coordinator, "host": host, "port": port})
         elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
             self.respond(request, {"topics": [
                 {"name": t["name"], "partitions": [{"partition_index": i, "error_code": NO_ERROR}
@@ -137,7 +138,7 @@ class ScriptedClient:
             self.respond(request, {"error_code": self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR})
 
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
-        self.nodes = dict(nodes)
+        self.nodes.update(nodes)  # as NetworkClient: learnt nodes are added, none forgotten
 
     def close(self) -> None:
         if not self.closed:

@@ -148,3 +148,43 @@ def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3, 
     assert len(values) == len(set(values)) == n
     deliveries.assert_offsets_match(messages)
     assert_order_per_key(messages)
+
+
+def _transaction_log_partition(transactional_id: str, partitions: int = 4) -> int:
+    """The partition of __transaction_state (4 in kprod_broker's nodes) whose leader is the
+    id's coordinator: Java's String.hashCode, made positive, modulo the partitions."""
+    h = 0
+    for unit in transactional_id.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def test_transactions_go_on_when_their_coordinator_is_killed(kafka3):
+    """The node coordinating a transaction dies (SIGKILL) after its records were sent: the
+    commit finds the new coordinator (the transaction log's new leader) and completes, and
+    the next transaction runs on it. Read committed, every record is there once."""
+    topic = kafka3.create_topic(unique_topic("txn-failover"), 3)
+    transactional_id = unique_topic("txn-failover")
+    config = {**FAILOVER_CONFIG, "bootstrap.servers": kafka3.bootstrap, "transactional.id": transactional_id}
+    with KafkaProducer(config) as producer:
+        producer.init_transactions()  # creates __transaction_state on first use
+        coordinator = kafka3.leader("__transaction_state", _transaction_log_partition(transactional_id))
+        assert coordinator > 0
+        producer.begin_transaction()
+        futures = [producer.send(ProducerRecord(topic, b"a%d" % i, key=b"%d" % i)) for i in range(300)]
+        producer.flush(60)
+        kafka3.node(coordinator).kill()
+        try:
+            futures += [producer.send(ProducerRecord(topic, b"b%d" % i, key=b"%d" % i)) for i in range(300)]
+            producer.commit_transaction()
+            producer.begin_transaction()
+            futures += [producer.send(ProducerRecord(topic, b"c%d" % i, key=b"%d" % i)) for i in range(300)]
+            producer.commit_transaction()
+        finally:
+            kafka3.node(coordinator).start()
+        assert all(f.exception(0) is None for f in futures)
+    wait_in_sync(kafka3, "__transaction_state")
+    messages = consume_all(kafka3.bootstrap, topic, 900, timeout=90, settle=1.0,
+                           overrides={"isolation.level": "read_committed"})
+    assert sorted(m.value() for m in messages) == sorted(b"%s%d" % (p, i) for p in (b"a", b"b", b"c") for i in range(300))

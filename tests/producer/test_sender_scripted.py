@@ -378,6 +378,26 @@ def test_a_coordinator_that_moved_is_found_again():
     assert h.txn.state is State.READY
 
 
+def test_a_coordinator_that_cannot_be_reached_is_found_again():
+    """The coordinator's node went down before EndTxn could be sent, and another node
+    took over its transaction log: the commit looks the coordinator up again (as Java's
+    Sender does) instead of waiting for the dead node, and succeeds on the new one."""
+    h = Harness(nodes=2, leaders=[1], **{"transactional.id": "tx"})
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight())
+    h.client.down.add(0)
+    h.client.coordinator = 1
+    committed = h.txn.end_transaction(commit=True)
+    h.run(6)
+    committed.wait(0, "commit")
+    assert [(ApiKey(r.api_key), r.node) for r in h.client.requests
+            if r.api_key in (ApiKey.FIND_COORDINATOR, ApiKey.END_TXN)][-2:] == [
+        (ApiKey.FIND_COORDINATOR, 1), (ApiKey.END_TXN, 1)]
+    assert h.txn.state is State.READY
+
+
 def test_an_empty_transaction_ends_without_a_request():
     """Java's transactionStarted: EndTxn for a transaction the coordinator never heard
     of is refused with INVALID_TXN_STATE, so nothing is sent, for a commit or an abort."""
