@@ -40,6 +40,10 @@ _HEAVY_GROUPS = {
 }
 
 
+# Spark test modules whose tests take a minute or more each on a loaded CI machine.
+_MINUTE_LONG = {"test_exactly_once", "test_jobs", "test_exactly_once_shapes"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put each test that needs a heavy shared fixture in that fixture's xdist group, and
@@ -57,15 +61,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     # xdist hands work out in collection order (make test turns its reordering by group
-    # size off): the groups first, the longest first, then the Spark tests, then the rest,
-    # so that no long test starts last. A stable sort keeps each module's tests together.
+    # size off): the groups first, the longest first, then the Spark tests (the modules of
+    # minute-long tests first), then the rest, so that no long test starts last. A stable
+    # sort keeps each module's tests together.
     ranks = {group: rank for rank, group in enumerate(dict.fromkeys(_HEAVY_GROUPS.values()))}
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         marker = item.get_closest_marker("xdist_group")
         if marker is not None:
             return 0, ranks.get(marker.args[0], len(ranks))
-        return (1, 0) if "spark" in item.path.parts else (2, 0)
+        if "spark" in item.path.parts:
+            return 1, 0 if item.path.stem in _MINUTE_LONG else 1
+        return 2, 0
 
     items.sort(key=rank)
 
