@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import KafkaCluster, KafkaUnavailableError, free_port  # noqa: F401 (free_port re-exported)
-from tests.jvms import C1_ONLY, with_test_jvm_options
+from tests.jvms import kafka_jvm_options, with_test_jvm_options
 
 
 def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
@@ -27,7 +27,7 @@ def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
 
     if not shutil.which("java") and not os.environ.get("JAVA_HOME") and not os.environ.get("CI"):
         pytest.skip("Apache Kafka needs Java 17 or newer on PATH")
-    kwargs["jvm_args"] = [*C1_ONLY, *kwargs.get("jvm_args", ())]  # type: ignore[misc]
+    kwargs["jvm_args"] = [*kafka_jvm_options(), *kwargs.get("jvm_args", ())]  # type: ignore[misc]
     # Tests write records with timestamps from 2024: the retention check (every 5 minutes)
     # would delete them from under a test that reads them back.
     kwargs["config"] = {"log.retention.ms": "-1", **kwargs.get("config", {})}  # type: ignore[dict-item]
