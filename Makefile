@@ -21,12 +21,12 @@ kafka: venv
 	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
 	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
 
-# The suite on TEST_WORKERS pytest-xdist workers: its tests mostly wait (JVM start-ups, the
-# network), so more workers than cores pay. Each worker starts its own Kafka node and
-# SparkSession; the tests sharing a heavier fixture run on one worker (tests/conftest.py).
+# The suite on TEST_WORKERS pytest-xdist workers, which overlap one another's waits (JVM
+# start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests
+# sharing a heavier fixture run on one worker (tests/conftest.py).
 TEST_WORKERS ?= 3
-# Spark's classes as a class-data archive for the suite's Spark JVMs (tests/jvms.py): made
-# once per venv, it takes about 5 s of CPU off each of their starts.
+# Class-data archives for the suite's JVMs (tests/jvms.py): Spark's, made once per venv,
+# takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
 SPARK_ARCHIVE := $(VENV)/kprod-tests-spark.jsa
 $(SPARK_ARCHIVE): $(VENV)/.installed tests/jvms.py
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms

@@ -50,6 +50,7 @@ def kafka_jvm_options() -> tuple[str, ...]:
     archive = kafka_archive()
     return (*C1_ONLY, f"-XX:SharedArchiveFile={archive}", *_QUIET) if archive.is_file() else C1_ONLY
 
+
 # The variables Spark's launcher adds to the java command line of a spark-submit driver
 # (and so of a local session started from Python), of a standalone master or worker, and
 # of an executor.
@@ -74,18 +75,16 @@ def with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
 
 
 # What the archive is made from: the classes a Spark driver loads for a shuffle, an Arrow
-# UDF, a write and a streaming query.
+# UDF, writes and a file-stream query (run in a scratch directory).
 _WORKLOAD = """
-import time
 from pyspark.sql import SparkSession, functions as F
 spark = SparkSession.builder.appName("kprod-tests-cds").config("spark.ui.enabled", "false").getOrCreate()
 df = spark.range(20000, numPartitions=2).select((F.col("id") % 7).alias("k"), F.col("id").cast("string").alias("v"))
 df.groupBy("k").count().collect()
 df.mapInArrow(lambda batches: batches, df.schema).write.format("noop").mode("overwrite").save()
-query = (spark.readStream.format("rate").option("rowsPerSecond", 100).load()
-         .writeStream.format("noop").trigger(processingTime="200 milliseconds").start())
-time.sleep(2)
-query.stop()
+df.write.json("in")
+query = spark.readStream.schema(df.schema).json("in").writeStream.format("noop").trigger(availableNow=True).start()
+query.awaitTermination()
 spark.stop()
 """
 
