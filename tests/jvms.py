@@ -52,9 +52,9 @@ def kafka_jvm_options() -> tuple[str, ...]:
 
 
 # The variables Spark's launcher adds to the java command line of a spark-submit driver
-# (and so of a local session started from Python), of a standalone master or worker, and
-# of an executor.
-_SPARK_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_EXECUTOR_OPTS")
+# (and so of a local session started from Python) and of a standalone master or worker. A
+# standalone worker starts executors with spark.executor.extraJavaOptions instead.
+_SPARK_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")
 
 
 def spark_jvm_options() -> tuple[str, ...]:

@@ -25,6 +25,7 @@ import pytest
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark_cluster import SPARK_SUBMIT, StandaloneCluster, spark_env
 from tests.installs import ROOT, kprod_zip
+from tests.jvms import spark_jvm_options
 
 JOBS = ROOT / "jobs"
 
@@ -55,6 +56,8 @@ def submit(cluster: StandaloneCluster, python: Path, *args: str | Path, cwd: Pat
     """spark-submit to the cluster; the driver and the executors run ``python``."""
     command = [str(SPARK_SUBMIT), "--master", cluster.url, "--driver-memory", "512m",
                "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+               # A worker starts its executors with the application's options, not its own.
+               "--conf", f"spark.executor.extraJavaOptions={' '.join(spark_jvm_options())}",
                # Schedule only once both executors are there, so both run tasks.
                "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
                *map(str, args)]
