@@ -24,6 +24,7 @@ class Client(Protocol):
     """What a lookup needs of the network client (NetworkClient, or a scripted one)."""
 
     def ready(self, node_id: int, now: float) -> bool: ...
+    def connection_failed(self, node_id: int) -> bool: ...
     def least_loaded_node(self, now: float) -> int | None: ...
     def send(self, node_id: int, api_key: int, body: dict[str, Any],
              callback: Callable[[ClientResponse], None] | None, expect_response: bool = True) -> None: ...
@@ -38,9 +39,15 @@ class Coordinators:
         self._nodes: dict[tuple[int, str], int] = {}
         self._finding: set[tuple[int, str]] = set()  # FindCoordinator in flight for these
 
-    def node(self, key_type: int, key: str) -> int | None:
-        """The coordinator's node id, if known."""
-        return self._nodes.get((key_type, key))
+    def node(self, client: Client, key_type: int, key: str) -> int | None:
+        """The coordinator's node id, if known. One whose connection failed is forgotten,
+        to be found again, as Java's Sender does: its node may have died, and the new
+        leader of its log taken over."""
+        node = self._nodes.get((key_type, key))
+        if node is not None and client.connection_failed(node):
+            del self._nodes[(key_type, key)]
+            return None
+        return node
 
     def find(self, client: Client, key_type: int, key: str, now: float,
              on_found: Callable[[Exception | None], None]) -> bool:

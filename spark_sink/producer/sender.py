@@ -19,7 +19,7 @@ from spark_sink.producer.network import now_ms
 from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.producer.transaction_states import State
 from spark_sink.protocol.errors import (
-    NO_ERROR, DuplicateSequenceNumberError, KafkaConnectionError, KProdError, UnknownServerError, error_for_code,
+    NO_ERROR, DuplicateSequenceNumberError, KProdError, UnknownServerError, error_for_code,
 )
 from spark_sink.protocol.messages import ApiKey
 
@@ -272,7 +272,7 @@ class Sender(threading.Thread):
             return _MAX_POLL_MS
         if request.api_key == ApiKey.END_TXN and self._in_flight_batches:
             return 5.0  # the markers go after every record of the transaction is answered
-        node = txn.coordinators.node(request.coordinator, request.key)
+        node = txn.coordinators.node(self._client, request.coordinator, request.key)
         if node is None:
             if not txn.coordinators.find(self._client, request.coordinator, request.key, now,
                                          lambda error: txn.handle_find_coordinator(request, error, now_ms())):
@@ -280,11 +280,6 @@ class Sender(threading.Thread):
             txn.request_sent()
             return _MAX_POLL_MS
         if not self._client.ready(node, now):
-            if self._client.connection_failed(node):
-                # As Java's Sender: a coordinator that cannot be reached is looked up
-                # again. Its node may have died, and its log's new leader taken over.
-                txn.coordinators.failed(request.coordinator, request.key,
-                                        KafkaConnectionError(f"coordinator node {node} is unreachable"))
             return max(5.0, self._client.connection_delay_ms(node, now))
         txn.request_sent()
         self._client.send(node, request.api_key, request.body,
