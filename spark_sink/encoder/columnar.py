@@ -66,6 +66,43 @@ def binary_offsets(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
 
 
+def as_numpy(arr: pa.Array | pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
+    """An integer or boolean array as numpy, read from its buffers (a view where the layouts
+    agree), its nulls set to ``fill``. Not pyarrow's ``to_numpy``, nor ``pa.array`` or a
+    Python scalar given to a compute function: each imports pandas, a third of a second
+    of CPU in every fresh Spark Python worker's first write."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count and fill is None:
+        raise ValueError(f"an array with {arr.null_count} null(s) and no fill value")
+    t, lo, hi = arr.type, arr.offset, arr.offset + len(arr)
+    data = arr.buffers()[1]
+    if pa.types.is_boolean(t):
+        bits = np.zeros(0, np.uint8) if data is None else np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
+        out = bits[lo:hi].view(np.bool_)
+    elif pa.types.is_integer(t):
+        dtype = np.dtype(f"{'i' if pa.types.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+        out = np.zeros(0, dtype) if data is None else np.frombuffer(data, dtype)[lo:hi]
+    else:
+        raise TypeError(f"no numpy form here for Arrow type {t}")
+    if arr.null_count:
+        out = out.copy()
+        out[as_numpy(arr.is_null())] = fill
+    return out
+
+
+def as_arrow_indices(rows: np.ndarray) -> pa.Array:
+    """Row numbers as an int64 Arrow array for ``take``, over the numpy buffer (no
+    ``pa.array``: see :func:`as_numpy`)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+
+
+def value_lengths(arr: pa.Array) -> np.ndarray:
+    """Bytes of each value of a binary array, 0 for a null (int64)."""
+    return np.maximum(_column(arr)[2], 0)
+
+
 def as_binary(arr: pa.Array | pa.ChunkedArray | None) -> pa.Array | None:
     """A plain ``binary`` array (string, large and view variants cast without per-row work)."""
     if arr is None:
@@ -85,7 +122,7 @@ def _column(arr: pa.Array | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offsets = binary_offsets(arr)
     starts, lengths = offsets[:-1], np.diff(offsets).astype(np.int64)
     if arr.null_count:
-        lengths[np.asarray(arr.is_null())] = -1
+        lengths[as_numpy(arr.is_null())] = -1
     data = arr.buffers()[2]
     return _NO_BYTES if data is None else _frozen(np.frombuffer(data, np.uint8)), _frozen(starts), _frozen(lengths)
 
@@ -97,9 +134,12 @@ def _header_entries(headers: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, tu
         headers = headers.combine_chunks()
     if headers.type != HEADER_TYPE:
         headers = headers.cast(HEADER_TYPE)
-    if headers.null_count:  # a null list may still span entries: make it empty
+    offsets = as_numpy(headers.offsets)
+    if headers.null_count and np.diff(offsets)[as_numpy(headers.is_null())].any():
+        # A null list spanning entries (Arrow allows it; builders leave it empty): make it
+        # empty. Only here a Python scalar is converted (see as_numpy).
         headers = headers.fill_null(pa.scalar([], HEADER_TYPE))
-    offsets = headers.offsets.to_numpy()
+        offsets = as_numpy(headers.offsets)
     entries = headers.values.slice(offsets[0], offsets[-1] - offsets[0])
     entry_offsets = _frozen((offsets - offsets[0]).astype(np.int32))
     return entry_offsets, _column(as_binary(entries.field("key"))), _column(as_binary(entries.field("value")))
@@ -119,9 +159,9 @@ def record_size_bounds(keys: pa.Array | None, values: pa.Array, headers: pa.Arra
     """The most bytes each row's record can take in a batch (its length and every varint
     at their widest): what a record is checked by before it is queued, as send() does.
     ``keys`` and ``values`` are binary arrays (see :func:`as_binary`)."""
-    sizes = np.maximum(_column(values)[2], 0) + MAX_RECORD_OVERHEAD
+    sizes = value_lengths(values) + MAX_RECORD_OVERHEAD
     if keys is not None:
-        sizes += np.maximum(_column(keys)[2], 0)
+        sizes += value_lengths(keys)
     if headers is not None:
         entry_offsets, header_keys, header_values = _header_entries(headers)
         entry_sizes = np.maximum(header_keys[2], 0) + np.maximum(header_values[2], 0) + MAX_HEADER_OVERHEAD

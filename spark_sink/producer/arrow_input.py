@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from spark_sink.encoder.columnar import HEADER_TYPE, EncodedRecords, as_binary, encode_groups, record_size_bounds
+from spark_sink.encoder.columnar import (
+    HEADER_TYPE, EncodedRecords, as_arrow_indices, as_binary, as_numpy, encode_groups, record_size_bounds,
+    value_lengths,
+)
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.partitioner import murmur2_array, partition_for_hash
 from spark_sink.protocol.compression import compressed_bound, largest_input
@@ -138,9 +140,9 @@ class TopicRows:
         n = len(self.values)
         bounds = [0]
         if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > chunk_bytes:
-            sizes = pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            sizes = value_lengths(self.values)
             if self.keys is not None:
-                sizes += pc.binary_length(self.keys).fill_null(0).to_numpy(zero_copy_only=False)
+                sizes += value_lengths(self.keys)
             chunk = np.cumsum(sizes) // chunk_bytes
             bounds += (np.flatnonzero(np.diff(chunk)) + 1).tolist()
         bounds.append(n)
@@ -181,9 +183,7 @@ def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
         return np.full(n, now_ms, dtype=np.int64)
     if pa.types.is_timestamp(col.type):
         col = col.cast(pa.timestamp("ms", tz=col.type.tz), safe=False).cast(pa.int64())
-    if col.null_count:
-        col = col.fill_null(now_ms)
-    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return as_numpy(col, fill=now_ms).astype(np.int64, copy=False)
 
 
 def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
@@ -215,21 +215,23 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
     if topic_col is None:
         groups = [(default_topic, None)]
     else:
-        topic_col = topic_col.cast(pa.string())
-        if topic_col.null_count:
+        encoded = topic_col.cast(pa.string()).dictionary_encode()
+        codes, names = as_numpy(encoded.indices, fill=-1), encoded.dictionary.to_pylist()
+        if encoded.indices.null_count:  # a null topic: the default one
             if not default_topic:
-                row = int(np.flatnonzero(pc.is_null(topic_col).to_numpy(zero_copy_only=False))[0])
+                row = int(np.flatnonzero(codes < 0)[0])
                 raise ColumnError(f"column 'topic' is null at row {row} and no default topic is set")
-            topic_col = topic_col.fill_null(default_topic)
-        encoded = topic_col.dictionary_encode()
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
-        groups = [(t, np.flatnonzero(codes == i)) for i, t in enumerate(encoded.dictionary.to_pylist())]
+            if default_topic not in names:
+                names.append(default_topic)
+            codes[codes < 0] = names.index(default_topic)
+        groups = [(t, np.flatnonzero(codes == i)) for i, t in enumerate(names)]
+        groups = [(t, rows) for t, rows in groups if len(rows)]
         if len(groups) == 1:
             groups = [(groups[0][0], None)]
 
     out: list[TopicRows] = []
     for topic, rows in groups:
-        take = (lambda a: a) if rows is None else (lambda a: None if a is None else a.take(pa.array(rows)))
+        take = (lambda a: a) if rows is None else (lambda a: None if a is None else a.take(as_arrow_indices(rows)))
         t_values, t_keys, t_headers = take(values), take(keys), take(headers)
         t_ts = timestamps if rows is None else timestamps[rows]
         count = partition_count(topic)
@@ -264,22 +266,22 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
     n = len(values)
     parts = np.full(n, -1, dtype=np.int64)
     if explicit is not None:
-        given = explicit.cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
-        bad = (given < -1) | (given >= count) | ((given == -1) & ~np.asarray(explicit.is_null()))
+        given = as_numpy(explicit.cast(pa.int64()), fill=-1)
+        bad = (given < -1) | (given >= count) | ((given == -1) & ~as_numpy(explicit.is_null()))
         if bad.any():
             p = int(given[np.flatnonzero(bad)[0]])
             raise InvalidPartitionError(
                 f"column 'partition' has {p} for topic {topic!r}, which has {count} partitions (0..{count - 1})")
         parts[:] = given
     if hashed:
-        todo = (parts < 0) & ~np.asarray(keys.is_null())
+        todo = (parts < 0) & ~as_numpy(keys.is_null())
         if todo.any():
             parts[todo] = partition_for_hash(murmur2_array(keys).astype(np.int64)[todo], count)
     todo = np.flatnonzero(parts < 0)
     if len(todo):
         # Sticky for keyless rows, as the Java partitioner does: a run of about one
         # batch to one partition, then the next run to another.
-        sizes = pc.binary_length(values.take(pa.array(todo))).fill_null(0).to_numpy(zero_copy_only=False) + 16
+        sizes = value_lengths(values)[todo] + 16
         run = np.cumsum(sizes) // max(batch_size, 1)
         run_ids, first = np.unique(run, return_index=True)
         chosen = np.array([sticky(topic, count) for _ in run_ids], dtype=np.int64)

@@ -23,7 +23,7 @@ import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
 
 from spark_sink.encoder import kernels
-from spark_sink.encoder.columnar import as_binary, binary_offsets
+from spark_sink.encoder.columnar import as_binary, as_numpy, binary_offsets
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
@@ -137,7 +137,7 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     offsets = binary_offsets(keys)
     data_buf = keys.buffers()[2]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    nulls = np.asarray(keys.is_null()) if keys.null_count else _NO_NULLS
+    nulls = as_numpy(keys.is_null()) if keys.null_count else _NO_NULLS
     for a in (data, offsets, nulls):
         a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
     hashes = np.empty(len(keys), np.uint32)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_sink.encoder import _kernels, jit, kernels
-from spark_sink.encoder.columnar import encode_columns, encode_groups
+from spark_sink.encoder.columnar import as_numpy, encode_columns, encode_groups
 from spark_sink.producer.partitioner import murmur2, murmur2_array
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, encode_records
 
@@ -169,3 +169,31 @@ def test_groups_keep_input_order_in_batches_of_their_own(rows, data, batch_size,
     # each group's payloads are views of a buffer of its own
     buffers = [{id(b.payload.obj) for b in batches} for batches in encoded if batches]
     assert all(len(ids) == 1 for ids in buffers) and len(set.union(*buffers)) == len(buffers)
+
+
+def test_null_header_lists_are_empty_even_when_they_span_entries():
+    """Arrow lets a null list's slot span entries: they are not the record's headers."""
+    entries = pa.array([{"key": f"h{i}", "value": b"x"} for i in range(4)], HEADERS.value_type)
+    offsets = pa.array([0, 1, 3, 3, 4], pa.int32())
+    for mask in (None, pa.array([False, True, False, False])):  # row 1 spans entries 1 and 2
+        headers = pa.ListArray.from_arrays(offsets, entries, mask=mask)
+        rows = [(None, b"v", 7, [] if mask is not None and i == 1 else [(e["key"], e["value"]) for e in h or []])
+                for i, h in enumerate(headers.to_pylist())]
+        got = encode_columns(None, pa.array([b"v"] * 4), np.full(4, 7), headers, batch_size=0)
+        assert bytes(got[0].payload) == encode_records(_reference(rows), 7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.none() | st.integers(0, 2**31), max_size=40), st.integers(0, 5),
+       st.sampled_from([pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.bool_()]))
+def test_as_numpy_reads_sliced_arrays_and_fills_nulls(items, cut, arrow_type):
+    if pa.types.is_boolean(arrow_type):
+        items = [None if x is None else x % 2 == 1 for x in items]
+    else:  # every value the type holds, negative ones too
+        bits, signed = arrow_type.bit_width, pa.types.is_signed_integer(arrow_type)
+        items = [None if x is None else x % 2**bits - (2 ** (bits - 1) if signed else 0) for x in items]
+    arr = pa.array(items, arrow_type).slice(min(cut, len(items)))
+    assert as_numpy(arr, fill=1).tolist() == [1 if x is None else x for x in items[cut:]]
+    if arr.null_count:
+        with pytest.raises(ValueError, match="null"):
+            as_numpy(arr)

@@ -85,3 +85,50 @@ def test_a_wheel_install_encodes_with_its_compiled_loops_and_writes_nothing(kafk
     assert seen == {"after import": None, "after send_arrow": None, "numba imported": False}
     assert sorted(package.rglob("*")) == installed  # nothing written into site-packages
     assert list(home.iterdir()) == []
+
+
+def _every_column(first: str, second: str) -> bytes:
+    """1000 rows with every column send_arrow takes, nulls in each, as an Arrow stream."""
+    import pyarrow as pa
+
+    from spark_sink.encoder.columnar import HEADER_TYPE
+
+    n = 1000
+    table = pa.table({
+        "key": [None if i % 3 == 0 else b"k%d" % i for i in range(n)],
+        "value": [b"v" * 10_000] * n,  # 10 MB: encoded in two chunks
+        "topic": [None if i % 2 else second for i in range(n)],
+        "partition": pa.array([None if i % 5 else i % 2 for i in range(n)], pa.int32()),
+        "timestamp": pa.array([None if i % 7 == 0 else 1_700_000_000_000 + i for i in range(n)], pa.int64()),
+        "headers": pa.array([None if i % 4 == 0 else [{"key": "h", "value": b"x"}] for i in range(n)], HEADER_TYPE),
+    })
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as stream:
+        stream.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+# As a Spark Python worker runs it: an Arrow stream in, send_arrow, nothing else.
+_SEND_STREAM = """
+import json, sys
+import pyarrow as pa
+from spark_sink import KafkaProducer
+table = pa.ipc.open_stream(sys.stdin.buffer.read()).read_all()
+with KafkaProducer({"bootstrap.servers": sys.argv[1]}) as producer:
+    producer.send_arrow(table, sys.argv[2]).result(60)
+print(json.dumps(sorted(name for name in ("pandas", "numba") if name in sys.modules)))
+"""
+
+
+def test_send_arrow_with_every_column_imports_no_pandas(kafka, tmp_path):
+    """pyarrow's to_numpy imports pandas: a third of a second of CPU in every fresh Spark
+    Python worker's first write, for nothing. Every path of send_arrow (keys with nulls,
+    sticky and explicit partitions, a topic column, null timestamps and headers, more than
+    one chunk) reads Arrow buffers itself."""
+    first, second = (create_topic(kafka.bootstrap, unique_topic("nopandas"), 2) for _ in range(2))
+    done = subprocess.run([sys.executable, "-c", _SEND_STREAM, kafka.bootstrap, first], input=_every_column(first, second),
+                          cwd=tmp_path, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:].decode()
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    for topic in (first, second):
+        assert len(consume_all(kafka.bootstrap, topic, 500)) == 500
