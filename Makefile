@@ -27,12 +27,12 @@ kafka: venv
 TEST_WORKERS ?= 3
 # Class-data archives for the suite's JVMs (tests/jvms.py): Spark's, made once per venv,
 # takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
-# Made beside the suite's first minute (collection, broker starts, producer tests), not
-# before it: a JVM that starts before its archive is there starts without one.
-test: venv kafka
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms & archives=$$!; \
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder; \
-	status=$$?; wait $$archives; exit $$status
+SPARK_ARCHIVE := $(VENV)/kprod-tests-spark.jsa
+$(SPARK_ARCHIVE): $(VENV)/.installed tests/jvms.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms
+
+test: venv kafka $(SPARK_ARCHIVE)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's.
 KPROD_SOAK ?= 100
