@@ -1,33 +1,50 @@
 """kprod: a Kafka producer in Python with a columnar Arrow path, and the ``kprod`` Spark sink.
 
-The producer does not need Spark (its dependencies are in pyproject.toml);
-``KProdDataSource`` (PySpark 4.1+) is loaded on first use so that ``import spark_sink``
-does not import Spark.
+The producer does not need Spark (its dependencies are in pyproject.toml). Every name here
+is imported on first use (PEP 562): Spark's planner workers import this package to find
+the ``kprod`` data source and need none of the producer for that, and ``import
+spark_sink`` does not import Spark.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from spark_sink.producer import (
-    AbortableTransactionError, AdminClient, FatalTransactionError, IllegalStateError, PreparedTransaction,
-    TransactionError, ArrowSendFuture, ArrowSendResult, AuthenticationError, BufferExhaustedError, ColumnError, ConfigError,
-    FutureRecordMetadata, InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError,
-    ProducerConfig, ProducerRecord, RecordMetadata, RecordTooLargeError, SaslAuthenticationError,
-    SerializationError, SslAuthenticationError,
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_PRODUCER = (
+    "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
+    "PreparedTransaction", "TransactionError", "ArrowSendFuture", "ArrowSendResult",
+    "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
+    "FutureRecordMetadata", "InvalidPartitionError", "KafkaProducer", "KafkaTimeoutError",
+    "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
+    "RecordTooLargeError", "SaslAuthenticationError", "SerializationError",
+    "SslAuthenticationError",
 )
-from spark_sink.protocol.errors import KafkaError, KProdError
-
-__all__ = [
-    "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError", "PreparedTransaction",
-    "TransactionError", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
-    "FutureRecordMetadata", "InvalidPartitionError", "KafkaError", "KafkaProducer", "KafkaTimeoutError",
-    "KProdDataSource", "KProdError", "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
-    "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
-]
+# Where each name lives.
+_EXPORTS = {
+    **dict.fromkeys(_PRODUCER, "spark_sink.producer"),
+    "KafkaError": "spark_sink.protocol.errors",
+    "KProdError": "spark_sink.protocol.errors",
+    "KProdDataSource": "spark_sink.spark.source",
+}
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "KProdDataSource":
-        from spark_sink.spark import KProdDataSource
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_sink' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(module), name)
+    return value
 
-        return KProdDataSource
-    raise AttributeError(f"module 'spark_sink' has no attribute {name!r}")
+
+if TYPE_CHECKING:
+    from spark_sink.producer import (
+        AbortableTransactionError, AdminClient, FatalTransactionError, IllegalStateError, PreparedTransaction,
+        TransactionError, ArrowSendFuture, ArrowSendResult, AuthenticationError, BufferExhaustedError,
+        ColumnError, ConfigError, FutureRecordMetadata, InvalidPartitionError, KafkaProducer,
+        KafkaTimeoutError, ProducerClosedError, ProducerConfig, ProducerRecord, RecordMetadata,
+        RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError,
+    )
+    from spark_sink.protocol.errors import KafkaError, KProdError
+    from spark_sink.spark.source import KProdDataSource

@@ -5,6 +5,8 @@ only downwards (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spark_sink"
@@ -92,3 +94,18 @@ def test_the_encoder_imports_only_protocol():
     assert {name: sorted(t for t in targets if t.startswith(above))
             for name, targets in graph.items() if name.startswith("spark_sink.encoder")} == {
         name: [] for name in graph if name.startswith("spark_sink.encoder")}
+
+
+def test_finding_and_creating_the_data_source_imports_no_producer():
+    """What Spark's lookup and create workers do, each a fresh Python process per Spark
+    application: import the ``pyspark_*`` module, ask the source its name, create it with
+    options. The producer, numpy and pyarrow (half a second of CPU) wait for a writer."""
+    script = ("import sys, pyspark_kprod\n"
+              "source = pyspark_kprod.DefaultSource\n"
+              "source(options={'topic': source.name()})\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pyarrow', 'pandas')\n"
+              "             or m.startswith(('spark_sink.producer', 'spark_sink.encoder'))))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

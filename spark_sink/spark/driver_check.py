@@ -20,26 +20,36 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from spark_sink.producer import (
-    AuthenticationError, BrokersUnreachableError, ColumnError, ConfigError, InvalidPartitionError, KafkaTimeoutError,
-    RecordTooLargeError, check_cluster,
-)
-from spark_sink.protocol.errors import KafkaError, KProdError
-from spark_sink.spark.options import SinkOptions
+from spark_sink.protocol.errors import KProdError
+
+if TYPE_CHECKING:
+    from spark_sink.spark.options import SinkOptions
 
 F = TypeVar("F", bound=Callable)
 
-# Errors whose message says what to fix: their frames inside kprod would only push it down.
-USER_ERRORS = (ConfigError, ColumnError, AuthenticationError, KafkaTimeoutError, KafkaError, InvalidPartitionError,
-               RecordTooLargeError)
+
+@functools.cache
+def user_errors() -> tuple[type[KProdError], ...]:
+    """Errors whose message says what to fix: their frames inside kprod would only push it
+    down. Imported when first needed: this module is imported where the producer is not
+    (see :mod:`spark_sink.spark.source`)."""
+    from spark_sink.producer import (
+        AuthenticationError, ColumnError, ConfigError, InvalidPartitionError, KafkaTimeoutError, RecordTooLargeError,
+    )
+    from spark_sink.protocol.errors import KafkaError
+
+    return (ConfigError, ColumnError, AuthenticationError, KafkaTimeoutError, KafkaError, InvalidPartitionError,
+            RecordTooLargeError)
 
 
 def check_write(options: SinkOptions) -> None:
     """Raise the error a write's tasks would meet at their start: BrokersUnreachableError
     (each bootstrap address and what happened), SslAuthenticationError /
     SaslAuthenticationError, UnknownTopicError, or the broker's error for a topic."""
+    from spark_sink.producer import BrokersUnreachableError, check_cluster
+
     if not options.check_timeout_ms:
         return
     topics = [options.topic] if options.topic else []
@@ -68,7 +78,7 @@ def short_traceback(func: F) -> F:
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except USER_ERRORS as exc:
+        except user_errors() as exc:  # evaluated only once an error is raised
             error = _without_traceback(exc)
         # Outside the except block, so the copy gets no context: nothing prints before it.
         raise error

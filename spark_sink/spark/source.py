@@ -1,19 +1,15 @@
-"""``KProdDataSource``: the ``kprod`` format for batch and streaming writes to Kafka."""
+"""``KProdDataSource``: the ``kprod`` format for batch and streaming writes to Kafka.
+
+Spark's planner workers import this module to find and create the data source, each in a
+fresh Python process: it imports the producer only once a writer is asked for.
+"""
 
 from __future__ import annotations
-
-import logging
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
-from spark_sink.producer import ConfigError
-from spark_sink.spark.columns import plan_columns
-from spark_sink.spark.driver_check import check_write, short_traceback
-from spark_sink.spark.options import parse_options
-from spark_sink.spark.writer import KProdBatchWriter, KProdStreamWriter
-
-log = logging.getLogger(__name__)
+from spark_sink.spark.driver_check import short_traceback
 
 UNSUPPORTED_OVERWRITE = (
     "save mode 'overwrite' is not supported by kprod: a Kafka topic is append-only and cannot "
@@ -40,18 +36,18 @@ class KProdDataSource(DataSource):
         # Spark hands a Python data source only two save modes: append (overwrite=False) and
         # overwrite (True). It refuses 'errorifexists' (its default) and 'ignore' itself,
         # with UNSUPPORTED_DATA_SOURCE_SAVE_MODE, before this method runs.
+        from spark_sink.spark.writer import KProdBatchWriter, plan_write
+
         if overwrite:
+            from spark_sink.producer import ConfigError
+
             raise ConfigError(UNSUPPORTED_OVERWRITE)
-        options = parse_options(self.options)
-        plan = plan_columns(schema, options.topic)
-        check_write(options)
-        return KProdBatchWriter(options, plan)
+        return KProdBatchWriter(*plan_write(self.options, schema))
 
     @short_traceback
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's name)
         # Complete mode asks to overwrite; like Spark's Kafka sink, every microbatch's
         # full result is simply appended to the topic.
-        options = parse_options(self.options, streaming=True)
-        plan = plan_columns(schema, options.topic)
-        check_write(options)
-        return KProdStreamWriter(options, plan)
+        from spark_sink.spark.writer import KProdStreamWriter, plan_write
+
+        return KProdStreamWriter(*plan_write(self.options, schema, streaming=True))

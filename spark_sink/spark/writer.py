@@ -7,21 +7,22 @@ import gc
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.producer import MetricTotals
 from spark_sink.spark import exactly_once
-from spark_sink.spark.columns import ColumnPlan
-from spark_sink.spark.driver_check import short_traceback
+from spark_sink.spark.columns import ColumnPlan, plan_columns
+from spark_sink.spark.driver_check import check_write, short_traceback
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
-from spark_sink.spark.options import SinkOptions
+from spark_sink.spark.options import SinkOptions, parse_options
 from spark_sink.spark.producer_pool import POOL
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,15 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
     return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query)
+
+
+def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False) -> tuple[SinkOptions, ColumnPlan]:
+    """On the driver, before any task: the write's options and columns, checked, and the
+    cluster asked whether the write can work (see :mod:`spark_sink.spark.driver_check`)."""
+    parsed = parse_options(options, streaming=streaming)
+    plan = plan_columns(schema, parsed.topic)
+    check_write(parsed)
+    return parsed, plan
 
 
 def _driver_logging() -> None:
