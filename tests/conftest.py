@@ -8,6 +8,7 @@ bootstraps through ``kafka_proxy.bootstrap`` (its metadata included) crosses the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import secure_kafka  # noqa: F401 (a fixture)
 from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
 from tests.faultproxy import FaultProxy
+from tests.services import SERVICES
 
 # Spark's Python workers must run this interpreter, or they will not find the project.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -37,6 +39,7 @@ _HEAVY_GROUPS = {
     "_kafka3_session": "kafka3",
     "secure_kafka": "secure_kafka",
     "oauth_kafka": "oauth_kafka",
+    "strict_kafka": "strict_kafka",
 }
 
 
@@ -75,6 +78,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 2, 0
 
     items.sort(key=rank)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After a test's own teardown, stop the shared services the worker's next test does
+    not use (tests/services.py). Under xdist ``nextitem`` is None only for a worker's last
+    test."""
+    yield
+    SERVICES.stop_unneeded(getattr(nextitem, "fixturenames", ()))
+
+
+def pytest_sessionfinish() -> None:
+    SERVICES.stop_unneeded(())
 
 
 @dataclass
@@ -129,23 +145,22 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
     _kafka_session.proxy.cut_all()
 
 
-@pytest.fixture(scope="session")
-def _kafka3_session() -> Iterator[ProxiedKafka3]:
+def _start_kafka3(stack: contextlib.ExitStack) -> ProxiedKafka3:
     ports = {node_id: free_port() for node_id in (1, 2, 3)}
-    proxies = {node_id: FaultProxy("127.0.0.1", port) for node_id, port in ports.items()}
-    try:
-        cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
-            node_id: proxy.port for node_id, proxy in proxies.items()})])
-        try:
-            yield ProxiedKafka3(cluster, proxies)
-        finally:
-            cluster.stop()
-    finally:
-        for proxy in proxies.values():
-            proxy.close()
+    proxies = {node_id: stack.enter_context(FaultProxy("127.0.0.1", port)) for node_id, port in ports.items()}
+    cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
+        node_id: proxy.port for node_id, proxy in proxies.items()})])
+    stack.callback(cluster.stop)
+    return ProxiedKafka3(cluster, proxies)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
+def _kafka3_session() -> ProxiedKafka3:
+    """Started by the worker's first test that uses it (tests/services.py)."""
+    return SERVICES.get("_kafka3_session", _start_kafka3)
+
+
+@pytest.fixture
 def kafka3(_kafka3_session: ProxiedKafka3) -> KafkaCluster:
     """Three Apache Kafka nodes: replication factor 3, min.insync.replicas 2 (failover)."""
     return _kafka3_session.cluster

@@ -13,7 +13,7 @@ org.apache.kafka.sasl.oauthbearer.allowed.urls.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
 from dataclasses import dataclass
 
 import pytest
@@ -22,6 +22,7 @@ from kprod_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_l
 from tests.brokers import free_port, start_kafka
 from tests.faultproxy import FaultProxy
 from tests.oidc import AUDIENCE, IdentityProvider
+from tests.services import SERVICES
 
 LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 REAUTH_MS = 3000
@@ -47,27 +48,28 @@ class OAuthKafka:
         return self.cluster.listener_bootstrap(listener)
 
 
-@pytest.fixture(scope="session")
-def oauth_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthKafka]:
+def _start(stack: contextlib.ExitStack, tmp_path_factory: pytest.TempPathFactory) -> OAuthKafka:
     tls = make_tls_files(tmp_path_factory.mktemp("oauth-tls"))
     idp = IdentityProvider(tls_cert=tls.broker)
+    stack.callback(idp.close)
     reauth_port = free_port()
-    try:
-        with FaultProxy("127.0.0.1", reauth_port) as proxy:
-            cluster = start_kafka(
-                listeners=[
-                    Listener("OAUTHPLAIN", "SASL_PLAINTEXT", _LISTENER),
-                    Listener("OAUTHSSL", "SASL_SSL", {**ssl_listener_config(tls), **_LISTENER}),
-                    Listener("OAUTHREAUTH", "SASL_PLAINTEXT", {**_LISTENER, "connections.max.reauth.ms": str(REAUTH_MS)},
-                             port=reauth_port, advertised_port=proxy.port),
-                ],
-                config={"sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
-                        "sasl.oauthbearer.expected.audience": AUDIENCE,
-                        "sasl.oauthbearer.expected.issuer": idp.issuer},
-                jvm_args=[f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={idp.jwks_url}"])
-            try:
-                yield OAuthKafka(cluster, tls, idp, proxy)
-            finally:
-                cluster.stop()
-    finally:
-        idp.close()
+    proxy = stack.enter_context(FaultProxy("127.0.0.1", reauth_port))
+    cluster = start_kafka(
+        listeners=[
+            Listener("OAUTHPLAIN", "SASL_PLAINTEXT", _LISTENER),
+            Listener("OAUTHSSL", "SASL_SSL", {**ssl_listener_config(tls), **_LISTENER}),
+            Listener("OAUTHREAUTH", "SASL_PLAINTEXT", {**_LISTENER, "connections.max.reauth.ms": str(REAUTH_MS)},
+                     port=reauth_port, advertised_port=proxy.port),
+        ],
+        config={"sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
+                "sasl.oauthbearer.expected.audience": AUDIENCE,
+                "sasl.oauthbearer.expected.issuer": idp.issuer},
+        jvm_args=[f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={idp.jwks_url}"])
+    stack.callback(cluster.stop)
+    return OAuthKafka(cluster, tls, idp, proxy)
+
+
+@pytest.fixture
+def oauth_kafka(tmp_path_factory: pytest.TempPathFactory) -> OAuthKafka:
+    """Started by the worker's first test that uses it (tests/services.py)."""
+    return SERVICES.get("oauth_kafka", lambda stack: _start(stack, tmp_path_factory))

@@ -11,7 +11,7 @@ the storage is formatted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
 from dataclasses import dataclass
 
 import pytest
@@ -19,6 +19,7 @@ import pytest
 from kprod_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_listener_config
 from tests.brokers import free_port, start_kafka
 from tests.faultproxy import FaultProxy
+from tests.services import SERVICES
 
 USERS = {"alice": "alice-secret", "spark": "s3cret"}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -50,25 +51,28 @@ class SecureKafka:
         return self.cluster.listener_bootstrap(listener)
 
 
-@pytest.fixture(scope="session")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
+def _start(stack: contextlib.ExitStack, tmp_path_factory: pytest.TempPathFactory) -> SecureKafka:
     tls = make_tls_files(tmp_path_factory.mktemp("tls"))
     reauth_port = free_port()
     scram = [f"{m}=[name={user},password={password}]" for m in MECHANISMS[1:] for user, password in USERS.items()]
-    with FaultProxy("127.0.0.1", reauth_port) as proxy:
-        cluster = start_kafka(
-            listeners=[
-                Listener("SSL", "SSL", ssl_listener_config(tls)),
-                Listener("MTLS", "SSL", ssl_listener_config(tls, client_auth=True)),
-                Listener("SASLPLAIN", "SASL_PLAINTEXT", _sasl_listener(MECHANISMS)),
-                Listener("SASLSSL", "SASL_SSL", {**ssl_listener_config(tls), **_sasl_listener(MECHANISMS)}),
-                Listener("REAUTH", "SASL_PLAINTEXT",
-                         {**_sasl_listener(("SCRAM-SHA-256",)), "connections.max.reauth.ms": str(REAUTH_MS)},
-                         port=reauth_port, advertised_port=proxy.port),
-            ],
-            config={"sasl.enabled.mechanisms": ",".join(MECHANISMS)},
-            scram_users=scram)
-        try:
-            yield SecureKafka(cluster, tls, proxy)
-        finally:
-            cluster.stop()
+    proxy = stack.enter_context(FaultProxy("127.0.0.1", reauth_port))
+    cluster = start_kafka(
+        listeners=[
+            Listener("SSL", "SSL", ssl_listener_config(tls)),
+            Listener("MTLS", "SSL", ssl_listener_config(tls, client_auth=True)),
+            Listener("SASLPLAIN", "SASL_PLAINTEXT", _sasl_listener(MECHANISMS)),
+            Listener("SASLSSL", "SASL_SSL", {**ssl_listener_config(tls), **_sasl_listener(MECHANISMS)}),
+            Listener("REAUTH", "SASL_PLAINTEXT",
+                     {**_sasl_listener(("SCRAM-SHA-256",)), "connections.max.reauth.ms": str(REAUTH_MS)},
+                     port=reauth_port, advertised_port=proxy.port),
+        ],
+        config={"sasl.enabled.mechanisms": ",".join(MECHANISMS)},
+        scram_users=scram)
+    stack.callback(cluster.stop)
+    return SecureKafka(cluster, tls, proxy)
+
+
+@pytest.fixture
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> SecureKafka:
+    """Started by the worker's first test that uses it (tests/services.py)."""
+    return SERVICES.get("secure_kafka", lambda stack: _start(stack, tmp_path_factory))

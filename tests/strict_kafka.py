@@ -3,18 +3,22 @@ writing to an unknown topic is an error, as on most production clusters."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
 
 import pytest
 
 from kprod_broker import KafkaCluster
 from tests.brokers import start_kafka
+from tests.services import SERVICES
 
 
-@pytest.fixture(scope="session")
-def strict_kafka() -> Iterator[KafkaCluster]:
+def _start(stack: contextlib.ExitStack) -> KafkaCluster:
     cluster = start_kafka(config={"auto.create.topics.enable": "false"})
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    stack.callback(cluster.stop)
+    return cluster
+
+
+@pytest.fixture
+def strict_kafka() -> KafkaCluster:
+    """Started by the worker's first test that uses it (tests/services.py)."""
+    return SERVICES.get("strict_kafka", _start)
