@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="demo.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--duration", type=float, default=20, help="seconds of streaming (default: %(default)s)")
+    parser.add_argument("--duration", type=float, default=20,
+                        help="seconds of streaming, longer until a microbatch had rows (default: %(default)s)")
     parser.add_argument("--rows-per-second", type=int, default=50000, help="rate source speed (default: %(default)s)")
     parser.add_argument("--partitions", type=int, default=6, help="topic partitions (default: %(default)s)")
     demo = parser.parse_args(argv)
@@ -86,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     with _common.kafka_cluster(args) as bootstrap:
         say(f"streaming for {demo.duration:.0f} s from Spark's rate source ({demo.rows_per_second} rows/s, "
             "100-byte values, keys 0-999) through kprod")
-        stats = stream_to_kafka.run(args, bootstrap)
+        # A run that ends before any row (a slow machine still starting Spark's Python
+        # workers) would show no rate: it goes on until a microbatch had rows.
+        stats = stream_to_kafka.run(args, bootstrap, until_rows=True)
         say(f"reading topic {args.topic} back with confluent-kafka")
         read, read_seconds = read_back(bootstrap, args.topic, stats.records)
 

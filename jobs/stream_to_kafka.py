@@ -95,9 +95,16 @@ def _source(spark, args: argparse.Namespace):
     return df.select(F.to_json(F.struct(*df.columns)).alias("value"))
 
 
-def _stop_between_batches(query, deadline: float) -> None:
-    """Wait for the deadline, then stop while no microbatch runs, so none is cut short."""
-    while query.isActive and time.monotonic() < deadline:
+def _stop_between_batches(query, deadline: float, until_rows: bool = False) -> None:
+    """Wait for the deadline (and, with ``until_rows``, for a microbatch with rows, at most
+    a minute longer), then stop while no microbatch runs, so none is cut short."""
+    def waiting() -> bool:
+        now = time.monotonic()
+        if now < deadline:
+            return True
+        return until_rows and now < deadline + 60 and not any(p["numInputRows"] for p in query.recentProgress)
+
+    while query.isActive and waiting():
         time.sleep(0.2)
     give_up = time.monotonic() + 60
     while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < give_up:
@@ -110,8 +117,10 @@ def read_report(path: str) -> list[dict]:
     return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
 
 
-def run(args: argparse.Namespace, bootstrap: str) -> StreamStats:
-    """Run the streaming query against ``bootstrap`` and return what was committed."""
+def run(args: argparse.Namespace, bootstrap: str, until_rows: bool = False) -> StreamStats:
+    """Run the streaming query against ``bootstrap`` and return what was committed; with
+    ``until_rows``, past ``--duration`` until a microbatch had rows (see
+    :func:`_stop_between_batches`)."""
     spark = _common.spark_session(args, "kprod stream_to_kafka")
     checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="kprod-checkpoint-")
     report = args.report or str(Path(checkpoint) / "kprod-delivery.jsonl")
@@ -131,7 +140,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> StreamStats:
     last_batch = -1
     try:
         if args.duration > 0:
-            _stop_between_batches(query, started + args.duration)
+            _stop_between_batches(query, started + args.duration, until_rows)
         else:
             while query.isActive:
                 query.awaitTermination(1)
