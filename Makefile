@@ -9,9 +9,12 @@ PY := $(VENV)/bin/python
 $(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@# No byte-compiling of every installed module (half the install's time): Python
-	@# compiles the ones a run imports, once.
 	$(PY) -m pip install -q --no-compile -e '.[dev]'
+	@# Bytecode for every installed module, on all cores (pip compiles them one by one).
+	@# Where PYTHONDONTWRITEBYTECODE is set, as on the CI machine, no run writes any: each
+	@# of the suite's hundreds of Python processes would compile pyspark, pandas and pyarrow
+	@# from source again.
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -32,6 +35,7 @@ $(SPARK_ARCHIVE): $(VENV)/.installed tests/jvms.py
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms
 
 test: venv kafka $(SPARK_ARCHIVE)
+	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's.
