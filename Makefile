@@ -36,6 +36,7 @@ $(SPARK_ARCHIVE): $(VENV)/.installed tests/jvms.py
 
 test: venv kafka $(SPARK_ARCHIVE)
 	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
+	$(PY) -m tests.bytecode
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's.
