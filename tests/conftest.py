@@ -1,5 +1,7 @@
 """Shared fixtures: the brokers, started once per test session (per worker under
-pytest-xdist, which ``make test`` runs: see ``pytest_collection_modifyitems``).
+pytest-xdist, which ``make test`` runs: see ``pytest_collection_modifyitems``); the
+three-node cluster and the secured, OAuth and strict brokers only while a worker's tests
+use them (tests/services.py).
 
 ``kafka`` is one Apache Kafka node with two client listeners: its plain one, and PROXIED,
 whose advertised address is a fault proxy's, so every connection of a client that

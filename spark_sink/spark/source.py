@@ -36,12 +36,12 @@ class KProdDataSource(DataSource):
         # Spark hands a Python data source only two save modes: append (overwrite=False) and
         # overwrite (True). It refuses 'errorifexists' (its default) and 'ignore' itself,
         # with UNSUPPORTED_DATA_SOURCE_SAVE_MODE, before this method runs.
-        from spark_sink.spark.writer import KProdBatchWriter, plan_write
-
         if overwrite:
             from spark_sink.producer import ConfigError
 
             raise ConfigError(UNSUPPORTED_OVERWRITE)
+        from spark_sink.spark.writer import KProdBatchWriter, plan_write
+
         return KProdBatchWriter(*plan_write(self.options, schema))
 
     @short_traceback
