@@ -139,6 +139,7 @@ def make_kafka_archive() -> Path:
 
 
 if __name__ == "__main__":
-    print(f"tests/jvms.py: made {make_spark_archive()}")
+    if not SPARK_ARCHIVE.is_file():
+        print(f"tests/jvms.py: made {make_spark_archive()}")
     if not kafka_archive().is_file():
         print(f"tests/jvms.py: made {make_kafka_archive()}")
