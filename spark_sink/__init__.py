@@ -8,8 +8,9 @@ spark_sink`` does not import Spark.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spark_sink._exports import lazy_exports
 
 _PRODUCER = (
     "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
@@ -28,14 +29,7 @@ _EXPORTS = {
     "KProdDataSource": "spark_sink.spark.source",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spark_sink' has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(module), name)
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:

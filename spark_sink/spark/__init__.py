@@ -6,8 +6,9 @@ only :mod:`spark_sink.spark.source`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spark_sink._exports import lazy_exports
 
 _EXPORTS = {
     "KProdCommitMessage": "spark_sink.spark.messages",
@@ -15,14 +16,7 @@ _EXPORTS = {
     "KProdDataSource": "spark_sink.spark.source",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spark_sink.spark' has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(module), name)
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
