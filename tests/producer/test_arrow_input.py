@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_sink.producer.arrow_input import HEADER_TYPE, SendLimits, TopicRows, plan_arrow_send
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
@@ -258,3 +260,51 @@ def test_a_column_given_twice_is_named():
     data = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
     with pytest.raises(ColumnError, match="'value' appears more than once"):
         plan(data)
+
+
+
+_ROW = st.tuples(
+    st.none() | st.binary(max_size=6),                               # key
+    st.sampled_from([None, "a", "b", "dflt"]),                       # topic ("dflt" also names the default)
+    st.none() | st.integers(0, 3),                                   # partition
+    st.none() | st.integers(0, 2**41),                               # timestamp
+    st.none() | st.lists(st.tuples(st.text(max_size=3), st.binary(max_size=3)), max_size=2),  # headers
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_ROW, min_size=1, max_size=40), st.integers(0, 3), st.booleans())
+def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ignore_keys):
+    """Each row lands in its topic (the default for a null), its explicit partition, else
+    murmur2 of its key (unless keys are ignored), else a sticky one; a null timestamp takes
+    now, a null header list is none; every row once, in input order per partition. The
+    columns are sliced, so their buffers start at an offset."""
+    def column(values, arrow_type):
+        return pa.array(values, arrow_type).slice(cut)
+
+    data = pa.table({
+        "key": column([r[0] for r in rows], pa.binary()),
+        "value": column([b"%d" % i for i in range(len(rows))], pa.binary()),  # the row's number
+        "topic": column([r[1] for r in rows], pa.string()),
+        "partition": column([r[2] for r in rows], pa.int32()),
+        "timestamp": column([r[3] for r in rows], pa.int64()),
+        "headers": column([None if r[4] is None else [{"key": k, "value": v} for k, v in r[4]] for r in rows],
+                          HEADER_TYPE),
+    })
+    seen = []
+    for g in plan(data, topic="dflt", ignore_keys=ignore_keys, now_ms=7):
+        numbers = []
+        for record in decoded(g):
+            i = int(record.value)
+            key, topic, partition, timestamp, headers = rows[i]
+            assert record.key == key and g.topic == (topic or "dflt")
+            if partition is not None:
+                assert g.partition == partition
+            elif key is not None and not ignore_keys:
+                assert g.partition == partition_for_hash(murmur2(key), 4)
+            assert record.timestamp == (7 if timestamp is None else timestamp)
+            assert record.headers == tuple(headers or ())
+            numbers.append(i)
+        assert numbers == sorted(numbers)  # input order within a partition
+        seen += numbers
+    assert sorted(seen) == list(range(min(cut, len(rows)), len(rows)))
