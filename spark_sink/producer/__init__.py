@@ -1,6 +1,6 @@
 """The Kafka producer: per-record ``send`` and columnar ``send_arrow`` over one Sender."""
 
-from spark_sink.producer.admin import AdminClient, PreparedTransaction
+from spark_sink.producer.admin import AdminClient, PreparedTransaction, TransactionState
 from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
 from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
@@ -24,7 +24,7 @@ CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 
 __all__ = [
     "ARROW_COLUMNS", "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
-    "PreparedTransaction", "TransactionError", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
+    "PreparedTransaction", "TransactionError", "TransactionState", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
     "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
     "InvalidPartitionError", "UnknownTopicError", "check_cluster",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.coordinators import Coordinators
-from spark_sink.protocol.errors import KProdError, error_for_code
+from spark_sink.protocol.errors import KProdError, TransactionalIdNotFoundError, error_for_code
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import (
     GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic, end_txn_body,
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
 _PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_COMMIT)
+# Answers that carry their one resource's error inside a list: (list field).
+_LISTED_ERRORS = {ApiKey.DESCRIBE_TRANSACTIONS: "transaction_states", ApiKey.DESCRIBE_CONFIGS: "results"}
+_BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's settings
 
 
 @dataclass(frozen=True)
@@ -43,18 +47,44 @@ class PreparedTransaction:
     producer_epoch: int
 
 
+@dataclass(frozen=True)
+class TransactionState:
+    """A transactional id's state as its coordinator holds it (DescribeTransactions):
+    ``state`` is Kafka's name ("Ongoing", "PrepareCommit", "CompleteAbort", "Empty", ...), or
+    None where the coordinator has never heard of the id. Times are the coordinator's
+    wall clock, in ms."""
+
+    transactional_id: str
+    state: str | None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_time_ms: int = -1
+
+    @property
+    def deadline_ms(self) -> float | None:
+        """When the coordinator may abort the open transaction on its timeout (None: not open)."""
+        if self.state != "Ongoing" or self.start_time_ms < 0:
+            return None
+        return self.start_time_ms + self.timeout_ms
+
+
 class _Call:
     """One request to a coordinator, sent again until it is answered for good."""
 
-    __slots__ = ("key_type", "key", "api_key", "body", "result", "error", "not_before", "in_flight", "done")
+    __slots__ = ("key_type", "key", "api_key", "body", "result", "error", "not_before", "in_flight", "done",
+                 "accept")
 
-    def __init__(self, key_type: int, key: str, api_key: ApiKey, body: dict[str, Any]) -> None:
+    def __init__(self, key_type: int, key: str, api_key: ApiKey,
+                 body: dict[str, Any] | Callable[[int], dict[str, Any]]) -> None:
+        # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
         self.result: dict[str, Any] | None = None
         self.error: KProdError | None = None  # the last error (retriable ones are tried again)
         self.not_before = 0.0
         self.in_flight = False
         self.done = False
+        self.accept: set[type] = set()  # errors that are answers: the call is done, its result kept
 
 
 class AdminClient:
@@ -134,6 +164,36 @@ class AdminClient:
             t.transactional_id, group, t.producer_id, t.producer_epoch, offsets)) for t, group, offsets in items],
             timeout_ms, "commit offsets in transactions")
 
+    def describe_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None
+                              ) -> dict[str, TransactionState]:
+        """Each id's transaction as its coordinator holds it, asked of every coordinator at
+        once. An id the coordinator does not know has state None."""
+        calls = {tid: _Call(TRANSACTION, tid, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
+                 for tid in transactional_ids}
+        for call in calls.values():
+            call.accept = {TransactionalIdNotFoundError}
+        self._run(list(calls.values()), timeout_ms, "describe transactions")
+        states = {}
+        for tid, call in calls.items():
+            found = call.result["transaction_states"] if call.result is not None else []
+            s = found[0] if found and not found[0]["error_code"] else None
+            states[tid] = TransactionState(tid, None) if s is None else TransactionState(
+                tid, s["transaction_state"], s["producer_id"], s["producer_epoch"], s["transaction_timeout_ms"],
+                s["transaction_start_time_ms"])
+        return states
+
+    def coordinator_config(self, transactional_id: str, names: Iterable[str], timeout_ms: float | None = None
+                           ) -> dict[str, str | None]:
+        """Settings of the broker that coordinates ``transactional_id`` (DescribeConfigs of
+        that broker, asked of itself: static settings are known only there), by name."""
+        names = list(names)
+        call = _Call(TRANSACTION, transactional_id, ApiKey.DESCRIBE_CONFIGS, lambda node: {
+            "resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": str(node),
+                           "configuration_keys": names}],
+            "include_synonyms": False, "include_documentation": False})
+        self._run([call], timeout_ms, f"describe the settings of {transactional_id}'s coordinator")
+        return {c["name"]: c["value"] for r in call.result["results"] for c in r["configs"]}
+
     # -- the loop -------------------------------------------------------------
 
     def _run(self, calls: list[_Call], timeout_ms: float | None, what: str) -> None:
@@ -170,7 +230,8 @@ class AdminClient:
                 node = self._coordinator(call, now)
                 if node is not None and client.ready(node, now):
                     call.in_flight = True
-                    client.send(node, call.api_key, call.body, lambda r, c=call: self._answered(c, r))
+                    body = call.body(node) if callable(call.body) else call.body
+                    client.send(node, call.api_key, body, lambda r, c=call: self._answered(c, r))
                 else:
                     wait = min(wait, 20.0)  # connecting, or its coordinator being found
             client.poll(wait)
@@ -195,6 +256,11 @@ class AdminClient:
             error = error_for_code(body.get("error_code", 0), f"{call.api_key.name} for {call.key}")
             if error is None and call.api_key in _PER_PARTITION_ERRORS:
                 error = partition_error(body, f"{call.api_key.name} for {call.key}")
+            if error is None and call.api_key in _LISTED_ERRORS:
+                error = next((error_for_code(r["error_code"], f"{call.api_key.name} for {call.key}")
+                              for r in body[_LISTED_ERRORS[call.api_key]] if r["error_code"]), None)
+        if error is not None and type(error) in call.accept:
+            error = None  # an answer, not a failure (a transactional id its coordinator never heard of)
         if error is None:
             call.result, call.done = response.body, True
             return

@@ -32,7 +32,9 @@ class ApiKey(IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    DESCRIBE_TRANSACTIONS = 65
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,66 @@ TXN_OFFSET_COMMIT = Api(
     _PARTITION_ERRORS_V3,
 )
 
+# The driver reads one broker setting with it (transaction.max.timeout.ms).
+DESCRIBE_CONFIGS = Api(
+    ApiKey.DESCRIBE_CONFIGS, 1, 4,
+    Schema((
+        F("resources", "[]struct", fields=(
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configuration_keys", "[]string", nullable=True),
+        )),
+        F("include_synonyms", "bool", 1),
+        F("include_documentation", "bool", 3),
+    ), flexible_from=4),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("results", "[]struct", fields=(
+            F("error_code", "int16"),
+            F("error_message", "string", nullable=True),
+            F("resource_type", "int8"),
+            F("resource_name", "string"),
+            F("configs", "[]struct", fields=(
+                F("name", "string"),
+                F("value", "string", nullable=True),
+                F("read_only", "bool"),
+                F("config_source", "int8", 1, default=-1),
+                F("is_sensitive", "bool"),
+                F("synonyms", "[]struct", 1, fields=(
+                    F("name", "string"),
+                    F("value", "string", nullable=True),
+                    F("source", "int8"),
+                )),
+                F("config_type", "int8", 3),
+                F("documentation", "string", 3, nullable=True),
+            )),
+        )),
+    ), flexible_from=4),
+)
+
+# A transaction's state as its coordinator holds it (Kafka 3.0+): the driver checks every
+# prepared transaction is still open, under the epoch its task reported, before it commits.
+DESCRIBE_TRANSACTIONS = Api(
+    ApiKey.DESCRIBE_TRANSACTIONS, 0, 0,
+    Schema((F("transactional_ids", "[]string"),), flexible_from=0),
+    Schema((
+        F("throttle_time_ms", "int32"),
+        F("transaction_states", "[]struct", fields=(
+            F("error_code", "int16"),
+            F("transactional_id", "string"),
+            F("transaction_state", "string"),
+            F("transaction_timeout_ms", "int32"),
+            F("transaction_start_time_ms", "int64"),
+            F("producer_id", "int64"),
+            F("producer_epoch", "int16"),
+            F("topics", "[]struct", fields=(
+                F("topic", "string"),
+                F("partitions", _INT32_ARRAY),
+            )),
+        )),
+    ), flexible_from=0),
+)
+
 # v1 only: v0 (Kafka 0.10) sends the SASL tokens unframed, outside the Kafka protocol.
 SASL_HANDSHAKE = Api(
     ApiKey.SASL_HANDSHAKE, 1, 1,
@@ -301,7 +363,8 @@ SASL_AUTHENTICATE = Api(
 
 APIS: dict[int, Api] = {api.key: api for api in (
     PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE,
-    OFFSET_COMMIT, OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT)}
+    OFFSET_COMMIT, OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT,
+    DESCRIBE_CONFIGS, DESCRIBE_TRANSACTIONS)}
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
 
 

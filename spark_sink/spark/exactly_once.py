@@ -8,12 +8,18 @@ commit, for what a crashed run may have left under it). A task that fails aborts
 driver's commit ends them all; its abort ends those of the tasks that finished and fences
 the ids of those that did not, so that nothing stays open until transaction.timeout.ms.
 
+Before it commits, the driver asks each transaction's coordinator whether it is still open
+under the epoch its task reported, with time left before its timeout; if any is not, it
+aborts them all and fails the write (nothing of it is visible) with an error that says why:
+the write outlasted transaction.timeout.ms, or another attempt of a task fenced it.
+
 A microbatch replayed after a driver crash may have been committed in part before the
 crash. So the driver commits, with each partition's transaction, a marker: the offset
 ``batchId`` (metadata: the query id, the microbatch's task count and how many of its tasks
 had a transaction) of the consumer group ``<prefix>-<partition>`` on ``(markerTopic, 0)``.
-And before it ends any transaction of a microbatch, it records in the group ``<prefix>``
-(a plain offset commit on the same partition) that this microbatch's commit has started
+And before it ends any transaction of a microbatch, it records in the group
+``<prefix>-dir`` (a plain offset commit on the same partition; the *directory*) that this
+microbatch's commit has started
 and how many task ids any run of the query has used. A replay whose microbatch is named
 there reads the markers of every one of those ids: a partition whose marker already holds
 this batch id has its rows in Kafka, and its new transaction is aborted instead. If a
@@ -24,15 +30,17 @@ fails the query with an error that says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
-from spark_sink.producer import AdminClient, KafkaProducer, PreparedTransaction
+from spark_sink.producer import AdminClient, KafkaProducer, PreparedTransaction, ProducerConfig, TransactionState
 from spark_sink.spark.messages import KProdCommitMessage
-from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.options import ExactlyOnce, SinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +54,52 @@ class PartlyCommittedError(RuntimeError):
     """A replayed microbatch was committed in part by a run that split it differently."""
 
 
+class TransactionsEndedError(RuntimeError):
+    """A write's transactions cannot all commit: one was ended before the driver's commit
+    (timed out, or fenced by another attempt of its task). Every one of them was aborted."""
+
+
+class MarkersMissingError(RuntimeError):
+    """A restarted query's markers are gone: a replayed microbatch cannot be told from a new one."""
+
+
+# The names of one prefix can never be another prefix's: what follows the prefix's last
+# '-' is a task number (digits), "dir" or, for the registry, a name of its own.
 def transactional_id(prefix: str, partition_id: int) -> str:
+    """Task ``partition_id``'s transactional id, also the group of its markers."""
     return f"{prefix}-{partition_id}"
+
+
+def directory_group(prefix: str) -> str:
+    """The group that records which microbatch's commit started and the task ids used."""
+    return f"{prefix}-dir"
+
+
+def registry_group(options_key: str) -> str:
+    """The group where a query's tasks record the prefix they derived from its id, for the
+    driver's abort when no task reported (the driver does not know the query id)."""
+    return f"kprod-{options_key}-reg"
+
+
 
 
 def transactional_config(config: Mapping[str, str], prefix: str, partition_id: int) -> dict[str, str]:
     """The producer settings of task ``partition_id``: its own transactional id."""
     return {**config, "transactional.id": transactional_id(prefix, partition_id)}
+
+
+# (registry group, prefix) pairs this process has recorded.
+_registered: set[tuple[str, str]] = set()
+
+
+def register_prefix(config: Mapping[str, str], eo: ExactlyOnce, prefix: str) -> None:
+    """Before a task's first transaction under a prefix derived from the query id, record
+    the prefix where the driver's abort can find it (once per Python worker)."""
+    if eo.prefix is not None or (eo.options_key, prefix) in _registered:
+        return
+    with AdminClient(dict(config)) as admin:
+        admin.commit_offsets(registry_group(eo.options_key), {(eo.marker_topic, MARKER_PARTITION): (0, prefix)})
+    _registered.add((eo.options_key, prefix))
 
 
 def fence_and_begin(producer: KafkaProducer) -> None:
@@ -120,13 +167,23 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     admin = _admin(config)
     txns = _transactions(messages)
     if batch_id is None:
-        admin.end_transactions(txns.values(), commit=True)
+        _check_open(admin, config, txns, _began(messages), "batch write")
+        _end_checked(admin, config, txns, _began(messages), "batch write")
         return len(txns)
     query = _query(messages)
     prefix = eo.prefix_for(query)
     tasks = len(messages)
     directory = (eo.marker_topic, MARKER_PARTITION)
     started_batch, ids = _read_directory(admin, prefix, directory, query)
+    if started_batch < 0 and batch_id > 0 and eo.missing_markers == "fail":
+        raise MarkersMissingError(
+            f"microbatch {batch_id}: the exactly-once markers of this query (group {directory_group(prefix)!r} on "
+            f"{eo.marker_topic}-{MARKER_PARTITION}) are gone, so a replay of a microbatch that was committed in "
+            "part cannot be told from a new one and could be written twice. Kafka keeps them "
+            "offsets.retention.minutes (7 days by default) after the last commit; they are also missing when the "
+            "checkpoint was written by another sink or an older kprod, or when kprod.transactionalIdPrefix or "
+            "kprod.markerTopic changed. If the last run stopped without failing in a commit, restart once with "
+            "option kprod.missingMarkers=ignore")
     ids = max(ids, tasks)
     if prefix not in _fenced:
         # Ids an earlier run used that hold no transaction of this one (this run has
@@ -139,27 +196,126 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     already = set()
     if started_batch >= batch_id:
         already = _committed_before(admin, prefix, eo, batch_id, query, tasks, ids, len(txns))
+    fresh = {p: t for p, t in txns.items() if p not in already}
+    _check_open(admin, config, fresh, _began(messages), f"microbatch {batch_id}")
     # Before any transaction of this microbatch commits: a replay must look for markers.
-    admin.commit_offsets(prefix, {directory: (batch_id, json.dumps({"query": query, "ids": ids}))})
+    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({"query": query, "ids": ids}))})
     skipped = {p: t for p, t in txns.items() if p in already}
     if skipped:
         log.warning("kprod microbatch %d: partition(s) %s were committed by an earlier run of it; their rows are "
                     "already in Kafka, so this run's transactions for them are aborted",
                     batch_id, ", ".join(map(str, sorted(skipped))))
         admin.end_transactions(skipped.values(), commit=False)
-    fresh = {p: t for p, t in txns.items() if p not in already}
     marker = json.dumps({"query": query, "tasks": tasks, "txns": len(txns)}, separators=(",", ":"))
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, marker)}) for p, t in fresh.items())
-    admin.end_transactions(fresh.values(), commit=True)
+    _end_checked(admin, config, fresh, _began(messages), f"microbatch {batch_id}")
     return len(fresh)
+
+
+def commit_margin_ms(timeout_ms: int) -> float:
+    """The time a transaction must have left before its timeout for the driver to commit
+    it: the commit's few round trips, and clocks a little apart."""
+    return max(1_000.0, min(10_000.0, timeout_ms / 5))
+
+
+def _began(messages: Sequence[object]) -> dict[int, float]:
+    return {m.partition_id: m.transaction_began_ms for m in messages
+            if isinstance(m, KProdCommitMessage) and m.transaction_began_ms is not None}
+
+
+def _check_open(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int, PreparedTransaction],
+                began: Mapping[int, float], what: str) -> None:
+    """Commit nothing unless every transaction will still be open when its EndTxn arrives:
+    open, under the epoch its task reported, with :func:`commit_margin_ms` left before the
+    coordinator may abort it. Otherwise abort those still open and raise
+    TransactionsEndedError naming the first one that is not, and why."""
+    if not txns:
+        return
+    states = admin.describe_transactions(t.transactional_id for t in txns.values())
+    now = time.time() * 1000
+    ended = {}
+    for p, t in sorted(txns.items()):
+        state = states[t.transactional_id]
+        deadline = state.deadline_ms
+        same = (state.producer_id, state.producer_epoch) == (t.producer_id, t.producer_epoch)
+        if not same or deadline is None or deadline - now < commit_margin_ms(state.timeout_ms):
+            ended[p] = state
+    if not ended:
+        return
+    alive = [t for p, t in txns.items() if p not in ended]
+    try:
+        admin.end_transactions(alive, commit=False)
+    except Exception as exc:  # noqa: BLE001 (the error below says what matters; the ids are fenced on the next run)
+        log.warning("kprod %s: aborting its other transactions failed (%s)", what, exc)
+    p, state = next(iter(ended.items()))
+    raise TransactionsEndedError(_ended_text(admin, config, what, p, txns[p], state, began.get(p), now, len(ended),
+                                             len(txns), committed=0))
+
+
+def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int, PreparedTransaction],
+                 began: Mapping[int, float], what: str) -> None:
+    """Commit the transactions; if an EndTxn is refused because its transaction ended
+    meanwhile (a timeout close to the check), raise TransactionsEndedError saying so, and
+    how many were committed all the same."""
+    try:
+        admin.end_transactions(txns.values(), commit=True)
+    except Exception as exc:
+        states = admin.describe_transactions(t.transactional_id for t in txns.values())
+        ok = {p for p, t in txns.items() if states[t.transactional_id].state in ("PrepareCommit", "CompleteCommit")
+              and states[t.transactional_id].producer_epoch == t.producer_epoch}
+        lost = [(p, t) for p, t in sorted(txns.items()) if p not in ok]
+        if not lost:
+            return  # every one committed: the error was about an answer, not the outcome
+        p, t = lost[0]
+        raise TransactionsEndedError(_ended_text(admin, config, what, p, t, states[t.transactional_id], began.get(p),
+                                                 time.time() * 1000, len(lost), len(txns), len(ok))) from exc
+
+
+def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partition: int, txn: PreparedTransaction,
+                state: TransactionState, began_ms: float | None, now: float, ended: int, total: int, *,
+                committed: int) -> str:
+    """Why task ``partition``'s transaction cannot be committed, and what to do."""
+    timeout_ms = ProducerConfig.from_dict(config).transaction_timeout_ms
+    began_ms = state.start_time_ms if state.start_time_ms >= 0 else began_ms
+    age = f"{(now - began_ms) / 1000:.1f} s" if began_ms is not None else "an unknown time"
+    if committed:
+        outcome = (f"{committed} of its {total} transaction(s) were committed before this one was found ended: "
+                   f"their rows are visible, the others' are not.")
+    else:
+        outcome = (f"Nothing of the {what} is visible to read_committed consumers: its {total} transaction(s) were "
+                   f"aborted, so running it again writes it once.")
+    fenced = (state.producer_id == txn.producer_id and state.producer_epoch > txn.producer_epoch
+              and (began_ms is None or now - began_ms < (state.timeout_ms or timeout_ms)))
+    if fenced:
+        return (f"kprod {what} (exactly-once): the transaction of task {partition} ({txn.transactional_id}) was "
+                f"ended by another producer with the same transactional id (epoch {state.producer_epoch}, the task "
+                f"reported {txn.producer_epoch}): another attempt of task {partition} ran after this one finished, as "
+                "a speculative copy (spark.speculation=true), a retried stage or an executor thought lost does. "
+                f"Exactly-once writes need spark.speculation=false. {outcome}")
+    left = "" if state.deadline_ms is None else (
+        f" and had {max(0.0, state.deadline_ms - now) / 1000:.1f} s left, less than the "
+        f"{commit_margin_ms(state.timeout_ms) / 1000:.1f} s a commit needs")
+    try:
+        maximum = admin.coordinator_config(txn.transactional_id, ["transaction.max.timeout.ms"]).get(
+            "transaction.max.timeout.ms")
+    except Exception:  # noqa: BLE001 (only a hint)
+        maximum = None
+    limit = f" (this cluster allows up to transaction.max.timeout.ms={maximum})" if maximum else ""
+    return (f"kprod {what} (exactly-once) outlasted its transactions' timeout: the transaction of task {partition} "
+            f"({txn.transactional_id}) began {age} before the commit{left}; kafka.transaction.timeout.ms is "
+            f"{timeout_ms} ms, and the coordinator aborts a transaction that stays open longer ({ended} of {total} "
+            f"timed out or about to). A task's transaction stays open from its first row until the driver commits "
+            f"after the last task, so the first tasks wait for the last. Raise kafka.transaction.timeout.ms{limit}, "
+            f"or make the write shorter. {outcome}")
 
 
 def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int], query: str | None
                     ) -> tuple[int, int]:
     """(the last microbatch whose commit started, the task ids any run has used) as the
-    group ``prefix`` records them; (-1, 0) if it records nothing of this query."""
-    offset, metadata = admin.committed_offsets({prefix: [directory]})[prefix].get(directory, (-1, None))
+    directory records them; (-1, 0) if it records nothing of this query."""
+    group = directory_group(prefix)
+    offset, metadata = admin.committed_offsets({group: [directory]})[group].get(directory, (-1, None))
     try:
         record = json.loads(metadata) if metadata else {}
     except ValueError:
@@ -222,9 +378,35 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
     if txns:
         admin.end_transactions(txns.values(), commit=False)
     unfinished = [p for p, m in enumerate(messages) if not isinstance(m, KProdCommitMessage)]
+    if not unfinished:
+        return
+    prefix = _abort_prefix(admin, eo, messages)
+    if prefix is not None:
+        admin.fence_transactions([transactional_id(prefix, p) for p in unfinished])
+
+
+def _abort_prefix(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> str | None:
+    """The prefix of the failed write's transactional ids: given, from a finished task's
+    query id, or as its tasks recorded it in the registry (None: no task of this run
+    opened a transaction)."""
     query = _query(messages)
-    if unfinished and (eo.prefix is not None or query):
-        admin.fence_transactions([transactional_id(eo.prefix_for(query), p) for p in unfinished])
-    elif unfinished:
-        log.warning("kprod: no task of this microbatch finished, so its transactional ids are unknown here; "
-                    "what its tasks left open is aborted by the query's next run or after transaction.timeout.ms")
+    if eo.prefix is not None or query:
+        return eo.prefix_for(query)
+    tp, group = (eo.marker_topic, MARKER_PARTITION), registry_group(eo.options_key)
+    offset, prefix = admin.committed_offsets({group: [tp]})[group].get(tp, (-1, None))
+    return prefix if offset >= 0 and prefix else None
+
+
+def with_transaction_timeout(options: SinkOptions) -> SinkOptions:
+    """An exactly-once batch write's options with the longest transaction.timeout.ms the
+    cluster allows (its transaction.max.timeout.ms), unless the user set one: a batch
+    write's first tasks hold their transactions open until the last task is done."""
+    eo = options.exactly_once
+    if eo is None or not eo.one_write or eo.timeout_given:
+        return options
+    config = options.producer_config
+    value = _admin(config).coordinator_config(transactional_id(eo.prefix, 0), ["transaction.max.timeout.ms"]).get(
+        "transaction.max.timeout.ms")
+    if not value:
+        return options
+    return dataclasses.replace(options, producer_config={**config, "transaction.timeout.ms": value})

@@ -36,6 +36,8 @@ class KProdCommitMessage(WriterCommitMessage):
     # streaming query it belongs to.
     transaction: PreparedTransaction | None = None
     query_id: str | None = None
+    # When the task opened its transaction (its wall clock, ms): how long it stayed open.
+    transaction_began_ms: float | None = None
 
 
 def extend_ranges(into: PartitionRanges, later: PartitionRanges) -> None:

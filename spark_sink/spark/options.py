@@ -42,7 +42,13 @@ SINK_OPTIONS: dict[str, str] = {
     "kprod.transactionalidprefix": (
         "kprod.transactionalIdPrefix: exactly-once only; task N uses the transactional id "
         "<prefix>-N. Keep it stable across restarts of a query and unique to it (default: derived "
-        "from the checkpointLocation option of a streaming query; a new one per batch write)"
+        "from the streaming query's id, which its checkpoint keeps; a new one per batch write)"
+    ),
+    "kprod.missingmarkers": (
+        "kprod.missingMarkers: exactly-once streaming only; fail (default) or ignore. A query "
+        "restarted from a checkpoint whose markers are gone (Kafka keeps them offsets.retention.minutes "
+        "after the last commit) fails with an error, since a microbatch it replays could be written "
+        "twice; ignore starts afresh (for the first run after a clean stop)"
     ),
     "kprod.markertopic": (
         "kprod.markerTopic: exactly-once only; an existing topic whose partition 0 holds the "
@@ -103,6 +109,11 @@ class ExactlyOnce:
     prefix: str | None  # None: derived from the streaming query's id (see prefix_for)
     marker_topic: str
     one_write: bool = False  # the prefix is this batch write's own: no later write uses its ids
+    timeout_given: bool = False  # kafka.transaction.timeout.ms was set
+    # A hash of every option (the checkpoint location among them): names the registry where
+    # tasks record a prefix derived from the query id, which the driver cannot know.
+    options_key: str = ""
+    missing_markers: str = "fail"  # kprod.missingMarkers
 
     def prefix_for(self, query_id: str | None) -> str:
         """The prefix of this write. Unless one was given, it comes from the streaming
@@ -190,6 +201,7 @@ _GUARANTEES = ("at-least-once", "exactly-once")
 CHECK_TIMEOUT_MS = 15_000
 
 _MAX_IDEMPOTENT_IN_FLIGHT = 5
+_SECRET_WORDS = ("password", "secret", "jaas", "token")
 
 
 def _exactly_once_conflicts(opts: Mapping[str, str], config: ProducerConfig) -> list[str]:
@@ -216,7 +228,7 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
     if guarantee not in _GUARANTEES:
         raise ConfigError(f"option 'kprod.deliveryGuarantee': expected one of {', '.join(_GUARANTEES)}, "
                           f"got {opts['kprod.deliveryguarantee']!r}")
-    eo_only = [k for k in ("kprod.transactionalidprefix", "kprod.markertopic") if k in opts]
+    eo_only = [k for k in ("kprod.transactionalidprefix", "kprod.markertopic", "kprod.missingmarkers") if k in opts]
     if guarantee == "at-least-once":
         if eo_only:
             raise ConfigError(f"option {_display(eo_only[0])!r} applies only with kprod.deliveryGuarantee=exactly-once")
@@ -235,7 +247,13 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
         raise ConfigError("option 'kprod.markerTopic': required for exactly-once writes without a 'topic' option "
                           "(an existing topic; its partition 0 holds the committed-microbatch markers)")
     _check_topic_name(marker_topic, "kprod.markerTopic")
-    return ExactlyOnce(prefix, marker_topic, one_write)
+    missing = opts.get("kprod.missingmarkers", "fail").strip().lower()
+    if missing not in ("fail", "ignore"):
+        raise ConfigError(f"option 'kprod.missingMarkers': expected fail or ignore, got {opts['kprod.missingmarkers']!r}")
+    # Secrets stay out of it: they tell no two queries apart.
+    named = sorted((k, v) for k, v in opts.items() if not any(w in k for w in _SECRET_WORDS))
+    key = hashlib.sha256(repr(named).encode()).hexdigest()[:24]
+    return ExactlyOnce(prefix, marker_topic, one_write, "kafka.transaction.timeout.ms" in opts, key, missing)
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

@@ -122,6 +122,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
     producer = None
     transaction = None
+    began_ms = None
     begun = False
     counts = before = MetricTotals()
     records = nbytes = 0
@@ -149,6 +150,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     producer = POOL.acquire(config)
                     before = producer.metric_totals()  # a pooled producer's include earlier tasks'
                     if eo is not None:
+                        exactly_once.register_prefix(options.producer_config, eo, eo.prefix_for(query))
+                        began_ms = time.time() * 1000
                         exactly_once.fence_and_begin(producer)
                         begun = True
                 pending.append(producer.send_arrow(table, options.topic))
@@ -175,7 +178,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query)
+    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
+                              began_ms if transaction is not None else None)
 
 
 def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False) -> tuple[SinkOptions, ColumnPlan]:
@@ -184,7 +188,7 @@ def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool =
     parsed = parse_options(options, streaming=streaming)
     plan = plan_columns(schema, parsed.topic)
     check_write(parsed)
-    return parsed, plan
+    return exactly_once.with_transaction_timeout(parsed), plan
 
 
 def _driver_logging() -> None:

@@ -173,9 +173,9 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
         assert query.exception() is None
         ids.append(query.id)
     assert ids[0] == ids[1]
-    prefix = ExactlyOnce(None, topic).prefix_for(ids[0])
+    directory = exactly_once.directory_group(ExactlyOnce(None, topic).prefix_for(ids[0]))
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
-        offset, metadata = admin.committed_offsets({prefix: [(topic, 0)]})[prefix][(topic, 0)]
+        offset, metadata = admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)]
     assert offset == 1 and json.loads(metadata)["query"] == ids[0]
     _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
 

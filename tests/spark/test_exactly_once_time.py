@@ -1,0 +1,310 @@
+"""Exactly-once over time and failure order: writes that outlast their transactions'
+timeout, microbatches that fail before any task reports, prefixes whose names could meet,
+a second attempt of a task that fences the first, and markers that are gone. Each case
+once broke exactly-once on Apache Kafka; each is run against a real broker here."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
+from spark_sink.producer import AdminClient, KafkaProducer, ProducerRecord
+from spark_sink.spark import exactly_once
+from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
+from spark_sink.spark.messages import KProdCommitMessage
+from spark_sink.spark.options import ExactlyOnce, parse_options
+from tests.brokers import consume_all, create_topic, unique_topic
+from tests.spark.readback import CommittedView, assert_nothing_left_open
+
+
+def _committed_values(bootstrap: str, topic: str, expected: int, settle: float = 1.0) -> list[str]:
+    """What read_committed sees (reading ``settle`` s more for duplicates)."""
+    return [m.value().decode() for m in consume_all(bootstrap, topic, expected, settle=settle,
+                                                    overrides={"isolation.level": "read_committed"})]
+
+
+def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config: str
+             ) -> tuple[KafkaProducer, KProdCommitMessage]:
+    """A task's side: ``values`` sent in a transaction left open (its producer returned
+    open, as a task that is still running, or closed by the caller)."""
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0, "transactional.id": tid, **config})
+    began = time.time() * 1000
+    exactly_once.fence_and_begin(producer)
+    for v in values:
+        producer.send(ProducerRecord(topic, v, key=v))
+    txn = producer.prepare_transaction()
+    partition = int(tid.rsplit("-", 1)[1])
+    return producer, KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id="q",
+                                        transaction_began_ms=began)
+
+
+# -- a write that outlasts transaction.timeout.ms --------------------------------------
+
+
+def _slow_tasks(seconds: float):
+    """mapInArrow: each task hands its rows to the sink at once, then takes ``seconds``."""
+    def run(batches):
+        yield from batches
+        time.sleep(seconds)
+    return run
+
+
+def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_writes_it_once(spark, kafka):
+    """Four tasks on local[2], each 3 s: the first wave's transactions wait ~6 s for the
+    last task, longer than kafka.transaction.timeout.ms=4000. The write fails saying so,
+    nothing of it is visible, nothing stays open, and the same write run again (at the
+    default, the broker's transaction.max.timeout.ms) is visible exactly once."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-outlast"), partitions=2)
+    df = (spark.range(2000, numPartitions=4).select(F.col("id").cast("string").alias("key"),
+                                                    F.col("id").cast("string").alias("value"))
+          .mapInArrow(_slow_tasks(3.0), "key string, value string"))
+
+    def write(**options: str) -> None:
+        writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap)
+                  .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
+                  .option("kafka.buffer.memory", "262144"))  # rows reach Kafka as they come
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        writer.save()
+
+    with pytest.raises(Exception, match="outlasted its transactions' timeout") as failure:
+        write(**{"kafka.transaction.timeout.ms": "4000"})
+    text = str(failure.value)
+    assert "fenced" not in text and "kafka.transaction.timeout.ms is 4000 ms" in text
+    assert "transaction.max.timeout.ms=900000" in text and "Nothing of the batch write is visible" in text
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
+    write()
+    values = [v for v in _committed_values(kafka.bootstrap, topic, 2000 + 2) if v != "sentinel"]
+    assert collections.Counter(values) == collections.Counter(str(i) for i in range(2000))
+
+
+def test_an_exactly_once_batch_write_takes_the_brokers_longest_transaction_timeout(kafka):
+    topic = unique_topic("eos-maxtimeout")
+    options = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic, "kprod.deliveryGuarantee": "exactly-once"}
+    planned = exactly_once.with_transaction_timeout(parse_options(options))
+    assert planned.producer_config["transaction.timeout.ms"] == "900000"  # Kafka's default maximum
+    given_one = exactly_once.with_transaction_timeout(parse_options({**options, "kafka.transaction.timeout.ms": "7000"}))
+    assert given_one.producer_config["transaction.timeout.ms"] == "7000"
+    streaming = exactly_once.with_transaction_timeout(parse_options(options, streaming=True))
+    assert "transaction.timeout.ms" not in streaming.producer_config  # Java's 60 s, as documented
+
+
+def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-late"), partitions=1)
+    config = {"bootstrap.servers": kafka.bootstrap, "transaction.timeout.ms": "2000"}
+    prefix = unique_topic("late")
+    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
+                                         [b"%d" % p], **{"transaction.timeout.ms": "2000"}) for p in range(2)))
+    for p in producers:
+        p.close()
+    time.sleep(2.5)
+    with pytest.raises(TransactionsEndedError, match="outlasted") as failure:
+        exactly_once.commit(config, ExactlyOnce(prefix, topic, one_write=True), list(messages), None)
+    assert "fenced" not in str(failure.value) and "2 of 2 timed out" in str(failure.value)
+    assert_nothing_left_open(kafka.bootstrap, topic, 1)
+    assert _committed_values(kafka.bootstrap, topic, 1) == ["sentinel"]
+
+
+# -- a microbatch that fails before any task reports ----------------------------------
+
+
+def _wait_for_any_record(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Until a record of ``topic`` is in Kafka (committed or not)."""
+    view = CommittedView(bootstrap, topic, "read_uncommitted")
+    try:
+        deadline = time.monotonic() + timeout_s
+        while view.poll(0.2) == 0 and time.monotonic() < deadline:
+            pass
+    finally:
+        view.close()
+
+
+def _kill_writer_connected_to(port: int) -> int:
+    """SIGKILL the one Spark Python worker (under this test process's Spark JVM) running
+    kprod with a connection to ``port``, as an out-of-memory kill would."""
+    from tests import procs
+
+    writers = procs.connected_to([p for p in procs.descendants(os.getpid()) if procs.loads_kprod(p)], port)
+    assert len(writers) == 1, f"expected one kprod writer connected to port {port}, found {writers}"
+    os.kill(writers[0], signal.SIGKILL)
+    return writers[0]
+
+
+def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_path):
+    """The default prefix (from the query id, which the driver does not know): one task has
+    sent rows in an open transaction when its writer is SIGKILLed (as an out-of-memory kill
+    does), and another task hits a poison row. No task reported and neither could abort its
+    own, yet the driver's abort fences the open transaction: a record produced afterwards
+    is visible to read_committed at once, not after transaction.timeout.ms."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-poison"), partitions=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.json").write_text("\n".join(json.dumps({"id": i}) for i in range(30_000)) + "\n")
+    (source / "b.json").write_text(json.dumps({"id": -1}) + "\n")
+    # Pauses inside the JVM, which hands the sink the rows before them (a Python UDF would
+    # hand over its output only once done): the first task holds its open transaction.
+    value = (F.when(F.col("id") == 20_000, F.concat(F.lit("v"), _jvm_sleep(60_000)))
+             .when(F.col("id") == -1, F.concat(_jvm_sleep(8_000), F.raise_error(F.lit("poison row -1"))))
+             .otherwise(F.lit("v")))
+    rows = spark.readStream.schema("id LONG").json(str(source)).select(
+        F.col("id").cast("string").alias("key"), value.alias("value"))
+    # Only this query's writers connect through the proxy: the one to kill is found by it.
+    query = (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", kafka_proxy.bootstrap)
+             .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
+             .option("kafka.buffer.memory", "262144")  # rows reach Kafka as they come
+             # Far longer than the test: only the driver's fence can end the open transaction.
+             .option("kafka.transaction.timeout.ms", "600000")
+             .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    _wait_for_any_record(kafka.bootstrap, topic)
+    _kill_writer_connected_to(kafka_proxy.proxy.port)
+    with pytest.raises(Exception, match="poison row|Python worker exited|EOFError|crashed|Connection reset"):
+        query.awaitTermination(120)
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
+
+
+def _jvm_sleep(ms: int):
+    """An empty string, made after the JVM thread sleeps ``ms``."""
+    return F.substring(F.expr(f"reflect('java.lang.Thread', 'sleep', {ms}L)"), 1, 0)
+
+
+def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
+    """The abort of a microbatch whose every task failed reads the prefix its tasks
+    recorded before their first transaction, and fences their ids."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-registry"), partitions=1)
+    eo = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
+                        "kprod.deliveryGuarantee": "exactly-once", "checkpointLocation": "/x/" + topic},
+                       streaming=True).exactly_once
+    prefix = eo.prefix_for(unique_topic("query"))
+    config = {"bootstrap.servers": kafka.bootstrap}
+    exactly_once.register_prefix(config, eo, prefix)
+    producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"held"])
+    try:
+        exactly_once.abort(config, eo, [None, None])
+        assert_nothing_left_open(kafka.bootstrap, topic, 1)
+    finally:
+        producer.close()
+
+
+# -- names -------------------------------------------------------------------------------
+
+
+def _names(prefix: str, tasks: int) -> set[str]:
+    return ({exactly_once.directory_group(prefix)}
+            | {exactly_once.transactional_id(prefix, p) for p in range(tasks)})
+
+
+@given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12), st.integers(1, 120))
+def test_the_names_of_two_prefixes_never_meet(a, b, tasks):
+    if a != b:
+        assert not _names(a, tasks) & _names(b, tasks)
+        assert exactly_once.registry_group(a) not in _names(b, tasks)
+
+
+def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
+    """Query A (prefix X) commits task 1 of microbatch 0 and dies; query B (prefix X-1)
+    commits a microbatch; A's replay still finds its own marker: A's rows once."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-names"), partitions=1)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    x = unique_topic("X")
+    a, b = ExactlyOnce(x, topic), ExactlyOnce(x + "-1", topic)
+
+    def prepared(eo: ExactlyOnce, query: str, tasks: int, tag: str) -> list[KProdCommitMessage]:
+        out = []
+        for p in range(tasks):
+            producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, p), topic,
+                                         [f"{tag}{p}-{i}".encode() for i in range(50)])
+            producer.close()
+            out.append(KProdCommitMessage(p, 0, 50, 0, transaction=message.transaction, query_id=query,
+                                          transaction_began_ms=message.transaction_began_ms))
+        return out
+
+    real_end = AdminClient.end_transactions
+
+    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
+        transactions = list(transactions)
+        if commit:
+            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
+            raise KeyboardInterrupt("the driver dies")
+        real_end(self, transactions, commit, timeout_ms)
+
+    monkeypatch.setattr(AdminClient, "end_transactions", commit_task_1_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0)
+    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
+    exactly_once._fenced.clear()
+    assert exactly_once.commit(config, b, prepared(b, "query-b", 2, "b"), 0) == 2
+    exactly_once._fenced.clear()
+    assert exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0) == 1  # task 0 only
+    values = _committed_values(kafka.bootstrap, topic, 200)
+    assert collections.Counter(values) == collections.Counter(
+        f"{tag}{p}-{i}" for tag in "ab" for p in range(2) for i in range(50))
+
+
+# -- a second attempt of a task ----------------------------------------------------------
+
+
+def test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kafka):
+    """Two attempts of task 0 at once (a speculative copy): the second's init_transactions
+    ends the first's transaction after the first reported. The driver commits nothing,
+    names spark.speculation, and nothing stays open."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-spec"), partitions=1)
+    prefix = unique_topic("spec")
+    first, m0 = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"a0"])
+    other, m1 = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"a1"])
+    second = KafkaProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0,
+                            "transactional.id": exactly_once.transactional_id(prefix, 0)})
+    try:
+        exactly_once.fence_and_begin(second)
+        second.send(ProducerRecord(topic, b"b0", key=b"b0")).result(30)
+        with pytest.raises(TransactionsEndedError, match="spark.speculation") as failure:
+            exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, ExactlyOnce(prefix, topic, one_write=True),
+                                [m0, m1], None)
+        assert "Nothing of the batch write is visible" in str(failure.value)
+        second.abort_transaction(10)
+    finally:
+        for p in (first, other, second):
+            p.close()
+    assert_nothing_left_open(kafka.bootstrap, topic, 1)
+    assert _committed_values(kafka.bootstrap, topic, 1) == ["sentinel"]
+
+
+# -- markers that are gone -----------------------------------------------------------------
+
+
+def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka):
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-expired"), partitions=1)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    eo = ExactlyOnce(unique_topic("exp"), topic)
+    for batch in (0, 1):
+        producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic,
+                                     [b"%d" % batch])
+        producer.close()
+        exactly_once.commit(config, eo, [message], batch)
+    # As offsets.retention.minutes does after a long stop: the groups are gone.
+    groups = [exactly_once.directory_group(eo.prefix), exactly_once.transactional_id(eo.prefix, 0)]
+    admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_consumer_groups(groups).values():
+        future.result(30)
+    exactly_once._fenced.clear()
+    producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"2"])
+    producer.close()
+    with pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
+        exactly_once.commit(config, eo, [message], 2)
+    exactly_once.abort(config, eo, [message])
+    resumed = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
+    producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"2"])
+    producer.close()
+    assert exactly_once.commit(config, resumed, [message], 2) == 1
+    assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
