@@ -134,12 +134,8 @@ def _upper(key: str, value: Any) -> str:
 
 def _store_type(key: str, value: Any) -> str:
     text = str(value).strip().upper()
-    if text == "JKS":
-        raise ConfigError(f"{key}: JKS stores are not read by kprod; convert the store with `keytool "
-                          "-importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12` "
-                          "and set PKCS12")
-    if text not in ("PEM", "PKCS12"):
-        raise ConfigError(f"{key}: expected PEM or PKCS12, got {value!r}")
+    if text not in ("JKS", "PKCS12", "PEM"):
+        raise ConfigError(f"{key}: expected JKS, PKCS12 or PEM, got {value!r}")
     return text
 
 
@@ -348,11 +344,11 @@ _KEYS: tuple[_Key, ...] = (
     _Key("sasl.login.retry.backoff.max.ms", 10000, _int(0), "time spent retrying the token endpoint"),
     _Key("ssl.truststore.location", None, _optional_str, "file of the CA certificates to trust (default: the system's CAs)"),
     _Key("ssl.truststore.certificates", None, _optional_str, "the CA certificates to trust, as PEM text"),
-    _Key("ssl.truststore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
-    _Key("ssl.truststore.password", None, _secret, "password of a PKCS12 truststore, if it has one"),
+    _Key("ssl.truststore.type", "JKS", _store_type, "JKS (Java's default) or PKCS12, either read by content as in Java, or PEM"),
+    _Key("ssl.truststore.password", None, _secret, "password of a JKS or PKCS12 truststore (without it, as in Java, no integrity check)"),
     _Key("ssl.keystore.location", None, _optional_str, "file with this client's private key and certificate chain (mutual TLS)"),
-    _Key("ssl.keystore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
-    _Key("ssl.keystore.password", None, _secret, "password of a PKCS12 keystore"),
+    _Key("ssl.keystore.type", "JKS", _store_type, "JKS (Java's default) or PKCS12, either read by content as in Java, or PEM"),
+    _Key("ssl.keystore.password", None, _secret, "password of a JKS or PKCS12 keystore"),
     _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location"),
     _Key("ssl.endpoint.identification.algorithm", "https", _hostname_check, "https checks the broker's host name; empty skips"),
 )
