@@ -395,7 +395,7 @@ _KEYS: tuple[_Key, ...] = (
     _Key("ssl.keystore.location", None, _optional_str, "file with this client's private key and certificate chain (mutual TLS)"),
     _Key("ssl.keystore.type", "JKS", _store_type, "JKS (Java's default) or PKCS12, either read by content as in Java, or PEM"),
     _Key("ssl.keystore.password", None, _secret, "password of a JKS or PKCS12 keystore"),
-    _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location"),
+    _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location (default: ssl.keystore.password)"),
     _Key("ssl.endpoint.identification.algorithm", "https", _hostname_check, "https checks the broker's host name; empty skips"),
 )
 KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}
