@@ -17,6 +17,7 @@ broker host is first set up (its service ticket, cached after).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import logging
@@ -146,10 +147,11 @@ class _Context:
         return self._call("answering the security layer offer", lambda: self._context.wrap(message, False).message)
 
 
+@functools.lru_cache(maxsize=256)
 def _service_host(host: str) -> str:
     """The host part of the broker's service principal: the host name as given, and for an
     IP address its name by reverse lookup, as Java's client takes it
-    (InetAddress.getHostName)."""
+    (InetAddress.getHostName), kept for the process as Java's address cache keeps it."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
