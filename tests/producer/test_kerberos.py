@@ -9,6 +9,8 @@ names the test KDC's krb5.conf: neither kprod nor this process changes its envir
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,7 +58,7 @@ def test_keytab_login_over_sasl_plaintext_and_sasl_ssl(secure_kafka, kerberos):
     assert not (kerberos.kdc.directory / "ccache-default").exists()
 
 
-@pytest.mark.skipif(shutil.which("kinit") is None and not __import__("os").environ.get("CI"),
+@pytest.mark.skipif(shutil.which("kinit") is None and not os.environ.get("CI"),
                     reason="needs kinit (krb5-user)")
 def test_ticket_cache_filled_by_kinit(secure_kafka, kerberos, tmp_path):
     cache = f"FILE:{tmp_path / 'kinit-cache'}"
@@ -94,7 +96,7 @@ def test_missing_credentials_and_wrong_principals_are_clear_errors(secure_kafka,
                                     "count": 1} for settings, _, _ in cases))
     for (settings, error, message), result in zip(cases, results):
         assert result.get("error") == error, (settings, result)
-        assert __import__("re").search(message, result["message"]), (message, result["message"])
+        assert re.search(message, result["message"]), (message, result["message"])
         assert result["seconds"] < 20 and result["env_unchanged"]
 
 
