@@ -134,12 +134,8 @@ def _upper(key: str, value: Any) -> str:
 
 def _store_type(key: str, value: Any) -> str:
     text = str(value).strip().upper()
-    if text == "JKS":
-        raise ConfigError(f"{key}: JKS stores are not read by kprod; convert the store with `keytool "
-                          "-importkeystore -srckeystore store.jks -destkeystore store.p12 -deststoretype PKCS12` "
-                          "and set PKCS12")
-    if text not in ("PEM", "PKCS12"):
-        raise ConfigError(f"{key}: expected PEM or PKCS12, got {value!r}")
+    if text not in ("JKS", "PKCS12", "PEM"):
+        raise ConfigError(f"{key}: expected JKS, PKCS12 or PEM, got {value!r}")
     return text
 
 
@@ -256,14 +252,59 @@ def _check_sasl(values: dict[str, Any]) -> None:
         return  # sasl.* settings are ignored then, as in Java
     mechanism = values["sasl_mechanism"]
     if mechanism not in SASL_MECHANISMS:
-        hint = " (Java's default, Kerberos, is not supported)" if mechanism == "GSSAPI" else ""
         raise ConfigError(f"sasl.mechanism: expected one of {', '.join(SASL_MECHANISMS)} with "
-                          f"security.protocol={values['security_protocol']}, got {mechanism!r}{hint}")
-    if mechanism == "OAUTHBEARER":
+                          f"security.protocol={values['security_protocol']}, got {mechanism!r}")
+    if mechanism == "GSSAPI":
+        kerberos_options(values["sasl_jaas_config"], values["sasl_kerberos_service_name"])
+    elif mechanism == "OAUTHBEARER":
         oauth_options(values["sasl_jaas_config"], values["sasl_oauthbearer_token_endpoint_url"],
                       values["sasl_oauthbearer_token_provider"])
     else:
         sasl_credentials(values["sasl_jaas_config"])
+
+
+# Java's Kerberos login modules (Oracle/OpenJDK's and IBM's): kprod does what they do
+# with a keytab or a ticket cache, through the system's GSSAPI.
+_KRB5_LOGIN_MODULES = ("com.sun.security.auth.module.Krb5LoginModule", "com.ibm.security.auth.module.Krb5LoginModule")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KerberosOptions:
+    """What SASL/GSSAPI takes from sasl.jaas.config and sasl.kerberos.service.name."""
+
+    service_name: str
+    principal: str | None  # None: the ticket cache's own principal
+    keytab: str | None  # None: the tickets in the ticket cache (after kinit)
+    ticket_cache: str | None  # None: the system's default ticket cache
+
+
+def kerberos_options(jaas: str | None, service_name: str | None) -> KerberosOptions:
+    """The Krb5LoginModule options of sasl.jaas.config, as Java's client takes them:
+    ``useKeyTab=true keyTab="..." principal="..."`` (a keytab), or ``useTicketCache=true``
+    (tickets from kinit, optionally ``ticketCache="..."`` and ``principal``)."""
+    example = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true '
+               'keyTab="/path/to/client.keytab" principal="client@EXAMPLE.COM";')
+    if not jaas:
+        raise ConfigError(f"sasl.jaas.config: required with sasl.mechanism=GSSAPI (kprod reads no JAAS file), "
+                          f"e.g. {example}")
+    entry = _JAAS_ENTRY.fullmatch(jaas)
+    module = entry.group(1) if entry else None
+    if module not in _KRB5_LOGIN_MODULES:
+        raise ConfigError(f"sasl.jaas.config: sasl.mechanism=GSSAPI takes Krb5LoginModule, e.g. {example}")
+    options = jaas_options(jaas)
+    use_keytab = options.get("useKeyTab", "false").lower() == "true"
+    use_cache = options.get("useTicketCache", "false").lower() == "true"
+    if use_keytab and not (options.get("keyTab") and options.get("principal")):
+        raise ConfigError("sasl.jaas.config: useKeyTab=true needs keyTab=\"...\" and principal=\"...\"")
+    if not use_keytab and not use_cache:
+        raise ConfigError("sasl.jaas.config: Krb5LoginModule needs useKeyTab=true with keyTab and principal, or "
+                          "useTicketCache=true (tickets from kinit); kprod cannot prompt for a password")
+    service = service_name or options.get("serviceName")
+    if not service:
+        raise ConfigError("sasl.kerberos.service.name: required with sasl.mechanism=GSSAPI: the Kerberos "
+                          "service name the brokers run as (usually kafka)")
+    return KerberosOptions(service, options.get("principal"), options.get("keyTab") if use_keytab else None,
+                           options.get("ticketCache"))
 
 
 def oauth_options(jaas: str | None, url: str | None, provider: Callable | str | None) -> dict[str, str]:
@@ -330,8 +371,9 @@ _KEYS: tuple[_Key, ...] = (
     _Key("transactional.id", None, _optional_str, "enables transactions under this id (stable across restarts)"),
     _Key("transaction.timeout.ms", 60000, _int(1, _INT32_MAX), "the coordinator aborts a transaction open this long"),
     _Key("security.protocol", "PLAINTEXT", _security_protocol, "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL"),
-    _Key("sasl.mechanism", "GSSAPI", _upper, "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (not GSSAPI, Java's default)"),
-    _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." (OAUTHBEARER: clientId="..." clientSecret="...") options'),
+    _Key("sasl.mechanism", "GSSAPI", _upper, "GSSAPI (Kerberos, Java's default), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+    _Key("sasl.jaas.config", None, _secret, 'a login module with username="..." password="..." (OAUTHBEARER: clientId="..." clientSecret="..."; GSSAPI: Krb5LoginModule with useKeyTab=true keyTab="..." principal="..." or useTicketCache=true) options'),
+    _Key("sasl.kerberos.service.name", None, _optional_str, "the Kerberos service name the brokers run as (GSSAPI), usually kafka"),
     _Key("sasl.oauthbearer.token.endpoint.url", None, _optional_str, "OIDC token endpoint for the client credentials grant"),
     _Key("sasl.oauthbearer.token.provider", None, _token_provider, "kprod's own: a callable or 'module:function' returning (token, expiry in epoch ms)"),
     _Key("sasl.oauthbearer.scope.claim.name", "scope", _str, "the token's claim holding its scope"),
@@ -348,12 +390,12 @@ _KEYS: tuple[_Key, ...] = (
     _Key("sasl.login.retry.backoff.max.ms", 10000, _int(0), "time spent retrying the token endpoint"),
     _Key("ssl.truststore.location", None, _optional_str, "file of the CA certificates to trust (default: the system's CAs)"),
     _Key("ssl.truststore.certificates", None, _optional_str, "the CA certificates to trust, as PEM text"),
-    _Key("ssl.truststore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
-    _Key("ssl.truststore.password", None, _secret, "password of a PKCS12 truststore, if it has one"),
+    _Key("ssl.truststore.type", "JKS", _store_type, "JKS (Java's default) or PKCS12, either read by content as in Java, or PEM"),
+    _Key("ssl.truststore.password", None, _secret, "password of a JKS or PKCS12 truststore (without it, as in Java, no integrity check)"),
     _Key("ssl.keystore.location", None, _optional_str, "file with this client's private key and certificate chain (mutual TLS)"),
-    _Key("ssl.keystore.type", "PEM", _store_type, "PEM or PKCS12 (JKS: convert it to PKCS12 with keytool)"),
-    _Key("ssl.keystore.password", None, _secret, "password of a PKCS12 keystore"),
-    _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location"),
+    _Key("ssl.keystore.type", "JKS", _store_type, "JKS (Java's default) or PKCS12, either read by content as in Java, or PEM"),
+    _Key("ssl.keystore.password", None, _secret, "password of a JKS or PKCS12 keystore"),
+    _Key("ssl.key.password", None, _secret, "password of the private key in ssl.keystore.location (default: ssl.keystore.password)"),
     _Key("ssl.endpoint.identification.algorithm", "https", _hostname_check, "https checks the broker's host name; empty skips"),
 )
 KEYS: dict[str, _Key] = {k.name: k for k in _KEYS}
@@ -401,6 +443,7 @@ class ProducerConfig:
     security_protocol: str
     sasl_mechanism: str
     sasl_jaas_config: str | None = dataclasses.field(repr=False)
+    sasl_kerberos_service_name: str | None
     sasl_oauthbearer_token_endpoint_url: str | None
     sasl_oauthbearer_token_provider: Callable[[dict[str, str]], tuple[str, float]] | str | None
     sasl_oauthbearer_scope_claim_name: str

@@ -378,8 +378,8 @@ class NetworkClient:
         self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
         conn.writing = False
         try:
-            exchange = self._sasl_exchange() if self._sasl_exchange is not None else None
-        except SaslAuthenticationError as error:  # no OAUTHBEARER token to be had
+            exchange = self._sasl_exchange(conn.host) if self._sasl_exchange is not None else None
+        except SaslAuthenticationError as error:  # no OAUTHBEARER token or Kerberos ticket to be had
             self.authentication_error = error
             raise
         # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a

@@ -268,19 +268,24 @@ def _json(payload: bytes) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def sasl_exchanges(config: ProducerConfig) -> Callable[[], sasl.SaslMechanism] | None:
-    """A factory of fresh SASL exchanges, one per connection, or None without SASL. With
-    OAUTHBEARER the first token is fetched here, so that a refused client fails the
-    producer's creation."""
+def sasl_exchanges(config: ProducerConfig) -> Callable[[str], sasl.SaslMechanism] | None:
+    """A factory of fresh SASL exchanges, one per connection, given the broker's host, or
+    None without SASL. With OAUTHBEARER the first token is fetched here, and with GSSAPI
+    the Kerberos credentials acquired, so that a refused client fails the producer's
+    creation."""
     if not config.security_protocol.startswith("SASL_"):
         return None
+    if config.sasl_mechanism == "GSSAPI":
+        from spark_sink.producer.kerberos import gssapi_exchanges  # gssapi is an optional package
+
+        return gssapi_exchanges(config)
     if config.sasl_mechanism != "OAUTHBEARER":
         username, password = sasl_credentials(config.sasl_jaas_config)
-        return lambda: sasl.mechanism(config.sasl_mechanism, username, password)
+        return lambda host: sasl.mechanism(config.sasl_mechanism, username, password)
     source = TokenSource(config)
     source.token()
 
-    def exchange() -> sasl.SaslMechanism:
+    def exchange(host: str) -> sasl.SaslMechanism:
         token = source.token()
         hint = f"{token.describe(time.time())}; check the token's audience, issuer and scope"
         return sasl.OAuthBearer(token.value, source.extensions, hint)

@@ -10,7 +10,11 @@ PLAIN is RFC 4616; SCRAM-SHA-256/512 is RFC 5802 and RFC 7677 as Kafka uses it (
 no channel binding, the password's UTF-8 bytes without SASLprep, and at least 4096
 iterations (Kafka's own floor, which its clients enforce). OAUTHBEARER is RFC 7628 as
 Kafka uses it (KIP-255, SASL extensions KIP-342): the token comes from the caller, who
-fetched it (an OAuth token endpoint, a token provider).
+fetched it (an OAuth token endpoint, a token provider). GSSAPI is RFC 4752 (Kerberos V5
+through GSS-API) as Kafka uses it: the GSS-API security context comes from the caller
+(the producer layer, which holds the credentials and talks to the KDC for the first
+token); here is the exchange around it, down to the negotiation of the security layer,
+which is always "none" (Kafka protects its connections with TLS, not SASL).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Protocol
 
 from spark_sink.protocol.errors import KProdError
 
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 _SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 _SCRAM_MIN_ITERATIONS = 4096
 _GS2_HEADER = b"n,,"  # no channel binding, no authorization id
@@ -166,6 +170,70 @@ class OAuthBearer:
             raise SaslError("OAUTHBEARER: unexpected server message after the error")
         self.server_error = challenge.decode(errors="replace")
         return b"\x01"
+
+
+class GssContext(Protocol):
+    """An initiator's GSS-API security context (RFC 2743) as :class:`Gssapi` uses it. Its
+    calls are local computations once the first token is made; a failure raises
+    :class:`SaslError`."""
+
+    @property
+    def complete(self) -> bool: ...
+
+    def step(self, token: bytes) -> bytes | None:
+        """The next context token for the server's ``token`` (None: nothing to send)."""
+
+    def unwrap(self, message: bytes) -> bytes: ...
+
+    def wrap(self, message: bytes) -> bytes:
+        """``message`` with an integrity check and no confidentiality."""
+
+
+# RFC 4752 section 3.1: the security layers, a bit mask in the first octet.
+_GSSAPI_NO_SECURITY_LAYER = 1
+
+
+class Gssapi:
+    """GSSAPI (RFC 4752): the context tokens until the context is established (the
+    client's first one, made by the caller, carries the service ticket; the server's
+    answer proves the server holds the service key), then the server's wrapped offer of
+    security layers, answered with "no security layer" (Kafka's choice, as Java's
+    client), a zero buffer size and the authorization id."""
+
+    name = "GSSAPI"
+
+    def __init__(self, context: GssContext, first_token: bytes, hint: str, authorization_id: str = "") -> None:
+        self._context = context
+        self._first_token = first_token
+        self._authorization_id = authorization_id.encode()
+        self.hint = hint
+        self._step = "context"
+
+    def first_token(self) -> bytes:
+        return self._first_token
+
+    def respond(self, challenge: bytes) -> bytes | None:
+        if self._step == "context":
+            token = self._context.step(challenge) if not self._context.complete else None
+            if self._context.complete:
+                self._step = "layers"
+            return token or b""  # an empty response asks the server for its offer
+        if self._step == "layers":
+            self._step = "done"
+            return self._choose_layer(challenge)
+        if challenge:
+            raise SaslError("GSSAPI: unexpected server message after the exchange completed")
+        return None
+
+    def _choose_layer(self, wrapped: bytes) -> bytes:
+        offer = self._context.unwrap(wrapped)
+        if len(offer) != 4:
+            raise SaslError(f"GSSAPI: the server's security layer offer has {len(offer)} bytes, expected 4")
+        if not offer[0] & _GSSAPI_NO_SECURITY_LAYER:
+            raise SaslError("GSSAPI: the server requires a SASL security layer (integrity or confidentiality), "
+                            "which Kafka clients do not use")
+        # The chosen layer, then the largest message the client takes: 0 without a layer.
+        return self._context.wrap(bytes([_GSSAPI_NO_SECURITY_LAYER, 0, 0, 0]) + self._authorization_id)
 
 
 def _attributes(name: str, message: bytes) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """security.protocol=SSL: TLS to Apache Kafka's own TLS listeners (server certificate only,
 and mutual TLS), read back by confluent-kafka's consumer."""
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -141,6 +142,69 @@ def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls, pki)
     assert "certificate" in str(info.value)
 
 
+def _jks_stores(pki, tmp_path):
+    """Stores as Java shops hand them out, written by keytool: a JKS truststore with the
+    CA as a trusted-certificate entry, and a JKS keystore whose key has a password of its
+    own (ssl.key.password)."""
+    truststore = tmp_path / "truststore.jks"
+    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
+             "-storetype", "JKS", "-storepass", "trust-secret")
+    p12 = tmp_path / "client.p12"
+    subprocess.run(["openssl", "pkcs12", "-export", "-in", str(pki.client_cert), "-inkey", str(pki.client_key),
+                    "-name", "client", "-out", str(p12), "-passout", "pass:p12-secret"], check=True, capture_output=True)
+    keystore = tmp_path / "keystore.jks"
+    _keytool("-importkeystore", "-noprompt", "-srckeystore", str(p12), "-srcstoretype", "PKCS12",
+             "-srcstorepass", "p12-secret", "-srcalias", "client", "-destkeystore", str(keystore),
+             "-deststoretype", "JKS", "-deststorepass", "store-secret", "-destalias", "client",
+             "-destkeypass", "key-secret")
+    return truststore, keystore
+
+
+needs_keytool = pytest.mark.skipif(shutil.which("keytool") is None and not os.environ.get("CI"),
+                                   reason="needs Java's keytool to write the stores")
+
+
+@needs_keytool
+def test_jks_stores_written_by_keytool(mtls, pki, tmp_path):
+    """JKS stores with no ssl.*.type given (JKS is Java's default) against the listener
+    that requires a client certificate, read back by confluent-kafka."""
+    bootstrap, _, _ = mtls
+    truststore, keystore = _jks_stores(pki, tmp_path)
+    config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
+              "ssl.truststore.location": str(truststore), "ssl.truststore.password": "trust-secret",
+              "ssl.keystore.location": str(keystore), "ssl.keystore.password": "store-secret",
+              "ssl.key.password": "key-secret"}
+    topic = unique_topic("jks")
+    with KafkaProducer(config) as p:
+        assert p.send(ProducerRecord(topic, b"from-jks")).result(30).offset >= 0
+    assert not list(Path(tempfile.gettempdir()).glob("kprod-keystore-*"))  # the key's temporary file is gone
+    messages = consume_all(bootstrap, topic, 1, overrides={
+        "security.protocol": "ssl", "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)})
+    assert [m.value() for m in messages] == [b"from-jks"]
+    # As in Java: a truststore read without its password (no integrity check), and a
+    # JKS file under ssl.*.type=PKCS12 (keystore.type.compat reads either kind).
+    config.pop("ssl.truststore.password")
+    with KafkaProducer({**config, "ssl.truststore.type": "PKCS12", "ssl.keystore.type": "PKCS12"}) as p:
+        assert p.send(ProducerRecord(topic, b"again")).result(30).offset >= 0
+
+
+@needs_keytool
+def test_pkcs12_store_under_the_default_type(mtls, pki, tmp_path):
+    """A PKCS12 truststore with no ssl.truststore.type: Java's default, JKS, reads it."""
+    bootstrap, cert, key = mtls
+    truststore = tmp_path / "truststore.p12"
+    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
+             "-storetype", "PKCS12", "-storepass", "changeit")
+    keystore = tmp_path / "client.pem"
+    keystore.write_bytes(key.read_bytes() + cert.read_bytes())
+    config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
+              "ssl.truststore.location": str(truststore), "ssl.truststore.password": "changeit",
+              "ssl.keystore.location": str(keystore)}  # a PEM keystore, under the default type too
+    with KafkaProducer(config) as p:
+        assert p.send(ProducerRecord(unique_topic("p12-default"), b"x")).result(30).offset >= 0
+
+
 def test_store_errors_name_the_setting_and_hide_the_password(pki, tmp_path):
     base = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}
     truststore = tmp_path / "t.p12"
@@ -149,17 +213,31 @@ def test_store_errors_name_the_setting_and_hide_the_password(pki, tmp_path):
     cases = [
         ({"ssl.truststore.location": str(truststore), "ssl.truststore.type": "PKCS12",
           "ssl.truststore.password": "wrong-one"}, "ssl.truststore.location.*ssl.truststore.password"),
-        ({"ssl.truststore.location": str(truststore)}, "is not PEM.*ssl.truststore.type=PKCS12"),
+        ({"ssl.truststore.location": str(truststore)}, "ssl.truststore.location.*missing ssl.truststore.password"),
+        ({"ssl.truststore.location": str(truststore), "ssl.truststore.type": "PEM"},
+         "is a PKCS12 store, not PEM; set ssl.truststore.type=PKCS12"),
+        ({"ssl.truststore.location": str(pki.ca), "ssl.truststore.type": "PKCS12"},
+         "ssl.truststore.location.*if it is PEM, set ssl.truststore.type=PEM"),
         ({"ssl.keystore.location": str(truststore), "ssl.keystore.type": "PKCS12",
           "ssl.keystore.password": "right-one"}, "ssl.keystore.location.*no private key"),
-        ({"ssl.truststore.type": "JKS"}, "ssl.truststore.type.*keytool -importkeystore"),
+        ({"ssl.truststore.type": "BKS"}, "ssl.truststore.type: expected JKS, PKCS12 or PEM"),
     ]
-    if shutil.which("keytool"):
-        jks = tmp_path / "t.jks"
-        _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(jks),
-                 "-storetype", "JKS", "-storepass", "changeit")
-        cases.append(({"ssl.truststore.location": str(jks)}, "is a JKS store.*keytool -importkeystore"))
+    if shutil.which("keytool") or os.environ.get("CI"):
+        jks_truststore, jks_keystore = _jks_stores(pki, tmp_path)
+        good = {"ssl.keystore.location": str(jks_keystore), "ssl.keystore.password": "store-secret"}
+        cases += [
+            ({"ssl.truststore.location": str(jks_truststore), "ssl.truststore.password": "wrong-one"},
+             "ssl.truststore.location.*as JKS.*ssl.truststore.password"),
+            ({"ssl.truststore.location": str(jks_truststore), "ssl.truststore.type": "PEM"},
+             "is a JKS store, not PEM; set ssl.truststore.type=JKS"),
+            ({**good, "ssl.keystore.password": "wrong-one"}, "ssl.keystore.location.*ssl.keystore.password"),
+            ({**good, "ssl.key.password": "wrong-one"}, "ssl.keystore.location.*wrong or missing ssl.key.password"),
+            (good, r"ssl.keystore.location.*ssl.key.password \(or ssl.keystore.password\)"),
+            ({"ssl.keystore.location": str(jks_truststore), "ssl.keystore.password": "trust-secret"},
+             "ssl.keystore.location.*no private key"),
+        ]
     for settings, named in cases:
         with pytest.raises(ConfigError, match=named) as info:
             KafkaProducer({**base, **settings})
-        assert "wrong-one" not in str(info.value) and "right-one" not in str(info.value)
+        for secret in ("wrong-one", "right-one", "store-secret", "key-secret", "trust-secret"):
+            assert secret not in str(info.value)

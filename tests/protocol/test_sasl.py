@@ -8,7 +8,7 @@ import scramp
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_body
-from spark_sink.protocol.sasl import Plain, SaslError, Scram, mechanism
+from spark_sink.protocol.sasl import Gssapi, Plain, SaslError, Scram, mechanism
 
 
 def test_scram_sha_256_matches_rfc_7677_example():
@@ -115,3 +115,48 @@ def test_oauthbearer_acknowledges_the_brokers_error_with_one_control_a():
         client.respond(b"more")
     with pytest.raises(ValueError, match="extension name 'auth'"):
         OAuthBearer("tok", {"auth": "x"})
+
+
+class _ScriptedContext:
+    """A GSS-API context that completes on the server's first token and wraps by prefixing
+    "W:" (the GSS-API calls themselves run against a real KDC in
+    tests/producer/test_kerberos.py); this checks the RFC 4752 steps around them."""
+
+    def __init__(self, final_token: bytes | None = None) -> None:
+        self.complete = False
+        self._final_token = final_token
+
+    def step(self, token: bytes) -> bytes | None:
+        assert token == b"AP-REP"
+        self.complete = True
+        return self._final_token
+
+    def unwrap(self, message: bytes) -> bytes:
+        assert message.startswith(b"W:")
+        return message[2:]
+
+    def wrap(self, message: bytes) -> bytes:
+        return b"W:" + message
+
+
+def test_gssapi_chooses_no_security_layer_as_rfc_4752_lays_it_out():
+    exchange = Gssapi(_ScriptedContext(), b"AP-REQ", hint="h")
+    assert exchange.first_token() == b"AP-REQ"
+    assert exchange.respond(b"AP-REP") == b""  # context complete, nothing to send: ask for the offer
+    # The offer: every layer (none, integrity, confidentiality), 64 KiB buffers. The answer:
+    # no layer, a zero buffer size, no authorization id.
+    assert exchange.respond(b"W:\x07\x01\x00\x00") == b"W:\x01\x00\x00\x00"
+    assert exchange.respond(b"") is None
+    with pytest.raises(SaslError, match="after the exchange completed"):
+        exchange.respond(b"more")
+    # A context whose last step has a token sends it instead of the empty response.
+    assert Gssapi(_ScriptedContext(b"last"), b"AP-REQ", hint="h").respond(b"AP-REP") == b"last"
+
+
+@pytest.mark.parametrize("offer, match", [(b"W:\x06\x01\x00\x00", "requires a SASL security layer"),
+                                          (b"W:\x01\x00", "has 2 bytes, expected 4")])
+def test_gssapi_refuses_an_offer_without_the_no_layer_choice(offer, match):
+    exchange = Gssapi(_ScriptedContext(), b"AP-REQ", hint="h")
+    exchange.respond(b"AP-REP")
+    with pytest.raises(SaslError, match=match):
+        exchange.respond(offer)
