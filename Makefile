@@ -14,7 +14,8 @@ $(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
 	@# Where PYTHONDONTWRITEBYTECODE is set, as on the CI machine, no run writes any: each
 	@# of the suite's hundreds of Python processes would compile pyspark, pandas and pyarrow
 	@# from source again.
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	@# javaobj (pyjks's) ships a v3 module in Python 3.12 syntax that pyjks never imports.
+	$(PY) -m compileall -q -j 0 -x '/javaobj/v3/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $@
 
 venv: $(VENV)/.installed
