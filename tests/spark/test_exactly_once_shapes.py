@@ -10,6 +10,7 @@ import collections
 import json
 import os
 import random
+import threading
 
 import pytest
 from pyspark.sql import functions as F
@@ -20,6 +21,7 @@ from spark_sink.spark.exactly_once import PartlyCommittedError
 from spark_sink.spark.messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
+from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
 # A few random shapes in the suite; KPROD_SOAK=N tries N more (make soak).
@@ -247,40 +249,78 @@ def _committed_keys_by_value(bootstrap: str, topic: str, expected: int) -> list[
 
 
 @pytest.mark.parametrize("seed", range(SHAPES))
-def test_random_shapes_and_failures(spark, kafka, seed):
-    """Random partition counts (many empty or skewed) and a task failing at a random point:
-    the write is all there exactly once, or (when a task failed) nothing of it is."""
+def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
+    """Random shapes (partition counts, many empty or skewed tasks, waves of more tasks than
+    cores), timings (tasks that pause with their transaction open, a
+    transaction.timeout.ms close to the write's length) and failures (a task raising in
+    Python or in the JVM, before or after others reported, a writer SIGKILLed at a random
+    moment): the write is all there exactly once, or nothing of it is and nothing stays
+    open; a write that outlasted its timeout, run again as a scheduler would, is there once."""
     rng = random.Random(seed)
     partitions = rng.choice([1, 2, 7, 24])
     tasks = rng.choice([1, 3, 8, 40])
-    rows = rng.choice([0, 1, 5, 300, 3000])
+    rows = rng.choice([0, 1, 5, 300, 3000, 30000])
     skew = rng.random() < 0.5
-    fail_task = rng.randrange(tasks) if rng.random() < 0.4 else -1
+    fault = rng.choice(["none", "none", "python", "jvm", "kill"])
+    fail_task = rng.randrange(tasks)
     fail_after = rng.randrange(3)
+    pauses = {rng.randrange(max(rows, 1)): rng.choice([500, 1500, 3000]) for _ in range(rng.randrange(3))}
+    timeout_ms = rng.choice([None, None, 3000, 6000])
+    kill_after_s = rng.uniform(0.5, 6.0)
+    shape = dict(partitions=partitions, tasks=tasks, rows=rows, skew=skew, fault=fault, fail_task=fail_task,
+                 pauses=pauses, timeout_ms=timeout_ms)
+    print("shape:", shape)
     topic = create_topic(kafka.bootstrap, unique_topic(f"eos-rand{seed}"), partitions=partitions)
-    schema = "key string, value string"
 
-    def shaped(batches):
+    def python_fault(batches):
         from pyspark import TaskContext
 
+        failing = fault == "python" and TaskContext.get().partitionId() == fail_task
         for i, batch in enumerate(batches):
-            if TaskContext.get().partitionId() == fail_task and i == fail_after:
+            if failing and i == fail_after:
                 raise RuntimeError("injected failure")
             yield batch
-        if TaskContext.get().partitionId() == fail_task:
+        if failing:
             raise RuntimeError("injected failure")
 
     ids = spark.range(rows, numPartitions=tasks)
     if skew:  # most rows in one task
         ids = ids.repartitionByRange(tasks, F.when(F.col("id") % 10 == 0, F.col("id")).otherwise(F.lit(0)))
-    df = ids.select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")).mapInArrow(shaped, schema)
-    print("shape:", dict(partitions=partitions, tasks=tasks, rows=rows, skew=skew, fail_task=fail_task))
+    value = F.lit("v")
+    for row, ms in pauses.items():  # in the JVM: the rows before it reach the sink meanwhile
+        value = F.when(F.col("id") == row, F.concat(F.lit("v"), jvm_sleep(ms))).otherwise(value)
+    if fault == "jvm" and rows:
+        value = F.when(F.col("id") == rng.randrange(rows), F.raise_error(F.lit("injected failure"))).otherwise(value)
+    df = ids.select(F.col("id").cast("string").alias("key"), value.alias("value"))
+    if fault == "python":
+        df = df.mapInArrow(python_fault, "key string, value string")
+    options = {"kafka.batch.size": str(rng.choice([1000, 1000000])), "kafka.buffer.memory": "262144"}
+    if timeout_ms:
+        options["kafka.transaction.timeout.ms"] = str(timeout_ms)
+    sentinels = partitions  # each assert_nothing_left_open adds one per partition
+    killer = None
+    if fault == "kill":
+        killer = threading.Timer(kill_after_s, kill_writer, (kafka_proxy.proxy.port, rng))
+        killer.start()
     # (Spark runs no Python for an empty partition: a failure planned there does not happen.)
     try:
-        _write(df, kafka.bootstrap, topic, **{"kafka.batch.size": str(rng.choice([1000, 1000000]))})
+        _write(df, kafka_proxy.bootstrap, topic, **options)
         expected = {str(i) for i in range(rows)}
     except Exception as exc:  # noqa: BLE001
-        assert fail_task >= 0 and "injected failure" in str(exc), exc
-        expected = set()
+        text = str(exc)
+        assert ("injected failure" in text or "outlasted its transactions' timeout" in text
+                or fault == "kill"), text[:3000]
+        assert_nothing_left_open(kafka.bootstrap, topic, partitions)
+        _exactly(_committed_keys(kafka.bootstrap, topic, partitions), set())
+        if "outlasted" not in text:
+            return
+        sentinels += partitions
+        _write(df, kafka.bootstrap, topic, **{k: v for k, v in options.items() if "timeout" not in k})
+        expected = {str(i) for i in range(rows)}
+    finally:
+        if killer is not None:
+            killer.cancel()
+            killer.join()
     assert_nothing_left_open(kafka.bootstrap, topic, partitions)
-    _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + partitions), expected)
+    _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
+

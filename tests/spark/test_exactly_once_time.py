@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import signal
 import time
 
 import pytest
@@ -22,6 +20,7 @@ from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEnded
 from spark_sink.spark.messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce, parse_options
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
 
@@ -49,23 +48,19 @@ def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config
 # -- a write that outlasts transaction.timeout.ms --------------------------------------
 
 
-def _slow_tasks(seconds: float):
-    """mapInArrow: each task hands its rows to the sink at once, then takes ``seconds``."""
-    def run(batches):
-        yield from batches
-        time.sleep(seconds)
-    return run
-
-
 def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_writes_it_once(spark, kafka):
-    """Four tasks on local[2], each 3 s: the first wave's transactions wait ~6 s for the
-    last task, longer than kafka.transaction.timeout.ms=4000. The write fails saying so,
-    nothing of it is visible, nothing stays open, and the same write run again (at the
-    default, the broker's transaction.max.timeout.ms) is visible exactly once."""
+    """Four tasks on local[2], each pausing 3 s half-way with its transaction open: the
+    first wave's transactions wait ~7 s for the last task, longer than
+    kafka.transaction.timeout.ms=4000. The write fails saying so, nothing of it is visible,
+    nothing stays open, and the same write run again (at the default, the broker's
+    transaction.max.timeout.ms) is visible exactly once."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-outlast"), partitions=2)
-    df = (spark.range(2000, numPartitions=4).select(F.col("id").cast("string").alias("key"),
-                                                    F.col("id").cast("string").alias("value"))
-          .mapInArrow(_slow_tasks(3.0), "key string, value string"))
+    rows, per_task = 80_000, 20_000
+    halfway = F.col("id") % per_task == per_task // 2
+    df = spark.range(rows, numPartitions=4).select(
+        F.col("id").cast("string").alias("key"),
+        F.when(halfway, F.concat(F.col("id").cast("string"), jvm_sleep(3000))).otherwise(
+            F.col("id").cast("string")).alias("value"))
 
     def write(**options: str) -> None:
         writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap)
@@ -83,8 +78,8 @@ def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_wr
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
     assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
     write()
-    values = [v for v in _committed_values(kafka.bootstrap, topic, 2000 + 2) if v != "sentinel"]
-    assert collections.Counter(values) == collections.Counter(str(i) for i in range(2000))
+    values = [v for v in _committed_values(kafka.bootstrap, topic, rows + 2) if v != "sentinel"]
+    assert collections.Counter(values) == collections.Counter(str(i) for i in range(rows))
 
 
 def test_an_exactly_once_batch_write_takes_the_brokers_longest_transaction_timeout(kafka):
@@ -128,17 +123,6 @@ def _wait_for_any_record(bootstrap: str, topic: str, timeout_s: float = 60.0) ->
         view.close()
 
 
-def _kill_writer_connected_to(port: int) -> int:
-    """SIGKILL the one Spark Python worker (under this test process's Spark JVM) running
-    kprod with a connection to ``port``, as an out-of-memory kill would."""
-    from tests import procs
-
-    writers = procs.connected_to([p for p in procs.descendants(os.getpid()) if procs.loads_kprod(p)], port)
-    assert len(writers) == 1, f"expected one kprod writer connected to port {port}, found {writers}"
-    os.kill(writers[0], signal.SIGKILL)
-    return writers[0]
-
-
 def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_path):
     """The default prefix (from the query id, which the driver does not know): one task has
     sent rows in an open transaction when its writer is SIGKILLed (as an out-of-memory kill
@@ -152,8 +136,8 @@ def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark,
     (source / "b.json").write_text(json.dumps({"id": -1}) + "\n")
     # Pauses inside the JVM, which hands the sink the rows before them (a Python UDF would
     # hand over its output only once done): the first task holds its open transaction.
-    value = (F.when(F.col("id") == 20_000, F.concat(F.lit("v"), _jvm_sleep(60_000)))
-             .when(F.col("id") == -1, F.concat(_jvm_sleep(8_000), F.raise_error(F.lit("poison row -1"))))
+    value = (F.when(F.col("id") == 20_000, F.concat(F.lit("v"), jvm_sleep(60_000)))
+             .when(F.col("id") == -1, F.concat(jvm_sleep(8_000), F.raise_error(F.lit("poison row -1"))))
              .otherwise(F.lit("v")))
     rows = spark.readStream.schema("id LONG").json(str(source)).select(
         F.col("id").cast("string").alias("key"), value.alias("value"))
@@ -165,16 +149,11 @@ def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark,
              .option("kafka.transaction.timeout.ms", "600000")
              .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
     _wait_for_any_record(kafka.bootstrap, topic)
-    _kill_writer_connected_to(kafka_proxy.proxy.port)
+    kill_writer(kafka_proxy.proxy.port)
     with pytest.raises(Exception, match="poison row|Python worker exited|EOFError|crashed|Connection reset"):
         query.awaitTermination(120)
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
     assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
-
-
-def _jvm_sleep(ms: int):
-    """An empty string, made after the JVM thread sleeps ``ms``."""
-    return F.substring(F.expr(f"reflect('java.lang.Thread', 'sleep', {ms}L)"), 1, 0)
 
 
 def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
