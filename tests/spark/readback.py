@@ -67,16 +67,17 @@ class CommittedView:
         self.consumer.close()
 
 
-def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int) -> None:
+def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int, within_s: float = 10.0) -> None:
     """A plain record produced now to every partition is visible to read_committed within
-    seconds: no transaction before it holds the last stable offset back."""
+    ``within_s``: no transaction before it holds the last stable offset back."""
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
         for partition in range(partitions):
             p.send(ProducerRecord(topic, b"sentinel", key=b"sentinel-%d" % partition, partition=partition))
         p.flush(30)
     t = CommittedView(bootstrap, topic, "read_committed")
     try:
-        for _ in range(20):
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
             t.poll(0.5)
             if sum(k.startswith("sentinel") for k in t.keys) == partitions:
                 return

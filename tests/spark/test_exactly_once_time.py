@@ -152,7 +152,27 @@ def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark,
     kill_writer(kafka_proxy.proxy.port)
     with pytest.raises(Exception, match="poison row|Python worker exited|EOFError|crashed|Connection reset"):
         query.awaitTermination(120)
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    assert_nothing_left_open(kafka.bootstrap, topic, 2, within_s=5.0)
+    assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
+
+
+def test_query_stop_in_the_middle_of_a_microbatch_leaves_nothing_open(spark, kafka, tmp_path):
+    """query.stop() while a task holds an open transaction with rows in it: the microbatch
+    is not committed, and nothing of it holds read_committed readers back."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-stop"), partitions=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.json").write_text("\n".join(json.dumps({"id": i}) for i in range(30_000)) + "\n")
+    value = F.when(F.col("id") == 20_000, F.concat(F.lit("v"), jvm_sleep(60_000))).otherwise(F.lit("v"))
+    rows = spark.readStream.schema("id LONG").json(str(source)).select(
+        F.col("id").cast("string").alias("key"), value.alias("value"))
+    query = (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", kafka.bootstrap)
+             .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
+             .option("kafka.buffer.memory", "262144").option("kafka.transaction.timeout.ms", "600000")
+             .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    _wait_for_any_record(kafka.bootstrap, topic)
+    query.stop()
+    assert_nothing_left_open(kafka.bootstrap, topic, 2, within_s=5.0)
     assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
 
 
