@@ -29,7 +29,7 @@ from spark_sink.producer.errors import (
     BrokersUnreachableError, BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
     RecordTooLargeError, SerializationError, UnknownTopicError,
 )
-from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
@@ -356,7 +356,8 @@ class KafkaProducer:
         # Every check runs on the whole input before any row is queued.
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
-            ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits, now_ms=int(time.time() * 1000))
+            ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
+            now_ms=int(time.time() * 1000))
         future = ArrowSendFuture()
         # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
         # that the reservation never waits for more than a quarter of it.
@@ -442,6 +443,10 @@ class KafkaProducer:
         try:
             return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
                                                  lambda: self._client.authentication_error)
+        except UnknownTopicError:
+            # The brokers said so for a while: no point waiting out max.block.ms.
+            raise UnknownTopicError(unknown_topic_message(
+                topic, self.config, f"{UNKNOWN_TOPIC_GRACE_MS} ms of UNKNOWN_TOPIC_OR_PARTITION answers")) from None
         except KafkaTimeoutError:
             waited = f"{self.config.max_block_ms} ms (max.block.ms)"
             if not self._metadata.nodes:
