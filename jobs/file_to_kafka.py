@@ -82,6 +82,9 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[int, float]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Before Kafka and Spark start (20 s on a small machine): a path without a known
+    # extension needs --format, and saying so should not wait for them.
+    args.format = _format(args)
     _common.setup_logging()
     with _common.kafka_cluster(args) as bootstrap:
         rows, seconds = run(args, bootstrap)

@@ -1,10 +1,11 @@
 """kprod-broker: a local Apache Kafka (one KRaft node) for development.
 
-    kprod-broker [--partitions 6] [--kafka-version 4.3.1]
+    kprod-broker [--partitions 6] [--kafka-version 4.3.1] [--no-auto-create-topics]
 
 Prints the node's bootstrap address on stdout (one line, for scripts), what it is on
 stderr, and runs until Ctrl-C (or SIGTERM), which stops the JVM and deletes its data.
-Topics are created on first use. The jars are fetched once into ~/.cache/kprod.
+Topics are created on first use, unless --no-auto-create-topics (as on most production
+clusters: writing to a topic nobody created is then an error). The jars are fetched once into ~/.cache/kprod.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-version", default=KAFKA_VERSION, metavar="VERSION",
                         help="Apache Kafka release, 3.6 or newer (default: %(default)s)")
     parser.add_argument("--heap", default="1g", help="the JVM's heap (default: %(default)s)")
+    parser.add_argument("--no-auto-create-topics", dest="auto_create", action="store_false",
+                        help="the broker creates no topic on first use (auto.create.topics.enable=false)")
     args = parser.parse_args(argv)
     if args.partitions < 1:
         parser.error(f"--partitions must be at least 1, got {args.partitions}")
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     # This process is the command, not a library: SIGTERM stops it as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        cluster = start_local_kafka(partitions=args.partitions, heap=args.heap, version=args.kafka_version)
+        cluster = start_local_kafka(partitions=args.partitions, heap=args.heap, version=args.kafka_version,
+                                    config={"auto.create.topics.enable": str(args.auto_create).lower()})
     except KafkaUnavailableError as exc:
         print(f"kprod-broker: {exc}", file=sys.stderr)
         return 1
@@ -41,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         print(cluster.bootstrap, flush=True)
+        topics = (f"topics are created on first use with {args.partitions} partitions" if args.auto_create
+                  else "topics are not created on first use (create them first)")
         print(f"kprod-broker: Apache Kafka {args.kafka_version} (one KRaft node) at {cluster.bootstrap}; "
-              f"topics are created on first use with {args.partitions} partitions; Ctrl-C stops it",
+              f"{topics}; Ctrl-C stops it",
               file=sys.stderr, flush=True)
         code = cluster.nodes[0].process.wait()
         print(f"kprod-broker: Kafka exited with code {code}; its log ends:\n{cluster.nodes[0].log_tail()}",

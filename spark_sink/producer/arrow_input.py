@@ -18,7 +18,7 @@ from spark_sink.encoder.columnar import (
     value_lengths,
 )
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
-from spark_sink.producer.partitioner import murmur2_array, partition_for_hash
+from spark_sink.producer.partitioner import RowPartitioner, murmur2_array, partition_for_hash
 from spark_sink.protocol.compression import compressed_bound, largest_input
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
@@ -188,7 +188,8 @@ def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
 
 def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
                     partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
-                    ignore_keys: bool, limits: SendLimits, now_ms: int) -> list[TopicRows]:
+                    ignore_keys: bool, limits: SendLimits, now_ms: int,
+                    partitioner: RowPartitioner | None = None) -> list[TopicRows]:
     """Check all of ``data`` (columns, each row's record size, explicit partitions), split
     its rows per topic and pick each row's partition (input order kept)."""
     if not isinstance(data, (pa.RecordBatch, pa.Table)):
@@ -235,7 +236,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         t_values, t_keys, t_headers = take(values), take(keys), take(headers)
         t_ts = timestamps if rows is None else timestamps[rows]
         count = partition_count(topic)
-        parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys, batch_size, sticky_partition)
+        parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys, batch_size, sticky_partition,
+                            partitioner)
         one = int(parts[0]) if (parts == parts[0]).all() else None
         out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, parts if one is None else one, count))
     return out
@@ -258,9 +260,11 @@ def _check_record_sizes(keys: pa.Array | None, values: pa.Array, headers: pa.Arr
 
 
 def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array,
-                ignore_keys: bool, batch_size: int, sticky: Callable[[str, int], int]) -> np.ndarray:
-    """Partition of every row: explicit, else murmur2 of the key, else sticky runs."""
-    hashed = keys is not None and not ignore_keys
+                ignore_keys: bool, batch_size: int, sticky: Callable[[str, int], int],
+                partitioner: RowPartitioner | None = None) -> np.ndarray:
+    """Partition of every row: explicit, else partitioner.class's choice if one is set,
+    else murmur2 of the key, else sticky runs."""
+    hashed = keys is not None and not ignore_keys and partitioner is None
     if hashed and explicit is None and not keys.null_count:  # the common case: every row by its key
         return partition_for_hash(murmur2_array(keys).astype(np.int64), count)
     n = len(values)
@@ -273,6 +277,11 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
             raise InvalidPartitionError(
                 f"column 'partition' has {p} for topic {topic!r}, which has {count} partitions (0..{count - 1})")
         parts[:] = given
+    if partitioner is not None:
+        todo = np.flatnonzero(parts < 0)
+        if len(todo):
+            parts[todo] = partitioner.partition_rows(topic, count, keys, values, todo)
+        return parts
     if hashed:
         todo = (parts < 0) & ~as_numpy(keys.is_null())
         if todo.any():

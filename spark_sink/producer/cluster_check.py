@@ -11,6 +11,7 @@ from typing import Any
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import BrokersUnreachableError, UnknownTopicError
+from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
     NO_ERROR, LeaderNotAvailableError, UnknownTopicOrPartitionError, error_for_code,
@@ -20,10 +21,8 @@ from spark_sink.protocol.messages import ApiKey
 # Errors of a topic that exists (or is being created on first use): a write would go on.
 _TOPIC_EXISTS = frozenset({NO_ERROR, LeaderNotAvailableError.code})
 
-# Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the very request that makes it create a topic
-# on first use (auto.create.topics.enable): a topic is unknown only if it still is when
-# asked again over this long.
-_UNKNOWN_TOPIC_GRACE_MS = 2_000
+# A topic is unknown only if it still is when asked again over this long (see metadata).
+_UNKNOWN_TOPIC_GRACE_MS = UNKNOWN_TOPIC_GRACE_MS
 
 
 def bootstrap_text(config: ProducerConfig) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_sink.producer.errors import ConfigError
+from spark_sink.producer.partitioner import BUILTIN, JAVA_PARTITIONERS, UNIFORM_STICKY, import_partitioner
 from spark_sink.protocol.compression import CODECS_BY_NAME, DEFAULT_LEVELS, LEVEL_RANGES, Codec
 from spark_sink.protocol.sasl import MECHANISMS as SASL_MECHANISMS
 
@@ -174,6 +175,25 @@ def _callable_or_none(key: str, value: Any) -> Callable | None:
     if value is None or callable(value):
         return value
     raise ConfigError(f"{key}: expected a callable or None, got {type(value).__name__}")
+
+
+def _partitioner(key: str, value: Any) -> str | Callable | None:
+    """None (the built-in partitioner), a Java built-in class name (as kprod's name for
+    it), a callable, or the import path of a Python callable, imported here so that a bad
+    one fails where the settings are checked (the Spark driver)."""
+    if value is None or value == "" or callable(value):
+        return value or None
+    text = _str(key, value).strip()
+    if text in JAVA_PARTITIONERS:
+        return None if JAVA_PARTITIONERS[text] == BUILTIN else JAVA_PARTITIONERS[text]
+    try:
+        import_partitioner(text)
+    except Exception as exc:  # noqa: BLE001 - whatever importing it raised, said in words
+        raise ConfigError(
+            f"{key}: {text!r} is not a Python callable kprod can import ({type(exc).__name__}: {exc}). kprod runs "
+            f"no Java classes: give {', '.join(JAVA_PARTITIONERS)}, or a Python function as 'package.module:function' "
+            "taking (topic, key, value, num_partitions) and returning the partition") from None
+    return text
 
 
 def _interceptors(key: str, value: Any) -> tuple:
@@ -359,6 +379,7 @@ _KEYS: tuple[_Key, ...] = (
     _Key("partitioner.ignore.keys", False, _bool, "spread keyed records like keyless ones"),
     _Key("partitioner.adaptive.partitioning.enable", True, _bool, "records without keys go less often to partitions whose brokers fall behind (KIP-794)"),
     _Key("partitioner.availability.timeout.ms", 0, _int(0), "skip a partition whose leader took nothing for this long (0: never)"),
+    _Key("partitioner.class", None, _partitioner, "Java's built-in partitioner classes, or a Python callable (topic, key, value, num_partitions) -> partition, or its 'module:function'"),
     _Key("interceptors", (), _interceptors, "objects with on_send/on_acknowledgement"),
     _Key("key.serializer", None, _callable_or_none, "callable turning a key into bytes"),
     _Key("value.serializer", None, _callable_or_none, "callable turning a value into bytes"),
@@ -429,6 +450,7 @@ class ProducerConfig:
     partitioner_ignore_keys: bool
     partitioner_adaptive_partitioning_enable: bool
     partitioner_availability_timeout_ms: int
+    partitioner_class: str | Callable | None  # None: the built-in partitioner
     interceptors: tuple
     key_serializer: Callable[[Any], bytes] | None
     value_serializer: Callable[[Any], bytes] | None
@@ -498,6 +520,9 @@ class ProducerConfig:
         # Defaults that are strings go through their parser too, so types are uniform.
         values["acks"] = _acks("acks", values["acks"])
         values["enable_idempotence"] = _resolve_idempotence(settings, values)
+        if values["partitioner_class"] == UNIFORM_STICKY:
+            # Java's UniformStickyPartitioner is the built-in one ignoring keys.
+            values["partitioner_class"], values["partitioner_ignore_keys"] = None, True
         _check_sasl(values)
         if values["delivery_timeout_ms"] < values["linger_ms"] + values["request_timeout_ms"]:
             raise ConfigError(

@@ -12,15 +12,22 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.protocol.errors import (
-    NO_ERROR, InvalidTopicException, KafkaError, TopicAuthorizationFailedError, error_for_code,
+from spark_sink.producer.errors import KafkaTimeoutError, UnknownTopicError
+from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+    NO_ERROR, InvalidTopicException, KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
+    error_for_code,
 )
 
 log = logging.getLogger(__name__)
 
 # Errors a topic can report that will not go away by waiting.
 _FATAL_TOPIC_ERRORS = (InvalidTopicException, TopicAuthorizationFailedError)
+
+# Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the very request that makes it create a topic
+# on first use (auto.create.topics.enable), then LEADER_NOT_AVAILABLE until its leaders are
+# elected: a topic still answered unknown this long after the first such answer does not
+# exist and will not be created by asking. Java waits max.block.ms (60 s) instead.
+UNKNOWN_TOPIC_GRACE_MS = 2_000
 
 
 class Metadata:
@@ -38,9 +45,12 @@ class Metadata:
         self.leaders: dict[str, list[int]] = {}
         self.topics: set[str] = set()
         self.topic_errors: dict[str, KafkaError] = {}
+        # topic -> monotonic time of the first of the answers in a row that said it is unknown
+        self._unknown_since: dict[str, float] = {}
         self.version = 0
         self._need_update = True
         self._last_refresh_ms = -1e18
+        self._last_refresh_s = 0.0  # monotonic time of the last response applied
         self._last_attempt_ms = -1e18
 
     # -- readers --------------------------------------------------------------
@@ -71,7 +81,9 @@ class Metadata:
     def wait_for_topic(self, topic: str, max_block_ms: float, wakeup: Callable[[], None],
                        fatal: Callable[[], Exception | None] = lambda: None) -> int:
         """Partition count of ``topic``, fetching metadata and waiting up to max.block.ms;
-        ``fatal()`` returning an error (failed authentication) ends the wait with it."""
+        ``fatal()`` returning an error (failed authentication) ends the wait with it, and
+        a topic the brokers kept answering unknown for UNKNOWN_TOPIC_GRACE_MS ends it with
+        UnknownTopicError."""
         deadline = time.monotonic() + max_block_ms / 1000.0
         with self._cond:
             while True:
@@ -84,6 +96,10 @@ class Metadata:
                 error = self.topic_errors.get(topic)
                 if isinstance(error, _FATAL_TOPIC_ERRORS):
                     raise type(error)(f"topic {topic!r}: {error.message or error.name}")
+                since = self._unknown_since.get(topic)
+                if since is not None and self._last_refresh_s - since >= UNKNOWN_TOPIC_GRACE_MS / 1000:
+                    raise UnknownTopicError(f"topic {topic!r} does not exist (answered UNKNOWN_TOPIC_OR_PARTITION "
+                                            f"for {UNKNOWN_TOPIC_GRACE_MS} ms)")
                 if topic not in self.topics:
                     self.topics.add(topic)
                 self._last_used[topic] = time.monotonic() * 1000.0
@@ -138,6 +154,7 @@ class Metadata:
         leaders: dict[str, list[int]] = dict(self.leaders)
         errors: dict[str, KafkaError] = {}
         need_update = False
+        received = time.monotonic()
         for topic in body["topics"]:
             name = topic["name"]
             error = error_for_code(topic["error_code"], f"metadata for topic {name!r}")
@@ -153,10 +170,14 @@ class Metadata:
                 if leader_list[p["partition_index"]] < 0:
                     need_update = True
             leaders[name] = leader_list
+        unknown = {name: self._unknown_since.get(name, received)
+                   for name, error in errors.items() if isinstance(error, UnknownTopicOrPartitionError)}
         with self._cond:
             self.nodes = nodes
             self.leaders = leaders
             self.topic_errors = errors
+            self._unknown_since = unknown
+            self._last_refresh_s = received
             self.version += 1
             self._need_update = need_update
             self._last_refresh_ms = now

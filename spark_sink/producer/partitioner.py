@@ -24,6 +24,7 @@ from murmurhash2 import murmurhash2 as _c_murmurhash2
 
 from spark_sink.encoder import kernels
 from spark_sink.encoder.columnar import as_binary, as_numpy, binary_offsets
+from spark_sink.producer.errors import InvalidPartitionError
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without
@@ -143,3 +144,87 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     hashes = np.empty(len(keys), np.uint32)
     kernels.compiled().murmur2_rows(data, offsets, nulls, SEED, hashes)
     return hashes.view(np.int32)
+
+
+# Java's built-in partitioner classes, by the name a Java job sets in partitioner.class,
+# and what kprod does for each. DefaultPartitioner and UniformStickyPartitioner are gone
+# from Kafka 4 but still set by older jobs; the built-in partitioner does what they did
+# (UniformStickyPartitioner is Java's partitioner.ignore.keys=true).
+BUILTIN = "builtin"
+UNIFORM_STICKY = "uniform-sticky"
+ROUND_ROBIN = "round-robin"
+JAVA_PARTITIONERS: dict[str, str] = {
+    "org.apache.kafka.clients.producer.internals.DefaultPartitioner": BUILTIN,
+    "org.apache.kafka.clients.producer.UniformStickyPartitioner": UNIFORM_STICKY,
+    "org.apache.kafka.clients.producer.RoundRobinPartitioner": ROUND_ROBIN,
+}
+
+# A custom partitioner: ``partition(topic, key, value, num_partitions) -> int`` (key and
+# value as the bytes sent, or None), Java's Partitioner.partition without the cluster.
+CustomPartitioner = Callable[[str, "bytes | None", "bytes | None", int], int]
+
+
+def import_partitioner(path: str) -> CustomPartitioner:
+    """The callable named ``package.module:function`` or ``package.module.function``.
+
+    Raises ImportError or AttributeError as importing does, TypeError if it is not callable."""
+    import importlib
+
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ImportError(f"{path!r} names no module")
+    target: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"{path!r} is a {type(target).__name__}, not a callable")
+    return target  # type: ignore[return-value]
+
+
+class RowPartitioner:
+    """``partitioner.class`` other than the built-in one: picks the partition of every
+    record without an explicit one, keyed or not.
+
+    ``round-robin`` is Java's RoundRobinPartitioner: a counter per topic, each record to
+    the next partition among those with a leader (all partitions when none has one);
+    anything else is a custom callable (see :data:`CustomPartitioner`)."""
+
+    def __init__(self, spec: str | CustomPartitioner, available: Callable[[str], list[int]]) -> None:
+        self._available = available
+        self._counters: dict[str, int] = {}
+        self._custom = None if spec == ROUND_ROBIN else spec if callable(spec) else import_partitioner(spec)
+        self.name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
+
+    def _round_robin(self, topic: str, count: int, n: int) -> np.ndarray:
+        start = self._counters.get(topic, 0)
+        self._counters[topic] = (start + n) & 0x7FFFFFFF  # Java's counter is an int, made positive
+        available = [p for p in self._available(topic) if p < count]
+        steps = np.arange(start, start + n, dtype=np.int64)
+        if available:
+            return np.asarray(available, np.int64)[steps % len(available)]
+        return steps % count
+
+    def partition(self, topic: str, key: bytes | None, value: bytes | None, count: int) -> int:
+        """The partition of one record (``send()``)."""
+        if self._custom is None:
+            return int(self._round_robin(topic, count, 1)[0])
+        return self._checked(topic, self._custom(topic, key, value, count), count)
+
+    def partition_rows(self, topic: str, count: int, keys: pa.Array | None, values: pa.Array,
+                       rows: np.ndarray) -> np.ndarray:
+        """The partitions of the rows ``rows`` of a ``send_arrow`` call, in order."""
+        if self._custom is None:
+            return self._round_robin(topic, count, len(rows))
+        # A Python call per row: a custom partitioner is Python code, as Java's is a class.
+        key_list = keys.take(pa.array(rows)).to_pylist() if keys is not None else [None] * len(rows)
+        value_list = as_binary(values).take(pa.array(rows)).to_pylist()
+        return np.fromiter((self._checked(topic, self._custom(topic, k, v, count), count)
+                            for k, v in zip(key_list, value_list)), np.int64, len(rows))
+
+    def _checked(self, topic: str, partition: object, count: int) -> int:
+        if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)) or not 0 <= partition < count:
+            raise InvalidPartitionError(f"partitioner.class {self.name} returned {partition!r} for topic {topic!r}, "
+                                        f"which has {count} partitions (0..{count - 1})")
+        return int(partition)

@@ -29,10 +29,10 @@ from spark_sink.producer.errors import (
     BrokersUnreachableError, BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
     RecordTooLargeError, SerializationError, UnknownTopicError,
 )
-from spark_sink.producer.metadata import Metadata
+from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
-from spark_sink.producer.partitioner import StickyPartitions, murmur2_unsigned, partition_for_key
+from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
@@ -193,6 +193,8 @@ class KafkaProducer:
         self._sticky = StickyPartitions(self._metadata.available_partitions,
                                         self._partition_load if c.partitioner_adaptive_partitioning_enable else None,
                                         c.batch_size)
+        self._partitioner = (RowPartitioner(c.partitioner_class, self._metadata.available_partitions)
+                             if c.partitioner_class is not None else None)
         self._send_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_send"))
         self._ack_interceptors = tuple(i for i in c.interceptors if hasattr(i, "on_acknowledgement"))
         self._max_record_payload = min(c.max_request_size, c.buffer_memory) - _RECORD_FRAMING
@@ -201,7 +203,7 @@ class KafkaProducer:
         # send() may go the short way: no serializers, interceptors, ignored keys or
         # transaction (whose partitions are added as records go to them), not closed
         self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
-                           or c.transactional_id)
+                           or c.transactional_id or self._partitioner)
         self._sender.start()
 
     def _partition_load(self, topic: str, num_partitions: int) -> tuple[list[int], list[int], int] | None:
@@ -267,7 +269,9 @@ class KafkaProducer:
         partition = record.partition
         sticky = False
         if partition is None:
-            if key is not None and not c.partitioner_ignore_keys:
+            if self._partitioner is not None:
+                partition = self._partitioner.partition(topic, key, value, count)
+            elif key is not None and not c.partitioner_ignore_keys:
                 partition = partition_for_key(key, count)
             else:
                 sticky = True
@@ -352,7 +356,8 @@ class KafkaProducer:
         # Every check runs on the whole input before any row is queued.
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
-            ignore_keys=c.partitioner_ignore_keys, limits=self._arrow_limits, now_ms=int(time.time() * 1000))
+            ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
+            now_ms=int(time.time() * 1000))
         future = ArrowSendFuture()
         # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
         # that the reservation never waits for more than a quarter of it.
@@ -438,6 +443,10 @@ class KafkaProducer:
         try:
             return self._metadata.wait_for_topic(topic, self.config.max_block_ms, self._sender.wakeup,
                                                  lambda: self._client.authentication_error)
+        except UnknownTopicError:
+            # The brokers said so for a while: no point waiting out max.block.ms.
+            raise UnknownTopicError(unknown_topic_message(
+                topic, self.config, f"{UNKNOWN_TOPIC_GRACE_MS} ms of UNKNOWN_TOPIC_OR_PARTITION answers")) from None
         except KafkaTimeoutError:
             waited = f"{self.config.max_block_ms} ms (max.block.ms)"
             if not self._metadata.nodes:

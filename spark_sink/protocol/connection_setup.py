@@ -27,6 +27,7 @@ from typing import Any
 
 from spark_sink.protocol import sasl
 from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+    IllegalSaslStateError,
     KProdError,
     UnsupportedSaslMechanismError,
     UnsupportedVersionError,
@@ -259,6 +260,10 @@ class ConnectionSetup:
             offered = ", ".join(body["mechanisms"] or ()) or "none"
             return Event.MECHANISM_REFUSED, (f"sasl.mechanism {self._exchange.name} is not enabled on the broker; "
                                              f"it offers {offered}")
+        if code == IllegalSaslStateError.code:
+            # What a listener without SASL (PLAINTEXT or SSL) answers a SaslHandshake with.
+            return Event.HANDSHAKE_ERROR, ("SaslHandshake failed: ILLEGAL_SASL_STATE (is this a SASL listener? "
+                                           "a PLAINTEXT or SSL one answers so; check security.protocol)")
         if code:
             return Event.HANDSHAKE_ERROR, f"SaslHandshake failed: {error_for_code(code).name}"
         return Event.MECHANISM_ACCEPTED, self._exchange.first_token()

@@ -14,6 +14,7 @@ _EXPORTS = {
     "KProdCommitMessage": "spark_sink.spark.messages",
     "WriteSummary": "spark_sink.spark.messages",
     "KProdDataSource": "spark_sink.spark.source",
+    "use_session_in_this_thread": "spark_sink.spark.threads",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
@@ -22,3 +23,4 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 if TYPE_CHECKING:
     from spark_sink.spark.messages import KProdCommitMessage, WriteSummary
     from spark_sink.spark.source import KProdDataSource
+    from spark_sink.spark.threads import use_session_in_this_thread

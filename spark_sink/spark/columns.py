@@ -76,10 +76,6 @@ def _checked_field(f: StructField, name: str) -> pa.Field:
     try:
         check_arrow_column(name, arrow_type)
     except ColumnError as exc:
-        if name not in ACCEPTED:
-            raise ColumnError(
-                f"column {f.name!r} is not accepted by kprod; the columns are {', '.join(ACCEPTED)}. "
-                f"Put other columns into the value or a header, {_PACK_HINT}") from exc
         raise ColumnError(
             f"column {f.name!r} has type {f.dataType.simpleString()}; kprod accepts {ACCEPTED[name]} "
             f"({_HINTS[name]})") from exc
@@ -90,18 +86,29 @@ def plan_columns(schema: StructType, topic_option: str | None) -> ColumnPlan:
     """Check ``schema``; raise ColumnError naming the column and what is accepted."""
     seen: dict[str, str] = {}
     fields: list[pa.Field] = []
-    for f in schema.fields:
+    extra: list[int] = []
+    for i, f in enumerate(schema.fields):
         name = f.name.lower()
+        if name not in ACCEPTED:
+            # Spark's Kafka sink ignores every other column (select("*") brings many):
+            # so does kprod, which never sends them to a task's producer.
+            extra.append(i)
+            fields.append(pa.field(f.name, pa.null()))
+            continue
         if name in seen:
             raise ColumnError(f"columns {seen[name]!r} and {f.name!r} are the same column for kprod; keep one")
         seen[name] = f.name
         fields.append(_checked_field(f, name))
     names = [f.name for f in fields]
-    drop: tuple[int, ...] = ()
+    if extra:
+        log.warning("kprod ignores column(s) %s, as Spark's Kafka sink does: it writes key, value, topic, partition, "
+                    "headers and timestamp; Spark still hands the others to each task, so select only what is written "
+                    "(%s)", ", ".join(repr(schema.fields[i].name) for i in extra), _PACK_HINT)
+    drop = tuple(extra)
     if "topic" in seen and topic_option:
         # Spark's Kafka sink does the same: the option wins over the column.
         log.info("option topic=%s overrides column %r", topic_option, seen["topic"])
-        drop = (names.index("topic"),)
+        drop = tuple(sorted(drop + (names.index("topic"),)))
     try:
         check_arrow_schema(pa.schema([f for i, f in enumerate(fields) if i not in drop]), topic_option)
     except ColumnError as exc:  # a column missing

@@ -78,9 +78,86 @@ _REFUSED_PRODUCER_KEYS: dict[str, str] = {
     "key.serializer": "keys are sent as the bytes of the 'key' column; cast it to binary or string in Spark",
     "value.serializer": "values are sent as the bytes of the 'value' column; cast it to binary or string in Spark",
     "interceptors": "interceptors are Python objects and cannot be given as a Spark option",
+    "interceptor.classes": ("Java interceptors may change or drop records and kprod runs no Java classes; "
+                            "transform the DataFrame in Spark instead"),
     "transactional.id": ("set kprod.deliveryGuarantee=exactly-once instead: each task then gets its own "
                          "transactional id, kprod.transactionalIdPrefix-<partition>"),
 }
+
+# Keys of Java's ProducerConfig (Kafka 4.3) that kprod does not implement because they
+# configure the JVM client itself (its classes, metrics, JCA providers, Kerberos login):
+# accepted, as a job written for format("kafka") sets them, and named in one warning on
+# the driver with what kprod does instead. A key kprod implements is not looked up here
+# (PRODUCER_KEYS wins), so a key the producer learns later simply stops being listed.
+JVM_ONLY_KEYS: dict[str, str] = {
+    "client.dns.lookup": "kprod connects to the first address the resolver returns for each host",
+    "config.providers": "kprod resolves no ${provider:...} references; pass the values themselves",
+    "enable.metrics.push": "kprod pushes no client metrics to the broker (KIP-714); see producer.metrics()",
+    "metric.reporters": "kprod's metrics are producer.metrics() and each write's summary line, no JMX",
+    "metrics.num.samples": "kprod's rates are always over 2 samples",
+    "metrics.sample.window.ms": "kprod's rates are always over 30 s samples",
+    "metrics.recording.level": "kprod records the same metrics at every level",
+    "metadata.recovery.strategy": "kprod always falls back to the bootstrap addresses when no known broker answers",
+    "metadata.recovery.rebootstrap.trigger.ms": "kprod always falls back to the bootstrap addresses when no "
+                                                "known broker answers",
+    "socket.connection.setup.timeout.max.ms": "kprod waits socket.connection.setup.timeout.ms for every attempt",
+    "security.providers": "kprod uses Python's ssl module (OpenSSL), no JCA providers",
+    "ssl.provider": "kprod uses Python's ssl module (OpenSSL)",
+    "ssl.protocol": "kprod negotiates TLS 1.2 or 1.3 with OpenSSL's defaults",
+    "ssl.enabled.protocols": "kprod negotiates TLS 1.2 or 1.3 with OpenSSL's defaults",
+    "ssl.cipher.suites": "kprod uses OpenSSL's default cipher suites",
+    "ssl.keymanager.algorithm": "kprod reads the key from ssl.keystore.location",
+    "ssl.trustmanager.algorithm": "kprod checks certificates with OpenSSL against the truststore",
+    "ssl.secure.random.implementation": "kprod uses OpenSSL's random numbers",
+    "ssl.engine.factory.class": "kprod builds its TLS context from the ssl.* settings",
+    "ssl.keystore.key": "kprod reads the client key from ssl.keystore.location (a JKS, PKCS12 or PEM file)",
+    "ssl.keystore.certificate.chain": "kprod reads the client certificate from ssl.keystore.location",
+    "sasl.client.callback.handler.class": "kprod runs no Java callback handler; it reads credentials from "
+                                          "sasl.jaas.config",
+    "sasl.login.class": "kprod runs no Java login class; it logs in with sasl.jaas.config",
+    "sasl.kerberos.kinit.cmd": "kprod runs no kinit; it logs in from the keyTab of sasl.jaas.config or the ticket cache",
+    "sasl.kerberos.min.time.before.relogin": "the system's GSSAPI renews tickets from the keytab when they expire",
+    "sasl.kerberos.ticket.renew.jitter": "the system's GSSAPI renews tickets from the keytab when they expire",
+    "sasl.kerberos.ticket.renew.window.factor": "the system's GSSAPI renews tickets from the keytab when they expire",
+    "sasl.oauthbearer.jwt.retriever.class": "kprod gets tokens from sasl.oauthbearer.token.endpoint.url or "
+                                            "sasl.oauthbearer.token.provider",
+    "sasl.oauthbearer.jwt.validator.class": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.client.credentials.client.id": "kprod reads clientId from sasl.jaas.config",
+    "sasl.oauthbearer.client.credentials.client.secret": "kprod reads clientSecret from sasl.jaas.config",
+    "sasl.oauthbearer.scope": "kprod reads scope from sasl.jaas.config",
+    "sasl.oauthbearer.assertion.algorithm": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.claim.aud": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.claim.exp.seconds": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.claim.iss": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.claim.jti.include": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.claim.nbf.seconds": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.claim.sub": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.file": "kprod does not send JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.private.key.file": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.assertion.private.key.passphrase": "kprod does not sign JWT assertions",
+    "sasl.oauthbearer.assertion.template.file": "kprod does not sign JWT assertions; it uses client credentials",
+    "sasl.oauthbearer.clock.skew.seconds": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.expected.audience": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.expected.issuer": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.jwks.endpoint.url": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": "kprod does not validate its own tokens; the broker does",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "kprod does not validate its own tokens; the broker does",
+    "transaction.two.phase.commit.enable": "kprod.deliveryGuarantee=exactly-once prepares each task's transaction "
+                                           "and the driver commits them",
+    # Gone from Kafka's ProducerConfig, still in old jobs (and in Spark's own sink tests).
+    "block.on.buffer.full": "send() waits up to max.block.ms for buffer.memory, as Java since 0.9",
+}
+
+# Options of Spark's Kafka source that jobs copy into their writes: Spark's sink ignores
+# them, and so does kprod (headers are written whenever there is a 'headers' column).
+_SPARK_KAFKA_READ_OPTIONS = frozenset({
+    "includeheaders", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets",
+    "startingtimestamp", "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "failondataloss", "maxoffsetspertrigger", "minoffsetspertrigger",
+    "maxtriggerdelay", "minpartitions", "maxrecordsperpartition", "groupidprefix", "kafkaconsumer.polltimeoutms",
+    "fetchoffset.numretries", "fetchoffset.retryintervalms",
+})
 
 # Options Spark itself may put into the map of every sink; they are not ours to check.
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -132,12 +209,16 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
     producer: dict[str, str] = {}
+    jvm_only: list[str] = []
     for key, value in opts.items():
         if not key.startswith(KAFKA_PREFIX):
             continue
         name = key[len(KAFKA_PREFIX):]
         if name in _REFUSED_PRODUCER_KEYS:
             raise ConfigError(f"option {key!r} is not supported: {_REFUSED_PRODUCER_KEYS[name]}")
+        if name not in PRODUCER_KEYS and name in JVM_ONLY_KEYS:
+            jvm_only.append(name)
+            continue
         if name not in PRODUCER_KEYS:
             raise ConfigError(
                 f"option {key!r}: {name!r} is not a producer setting kprod knows; accepted "
@@ -157,6 +238,7 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     unknown = sorted(
         k for k in opts
         if not k.startswith(KAFKA_PREFIX) and k != "topic" and k not in SINK_OPTIONS and k not in _SPARK_OPTIONS
+        and k not in _SPARK_KAFKA_READ_OPTIONS
     )
     if unknown:
         raise ConfigError(
@@ -189,6 +271,8 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     if check not in ("true", "false"):
         raise ConfigError(f"option 'kprod.clusterCheck': expected true or false, got {opts['kprod.clustercheck']!r}")
     check_timeout_ms = min(config.max_block_ms, CHECK_TIMEOUT_MS) if check == "true" else 0
+    if jvm_only:
+        _warn_jvm_only(jvm_only)
     return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, config.buffer_memory,
                        exactly_once, check_timeout_ms)
 
@@ -257,6 +341,13 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _warn_jvm_only(names: list[str]) -> None:
+    """One warning for every JVM-only key of a write (on the driver, where the options are
+    first parsed), each with what kprod does instead."""
+    log.warning("kprod ignores these Java producer settings: %s",
+                "; ".join(f"{KAFKA_PREFIX}{name} ({JVM_ONLY_KEYS[name]})" for name in sorted(names)))
 
 
 def _duration_s(option: str, text: str) -> float:

@@ -13,8 +13,9 @@ from spark_sink.spark.driver_check import short_traceback
 
 UNSUPPORTED_OVERWRITE = (
     "save mode 'overwrite' is not supported by kprod: a Kafka topic is append-only and cannot "
-    "be truncated. The accepted save mode is 'append': use .mode('append'). ('errorifexists', "
-    "Spark's default, and 'ignore' are refused by Spark itself for Python data sources.)"
+    "be truncated. The accepted save mode is 'append': use .mode('append'). (A write without "
+    ".mode() is refused by Spark itself for Python data sources, with UNSUPPORTED_DATA_SOURCE_SAVE_MODE "
+    "suggesting Append or Overwrite; Spark's Kafka sink took it as append.)"
 )
 
 

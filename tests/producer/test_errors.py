@@ -9,6 +9,7 @@ import logging
 import socket
 import time
 
+import pyarrow as pa
 import pytest
 
 from spark_sink.producer import (
@@ -56,6 +57,18 @@ def test_tls_spoken_to_a_plaintext_listener(kafka):
     assert f"{kafka.bootstrap}: TLS handshake failed" in message and "security.protocol" in message
 
 
+def test_sasl_spoken_to_a_plaintext_listener(kafka):
+    """The broker answers the SaslHandshake with ILLEGAL_SASL_STATE: the error points at
+    security.protocol, at once."""
+    config = {"bootstrap.servers": kafka.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+              "sasl.jaas.config": f'{JAAS["PLAIN"]} required username="alice" password="secret";'}
+    started = time.monotonic()
+    with pytest.raises(SaslAuthenticationError) as err:
+        check_cluster(config, ["t"])
+    assert time.monotonic() - started < 10
+    assert "ILLEGAL_SASL_STATE" in str(err.value) and "check security.protocol" in str(err.value)
+
+
 def test_plaintext_spoken_to_a_tls_listener(secure_kafka):
     bootstrap = secure_kafka.bootstrap("SSL")
     message, _ = _unreachable({"bootstrap.servers": bootstrap, "max.block.ms": 3000})
@@ -63,13 +76,21 @@ def test_plaintext_spoken_to_a_tls_listener(secure_kafka):
     assert "security.protocol" in message
 
 
-def test_unknown_topic_is_called_one(strict_kafka):
+@pytest.mark.parametrize("send", ["send", "send_arrow"])
+def test_unknown_topic_is_called_one_within_seconds(strict_kafka, send):
+    """The brokers answer UNKNOWN_TOPIC_OR_PARTITION and create nothing: the producer says
+    so after 2 s of such answers, not after max.block.ms (60 s by default), as Java would."""
     topic = unique_topic("missing")
-    with KafkaProducer({"bootstrap.servers": strict_kafka.bootstrap, "max.block.ms": 2000}) as producer:
+    started = time.monotonic()
+    with KafkaProducer({"bootstrap.servers": strict_kafka.bootstrap}) as producer:
         with pytest.raises(UnknownTopicError) as err:
-            producer.send(ProducerRecord(topic, b"v"))
+            if send == "send":
+                producer.send(ProducerRecord(topic, b"v"))
+            else:
+                producer.send_arrow(pa.table({"value": [b"v"], "topic": [topic]}))
+    assert time.monotonic() - started < 10
     assert str(err.value).startswith(f"topic {topic!r} does not exist on the cluster at {strict_kafka.bootstrap}")
-    assert "auto.create.topics.enable" in str(err.value)
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in str(err.value) and "auto.create.topics.enable" in str(err.value)
 
 
 # -- check_cluster: the same errors at once -------------------------------------------

@@ -193,7 +193,8 @@ def _case_mechanism_refused() -> ConnectionSetup:
 def _case_handshake_error() -> ConnectionSetup:
     setup = _at_handshake(_plain())
     assert setup.receive_data(_sasl_handshake_v1(1, 34, []), 2.0) == [
-        Failed("SaslHandshake failed: ILLEGAL_SASL_STATE", authentication=True)]
+        Failed("SaslHandshake failed: ILLEGAL_SASL_STATE (is this a SASL listener? a PLAINTEXT or SSL one answers "
+               "so; check security.protocol)", authentication=True)]
     return setup
 
 

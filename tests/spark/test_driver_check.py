@@ -97,6 +97,19 @@ def test_unknown_topic_fails_the_write_on_the_driver(spark, strict_kafka):
             in text.splitlines()[_kprod_line(text)])
 
 
+def test_unknown_topic_in_the_topic_column_fails_the_task_within_seconds(spark, strict_kafka):
+    """The driver cannot know a per-row topic; the task's producer stops at the brokers'
+    UNKNOWN_TOPIC_OR_PARTITION answers (2 s of them) instead of max.block.ms (60 s)."""
+    topic = unique_topic("missing")
+    df = _df(spark, rows=4, partitions=1).withColumn("topic", F.lit(topic))
+    started = time.monotonic()
+    with pytest.raises(Exception) as err:
+        _save(df, strict_kafka.bootstrap)
+    assert f"UnknownTopicError: topic '{topic}' does not exist on the cluster at {strict_kafka.bootstrap}" in str(
+        err.value)
+    assert time.monotonic() - started < 30  # one task attempt (local mode does not retry), not 60 s
+
+
 def test_wrong_password_fails_the_write_on_the_driver(spark, secure_kafka):
     text, _ = _refused(spark, _df(spark), secure_kafka.bootstrap("SASLPLAIN"), topic=unique_topic("sasl"), **{
         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512",

@@ -29,6 +29,13 @@ def test_help(job):
     assert "usage:" in done.stdout and "--" in done.stdout
 
 
+def test_file_job_asks_for_the_format_before_starting_anything(tmp_path):
+    """No Kafka node, no Spark: the job stops at once, naming --format."""
+    done = run_job("file_to_kafka.py", str(tmp_path / "events.dat"), timeout=60)
+    assert done.returncode != 0 and "give --format parquet|csv|json" in done.stderr
+    assert "starting Apache Kafka" not in done.stderr and "SparkContext" not in done.stderr
+
+
 def _import_job(name: str):
     sys.path.insert(0, str(JOBS))
     try:

@@ -14,6 +14,41 @@ from spark_sink.spark.columns import ACCEPTED, plan_columns
 from spark_sink.spark.options import parse_options
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
+
+# Every key of Java's ProducerConfig in Kafka 4.3.1 (ProducerConfig.configNames()).
+JAVA_PRODUCER_KEYS = frozenset("""
+acks batch.size bootstrap.servers buffer.memory client.dns.lookup client.id compression.gzip.level
+compression.lz4.level compression.type compression.zstd.level config.providers connections.max.idle.ms
+delivery.timeout.ms enable.idempotence enable.metrics.push interceptor.classes key.serializer linger.ms
+max.block.ms max.in.flight.requests.per.connection max.request.size metadata.max.age.ms metadata.max.idle.ms
+metadata.recovery.rebootstrap.trigger.ms metadata.recovery.strategy metric.reporters metrics.num.samples
+metrics.recording.level metrics.sample.window.ms partitioner.adaptive.partitioning.enable
+partitioner.availability.timeout.ms partitioner.class partitioner.ignore.keys receive.buffer.bytes
+reconnect.backoff.max.ms reconnect.backoff.ms request.timeout.ms retries retry.backoff.max.ms retry.backoff.ms
+sasl.client.callback.handler.class sasl.jaas.config sasl.kerberos.kinit.cmd sasl.kerberos.min.time.before.relogin
+sasl.kerberos.service.name sasl.kerberos.ticket.renew.jitter sasl.kerberos.ticket.renew.window.factor
+sasl.login.callback.handler.class sasl.login.class sasl.login.connect.timeout.ms sasl.login.read.timeout.ms
+sasl.login.refresh.buffer.seconds sasl.login.refresh.min.period.seconds sasl.login.refresh.window.factor
+sasl.login.refresh.window.jitter sasl.login.retry.backoff.max.ms sasl.login.retry.backoff.ms sasl.mechanism
+sasl.oauthbearer.assertion.algorithm sasl.oauthbearer.assertion.claim.aud sasl.oauthbearer.assertion.claim.exp.seconds
+sasl.oauthbearer.assertion.claim.iss sasl.oauthbearer.assertion.claim.jti.include
+sasl.oauthbearer.assertion.claim.nbf.seconds sasl.oauthbearer.assertion.claim.sub sasl.oauthbearer.assertion.file
+sasl.oauthbearer.assertion.private.key.file sasl.oauthbearer.assertion.private.key.passphrase
+sasl.oauthbearer.assertion.template.file sasl.oauthbearer.client.credentials.client.id
+sasl.oauthbearer.client.credentials.client.secret sasl.oauthbearer.clock.skew.seconds
+sasl.oauthbearer.expected.audience sasl.oauthbearer.expected.issuer sasl.oauthbearer.header.urlencode
+sasl.oauthbearer.jwks.endpoint.refresh.ms sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms
+sasl.oauthbearer.jwks.endpoint.retry.backoff.ms sasl.oauthbearer.jwks.endpoint.url
+sasl.oauthbearer.jwt.retriever.class sasl.oauthbearer.jwt.validator.class sasl.oauthbearer.scope
+sasl.oauthbearer.scope.claim.name sasl.oauthbearer.sub.claim.name sasl.oauthbearer.token.endpoint.url
+security.protocol security.providers send.buffer.bytes socket.connection.setup.timeout.max.ms
+socket.connection.setup.timeout.ms ssl.cipher.suites ssl.enabled.protocols ssl.endpoint.identification.algorithm
+ssl.engine.factory.class ssl.key.password ssl.keymanager.algorithm ssl.keystore.certificate.chain ssl.keystore.key
+ssl.keystore.location ssl.keystore.password ssl.keystore.type ssl.protocol ssl.provider
+ssl.secure.random.implementation ssl.trustmanager.algorithm ssl.truststore.certificates ssl.truststore.location
+ssl.truststore.password ssl.truststore.type transaction.timeout.ms transaction.two.phase.commit.enable
+transactional.id value.serializer
+""".split())
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
@@ -55,12 +90,58 @@ def test_sink_default_batch_size_yields_to_the_option():
      ["kprod.deliveryGuarantee=exactly-once conflicts with kafka.enable.idempotence=false", "kafka.retries=0",
       "kafka.max.in.flight.requests.per.connection=6 (at most 5"]),
     ({**BOOT, "kprod.clustercheck": "maybe"}, ["kprod.clusterCheck", "true or false"]),
+    ({**BOOT, "kafka.interceptor.classes": "com.acme.Audit"}, ["kafka.interceptor.classes", "change or drop records"]),
+    ({**BOOT, "kafka.partitioner.class": "com.acme.MyPartitioner"},
+     ["kafka.partitioner.class", "'com.acme.MyPartitioner'", "No module named 'com'", "module:function"]),
+    ({**BOOT, "kafka.partitioner.class": "tests.spark.test_options:BOOT"}, ["kafka.partitioner.class", "not a callable"]),
 ])
 def test_bad_options_name_the_option(options, names):
     with pytest.raises(ConfigError) as err:
         parse_options(options)
     for name in names:
         assert name in str(err.value)
+
+
+def test_extra_columns_are_dropped_and_named_once(caplog):
+    """Spark's Kafka sink ignores columns it does not write; so does kprod, in one line."""
+    with caplog.at_level("WARNING", "spark_sink.spark.columns"):
+        plan = plan_columns(schema(id=LongType(), value=StringType(), m=MapType(StringType(), StringType()),
+                                   topic=StringType()), "t")
+    assert plan.drop == (0, 2, 3)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "'id', 'm'" in line and "Spark's Kafka sink" in line
+
+
+def test_jvm_only_keys_are_accepted_with_one_warning(caplog):
+    """Every key of Java's ProducerConfig (Kafka 4.3) is a producer setting, a JVM-only key
+    (one warning on the driver saying what kprod does instead) or refused with a reason."""
+    from spark_sink.producer import CONFIG_KEYS
+    from spark_sink.spark.options import _REFUSED_PRODUCER_KEYS, JVM_ONLY_KEYS
+
+    assert not JAVA_PRODUCER_KEYS - CONFIG_KEYS - JVM_ONLY_KEYS.keys() - _REFUSED_PRODUCER_KEYS.keys()
+    options = {**BOOT, "topic": "t", "kafka.metric.reporters": "com.acme.Reporter",
+               "kafka.client.dns.lookup": "use_all_dns_ips", "kafka.linger.ms": "20", "includeheaders": "true",
+               "startingoffsets": "earliest"}
+    with caplog.at_level("WARNING", "spark_sink.spark.options"):
+        opts = parse_options(options)
+    assert opts.producer_config == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "20", "batch.size": "1000000"}
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "kafka.client.dns.lookup (kprod connects" in line and "kafka.metric.reporters (kprod's metrics" in line
+
+
+@pytest.mark.parametrize(("name", "spec"), [
+    ("org.apache.kafka.clients.producer.RoundRobinPartitioner", "round-robin"),
+    ("org.apache.kafka.clients.producer.internals.DefaultPartitioner", None),
+    ("org.apache.kafka.clients.producer.UniformStickyPartitioner", None),
+    ("tests.spark.partitioners:always_zero", "tests.spark.partitioners:always_zero"),
+    ("tests.spark.partitioners.always_zero", "tests.spark.partitioners.always_zero"),
+])
+def test_partitioner_classes_map_to_kprods(name, spec):
+    from spark_sink.producer import ProducerConfig
+
+    config = ProducerConfig.from_dict(parse_options({**BOOT, "kafka.partitioner.class": name}).producer_config)
+    assert config.partitioner_class == spec
+    assert config.partitioner_ignore_keys == name.endswith("UniformStickyPartitioner")
 
 
 def test_every_column_with_its_types_is_accepted():
@@ -86,7 +167,6 @@ def test_topic_option_overrides_the_topic_column():
 
 
 @pytest.mark.parametrize(("cols", "topic", "names"), [
-    (dict(value=StringType(), extra=IntegerType()), "t", ["'extra'", "to_json(struct("]),
     (dict(key=StringType()), "t", ["'value' is required", "'key'"]),
     (dict(value=DoubleType()), "t", ["'value'", "double", "string or binary"]),
     (dict(value=StringType(), partition=StringType()), "t", ["'partition'", "int or bigint"]),
@@ -113,12 +193,6 @@ def _write(df, mode="append", **options):
     for k, v in {**BOOT, **options}.items():
         writer = writer.option(k, v)
     writer.save()
-
-
-def test_spark_rejects_extra_column_before_sending(spark):
-    df = spark.createDataFrame([("a", 1)], "value string, n int")
-    with pytest.raises(Exception, match=r"column 'n' is not accepted.*to_json\(struct"):
-        _write(df, topic="t")
 
 
 def test_spark_rejects_missing_topic(spark):

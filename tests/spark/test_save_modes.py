@@ -6,6 +6,13 @@ Spark's default when no mode is set) and ``ignore`` are refused by Spark's DataF
 itself with UNSUPPORTED_DATA_SOURCE_SAVE_MODE. kprod refuses ``overwrite``. So ``append``
 is the one batch mode that writes; every other mode fails on the driver, before any record
 is sent, which the read-back below proves against the topic itself.
+
+What a Python data source sees of a write is its options, the schema and one flag,
+``overwrite`` (PySpark's worker/write_into_data_source.py): neither the save mode Spark
+refused nor a streaming query's output mode reaches kprod. Update mode is refused by
+Spark's planner (``V2Writes``: "<name> does not support Update mode.") when the first
+microbatch is planned, after ``start()`` returned, without calling kprod. Only Spark can
+move these checks or change their words; the tests pin the words the README quotes.
 """
 
 from __future__ import annotations
@@ -44,3 +51,17 @@ def test_only_append_writes_and_other_modes_send_nothing(spark, broker):
     # Read past the N appended records: a record from a refused write would show up here.
     messages = consume_all(broker.bootstrap, topic, N, settle=1.0)
     assert sorted(int(m.value()) for m in messages) == list(range(N))
+
+
+def test_update_mode_is_refused_by_spark_when_the_query_runs(spark, tmp_path):
+    """The README's Troubleshooting quotes this message and gives the foreachBatch form."""
+    counts = (spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+              .groupBy("value").count().select(F.col("value").cast("string").alias("value")))
+    query = (counts.writeStream.format("kprod").outputMode("update")
+             .option("kafka.bootstrap.servers", "127.0.0.1:9").option("topic", "t")
+             .option("checkpointLocation", str(tmp_path)).start())  # Spark checks nothing here
+    try:
+        with pytest.raises(Exception, match=r"kprod does not support Update mode"):
+            query.awaitTermination(60)
+    finally:
+        query.stop()
