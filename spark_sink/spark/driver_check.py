@@ -12,8 +12,9 @@ Spark asks for a writer again for every microbatch of a streaming query, and a
 worker that Spark may or may not reuse. So a check that passed is remembered for
 ``CHECK_TTL_S`` in a file of ``CheckCache`` (under the OS temp directory, one per user,
 named by a hash of the settings the check depends on), which every planner process on
-the driver sees: a query checks at its start, then about every ``CHECK_TTL_S``, and
-again after any microbatch or write with the same settings was aborted. A failed check
+the driver sees: a query checks at its start (unless the same check passed less than
+``CHECK_TTL_S`` ago), then about every ``CHECK_TTL_S``, and again after any microbatch
+or write with the same settings was aborted. A failed check
 is never remembered.
 
 Spark shows a Python data source's error as the worker's traceback text: "Traceback (most
