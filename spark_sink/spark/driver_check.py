@@ -7,6 +7,16 @@ and the exactly-once marker topic exist, so that a dead address, an unknown topi
 wrong password fails the write once, on the driver, instead of every task after
 max.block.ms. With a per-row ``topic`` column it checks the cluster alone.
 
+Spark asks for a writer again for every microbatch of a streaming query, and a
+``foreachBatch`` loop makes a batch write per microbatch, each from a Python planner
+worker that Spark may or may not reuse. So a check that passed is remembered for
+``CHECK_TTL_S`` in a file of ``CheckCache`` (under the OS temp directory, one per user,
+named by a hash of the settings the check depends on), which every planner process on
+the driver sees: a query checks at its start (unless the same check passed less than
+``CHECK_TTL_S`` ago), then about every ``CHECK_TTL_S``, and again after any microbatch
+or write with the same settings was aborted. A failed check
+is never remembered.
+
 Spark shows a Python data source's error as the worker's traceback text: "Traceback (most
 recent call last):", every frame, and only then the error, with chained errors dropped
 (its simplified traceback, on by default, clears ``__cause__``, which suppresses the
@@ -19,7 +29,15 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable
+import hashlib
+import json
+import logging
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from spark_sink.protocol.errors import KProdError
@@ -28,6 +46,134 @@ if TYPE_CHECKING:
     from spark_sink.spark.options import SinkOptions
 
 F = TypeVar("F", bound=Callable)
+
+log = logging.getLogger(__name__)
+
+# How long a check that passed stands for the same settings. Long enough that a query of
+# 1 s microbatches pays it once in hundreds; short enough that a query started minutes
+# after the cluster changed (a topic deleted, a password rotated) is checked again.
+CHECK_TTL_S = 300.0
+# Entries kept at most: one per distinct (cluster, security settings, topics).
+CHECK_CACHE_ENTRIES = 64
+
+# The producer settings a check's outcome depends on: where the brokers are, how to reach
+# and authenticate with them. Batching, timeouts or acks change nothing it looks at.
+_CHECKED_SETTINGS = ("bootstrap.servers", "client.dns.lookup", "security.protocol", "ssl.", "sasl.")
+
+
+class CheckCache:
+    """Checks that passed, as empty files whose modification time is when: shared by every
+    Python process of the driver (Spark's planner and commit workers, reused or not), so
+    that a streaming query or a foreachBatch loop does not ask the cluster per microbatch.
+
+    The directory is the user's own (mode 0700, checked on every use): the file names are
+    hashes of settings that include passwords. Where it cannot be made safely, nothing is
+    remembered and every write checks."""
+
+    def __init__(self, directory: Path, ttl_s: float = CHECK_TTL_S, entries: int = CHECK_CACHE_ENTRIES) -> None:
+        self.directory = directory
+        self.ttl_s = ttl_s
+        self.entries = entries
+
+    @staticmethod
+    def key(producer_config: Mapping[str, str], topics: Iterable[str]) -> str:
+        """The name of a check's entry: a hash of the settings and topics it depends on."""
+        settings = {k: v for k, v in producer_config.items() if k.startswith(_CHECKED_SETTINGS)}
+        text = json.dumps({"settings": settings, "topics": sorted(set(topics))}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+    def _usable(self) -> Path | None:
+        """The directory, made if missing, or None unless it is a directory of this user
+        that no one else may read or write (not a symbolic link someone else placed)."""
+        try:
+            self.directory.mkdir(mode=0o700, parents=False, exist_ok=True)
+            info = os.lstat(self.directory)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(info.st_mode) or info.st_mode & 0o077:
+            return None
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            return None
+        return self.directory
+
+    def passed_recently(self, key: str) -> bool:
+        """Whether a check with this key passed less than ``ttl_s`` ago."""
+        directory = self._usable()
+        if directory is None:
+            return False
+        try:
+            age = time.time() - os.stat(directory / key).st_mtime
+        except OSError:
+            return False
+        return 0 <= age < self.ttl_s
+
+    def passed(self, key: str) -> None:
+        """Remember that the check with this key passed now; drop expired and excess entries."""
+        directory = self._usable()
+        if directory is None:
+            return
+        path = directory / key
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            os.utime(path)
+        except OSError:
+            return
+        self._prune(directory)
+
+    def forget(self, key: str) -> None:
+        """The next write with this key checks again (its check failed, or a write with its
+        settings was aborted)."""
+        directory = self._usable()
+        if directory is not None:
+            try:
+                os.unlink(directory / key)
+            except OSError:
+                pass
+
+    def _prune(self, directory: Path) -> None:
+        now = time.time()
+        try:
+            aged = sorted(((now - e.stat().st_mtime, e.path) for e in os.scandir(directory) if e.is_file()))
+        except OSError:
+            return
+        for rank, (age, path) in enumerate(aged):
+            if rank >= self.entries or not 0 <= age < self.ttl_s:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def _temp_root() -> str:
+    """The OS temp directory, without ``tempfile.gettempdir()`` fixing it for the whole
+    process (it stores its answer in ``tempfile.tempdir``)."""
+    if tempfile.tempdir:
+        return tempfile.tempdir
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        value = os.environ.get(name)
+        if value and os.path.isdir(value):
+            return value
+    return "/tmp" if os.name == "posix" else os.getcwd()
+
+
+def _user_tag() -> str:
+    if hasattr(os, "getuid"):
+        return str(os.getuid())
+    name = os.environ.get("USERNAME") or os.environ.get("USER") or "user"
+    return hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+@functools.cache
+def check_cache() -> CheckCache:
+    """The driver's cache of passed checks (one directory per user under the temp dir)."""
+    return CheckCache(Path(_temp_root()) / f"kprod-cluster-checks-{_user_tag()}")
+
+
+def _checked_topics(options: SinkOptions) -> list[str]:
+    topics = [options.topic] if options.topic else []
+    if options.exactly_once is not None:
+        topics.append(options.exactly_once.marker_topic)
+    return topics
 
 
 @functools.cache
@@ -44,22 +190,44 @@ def user_errors() -> tuple[type[KProdError], ...]:
             RecordTooLargeError)
 
 
-def check_write(options: SinkOptions) -> None:
+def check_write(options: SinkOptions, cache: CheckCache | None = None) -> bool:
     """Raise the error a write's tasks would meet at their start: BrokersUnreachableError
     (each bootstrap address and what happened), SslAuthenticationError /
-    SaslAuthenticationError, UnknownTopicError, or the broker's error for a topic."""
+    SaslAuthenticationError, UnknownTopicError, or the broker's error for a topic.
+
+    Returns whether the cluster was asked: not when ``kprod.clusterCheck=false``, nor when
+    the same check passed less than ``CHECK_TTL_S`` ago (see :class:`CheckCache`)."""
+    if not options.check_timeout_ms:
+        return False
+    cache = check_cache() if cache is None else cache
+    topics = _checked_topics(options)
+    key = cache.key(options.producer_config, topics)
+    if cache.passed_recently(key):
+        return False
     from spark_sink.producer import BrokersUnreachableError, check_cluster
 
-    if not options.check_timeout_ms:
-        return
-    topics = [options.topic] if options.topic else []
-    if options.exactly_once is not None:
-        topics.append(options.exactly_once.marker_topic)
+    started = time.monotonic()
     try:
         check_cluster(options.producer_config, topics, options.check_timeout_ms)
     except BrokersUnreachableError as exc:
+        cache.forget(key)
         raise BrokersUnreachableError(f"{exc} (checked on the driver before any task ran; kprod.clusterCheck=false "
                                       "skips the check where only the executors reach the brokers)") from None
+    except BaseException:
+        cache.forget(key)
+        raise
+    cache.passed(key)
+    log.info("kprod: the driver checked the cluster at %s (topics %s) in %.0f ms", options.producer_config.get(
+        "bootstrap.servers"), topics, (time.monotonic() - started) * 1000)
+    return True
+
+
+def forget_check(options: SinkOptions, cache: CheckCache | None = None) -> None:
+    """After an aborted write or microbatch: the next write with these settings checks the
+    cluster again instead of trusting an earlier check."""
+    if options.check_timeout_ms:
+        cache = check_cache() if cache is None else cache
+        cache.forget(cache.key(options.producer_config, _checked_topics(options)))
 
 
 def _without_traceback(error: KProdError) -> KProdError:

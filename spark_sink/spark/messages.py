@@ -70,6 +70,9 @@ class WriteSummary:
     partitions: PartitionRanges
     max_task_seconds: float = 0.0
     producer: MetricTotals = field(default_factory=MetricTotals)  # over the tasks
+    # Tasks given no row: each still costs Spark a Python task (tens of ms on a small
+    # machine), which is what a write of a few rows over many shuffle partitions pays.
+    empty_tasks: int = 0
 
     @classmethod
     def of(cls, messages: Iterable[WriterCommitMessage | None]) -> WriteSummary:
@@ -78,13 +81,15 @@ class WriteSummary:
         for m in done:
             merge_ranges(ranges, m.partitions)
         return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())),
-                   max((m.seconds for m in done), default=0.0), MetricTotals.combine(m.producer for m in done))
+                   max((m.seconds for m in done), default=0.0), MetricTotals.combine(m.producer for m in done),
+                   sum(1 for m in done if m.records == 0))
 
     def describe(self) -> str:
         topics = sorted({t for t, _ in self.partitions})
         return (
             f"{self.records} records, {self.bytes} bytes of keys and values, {len(self.partitions)} partition(s) "
-            f"of {len(topics)} topic(s) [{', '.join(topics)}], from {self.tasks} task(s); {self.producer.describe()}"
+            f"of {len(topics)} topic(s) [{', '.join(topics)}], from {self.tasks} task(s)"
+            f"{f' ({self.empty_tasks} without rows)' if self.empty_tasks else ''}; {self.producer.describe()}"
         )
 
     def report_line(self, batch_id: int | None) -> str:

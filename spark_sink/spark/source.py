@@ -51,4 +51,11 @@ class KProdDataSource(DataSource):
         # full result is simply appended to the topic.
         from spark_sink.spark.writer import KProdStreamWriter, plan_write
 
-        return KProdStreamWriter(*plan_write(self.options, schema, streaming=True))
+        return KProdStreamWriter(*plan_write(self.options, schema, streaming=True, check=not self.__dict__.get(
+            "_pickled", False)))
+
+    def __getstate__(self) -> dict:
+        # Spark plans each microbatch's write on an instance it makes anew from the class,
+        # and pickles the instance made at the query's start only for its commit runner,
+        # which asks for a writer again to commit or abort: that one needs no cluster check.
+        return {**self.__dict__, "_pickled": True}

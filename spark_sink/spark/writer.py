@@ -15,7 +15,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from spark_sink.producer import MetricTotals
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan, plan_columns
-from spark_sink.spark.driver_check import check_write, short_traceback
+from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
 from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions, parse_options
 from spark_sink.spark.producer_pool import POOL
@@ -182,12 +182,15 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                               began_ms if transaction is not None else None)
 
 
-def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False) -> tuple[SinkOptions, ColumnPlan]:
-    """On the driver, before any task: the write's options and columns, checked, and the
-    cluster asked whether the write can work (see :mod:`spark_sink.spark.driver_check`)."""
+def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False,
+               check: bool = True) -> tuple[SinkOptions, ColumnPlan]:
+    """On the driver, before any task: the write's options and columns, checked, and
+    (unless ``check`` is false, or the same check passed moments ago) the cluster asked
+    whether the write can work (see :mod:`spark_sink.spark.driver_check`)."""
     parsed = parse_options(options, streaming=streaming)
     plan = plan_columns(schema, parsed.topic)
-    check_write(parsed)
+    if check:
+        check_write(parsed)
     return exactly_once.with_transaction_timeout(parsed), plan
 
 
@@ -218,6 +221,7 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
 
 def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
     _driver_logging()
+    forget_check(options)  # a failure: the next write asks the cluster again
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:

@@ -19,8 +19,9 @@ from pyspark.sql import functions as F
 
 
 def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
-    """The ``format_name`` format: a Python streaming sink that reads its rows and writes nothing."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+    """The ``format_name`` format: a Python sink (streaming and batch) that reads its rows
+    and writes nothing."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
     class NoopWriter(DataSourceStreamArrowWriter):
         def write(self, iterator):  # noqa: ANN001, ANN201 (Spark's signature)
@@ -34,6 +35,18 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
         def abort(self, messages, batchId):  # noqa: ANN001, ANN201, N803
             pass
 
+    class NoopBatchWriter(DataSourceArrowWriter):
+        def write(self, iterator):  # noqa: ANN001, ANN201 (Spark's signature)
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages):  # noqa: ANN001, ANN201
+            pass
+
+        def abort(self, messages):  # noqa: ANN001, ANN201
+            pass
+
     class NoopSource(DataSource):
         @classmethod
         def name(cls) -> str:
@@ -41,6 +54,9 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
 
         def streamWriter(self, schema, overwrite):  # noqa: ANN001, ANN201, N802 (Spark's name)
             return NoopWriter()
+
+        def writer(self, schema, overwrite):  # noqa: ANN001, ANN201
+            return NoopBatchWriter()
 
     spark.dataSource.register(NoopSource)
 

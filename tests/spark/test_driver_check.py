@@ -1,10 +1,13 @@
 """The driver checks the cluster and the options before any task runs: a dead address, an
 unknown topic, a wrong password or a conflicting option fails the write once, on the
-driver, with kprod's message right after the one frame Spark shows. Real SparkSession,
+driver, with kprod's message right after the one frame Spark shows. The check runs once per
+query (and per settings, for a foreachBatch loop's writes), not per microbatch: counted as
+connections through a fault proxy in front of the bootstrap address. Real SparkSession,
 Apache Kafka (plain, SASL, and a node that creates no topics on first use)."""
 
 from __future__ import annotations
 
+import pickle
 import socket
 import time
 import uuid
@@ -13,7 +16,11 @@ from contextlib import contextmanager
 import pytest
 from pyspark.sql import functions as F
 
+from spark_sink.spark.driver_check import CheckCache, check_cache, check_write, forget_check
+from spark_sink.spark.options import parse_options
+from spark_sink.spark.source import KProdDataSource
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.faultproxy import FaultProxy
 from tests.secure_kafka import USERS
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -155,3 +162,135 @@ def test_a_failing_task_shows_kprods_message_after_one_frame(spark, kafka):
     text = str(err.value)
     assert "InvalidPartitionError" in text.splitlines()[_kprod_line(text)]
     assert _kprod_line(text) <= 4  # Spark's "An exception was thrown..." and "Traceback" lines, one frame
+
+
+def _proxy(kafka) -> FaultProxy:
+    """A proxy in front of the node's plain listener, used as the bootstrap address only:
+    the producers' connections to the leader go straight to the node (its advertised
+    address), so the proxy sees the driver's checks and each new producer's bootstrap."""
+    host, port = kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    return FaultProxy(host, int(port))
+
+
+def _closed(proxy: FaultProxy) -> int:
+    """Connections through the proxy that have ended: a check closes its connection as soon
+    as it has its answer, a pooled producer keeps its own (a task that lands on a Python
+    worker without one makes a producer, which must not count as a check)."""
+    time.sleep(0.5)  # the proxy sees a close a moment after the client made it
+    return proxy.connections_accepted - proxy.open_connections
+
+
+def test_a_passed_check_stands_until_forgotten_or_expired(kafka, tmp_path):
+    topic = create_topic(kafka.bootstrap, unique_topic("cached"), 1)
+    options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic})
+    cache = CheckCache(tmp_path / "checks", ttl_s=1.0)
+    assert check_write(options, cache) is True  # asked the cluster
+    assert check_write(options, cache) is False  # remembered
+    # Settings the check does not depend on share its entry; a different topic does not.
+    assert check_write(parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
+                                      "kafka.linger.ms": "50"}), cache) is False
+    other = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": unique_topic("other")})
+    assert check_write(other, cache) is True
+    forget_check(options, cache)  # as an aborted write does
+    assert check_write(options, cache) is True
+    time.sleep(1.1)
+    assert check_write(options, cache) is True  # expired
+    assert (tmp_path / "checks").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_failed_check_is_never_remembered(strict_kafka, tmp_path):
+    topic = unique_topic("later")
+    options = parse_options({"kafka.bootstrap.servers": strict_kafka.bootstrap, "topic": topic})
+    cache = CheckCache(tmp_path / "checks")
+    for _ in range(2):
+        with pytest.raises(Exception, match="UnknownTopicError|does not exist"):
+            check_write(options, cache)
+    create_topic(strict_kafka.bootstrap, topic, 1)
+    assert check_write(options, cache) is True
+    assert list((tmp_path / "checks").iterdir()) == [(tmp_path / "checks" / cache.key(options.producer_config,
+                                                                                     [topic]))]
+
+
+def test_a_cache_directory_of_someone_else_is_not_used(kafka, tmp_path):
+    shared = tmp_path / "checks"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # writable by others: its entries cannot be trusted
+    options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": unique_topic("shared")})
+    cache = CheckCache(shared)
+    assert check_write(options, cache) is True
+    assert check_write(options, cache) is True
+    assert list(shared.iterdir()) == []
+
+
+def test_the_commit_runners_copy_of_the_source_checks_nothing():
+    """Spark pickles the data source made at a query's start only for the driver's commit
+    runner, which asks for a writer per microbatch to commit it: no check there."""
+    options = {"kafka.bootstrap.servers": _closed_port(), "topic": "t"}
+    schema = _schema()
+    with pytest.raises(Exception, match="BrokersUnreachableError|cannot reach any bootstrap server"):
+        KProdDataSource(options).streamWriter(schema, False)
+    copy = pickle.loads(pickle.dumps(KProdDataSource(options)))
+    assert copy.streamWriter(schema, False).options.topic == "t"
+
+
+def _schema():
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return StructType([StructField("value", StringType())])
+
+
+def test_a_streaming_query_checks_the_cluster_once(spark, kafka, tmp_path):
+    """Several microbatches: after the first, no more checks (before, the planner's and
+    the commit runner's checks added two per microbatch)."""
+    topic = create_topic(kafka.bootstrap, unique_topic("once"), 2)
+    with _proxy(kafka) as proxy:
+        stream = (spark.readStream.format("rate").option("rowsPerSecond", 20).option("numPartitions", 2).load()
+                  .select(F.col("value").cast("string").alias("value")))
+        query = (stream.writeStream.format("kprod").option("kafka.bootstrap.servers", f"127.0.0.1:{proxy.port}")
+                 .option("topic", topic).option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(processingTime="500 milliseconds").start())
+        try:
+            def done() -> int:
+                return len([p for p in query.recentProgress if p["numInputRows"] > 0])
+
+            deadline = time.monotonic() + 120
+            while done() < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            after_first = _closed(proxy)
+            first_batches = done()
+            while done() < first_batches + 5 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            later = _closed(proxy) - after_first
+            batches = done() - first_batches
+        finally:
+            query.stop()
+    assert batches >= 5, f"only {batches} more microbatches with rows"
+    assert after_first >= 1  # the first microbatch's check
+    assert later == 0, f"{later} more check(s) over {batches} microbatches"
+
+
+def test_a_foreachbatch_loops_writes_check_once(spark, kafka):
+    """Batch writes with the same settings one after the other, as a foreachBatch loop
+    makes them: the first checks, the rest reuse its result."""
+    topic = create_topic(kafka.bootstrap, unique_topic("loop"), 2)
+    with _proxy(kafka) as proxy:
+        bootstrap = f"127.0.0.1:{proxy.port}"
+        _save(_df(spark), bootstrap, topic=topic)
+        after_first = _closed(proxy)
+        for _ in range(3):
+            _save(_df(spark), bootstrap, topic=topic)
+        later = _closed(proxy) - after_first
+    assert after_first >= 1  # the first write's check
+    assert later == 0, f"{later} more check(s) over 3 writes"
+    assert len(consume_all(kafka.bootstrap, topic, 80)) == 80
+
+
+def test_an_aborted_write_is_checked_again(spark, kafka):
+    topic = create_topic(kafka.bootstrap, unique_topic("again"), 2)
+    options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic})
+    key = CheckCache.key(options.producer_config, [topic])
+    _save(_df(spark), kafka.bootstrap, topic=topic)
+    assert check_cache().passed_recently(key)  # the driver's planner remembered it
+    with pytest.raises(Exception, match="InvalidPartitionError"):
+        _save(_df(spark, 10, 1).withColumn("partition", F.lit(5)), kafka.bootstrap, topic=topic)
+    assert not check_cache().passed_recently(key)  # the abort forgot it

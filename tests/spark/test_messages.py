@@ -25,3 +25,16 @@ def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown():
     assert ranges[TP] == (10, -1, 30)
     merge_ranges(ranges, {TP: (2, 1, -1)})
     assert ranges[TP] == (12, -1, -1)
+
+
+def test_the_summary_counts_the_tasks_given_no_row():
+    """A few rows over many shuffle partitions: the summary says how many tasks were empty,
+    since each costs Spark a Python task whatever the sink does."""
+    from spark_sink.spark.messages import KProdCommitMessage, WriteSummary
+
+    messages = [KProdCommitMessage(0, 0, 3, 30, {TP: (3, 0, 2)}), KProdCommitMessage(1, 0, 0, 0),
+                KProdCommitMessage(2, 0, 0, 0), None]
+    summary = WriteSummary.of(messages)
+    assert (summary.tasks, summary.empty_tasks, summary.records) == (3, 2, 3)
+    assert "from 3 task(s) (2 without rows);" in summary.describe()
+    assert "without rows" not in WriteSummary.of(messages[:1]).describe()
