@@ -168,3 +168,27 @@ def test_send_from_a_callback_with_a_full_buffer_fails_at_once(kafka):
         assert done.wait(60)
     assert outcome and isinstance(outcome[0], BufferExhaustedError), outcome
     assert "callback" in str(outcome[0]) and outcome[1] < 5
+
+
+def test_an_admin_client_whose_connections_were_cut_connects_again(kafka, kafka_proxy):
+    """The Spark driver keeps its AdminClient across writes: connections cut while it was
+    idle (a broker restart, a proxy, an idle timeout) must not fail its next calls, however
+    many it pipelines. Found by the random exactly-once shapes: the driver's abort of 29
+    transactions waited 60 s on a dead connection and left them open."""
+    topic = create_topic(kafka.bootstrap, unique_topic("admin-cut"), partitions=1)
+    with AdminClient({"bootstrap.servers": kafka_proxy.bootstrap}) as admin:
+        for round_ in range(3):
+            prepared = []
+            for i in range(30):
+                producer = _producer(kafka.bootstrap, unique_topic("cut"))
+                try:
+                    producer.init_transactions()
+                    producer.begin_transaction()
+                    producer.send(ProducerRecord(topic, b"%d-%d" % (round_, i)))
+                    prepared.append(producer.prepare_transaction())
+                finally:
+                    producer.close()
+            assert kafka_proxy.proxy.cut_all() >= (1 if round_ else 0)
+            admin.end_transactions(prepared, commit=True, timeout_ms=20_000)
+            assert admin.committed_offsets({"g": [(topic, 0)]}, timeout_ms=20_000)["g"][(topic, 0)] == (-1, None)
+    assert len(_values(kafka.bootstrap, topic, 90)) == 90

@@ -4,6 +4,7 @@ read_committed consumer sees them, and whether a transaction is still open."""
 from __future__ import annotations
 
 import time
+import uuid
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -70,18 +71,20 @@ class CommittedView:
 def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int, within_s: float = 10.0) -> None:
     """A plain record produced now to every partition is visible to read_committed within
     ``within_s``: no transaction before it holds the last stable offset back."""
+    tag = uuid.uuid4().hex[:8]  # this call's own: a topic may hold earlier calls' sentinels
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
         for partition in range(partitions):
-            p.send(ProducerRecord(topic, b"sentinel", key=b"sentinel-%d" % partition, partition=partition))
+            p.send(ProducerRecord(topic, b"sentinel", key=b"sentinel-%d-%s" % (partition, tag.encode()),
+                                  partition=partition))
         p.flush(30)
     t = CommittedView(bootstrap, topic, "read_committed")
     try:
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
             t.poll(0.5)
-            if sum(k.startswith("sentinel") for k in t.keys) == partitions:
+            if sum(k.startswith("sentinel") and k.endswith(tag) for k in t.keys) == partitions:
                 return
-        raise AssertionError(f"sentinels seen by read_committed: {[k for k in t.keys if k.startswith('sentinel')]}; "
+        raise AssertionError(f"sentinels seen by read_committed: {[k for k in t.keys if k.endswith(tag)]}; "
                              f"a transaction is still open on the others")
     finally:
         t.close()
