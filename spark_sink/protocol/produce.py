@@ -29,7 +29,6 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _PARTITION_HEAD = struct.Struct(">ihq")  # index, error_code, base_offset
 _I64 = struct.Struct(">q")
-_I64_PAIR = struct.Struct(">qq")
 # Payloads shorter than this are copied into the surrounding small writes: one buffer
 # per record batch header would cost more per sendmsg entry than copying 61 bytes.
 _COPY_BELOW = 1024
