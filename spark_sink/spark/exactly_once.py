@@ -45,6 +45,8 @@ from spark_sink.spark.options import ExactlyOnce, SinkOptions
 log = logging.getLogger(__name__)
 
 MARKER_PARTITION = 0
+# How long the driver's abort waits before it fences the unreported tasks' ids again.
+REFENCE_AFTER_S = 3.0
 # How long a failing task waits for its abort: the task is failing anyway, and what is
 # left open is aborted by the next attempt or by the driver's abort.
 _TASK_ABORT_TIMEOUT_S = 10.0
@@ -194,7 +196,10 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         admin.fence_transactions([transactional_id(prefix, p) for p in idle])
         _fenced.add(prefix)
     already = set()
-    if started_batch >= batch_id:
+    # A replay (the directory names this microbatch), or a first microbatch whose directory
+    # is gone: the directory is committed just before the markers, so it expires first,
+    # and a replay of microbatch 0 cannot otherwise be told from a new query's start.
+    if started_batch >= batch_id or started_batch < 0:
         already = _committed_before(admin, prefix, eo, batch_id, query, tasks, ids, len(txns))
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, _began(messages), f"microbatch {batch_id}")
@@ -215,8 +220,9 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
 
 def commit_margin_ms(timeout_ms: int) -> float:
     """The time a transaction must have left before its timeout for the driver to commit
-    it: the commit's few round trips, and clocks a little apart."""
-    return max(1_000.0, min(10_000.0, timeout_ms / 5))
+    it: the commit's few round trips, clocks a little apart, and a driver that stalls
+    (a garbage collection, a paused VM) between the check and its EndTxns."""
+    return max(1_000.0, min(60_000.0, timeout_ms / 5))
 
 
 def _began(messages: Sequence[object]) -> dict[int, float]:
@@ -381,8 +387,16 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
     if not unfinished:
         return
     prefix = _abort_prefix(admin, eo, messages)
-    if prefix is not None:
-        admin.fence_transactions([transactional_id(prefix, p) for p in unfinished])
+    if prefix is None:
+        return
+    ids = [transactional_id(prefix, p) for p in unfinished]
+    admin.fence_transactions(ids)
+    # Spark aborts as soon as the job fails or is cancelled, without waiting for its
+    # running tasks: one that opens its transaction after the fence above (a small task
+    # sends at the end of its input) would leave it open. Those tasks are being killed
+    # (spark.python.task.killTimeout, 2 s); fenced again once they are gone.
+    time.sleep(REFENCE_AFTER_S)
+    admin.fence_transactions(ids)
 
 
 def _abort_prefix(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> str | None:

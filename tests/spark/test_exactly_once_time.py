@@ -307,3 +307,44 @@ def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka):
     producer.close()
     assert exactly_once.commit(config, resumed, [message], 2) == 1
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
+
+
+def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafka, monkeypatch):
+    """The directory is committed just before the markers, so offsets.retention.minutes
+    removes it first: microbatch 0, committed in part and replayed, must still find the
+    markers it has (found by the review: it was written twice)."""
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-dir0"), partitions=1)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    eo = ExactlyOnce(unique_topic("dir0"), topic)
+
+    def prepared() -> list[KProdCommitMessage]:
+        out = []
+        for p in range(2):
+            producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, p), topic,
+                                         [f"{p}-{i}".encode() for i in range(20)])
+            producer.close()
+            out.append(message)
+        return out
+
+    real_end = AdminClient.end_transactions
+
+    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
+        transactions = list(transactions)
+        if commit:
+            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
+            raise KeyboardInterrupt("the driver dies")
+        real_end(self, transactions, commit, timeout_ms)
+
+    monkeypatch.setattr(AdminClient, "end_transactions", commit_task_1_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        exactly_once.commit(config, eo, prepared(), 0)
+    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
+    admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_consumer_groups([exactly_once.directory_group(eo.prefix)]).values():
+        future.result(30)
+    exactly_once._fenced.clear()
+    assert exactly_once.commit(config, eo, prepared(), 0) == 1  # task 0 only
+    values = _committed_values(kafka.bootstrap, topic, 40)
+    assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
