@@ -168,10 +168,15 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     were committed (not skipped as already committed by an earlier run of this microbatch)."""
     admin = _admin(config)
     txns = _transactions(messages)
-    if batch_id is None:
+    if batch_id is None and eo.one_write:
         _check_open(admin, config, txns, _began(messages), "batch write")
         _end_checked(admin, config, txns, _began(messages), "batch write")
         return len(txns)
+    # A batch write under a prefix the user named is that name's one microbatch: a rerun
+    # (after a driver death in the middle of its commit) completes it instead of writing
+    # what was committed again.
+    what = "batch write" if batch_id is None else f"microbatch {batch_id}"
+    batch_id = 0 if batch_id is None else batch_id
     query = _query(messages)
     prefix = eo.prefix_for(query)
     tasks = len(messages)
@@ -202,7 +207,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     if started_batch >= batch_id or started_batch < 0:
         already = _committed_before(admin, prefix, eo, batch_id, query, tasks, ids, len(txns))
     fresh = {p: t for p, t in txns.items() if p not in already}
-    _check_open(admin, config, fresh, _began(messages), f"microbatch {batch_id}")
+    _check_open(admin, config, fresh, _began(messages), what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
     admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({"query": query, "ids": ids}))})
     skipped = {p: t for p, t in txns.items() if p in already}
@@ -214,7 +219,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     marker = json.dumps({"query": query, "tasks": tasks, "txns": len(txns)}, separators=(",", ":"))
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, marker)}) for p, t in fresh.items())
-    _end_checked(admin, config, fresh, _began(messages), f"microbatch {batch_id}")
+    _end_checked(admin, config, fresh, _began(messages), what)
     return len(fresh)
 
 
@@ -416,7 +421,7 @@ def with_transaction_timeout(options: SinkOptions) -> SinkOptions:
     cluster allows (its transaction.max.timeout.ms), unless the user set one: a batch
     write's first tasks hold their transactions open until the last task is done."""
     eo = options.exactly_once
-    if eo is None or not eo.one_write or eo.timeout_given:
+    if eo is None or not eo.batch or eo.timeout_given:
         return options
     config = options.producer_config
     value = _admin(config).coordinator_config(transactional_id(eo.prefix, 0), ["transaction.max.timeout.ms"]).get(

@@ -42,7 +42,9 @@ SINK_OPTIONS: dict[str, str] = {
     "kprod.transactionalidprefix": (
         "kprod.transactionalIdPrefix: exactly-once only; task N uses the transactional id "
         "<prefix>-N. Keep it stable across restarts of a query and unique to it (default: derived "
-        "from the streaming query's id, which its checkpoint keeps; a new one per batch write)"
+        "from the streaming query's id, which its checkpoint keeps; a new one per batch write). On a "
+        "batch write it names the write: a rerun under the same name commits only what was not "
+        "committed"
     ),
     "kprod.missingmarkers": (
         "kprod.missingMarkers: exactly-once streaming only; fail (default) or ignore. A query "
@@ -191,6 +193,7 @@ class ExactlyOnce:
     # tasks record a prefix derived from the query id, which the driver cannot know.
     options_key: str = ""
     missing_markers: str = "fail"  # kprod.missingMarkers
+    batch: bool = False  # a batch write (with a prefix of its own, or one the user named)
 
     def prefix_for(self, query_id: str | None) -> str:
         """The prefix of this write. Unless one was given, it comes from the streaming
@@ -337,7 +340,8 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
     # Secrets stay out of it: they tell no two queries apart.
     named = sorted((k, v) for k, v in opts.items() if not any(w in k for w in _SECRET_WORDS))
     key = hashlib.sha256(repr(named).encode()).hexdigest()[:24]
-    return ExactlyOnce(prefix, marker_topic, one_write, "kafka.transaction.timeout.ms" in opts, key, missing)
+    return ExactlyOnce(prefix, marker_topic, one_write, "kafka.transaction.timeout.ms" in opts, key, missing,
+                       batch=not streaming)
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
