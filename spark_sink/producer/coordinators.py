@@ -39,12 +39,15 @@ class Coordinators:
         self._nodes: dict[tuple[int, str], int] = {}
         self._finding: set[tuple[int, str]] = set()  # FindCoordinator in flight for these
 
-    def node(self, client: Client, key_type: int, key: str) -> int | None:
+    def node(self, client: Client, key_type: int, key: str, now: float) -> int | None:
         """The coordinator's node id, if known. One whose connection failed is forgotten,
         to be found again, as Java's Sender does: its node may have died, and the new
-        leader of its log taken over."""
+        leader of its log taken over. Its connection is tried again first (once the
+        reconnect backoff allows): a node whose connection broke earlier, when it died or
+        was cut off, may be back and coordinating now, and nothing else may ever reconnect
+        it (the other nodes answer FindCoordinator, its partitions may lead elsewhere)."""
         node = self._nodes.get((key_type, key))
-        if node is not None and client.connection_failed(node):
+        if node is not None and not client.ready(node, now) and client.connection_failed(node):
             del self._nodes[(key_type, key)]
             return None
         return node
