@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -204,25 +205,33 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
         dead: int | None = None  # the node killed and not yet restarted
         kills = 0
 
+        killer: threading.Timer | None = None
+
         @precondition(lambda self: self.dead is None)
-        @rule()
-        def kill_coordinator(self) -> None:
-            """SIGKILL the node coordinating the transactional id, with every replica in
-            sync first: another kill before the last restarted node caught up would leave
-            partitions below min.insync.replicas, which is no coordinator move."""
+        @rule(after=st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0]))
+        def kill_coordinator(self, after: float = 0.0) -> None:
+            """SIGKILL the node coordinating the transactional id ``after`` seconds from now:
+            with a delay, in the middle of the next step (a commit's EndTxn in flight, say).
+            Every replica is in sync first: a kill before the last restarted node caught up
+            would leave partitions below min.insync.replicas, which is no coordinator move."""
             cluster.wait_ready()
             for topic in ("__transaction_state", "__consumer_offsets", self.topic):
                 wait_in_sync(cluster, topic)
             victim = transaction_coordinator(cluster, self.tid)
             assert victim > 0, f"no coordinator for {self.tid}"
-            cluster.node(victim).kill()
+            self.killer = threading.Timer(after, cluster.node(victim).kill)
+            self.killer.start()
+            if not after:
+                self.killer.join()
             self.dead = victim
             self.kills += 1
 
         @precondition(lambda self: self.dead is not None)
         @rule()
         def restart(self) -> None:
-            """Start the killed node again; it catches up while the next steps run."""
+            """Start the killed node again (killed by now); it catches up while the next
+            steps run."""
+            self.killer.join()
             cluster.node(self.dead).start()
             self.dead = None
 
@@ -316,3 +325,14 @@ def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka
         ("kill_coordinator", {}), ("commit", {}), ("restart", {}), ("begin", {}), ("send", {"partition": 1, "n": 2}),
         ("commit", {}))
     assert machine.timeouts >= 1  # the path under test: the commit did time out, and was retried
+
+
+def test_a_coordinator_moved_back_to_a_node_restarted_is_reconnected(kafka3, kafka3_proxies):
+    """The coordinator moved to the node killed (and restarted) before: the producer had
+    forgotten its connection as failed and so dropped the coordinator at once each time
+    FindCoordinator named it, without ever connecting again; the abort hung until the
+    producer was closed (fixed: a known coordinator's connection is tried again first)."""
+    _replay_failover(kafka3, kafka3_proxies, ("begin", {}), ("kill_coordinator", {"after": 0.0}),
+                     ("prepare_and_end_elsewhere", {"commit": True}), ("restart", {}),
+                     ("kill_coordinator", {"after": 0.05}), ("begin", {}), ("send", {"partition": 0, "n": 4}),
+                     ("abort", {"flush": True}))
