@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
@@ -264,6 +265,9 @@ def test_transactions_match_the_model(kafka, kafka_proxy):
         suppress_health_check=list(HealthCheck)))
 
 
+# An example costs 5 to 15 s here (kills, restarts, waits for replicas in sync): a soak
+# outlasts the suite's 300 s per test.
+@pytest.mark.timeout(300 + 30 * SOAK)
 def test_transactions_match_the_model_as_coordinators_die(kafka3, kafka3_proxies):
     """Three nodes; the transaction coordinator's node is SIGKILLed at random steps."""
     machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)
