@@ -54,6 +54,22 @@ def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: floa
     return killed
 
 
+def transaction_log_partition(transactional_id: str, partitions: int = 4) -> int:
+    """The partition of __transaction_state (4 in kprod_broker's nodes) whose leader is the
+    id's coordinator: Java's String.hashCode, made positive, modulo the partitions."""
+    h = 0
+    for unit in transactional_id.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def transaction_coordinator(cluster: KafkaCluster, transactional_id: str) -> int:
+    """The node id coordinating ``transactional_id`` now (-1 while its log has no leader);
+    __transaction_state must exist (the first InitProducerId creates it)."""
+    return cluster.leader("__transaction_state", transaction_log_partition(transactional_id))
+
+
 def assert_order_per_key(messages) -> None:
     """Values (increasing integers per key as sent) come back increasing for every key."""
     per_key = collections.defaultdict(list)

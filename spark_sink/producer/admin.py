@@ -239,7 +239,7 @@ class AdminClient:
     def _coordinator(self, call: _Call, now: float) -> int | None:
         """The coordinator's node id for ``call`` if known, else asks for it (once at a
         time per key) and returns None."""
-        node = self._coordinators.node(self._client, call.key_type, call.key)
+        node = self._coordinators.node(self._client, call.key_type, call.key, now)
         if node is None:
             self._coordinators.find(self._client, call.key_type, call.key, now, lambda error: self._found(call, error))
         return node

@@ -34,6 +34,9 @@ class TransactionalResult:
     def __init__(self) -> None:
         self._done = threading.Event()
         self.error: Exception | None = None
+        # A wait timed out before the outcome, and none has returned it since: the call is
+        # to be retried, and the retry waits for this same result.
+        self.retry_due = False
 
     def done(self, error: Exception | None = None) -> None:
         self.error = error
@@ -41,7 +44,10 @@ class TransactionalResult:
 
     def wait(self, timeout_s: float | None, what: str) -> None:
         if not self._done.wait(timeout_s):
-            raise KafkaTimeoutError(f"{what} did not finish within {timeout_s * 1000:.0f} ms (max.block.ms)")
+            self.retry_due = True
+            raise KafkaTimeoutError(f"{what} did not finish within {timeout_s * 1000:.0f} ms (max.block.ms); "
+                                    f"the request goes on: call {what} again for its outcome")
+        self.retry_due = False
         if self.error is not None:
             raise self.error
 

@@ -36,26 +36,20 @@ class Coordinators:
     transactional id, GROUP_COORDINATOR with a group id."""
 
     def __init__(self) -> None:
-        # (key type, key) -> (node id, whether its connection had failed when it was found)
-        self._nodes: dict[tuple[int, str], tuple[int, bool]] = {}
+        self._nodes: dict[tuple[int, str], int] = {}
         self._finding: set[tuple[int, str]] = set()  # FindCoordinator in flight for these
 
-    def node(self, client: Client, key_type: int, key: str) -> int | None:
-        """The coordinator's node id, if known. One whose connection failed since it was
-        found is forgotten, to be found again, as Java's Sender does: its node may have
-        died, and the new leader of its log taken over. A coordinator found while its
-        connection was failing is kept until a new attempt to reach it fails too:
-        forgetting it at once would find it again and again, and never reconnect."""
-        entry = self._nodes.get((key_type, key))
-        if entry is None:
-            return None
-        node, failed_when_found = entry
-        failed = client.connection_failed(node)
-        if failed and not failed_when_found:
+    def node(self, client: Client, key_type: int, key: str, now: float) -> int | None:
+        """The coordinator's node id, if known. One whose connection failed is forgotten,
+        to be found again, as Java's Sender does: its node may have died, and the new
+        leader of its log taken over. Its connection is tried again first (once the
+        reconnect backoff allows): a node whose connection broke earlier, when it died or
+        was cut off, may be back and coordinating now, and nothing else may ever reconnect
+        it (the other nodes answer FindCoordinator, its partitions may lead elsewhere)."""
+        node = self._nodes.get((key_type, key))
+        if node is not None and not client.ready(node, now) and client.connection_failed(node):
             del self._nodes[(key_type, key)]
             return None
-        if failed_when_found and not failed:
-            self._nodes[(key_type, key)] = (node, False)  # reconnecting: a failure from now on is news
         return node
 
     def find(self, client: Client, key_type: int, key: str, now: float,
@@ -80,7 +74,7 @@ class Coordinators:
         if error is None:
             node = response.body["node_id"]
             client.set_nodes({node: (response.body["host"], response.body["port"])})
-            self._nodes[(key_type, key)] = (node, client.connection_failed(node))
+            self._nodes[(key_type, key)] = node
         on_found(error)
 
     def failed(self, key_type: int, key: str, error: Exception) -> None:

@@ -272,7 +272,7 @@ class Sender(threading.Thread):
             return _MAX_POLL_MS
         if request.api_key == ApiKey.END_TXN and self._in_flight_batches:
             return 5.0  # the markers go after every record of the transaction is answered
-        node = txn.coordinators.node(self._client, request.coordinator, request.key)
+        node = txn.coordinators.node(self._client, request.coordinator, request.key, now)
         if node is None:
             if not txn.coordinators.find(self._client, request.coordinator, request.key, now,
                                          lambda error: txn.handle_find_coordinator(request, error, now_ms())):

@@ -92,6 +92,10 @@ class TransactionManager:
         # empty transaction ends here, without a request (Java's transactionStarted).
         self._started = False
         self.abortable_error: Exception | None = None
+        # The last init, commit or abort call and its result: one that timed out
+        # (max.block.ms) goes on in the Sender, and calling it again waits for that same
+        # result, until a wait returns its outcome (Java's pendingTransition).
+        self._pending: tuple[str, TransactionalResult] | None = None
 
     # -- the state machine ----------------------------------------------------
 
@@ -208,6 +212,11 @@ class TransactionManager:
         """Raise unless ``call`` may start in the current state (with ``_lock`` held)."""
         if self.transactional_id is None:
             raise IllegalStateError(f"{call}() needs transactional.id to be set")
+        if self._pending is not None and self._pending[1].retry_due and self._pending[0] != call:
+            # The state it left (INITIALIZING, COMMITTING_TRANSACTION, ...) allows no other
+            # call until it is retried to its outcome: Java's producer refuses them too.
+            raise IllegalStateError(f"{call}() is not allowed: the previous {self._pending[0]}() timed out and "
+                                    f"must be called again until it finishes")
         if self.state in CALL_STATES[call]:
             return
         self._raise_failure(call)
@@ -223,13 +232,31 @@ class TransactionManager:
                 f"{call}(): the transaction failed and must be aborted first: {self.abortable_error}",
                 self.abortable_error)
 
+    def _retried(self, call: str) -> TransactionalResult | None:
+        """The result of an earlier ``call`` that timed out, if this call retries it (with
+        ``_lock`` held); :meth:`_check_call` refuses a call of another kind meanwhile."""
+        if self._pending is None:
+            return None
+        pending, result = self._pending
+        if not result.retry_due:
+            self._pending = None
+            return None
+        return result if pending == call else None
+
+    def _pend(self, call: str, result: TransactionalResult) -> TransactionalResult:
+        self._pending = (call, result)
+        return result
+
     def init_transactions(self) -> TransactionalResult:
         """Ask the coordinator for the producer id under transactional.id: the epoch it
-        gives fences every earlier producer with that id and aborts its open transaction."""
+        gives fences every earlier producer with that id and aborts its open transaction.
+        After a timeout, calling it again waits for the same request."""
         with self._lock:
+            if (retried := self._retried("init_transactions")) is not None:
+                return retried
             self._check_call("init_transactions")
             self._transition(Event.INIT_PRODUCER_ID_SENT)
-            return self._enqueue_init(-1, -1)
+            return self._pend("init_transactions", self._enqueue_init(-1, -1))
 
     def _enqueue_init(self, producer_id: int, epoch: int,
                       result: TransactionalResult | None = None) -> TransactionalResult:
@@ -307,12 +334,16 @@ class TransactionManager:
             return self.transactional_id, self._identity[0], self._identity[1]
 
     def end_transaction(self, commit: bool) -> TransactionalResult:
-        """EndTxn: commit or abort the open transaction (its records already flushed)."""
+        """EndTxn: commit or abort the open transaction (its records already flushed).
+        After a timeout, calling it again waits for the same end (it may have happened)."""
+        call = "commit_transaction" if commit else "abort_transaction"
         with self._lock:
-            self._check_call("commit_transaction" if commit else "abort_transaction")
+            if (retried := self._retried(call)) is not None:
+                return retried
+            self._check_call(call)
             self._transition(Event.BEGIN_COMMIT if commit else Event.BEGIN_ABORT)
             self._to_add.clear()
-            result = TransactionalResult()
+            result = self._pend(call, TransactionalResult())
             if not commit and isinstance(self.abortable_error, InvalidProducerEpochError):
                 # The coordinator aborted the transaction itself (transaction.timeout.ms) and
                 # bumped the epoch: EndTxn under the old one is refused as fenced. InitProducerId

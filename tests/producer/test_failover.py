@@ -14,7 +14,8 @@ import pyarrow as pa
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 from tests.failover import (
-    FAILOVER_CONFIG, Deliveries, assert_arrow_offsets_match, assert_order_per_key, bounce_leader, wait_in_sync,
+    FAILOVER_CONFIG, Deliveries, assert_arrow_offsets_match, assert_order_per_key, bounce_leader, transaction_coordinator,
+    wait_in_sync,
 )
 
 
@@ -150,16 +151,6 @@ def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3, 
     assert_order_per_key(messages)
 
 
-def _transaction_log_partition(transactional_id: str, partitions: int = 4) -> int:
-    """The partition of __transaction_state (4 in kprod_broker's nodes) whose leader is the
-    id's coordinator: Java's String.hashCode, made positive, modulo the partitions."""
-    h = 0
-    for unit in transactional_id.encode("utf-16-be").hex(" ", 2).split():
-        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
-    h = h - (1 << 32) if h >= 1 << 31 else h
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 def test_transactions_go_on_when_their_coordinator_is_killed(kafka3):
     """The node coordinating a transaction dies (SIGKILL) after its records were sent: the
     commit finds the new coordinator (the transaction log's new leader) and completes, and
@@ -169,7 +160,7 @@ def test_transactions_go_on_when_their_coordinator_is_killed(kafka3):
     config = {**FAILOVER_CONFIG, "bootstrap.servers": kafka3.bootstrap, "transactional.id": transactional_id}
     with KafkaProducer(config) as producer:
         producer.init_transactions()  # creates __transaction_state on first use
-        coordinator = kafka3.leader("__transaction_state", _transaction_log_partition(transactional_id))
+        coordinator = transaction_coordinator(kafka3, transactional_id)
         assert coordinator > 0
         producer.begin_transaction()
         futures = [producer.send(ProducerRecord(topic, b"a%d" % i, key=b"%d" % i)) for i in range(300)]

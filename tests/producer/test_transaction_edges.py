@@ -1,6 +1,7 @@
 """Transactions at their edges, on Apache Kafka: empty transactions, aborted offsets, a
-transaction its coordinator timed out, AdminClient calls of which one is refused, and
-faults inside the producer that must fail a send rather than leave it waiting."""
+transaction its coordinator timed out, AdminClient calls of which one is refused, calls
+that time out and are retried, and faults inside the producer that must fail a send rather
+than leave it waiting."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import time
 import pytest
 
 from spark_sink.producer import (
-    AbortableTransactionError, AdminClient, BufferExhaustedError, KafkaProducer, PreparedTransaction, ProducerRecord,
+    AbortableTransactionError, AdminClient, BufferExhaustedError, IllegalStateError, KafkaProducer, KafkaTimeoutError,
+    PreparedTransaction, ProducerRecord,
 )
 from spark_sink.protocol.errors import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -90,6 +92,37 @@ def test_a_transaction_its_coordinator_timed_out_is_abortable_not_fatal(kafka):
         p.send(ProducerRecord(topic, b"next", partition=0))
         p.commit_transaction()
     assert _values(kafka.bootstrap, topic, 1) == [b"next"]
+
+
+def test_calls_that_timed_out_are_retried_to_their_outcome(kafka_proxy):
+    """init_transactions() and commit_transaction() outlast their timeout while no answer
+    can come (the proxy stalls): each goes on in the background and, as in Java's producer,
+    calling it again waits for that same request; any other call is refused meanwhile,
+    naming the one to retry."""
+    bootstrap = kafka_proxy.bootstrap
+    topic = create_topic(kafka_proxy.cluster.bootstrap, unique_topic("retried"), partitions=1)
+    with _producer(bootstrap, unique_topic("tid")) as p:
+        p.partitions_for(topic)  # connections and metadata in place before the stalls
+        kafka_proxy.proxy.stall()
+        with pytest.raises(KafkaTimeoutError, match="again"):
+            p.init_transactions(timeout=0.5)
+        with pytest.raises(IllegalStateError, match="init_transactions"):
+            p.begin_transaction()
+        kafka_proxy.proxy.stall(False)
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(ProducerRecord(topic, b"committed once", partition=0))
+        p.flush(30)
+        kafka_proxy.proxy.stall()
+        with pytest.raises(KafkaTimeoutError):
+            p.commit_transaction(timeout=0.5)
+        with pytest.raises(IllegalStateError, match="commit_transaction"):
+            p.abort_transaction()
+        kafka_proxy.proxy.stall(False)
+        p.commit_transaction()
+        with pytest.raises(IllegalStateError, match="READY"):  # seen through: a new call again
+            p.commit_transaction()
+    assert _values(kafka_proxy.cluster.bootstrap, topic, 1) == [b"committed once"]
 
 
 def test_end_transactions_ends_every_one_it_can_and_names_the_refused(kafka):

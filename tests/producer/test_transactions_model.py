@@ -5,6 +5,12 @@ connection cuts through the fault proxy. The model says what must be visible; af
 sequence a read_committed consumer must see exactly the committed records, in send order
 per partition, and the group exactly the committed offsets.
 
+On three nodes the same machine also SIGKILLs the node coordinating its transactional id
+at random steps and restarts it some steps later: the producer and the AdminClient must
+find the new coordinator within their timeouts. A call that outlasts max.block.ms while
+the coordinator is away raises KafkaTimeoutError and is retried, as Kafka's producer
+documents; the transaction's outcome is then what the retried call gives.
+
 The suite runs a few sequences; ``KPROD_SOAK=N`` (``make soak``) runs N. A failure found is
 shrunk by hypothesis and kept below as a test of its own.
 """
@@ -13,28 +19,50 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from spark_sink.producer import AdminClient, KafkaProducer, ProducerRecord
+from kprod_broker import KafkaCluster
+from spark_sink.producer import AdminClient, KafkaProducer, KafkaTimeoutError, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.failover import FAILOVER_CONFIG, transaction_coordinator, wait_in_sync
+from tests.faultproxy import FaultProxy
 
 PARTITIONS = 2
 SOAK = int(os.environ.get("KPROD_SOAK", "0"))
 _counter = itertools.count()
+T = TypeVar("T")
+
+# On three nodes: retries outlast a coordinator's move, while max.block.ms does not, so
+# that calls time out and are retried too. A killed node is fenced 2.5 to 3 s after the
+# kill (its last heartbeat, every 0.5 s, plus 3 s): a call made at the kill times out.
+FAILOVER_PRODUCER = {**FAILOVER_CONFIG, "linger.ms": 0, "max.block.ms": 1500}
+TIMEOUT_RETRIES = 40  # a move takes seconds: 60 s of calls are far more than it needs
 
 
-def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]:
+def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
+             cluster: KafkaCluster | None = None) -> type[RuleBasedStateMachine]:
+    """The machine on the node(s) at ``bootstrap``; with ``cluster`` (three nodes) it also
+    kills the transaction coordinator's node."""
     class Transactions(RuleBasedStateMachine):
         """One transactional id; the model: committed values per partition, committed
         offsets, and what the open transaction holds."""
 
+        producer_config: dict[str, object] = {"linger.ms": 0, "retry.backoff.ms": 20}
+        retry_timeouts = False  # one node, no kills: a call that times out is a failure
+
         @initialize()
         def setup(self) -> None:
-            self.topic = create_topic(bootstrap, unique_topic("model"), partitions=PARTITIONS)
+            name = unique_topic("model")
+            self.topic = (cluster.create_topic(name, PARTITIONS) if cluster is not None
+                          else create_topic(bootstrap, name, partitions=PARTITIONS))
             self.group = unique_topic("group")
             self.tid = unique_topic("tid")
             self.admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -43,15 +71,25 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
             self.pending: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
             self.pending_offsets: dict[int, int] = {}
             self.producers: list[KafkaProducer] = []
+            self.timeouts = 0  # calls retried after KafkaTimeoutError
             self.producer = self._new_producer(proxied)
             self.open = False
 
         def _new_producer(self, where: str) -> KafkaProducer:
-            p = KafkaProducer({"bootstrap.servers": where, "transactional.id": self.tid, "linger.ms": 0,
-                               "retry.backoff.ms": 20})
+            p = KafkaProducer({**self.producer_config, "bootstrap.servers": where, "transactional.id": self.tid})
             self.producers.append(p)
-            p.init_transactions()
+            self._retried(p.init_transactions)
             return p
+
+        def _retried(self, call: Callable[[], T]) -> T:
+            """``call()``; where coordinators move, called again after each KafkaTimeoutError
+            (max.block.ms passed): the producer keeps the call's outcome for its retry."""
+            for _ in range(TIMEOUT_RETRIES if self.retry_timeouts else 0):
+                try:
+                    return call()
+                except KafkaTimeoutError:
+                    self.timeouts += 1
+            return call()
 
         def _value(self) -> bytes:
             return b"v%d" % next(_counter)
@@ -83,7 +121,8 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
         @precondition(lambda self: self.open)
         @rule(partition=st.integers(0, PARTITIONS - 1), offset=st.integers(0, 1000))
         def send_offsets(self, partition: int, offset: int) -> None:
-            self.producer.send_offsets_to_transaction({(self.topic, partition): offset}, self.group)
+            offsets = {(self.topic, partition): offset}
+            self._retried(lambda: self.producer.send_offsets_to_transaction(offsets, self.group))
             self.pending_offsets[partition] = offset
 
         def _ended(self, commit: bool) -> None:
@@ -96,7 +135,7 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
         @precondition(lambda self: self.open)
         @rule()
         def commit(self) -> None:
-            self.producer.commit_transaction()
+            self._retried(self.producer.commit_transaction)
             self._ended(True)
             self._check_offsets()
 
@@ -105,7 +144,7 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
         def abort(self, flush: bool) -> None:
             if flush:  # written, then aborted: read_committed must skip them
                 self.producer.flush()
-            self.producer.abort_transaction()  # else never sent: not in the next one either
+            self._retried(self.producer.abort_transaction)  # else never sent: not in the next one either
             self._ended(False)
             self._check_offsets()
 
@@ -116,7 +155,7 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
             if prepared is not None:
                 self.admin.end_transactions([prepared], commit=commit)
             self._ended(commit)
-            self.producer.init_transactions()  # to go on after another process ended it
+            self._retried(self.producer.init_transactions)  # to go on after another process ended it
 
         @rule()
         def fence(self) -> None:
@@ -130,7 +169,8 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
         @precondition(lambda self: self.open)
         @rule()
         def cut_connections(self) -> None:
-            proxy.cut_all()
+            for proxy in proxies:
+                proxy.cut_all()
 
         def _check_offsets(self) -> None:
             tps = [(self.topic, p) for p in range(PARTITIONS)]
@@ -140,7 +180,7 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
         def teardown(self) -> None:
             try:
                 if getattr(self, "open", False):
-                    self.producer.abort_transaction()
+                    self._retried(self.producer.abort_transaction)
                     self._ended(False)
                 if hasattr(self, "topic"):
                     self._check_offsets()
@@ -155,14 +195,87 @@ def _machine(bootstrap: str, proxied: str, proxy) -> type[RuleBasedStateMachine]
                 if hasattr(self, "admin"):
                     self.admin.close()
 
-    return Transactions
+    if cluster is None:
+        return Transactions
+
+    class TransactionsFailover(Transactions):
+        """The same on three nodes, with the coordinator's node killed and restarted."""
+
+        producer_config = FAILOVER_PRODUCER
+        retry_timeouts = True
+        dead: int | None = None  # the node killed and not yet restarted
+        kills = 0
+
+        killer: threading.Timer | None = None
+
+        @precondition(lambda self: self.dead is None)
+        @rule(after=st.sampled_from([0.0, 0.0, 0.05, 0.3, 1.0]))
+        def kill_coordinator(self, after: float = 0.0) -> None:
+            """SIGKILL the node coordinating the transactional id ``after`` seconds from now:
+            with a delay, in the middle of the next step (a commit's EndTxn in flight, say).
+            Every replica is in sync first: a kill before the last restarted node caught up
+            would leave partitions below min.insync.replicas, which is no coordinator move."""
+            cluster.wait_ready()
+            for topic in ("__transaction_state", "__consumer_offsets", self.topic):
+                wait_in_sync(cluster, topic)
+            victim = transaction_coordinator(cluster, self.tid)
+            assert victim > 0, f"no coordinator for {self.tid}"
+            self.killer = threading.Timer(after, cluster.node(victim).kill)
+            self.killer.start()
+            if not after:
+                self.killer.join()
+            self.dead = victim
+            self.kills += 1
+
+        @precondition(lambda self: self.dead is not None)
+        @rule()
+        def restart(self) -> None:
+            """Start the killed node again (killed by now); it catches up while the next
+            steps run."""
+            self.killer.join()
+            cluster.node(self.dead).start()
+            self.dead = None
+
+        def teardown(self) -> None:
+            try:
+                if self.dead is not None:  # back before the checks: they run while it catches up
+                    self.restart()
+                super().teardown()
+            finally:
+                # The cluster is shared: whole again, every replica in sync, for what runs next.
+                for node in cluster.nodes:
+                    node.start()
+                cluster.wait_ready()
+                for topic in ("__transaction_state", "__consumer_offsets"):
+                    wait_in_sync(cluster, topic)
+                STATS["kills"] += getattr(self, "kills", 0)
+                STATS["timeouts"] += getattr(self, "timeouts", 0)
+                STATS["examples"] += 1
+
+    return TransactionsFailover
+
+
+STATS: dict[str, int] = {"examples": 0, "kills": 0, "timeouts": 0}  # of the failover runs, reported
 
 
 def test_transactions_match_the_model(kafka, kafka_proxy):
-    machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, kafka_proxy.proxy)
+    machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])
     run_state_machine_as_test(machine, settings=settings(
         max_examples=SOAK or 6, stateful_step_count=12, deadline=None, database=None, derandomize=not SOAK,
         suppress_health_check=list(HealthCheck)))
+
+
+# An example costs 5 to 15 s here (kills, restarts, waits for replicas in sync): a soak
+# outlasts the suite's 300 s per test.
+@pytest.mark.timeout(300 + 30 * SOAK)
+def test_transactions_match_the_model_as_coordinators_die(kafka3, kafka3_proxies):
+    """Three nodes; the transaction coordinator's node is SIGKILLed at random steps."""
+    machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)
+    before = dict(STATS)
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=SOAK or 3, stateful_step_count=12, deadline=None, database=None, derandomize=not SOAK,
+        suppress_health_check=list(HealthCheck)))
+    print("coordinator failover model: " + ", ".join(f"{k} {STATS[k] - before[k]}" for k in STATS))
 
 
 # -- sequences the model found, kept as they were shrunk --------------------------
@@ -170,7 +283,19 @@ def test_transactions_match_the_model(kafka, kafka_proxy):
 
 def _replay(kafka, kafka_proxy, *steps: tuple) -> None:
     """Run one sequence of the model's steps, ``(rule, {argument: value})`` each."""
-    machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, kafka_proxy.proxy)()
+    _run(_machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])(), steps)
+
+
+def _replay_failover(kafka3, kafka3_proxies, *steps: tuple) -> RuleBasedStateMachine:
+    """:func:`_replay` on three nodes, with the coordinator kills among the steps; returns
+    the machine (its ``timeouts`` count the calls retried)."""
+    machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)()
+    _run(machine, steps)
+    return machine
+
+
+def _run(machine: RuleBasedStateMachine, steps: Sequence[tuple]) -> None:
+    """``steps`` on ``machine`` (set up here), then its teardown and final checks."""
     machine.setup()
     try:
         for name, arguments in steps:
@@ -190,3 +315,28 @@ def test_aborted_offsets_then_a_committed_transaction(kafka, kafka_proxy):
     empty transactions)."""
     _replay(kafka, kafka_proxy, ("begin", {}), ("send_offsets", {"partition": 0, "offset": 5}),
             ("abort", {"flush": True}), ("begin", {}), ("send", {"partition": 1, "n": 1}), ("commit", {}))
+
+
+def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka3, kafka3_proxies):
+    """commit_transaction() outlasted max.block.ms with the coordinator's node killed, and
+    its retry raised IllegalStateError (COMMITTING_TRANSACTION allowed no call): the retry
+    must wait for the same commit, which the new coordinator completes (fixed: the producer
+    keeps the result of a timed-out init, commit or abort for its retry, as Java's does)."""
+    # Offsets alone before the kill: records in flight to a killed leader would hold the
+    # commit's flush until the move, and its EndTxn would not time out.
+    machine = _replay_failover(
+        kafka3, kafka3_proxies, ("begin", {}), ("send_offsets", {"partition": 1, "offset": 7}),
+        ("kill_coordinator", {}), ("commit", {}), ("restart", {}), ("begin", {}), ("send", {"partition": 1, "n": 2}),
+        ("commit", {}))
+    assert machine.timeouts >= 1  # the path under test: the commit did time out, and was retried
+
+
+def test_a_coordinator_moved_back_to_a_node_restarted_is_reconnected(kafka3, kafka3_proxies):
+    """The coordinator moved to the node killed (and restarted) before: the producer had
+    forgotten its connection as failed and so dropped the coordinator at once each time
+    FindCoordinator named it, without ever connecting again; the abort hung until the
+    producer was closed (fixed: a known coordinator's connection is tried again first)."""
+    _replay_failover(kafka3, kafka3_proxies, ("begin", {}), ("kill_coordinator", {"after": 0.0}),
+                     ("prepare_and_end_elsewhere", {"commit": True}), ("restart", {}),
+                     ("kill_coordinator", {"after": 0.05}), ("begin", {}), ("send", {"partition": 0, "n": 4}),
+                     ("abort", {"flush": True}))
