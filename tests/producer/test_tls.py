@@ -95,13 +95,19 @@ def mtls(secure_kafka):
     return secure_kafka.bootstrap("MTLS"), secure_kafka.tls.client_cert, secure_kafka.tls.client_key
 
 
+def _pkcs12_truststore(pki, tmp_path):
+    """The CA in a PKCS12 truststore as keytool writes it (password changeit)."""
+    truststore = tmp_path / "truststore.p12"
+    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
+             "-storetype", "PKCS12", "-storepass", "changeit")
+    return truststore
+
+
 @pytest.mark.skipif(shutil.which("keytool") is None, reason="needs Java's keytool to write the stores")
 def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path):
     bootstrap, cert, key = mtls
     # A truststore as Java users have them: keytool's PKCS12 with a trusted-certificate entry.
-    truststore = tmp_path / "truststore.p12"
-    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
-             "-storetype", "PKCS12", "-storepass", "changeit")
+    truststore = _pkcs12_truststore(pki, tmp_path)
     keystore = tmp_path / "keystore.p12"
     subprocess.run(["openssl", "pkcs12", "-export", "-in", str(cert), "-inkey", str(key), "-certfile", str(pki.ca),
                     "-out", str(keystore), "-passout", "pass:store-secret"], check=True, capture_output=True)
@@ -193,9 +199,7 @@ def test_jks_stores_written_by_keytool(mtls, pki, tmp_path):
 def test_pkcs12_store_under_the_default_type(mtls, pki, tmp_path):
     """A PKCS12 truststore with no ssl.truststore.type: Java's default, JKS, reads it."""
     bootstrap, cert, key = mtls
-    truststore = tmp_path / "truststore.p12"
-    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
-             "-storetype", "PKCS12", "-storepass", "changeit")
+    truststore = _pkcs12_truststore(pki, tmp_path)
     keystore = tmp_path / "client.pem"
     keystore.write_bytes(key.read_bytes() + cert.read_bytes())
     config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",

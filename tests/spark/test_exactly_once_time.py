@@ -46,6 +46,18 @@ def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config
                                         transaction_began_ms=began)
 
 
+def _prepared_tasks(bootstrap: str, prefix: str, topic: str, query: str | None = "q", tag: str = "",
+                    tasks: int = 2, rows: int = 20) -> list[KProdCommitMessage]:
+    """What a run's tasks return: task p's rows ``<tag><p>-<i>`` in a prepared transaction."""
+    out = []
+    for p in range(tasks):
+        producer, message = _prepare(bootstrap, exactly_once.transactional_id(prefix, p), topic,
+                                     [f"{tag}{p}-{i}".encode() for i in range(rows)])
+        producer.close()
+        out.append(dataclasses.replace(message, query_id=query))
+    return out
+
+
 # -- a write that outlasts transaction.timeout.ms --------------------------------------
 
 
@@ -198,6 +210,21 @@ def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
 # -- names -------------------------------------------------------------------------------
 
 
+def _die_after_committing_task_1(monkeypatch) -> None:
+    """The driver dies in the middle of its commit: its EndTxns reach task 1's transaction
+    only (``monkeypatch.undo()`` brings the real commit back)."""
+    real_end = AdminClient.end_transactions
+
+    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
+        transactions = list(transactions)
+        if commit:
+            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
+            raise KeyboardInterrupt("the driver dies")
+        real_end(self, transactions, commit, timeout_ms)
+
+    monkeypatch.setattr(AdminClient, "end_transactions", commit_task_1_then_die)
+
+
 def _names(prefix: str, tasks: int) -> set[str]:
     return ({exactly_once.directory_group(prefix)}
             | {exactly_once.transactional_id(prefix, p) for p in range(tasks)})
@@ -219,28 +246,12 @@ def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
     a, b = ExactlyOnce(x, topic), ExactlyOnce(x + "-1", topic)
 
     def prepared(eo: ExactlyOnce, query: str, tasks: int, tag: str) -> list[KProdCommitMessage]:
-        out = []
-        for p in range(tasks):
-            producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, p), topic,
-                                         [f"{tag}{p}-{i}".encode() for i in range(50)])
-            producer.close()
-            out.append(KProdCommitMessage(p, 0, 50, 0, transaction=message.transaction, query_id=query,
-                                          transaction_began_ms=message.transaction_began_ms))
-        return out
+        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic, query, tag, tasks, rows=50)
 
-    real_end = AdminClient.end_transactions
-
-    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
-            raise KeyboardInterrupt("the driver dies")
-        real_end(self, transactions, commit, timeout_ms)
-
-    monkeypatch.setattr(AdminClient, "end_transactions", commit_task_1_then_die)
+    _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
+    monkeypatch.undo()  # a new driver process
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, b, prepared(b, "query-b", 2, "b"), 0) == 2
     exactly_once._fenced.clear()
@@ -321,27 +332,12 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
     eo = ExactlyOnce(unique_topic("dir0"), topic)
 
     def prepared() -> list[KProdCommitMessage]:
-        out = []
-        for p in range(2):
-            producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, p), topic,
-                                         [f"{p}-{i}".encode() for i in range(20)])
-            producer.close()
-            out.append(message)
-        return out
+        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic)
 
-    real_end = AdminClient.end_transactions
-
-    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
-            raise KeyboardInterrupt("the driver dies")
-        real_end(self, transactions, commit, timeout_ms)
-
-    monkeypatch.setattr(AdminClient, "end_transactions", commit_task_1_then_die)
+    _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         exactly_once.commit(config, eo, prepared(), 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
+    monkeypatch.undo()  # a new driver process
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
     for future in admin.delete_consumer_groups([exactly_once.directory_group(eo.prefix)]).values():
         future.result(30)
@@ -363,27 +359,12 @@ def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafk
     assert eo.batch and not eo.one_write
 
     def prepared() -> list[KProdCommitMessage]:
-        out = []
-        for p in range(2):
-            producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, p), topic,
-                                         [f"{p}-{i}".encode() for i in range(20)])
-            producer.close()
-            out.append(dataclasses.replace(message, query_id=None))  # a batch write's tasks have none
-        return out
+        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic, query=None)  # a batch write's tasks have none
 
-    real_end = AdminClient.end_transactions
-
-    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
-            raise KeyboardInterrupt("the driver dies")
-        real_end(self, transactions, commit, timeout_ms)
-
-    monkeypatch.setattr(AdminClient, "end_transactions", commit_task_1_then_die)
+    _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         exactly_once.commit(config, eo, prepared(), None)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
+    monkeypatch.undo()  # a new driver process
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, eo, prepared(), None) == 1  # the rerun: task 0 only
     assert exactly_once.commit(config, eo, prepared(), None) == 0  # once more: nothing
