@@ -102,6 +102,11 @@ class Metadata:
                                             f"for {UNKNOWN_TOPIC_GRACE_MS} ms)")
                 if topic not in self.topics:
                     self.topics.add(topic)
+                    # As Java's requestUpdateForNewTopics: a topic not asked for yet is asked
+                    # for at once, not after retry.backoff.ms from the last request (the
+                    # producer's first one, without topics, at start-up): 100 ms on every
+                    # new producer's first send.
+                    self._last_attempt_ms = -1e18
                 self._last_used[topic] = time.monotonic() * 1000.0
                 self._need_update = True
                 wakeup()

@@ -38,3 +38,22 @@ def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again(kafka)
         assert first not in p._metadata.topics and second in p._metadata.topics
         p.send(ProducerRecord(first, b"after")).result(30)  # its metadata comes back on demand
     assert [m.value() for m in consume_all(kafka.bootstrap, first, 2)] == [b"before", b"after"]
+
+
+def test_a_new_topic_is_asked_for_at_once_not_after_the_refresh_backoff():
+    """As Java's requestUpdateForNewTopics: a producer's first send to a topic does not wait
+    retry.backoff.ms after its start-up request (that cost every exactly-once batch write,
+    whose producers are new, a tenth of a second); a topic already asked for still waits."""
+    import pytest
+
+    from spark_sink.producer import KafkaTimeoutError
+
+    metadata = Metadata(max_age_ms=300_000, refresh_backoff_ms=100, max_idle_ms=5_000)
+    metadata.request_body(time.monotonic() * 1000)  # the start-up request, just sent
+    with pytest.raises(KafkaTimeoutError):
+        metadata.wait_for_topic("new", max_block_ms=1, wakeup=lambda: None)
+    assert metadata.due_in_ms(time.monotonic() * 1000) == 0.0
+    assert _requested(metadata, time.monotonic() * 1000) == ["new"]
+    with pytest.raises(KafkaTimeoutError):
+        metadata.wait_for_topic("new", max_block_ms=1, wakeup=lambda: None)
+    assert metadata.due_in_ms(time.monotonic() * 1000) > 0.0  # asked for moments ago: backs off
