@@ -168,9 +168,10 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     were committed (not skipped as already committed by an earlier run of this microbatch)."""
     admin = _admin(config)
     txns = _transactions(messages)
+    began = _began(messages)
     if batch_id is None and eo.one_write:
-        _check_open(admin, config, txns, _began(messages), "batch write")
-        _end_checked(admin, config, txns, _began(messages), "batch write")
+        _check_open(admin, config, txns, began, "batch write")
+        _end_checked(admin, config, txns, began, "batch write")
         return len(txns)
     # A batch write under a prefix the user named is that name's one microbatch: a rerun
     # (after a driver death in the middle of its commit) completes it instead of writing
@@ -207,7 +208,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     if started_batch >= batch_id or started_batch < 0:
         already = _committed_before(admin, prefix, eo, batch_id, query, tasks, ids, len(txns))
     fresh = {p: t for p, t in txns.items() if p not in already}
-    _check_open(admin, config, fresh, _began(messages), what)
+    _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
     admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({"query": query, "ids": ids}))})
     skipped = {p: t for p, t in txns.items() if p in already}
@@ -219,7 +220,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     marker = json.dumps({"query": query, "tasks": tasks, "txns": len(txns)}, separators=(",", ":"))
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, marker)}) for p, t in fresh.items())
-    _end_checked(admin, config, fresh, _began(messages), what)
+    _end_checked(admin, config, fresh, began, what)
     return len(fresh)
 
 
