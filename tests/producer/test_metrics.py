@@ -22,6 +22,12 @@ def test_metrics_of_sends_that_succeed(kafka):
     topic = create_topic(kafka.bootstrap, unique_topic("metrics"), partitions=3)
     n, value = 30_000, b"v" * 100
     table = pa.table({"value": [value] * n})
+    # Every partition's leader takes writes before the measured producer starts: a new
+    # producer asks for a new topic's metadata at once, and a leader still loading its
+    # partition answers NOT_LEADER_OR_FOLLOWER, which is retried (and counted).
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0}) as warm:
+        for partition in range(3):
+            warm.send(ProducerRecord(topic, b"warm", partition=partition)).result(30)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 5}) as p:
         before = p.metric_totals()
         result = p.send_arrow(table, topic).result(60)
