@@ -76,7 +76,7 @@ class _Call:
                  "accept")
 
     def __init__(self, key_type: int, key: str, api_key: ApiKey,
-                 body: dict[str, Any] | Callable[[int], dict[str, Any]]) -> None:
+                 body: dict[str, Any] | Callable[[int], dict[str, Any]], accept: frozenset[type] = frozenset()) -> None:
         # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
         self.result: dict[str, Any] | None = None
@@ -84,7 +84,7 @@ class _Call:
         self.not_before = 0.0
         self.in_flight = False
         self.done = False
-        self.accept: set[type] = set()  # errors that are answers: the call is done, its result kept
+        self.accept = accept  # errors that are answers: the call is done, its result kept
 
 
 class AdminClient:
@@ -168,10 +168,9 @@ class AdminClient:
                               ) -> dict[str, TransactionState]:
         """Each id's transaction as its coordinator holds it, asked of every coordinator at
         once. An id the coordinator does not know has state None."""
-        calls = {tid: _Call(TRANSACTION, tid, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]})
+        calls = {tid: _Call(TRANSACTION, tid, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]},
+                            accept=frozenset({TransactionalIdNotFoundError}))
                  for tid in transactional_ids}
-        for call in calls.values():
-            call.accept = {TransactionalIdNotFoundError}
         self._run(list(calls.values()), timeout_ms, "describe transactions")
         states = {}
         for tid, call in calls.items():
