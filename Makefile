@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka test soak versions demo bench clean
+.PHONY: venv kafka lint test soak versions demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
 # encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
@@ -24,6 +24,10 @@ venv: $(VENV)/.installed
 kafka: venv
 	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
 	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
+
+# Style and mistakes (ruff) and types (mypy), as configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check spark_sink kprod_broker tests jobs bench pyspark_kprod.py setup.py
 
 # The suite on TEST_WORKERS pytest-xdist workers, which overlap one another's waits (JVM
 # start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests

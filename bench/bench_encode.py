@@ -98,7 +98,8 @@ def main() -> None:
     copy_s = best_of(args.runs, lambda: np.copyto(dst, src), clock)
     n = args.num_records
     print(f"{n:,} records ({args.key_size} B keys, {args.record_size} B values), codec {args.codec}, "
-          f"{args.partitions} partition(s), batch.size {args.batch_size}: {len(batches):,} batches, {payload / 1e6:.1f} MB records, "
+          f"{args.partitions} partition(s), batch.size {args.batch_size}: {len(batches):,} batches, "
+          f"{payload / 1e6:.1f} MB records, "
           f"{total / 1e6:.1f} MB on the wire; one core, {'CPU' if args.cpu_time else 'wall'} time")
     for name, seconds in (*figures, ("memcpy", copy_s)):
         print(f"{name:8s} {n / seconds / 1e6:8.2f} M records/s {total / seconds / 1e6:9.0f} MB/s"

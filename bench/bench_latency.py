@@ -43,8 +43,15 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from kprod_broker import KafkaCluster, Listener, make_tls_files, spark_kafka_jars, ssl_listener_config  # noqa: E402
-from kprod_broker import KAFKA_VERSION, free_port  # noqa: E402
+from kprod_broker import (  # noqa: E402  # noqa: E402
+    KAFKA_VERSION,
+    KafkaCluster,
+    Listener,
+    free_port,
+    make_tls_files,
+    spark_kafka_jars,
+    ssl_listener_config,
+)
 from tests.brokers import consume_all  # noqa: E402
 from tests.faultproxy import FaultProxy  # noqa: E402
 from tests.spark.first_microbatch import register_noop  # noqa: E402

@@ -33,10 +33,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-
 import _common
 from _common import say
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.writer import SEND_ROWS  # rows per send_arrow call in a kprod task
 
@@ -131,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--value-size", type=int, default=100, help="value bytes (default: %(default)s)")
     parser.add_argument("--key-size", type=int, default=10, help="key bytes, 0 for no key (default: %(default)s)")
     parser.add_argument("--tasks", type=int, default=2, help="write tasks (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds; each writes once through every sink, in a rotating order; best kept (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds; each writes once through every sink, in a rotating order; best kept "
+                             "(default: %(default)s)")
     parser.add_argument("--skip-confluent", action="store_true", help="leave out the confluent-kafka sink")
     parser.add_argument("--skip-spark-kafka", action="store_true", help="leave out Spark's own Kafka sink")
     parser.add_argument("--skip-exactly-once", action="store_true", help="leave out kprod in exactly-once mode")
@@ -314,7 +316,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]
             rates[label].append(args.rows / seconds)
             say(f"round {round_no + 1}: {label}: {args.rows} rows in {seconds:.2f} s = {rates[label][-1]:,.0f} rows/s")
     df.unpersist()
-    for label, topic in written:
+    for _label, topic in written:
         _read_back(bootstrap, topic, args.rows)
     say(f"read back {len(written)} timed writes: every row exactly once")
     return rates, cpu, compression

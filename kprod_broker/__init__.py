@@ -7,7 +7,13 @@ cluster you already run.
 
 from kprod_broker.cluster import KafkaCluster, KafkaNode, Listener, free_port, running_kafka, start_local_kafka
 from kprod_broker.jars import (
-    KAFKA_VERSION, KafkaUnavailableError, cache_dir, java, kafka_classpath, maven_jars, spark_kafka_jars,
+    KAFKA_VERSION,
+    KafkaUnavailableError,
+    cache_dir,
+    java,
+    kafka_classpath,
+    maven_jars,
+    spark_kafka_jars,
 )
 from kprod_broker.tls import TlsFiles, make_tls_files, ssl_listener_config
 

@@ -29,7 +29,7 @@ def make_tls_files(directory: Path) -> TlsFiles:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])

@@ -34,11 +34,30 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:
     from spark_sink.producer import (
-        AbortableTransactionError, AdminClient, FatalTransactionError, IllegalStateError, PreparedTransaction,
-        TransactionError, ArrowSendFuture, ArrowSendResult, AuthenticationError, BufferExhaustedError,
-        ColumnError, ConfigError, FutureRecordMetadata, InvalidPartitionError, KafkaProducer,
-        KafkaTimeoutError, ProducerClosedError, ProducerConfig, ProducerRecord, RecordMetadata,
-        RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError,
+        AbortableTransactionError,
+        AdminClient,
+        ArrowSendFuture,
+        ArrowSendResult,
+        AuthenticationError,
+        BufferExhaustedError,
+        ColumnError,
+        ConfigError,
+        FatalTransactionError,
+        FutureRecordMetadata,
+        IllegalStateError,
+        InvalidPartitionError,
+        KafkaProducer,
+        KafkaTimeoutError,
+        PreparedTransaction,
+        ProducerClosedError,
+        ProducerConfig,
+        ProducerRecord,
+        RecordMetadata,
+        RecordTooLargeError,
+        SaslAuthenticationError,
+        SerializationError,
+        SslAuthenticationError,
+        TransactionError,
     )
     from spark_sink.protocol.errors import KafkaError, KProdError
     from spark_sink.spark.source import KProdDataSource

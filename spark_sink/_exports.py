@@ -15,7 +15,7 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], An
     module defining it) imported on first use, then kept in the package."""
     namespace = sys.modules[package].__dict__
 
-    def __getattr__(name: str) -> Any:  # noqa: N807 (the module hook's name)
+    def __getattr__(name: str) -> Any:
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

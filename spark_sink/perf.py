@@ -432,7 +432,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--num-records", type=int, default=1_000_000)
     ap.add_argument("--record-size", type=int, default=100, help="value size in bytes")
     ap.add_argument("--key-size", type=int, default=10, help="key size in bytes (0: no key)")
-    ap.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE", help="kprod producer settings (Java names)")
+    ap.add_argument("--producer-props", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="kprod producer settings (Java names)")
     ap.add_argument("--mode", choices=["arrow", "record"], default="arrow", help="send_arrow or per-record send()")
     ap.add_argument("--compare", action="store_true",
                     help="also run confluent-kafka, kafka-python and the Java producer (ProducerPerformance, "

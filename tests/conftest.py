@@ -21,11 +21,11 @@ import pytest
 
 from kprod_broker import KafkaCluster, Listener
 from tests.brokers import free_port, start_kafka
+from tests.faultproxy import FaultProxy
 from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import kerberos, secure_kafka  # noqa: F401 (fixtures)
-from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
-from tests.faultproxy import FaultProxy
 from tests.services import SERVICES
+from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
 
 # Spark's Python workers must run this interpreter, or they will not find the project.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

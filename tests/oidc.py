@@ -109,13 +109,13 @@ class IdentityProvider:
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if self.path == "/jwks":
                     self._reply(200, provider._jwks())
                 else:
                     self._reply(404, {"error": "not found"})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 form = urllib.parse.parse_qs(self.rfile.read(length).decode())
                 if self.path != "/token":

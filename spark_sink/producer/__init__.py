@@ -4,15 +4,28 @@ from spark_sink.producer.admin import AdminClient, PreparedTransaction, Transact
 from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
 from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
+from spark_sink.producer.cluster_check import check_cluster
 from spark_sink.producer.config import KEYS as _KEYS
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.errors import (
-    AbortableTransactionError, AuthenticationError, BrokersUnreachableError, BufferExhaustedError, ColumnError,
-    ConfigError, FatalTransactionError, IllegalStateError, InvalidPartitionError, KafkaTimeoutError,
-    ProducerClosedError, RecordTooLargeError, SaslAuthenticationError, SerializationError, SslAuthenticationError,
-    TransactionError, UnknownTopicError,
+    AbortableTransactionError,
+    AuthenticationError,
+    BrokersUnreachableError,
+    BufferExhaustedError,
+    ColumnError,
+    ConfigError,
+    FatalTransactionError,
+    IllegalStateError,
+    InvalidPartitionError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SaslAuthenticationError,
+    SerializationError,
+    SslAuthenticationError,
+    TransactionError,
+    UnknownTopicError,
 )
-from spark_sink.producer.cluster_check import check_cluster
 from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
@@ -24,7 +37,8 @@ CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 
 __all__ = [
     "ARROW_COLUMNS", "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
-    "PreparedTransaction", "TransactionError", "TransactionState", "CONFIG_KEYS", "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
+    "PreparedTransaction", "TransactionError", "TransactionState", "CONFIG_KEYS",
+    "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
     "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
     "InvalidPartitionError", "UnknownTopicError", "check_cluster",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",

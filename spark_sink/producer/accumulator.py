@@ -15,7 +15,12 @@ from collections.abc import Callable, Iterable, Sequence
 
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
-    FutureRecordMetadata, ProducerBatch, SendCallback, SharedReservation, TopicPartition, new_future,
+    FutureRecordMetadata,
+    ProducerBatch,
+    SendCallback,
+    SharedReservation,
+    TopicPartition,
+    new_future,
 )
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig

@@ -12,21 +12,30 @@ ending a hundred transactions costs a few round trips, not a hundred.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import ClientResponse
+from spark_sink.producer.coordinators import Coordinators
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.producer.coordinators import Coordinators
 from spark_sink.protocol.errors import KProdError, TransactionalIdNotFoundError, error_for_code
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import (
-    GROUP_COORDINATOR as GROUP, TRANSACTION_COORDINATOR as TRANSACTION, add_offsets_body, by_topic, end_txn_body,
-    offset_topics, partition_error, txn_offset_commit_body,
+    GROUP_COORDINATOR as GROUP,
+)
+from spark_sink.protocol.transactions import (
+    TRANSACTION_COORDINATOR as TRANSACTION,
+)
+from spark_sink.protocol.transactions import (
+    add_offsets_body,
+    by_topic,
+    end_txn_body,
+    offset_topics,
+    partition_error,
+    txn_offset_commit_body,
 )
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ partition, headers, timestamp.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -14,7 +15,13 @@ import numpy as np
 import pyarrow as pa
 
 from spark_sink.encoder.columnar import (
-    HEADER_TYPE, EncodedRecords, as_arrow_indices, as_binary, as_numpy, encode_groups, record_size_bounds,
+    HEADER_TYPE,
+    EncodedRecords,
+    as_arrow_indices,
+    as_binary,
+    as_numpy,
+    encode_groups,
+    record_size_bounds,
     value_lengths,
 )
 from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
@@ -147,8 +154,8 @@ class TopicRows:
             bounds += (np.flatnonzero(np.diff(chunk)) + 1).tolist()
         bounds.append(n)
         single = isinstance(self.partitions, int)
-        for lo, hi in zip(bounds, bounds[1:]):
-            def cut(a: pa.Array | None) -> pa.Array | None:
+        for lo, hi in itertools.pairwise(bounds):
+            def cut(a: pa.Array | None, lo: int = lo, hi: int = hi) -> pa.Array | None:
                 return None if a is None else a.slice(lo, hi - lo)
 
             groups = encode_groups(
@@ -232,7 +239,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
 
     out: list[TopicRows] = []
     for topic, rows in groups:
-        take = (lambda a: a) if rows is None else (lambda a: None if a is None else a.take(as_arrow_indices(rows)))
+        take = (lambda a: a) if rows is None else (
+            lambda a, rows=rows: None if a is None else a.take(as_arrow_indices(rows)))
         t_values, t_keys, t_headers = take(values), take(keys), take(headers)
         t_ts = timestamps if rows is None else timestamps[rows]
         count = partition_count(topic)

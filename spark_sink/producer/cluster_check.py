@@ -14,7 +14,10 @@ from spark_sink.producer.errors import BrokersUnreachableError, UnknownTopicErro
 from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
-    NO_ERROR, LeaderNotAvailableError, UnknownTopicOrPartitionError, error_for_code,
+    NO_ERROR,
+    LeaderNotAvailableError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
 )
 from spark_sink.protocol.messages import ApiKey
 

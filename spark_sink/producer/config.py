@@ -188,7 +188,7 @@ def _partitioner(key: str, value: Any) -> str | Callable | None:
         return None if JAVA_PARTITIONERS[text] == BUILTIN else JAVA_PARTITIONERS[text]
     try:
         import_partitioner(text)
-    except Exception as exc:  # noqa: BLE001 - whatever importing it raised, said in words
+    except Exception as exc:
         raise ConfigError(
             f"{key}: {text!r} is not a Python callable kprod can import ({type(exc).__name__}: {exc}). kprod runs "
             f"no Java classes: give {', '.join(JAVA_PARTITIONERS)}, or a Python function as 'package.module:function' "

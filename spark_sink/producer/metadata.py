@@ -14,7 +14,11 @@ from typing import Any
 
 from spark_sink.producer.errors import KafkaTimeoutError, UnknownTopicError
 from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
-    NO_ERROR, InvalidTopicException, KafkaError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError,
+    NO_ERROR,
+    InvalidTopicException,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
     error_for_code,
 )
 
@@ -171,7 +175,8 @@ class Metadata:
             parts = sorted(topic["partitions"], key=lambda p: p["partition_index"])
             leader_list = [-1] * len(parts)
             for p in parts:
-                leader_list[p["partition_index"]] = p["leader_id"] if p["error_code"] == NO_ERROR or p["leader_id"] >= 0 else -1
+                led = p["error_code"] == NO_ERROR or p["leader_id"] >= 0
+                leader_list[p["partition_index"]] = p["leader_id"] if led else -1
                 if leader_list[p["partition_index"]] < 0:
                     need_update = True
             leaders[name] = leader_list

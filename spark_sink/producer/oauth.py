@@ -28,7 +28,7 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from spark_sink.producer import tls
@@ -53,7 +53,7 @@ class BearerToken:
 
     def describe(self, now: float) -> str:
         """Which token this is and how long it is valid (never the token itself)."""
-        when = datetime.fromtimestamp(self.expires_at, timezone.utc).strftime("%H:%M:%S UTC")
+        when = datetime.fromtimestamp(self.expires_at, UTC).strftime("%H:%M:%S UTC")
         left = self.expires_at - now
         state = f"expired {-left:.0f} s ago, at {when}" if left <= 0 else f"valid until {when}"
         who = f"for {self.principal!r} " if self.principal else ""

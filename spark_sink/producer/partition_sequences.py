@@ -33,7 +33,10 @@ import logging
 
 from spark_sink.producer.batch import ProducerBatch, TopicPartition
 from spark_sink.protocol.errors import (
-    InvalidProducerEpochError, OutOfOrderSequenceNumberError, ProducerFencedError, UnknownProducerIdError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    UnknownProducerIdError,
 )
 
 log = logging.getLogger(__name__)

@@ -26,14 +26,20 @@ from spark_sink.producer.cluster_check import unknown_topic_message
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.coordinator_requests import TransactionalResult
 from spark_sink.producer.errors import (
-    BrokersUnreachableError, BufferExhaustedError, InvalidPartitionError, KafkaTimeoutError, ProducerClosedError,
-    RecordTooLargeError, SerializationError, UnknownTopicError,
+    BrokersUnreachableError,
+    BufferExhaustedError,
+    InvalidPartitionError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    RecordTooLargeError,
+    SerializationError,
+    UnknownTopicError,
 )
 from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
+from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
-from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
@@ -278,7 +284,8 @@ class KafkaProducer:
                 partition = self._sticky.current(topic, count)
         elif not 0 <= partition < count:
             raise InvalidPartitionError(
-                f"record for topic {topic!r} has partition {partition}, but the topic has {count} partitions (0..{count - 1})")
+                f"record for topic {topic!r} has partition {partition}, "
+                f"but the topic has {count} partitions (0..{count - 1})")
         timestamp = record.timestamp
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000

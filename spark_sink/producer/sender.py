@@ -19,7 +19,11 @@ from spark_sink.producer.network import now_ms
 from spark_sink.producer.transaction_manager import TransactionManager
 from spark_sink.producer.transaction_states import State
 from spark_sink.protocol.errors import (
-    NO_ERROR, DuplicateSequenceNumberError, KProdError, UnknownServerError, error_for_code,
+    NO_ERROR,
+    DuplicateSequenceNumberError,
+    KProdError,
+    UnknownServerError,
+    error_for_code,
 )
 from spark_sink.protocol.messages import ApiKey
 
@@ -338,7 +342,8 @@ class Sender(threading.Thread):
             topics.setdefault(batch.topic, []).append(
                 {"index": batch.partition, "records": batch.to_wire(self._txn.transactional)})
             self._in_flight_batches.add(batch)
-        body = {"transactional_id": self._txn.transactional_id, "acks": self._config.acks, "timeout_ms": self._config.request_timeout_ms,
+        body = {"transactional_id": self._txn.transactional_id, "acks": self._config.acks,
+                "timeout_ms": self._config.request_timeout_ms,
                 "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
         self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}

@@ -37,18 +37,33 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
 from spark_sink.producer.coordinators import Coordinators
 from spark_sink.producer.errors import (
-    AbortableTransactionError, FatalTransactionError, IllegalStateError, TransactionError,
+    AbortableTransactionError,
+    FatalTransactionError,
+    IllegalStateError,
+    TransactionError,
 )
 from spark_sink.producer.partition_sequences import PartitionSequences
 from spark_sink.producer.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
 from spark_sink.protocol.errors import (
-    ClusterAuthorizationFailedError, InvalidProducerEpochError, InvalidProducerIdMappingError,
-    InvalidTransactionTimeoutError, InvalidTxnStateError, OperationNotAttemptedError, ProducerFencedError,
-    TransactionalIdAuthorizationFailedError, UnsupportedVersionError, error_for_code,
+    ClusterAuthorizationFailedError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    OperationNotAttemptedError,
+    ProducerFencedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedVersionError,
+    error_for_code,
 )
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import (
-    GROUP_COORDINATOR, TRANSACTION_COORDINATOR, add_offsets_body, by_topic, end_txn_body, partition_error,
+    GROUP_COORDINATOR,
+    TRANSACTION_COORDINATOR,
+    add_offsets_body,
+    by_topic,
+    end_txn_body,
+    partition_error,
     txn_offset_commit_body,
 )
 

@@ -10,7 +10,8 @@ and never reads a clock.
 
 The exchanges: ApiVersions (KIP-35; a broker that does not know the version asked for
 answers UNSUPPORTED_VERSION with the versions it knows, KIP-511, in v0's layout or in that
-of the version asked, and the request is sent again at the highest both know), then, with SASL, SaslHandshake v1 (KIP-43) and SaslAuthenticate
+of the version asked, and the request is sent again at the highest both know), then, with SASL, SaslHandshake v1 (KIP-43) and
+SaslAuthenticate
 (KIP-152) carrying the mechanism's tokens until the client's side is complete. A session
 with a lifetime (KIP-368) is renewed before the broker ends it: past ``renew_fraction``
 of it (which the owner draws at random, as Java does, so that a fleet of clients does not

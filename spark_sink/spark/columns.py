@@ -66,7 +66,7 @@ def _arrow_type(data_type: DataType) -> pa.DataType:
     """The Arrow type of a Spark column as a task receives it."""
     try:
         return to_arrow_type(data_type, **_UTC)
-    except Exception:  # noqa: BLE001 - a type Arrow cannot carry (PySpark raises several kinds)
+    except Exception:
         return pa.null()  # which no column accepts
 
 

@@ -133,7 +133,7 @@ class CheckCache:
     def _prune(self, directory: Path) -> None:
         now = time.time()
         try:
-            aged = sorted(((now - e.stat().st_mtime, e.path) for e in os.scandir(directory) if e.is_file()))
+            aged = sorted((now - e.stat().st_mtime, e.path) for e in os.scandir(directory) if e.is_file())
         except OSError:
             return
         for rank, (age, path) in enumerate(aged):
@@ -182,7 +182,12 @@ def user_errors() -> tuple[type[KProdError], ...]:
     down. Imported when first needed: this module is imported where the producer is not
     (see :mod:`spark_sink.spark.source`)."""
     from spark_sink.producer import (
-        AuthenticationError, ColumnError, ConfigError, InvalidPartitionError, KafkaTimeoutError, RecordTooLargeError,
+        AuthenticationError,
+        ColumnError,
+        ConfigError,
+        InvalidPartitionError,
+        KafkaTimeoutError,
+        RecordTooLargeError,
     )
     from spark_sink.protocol.errors import KafkaError
 

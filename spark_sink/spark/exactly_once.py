@@ -117,7 +117,7 @@ def abort_in_task(producer: KafkaProducer) -> None:
     fails, the driver's abort or the next attempt fences it."""
     try:
         producer.abort_transaction(_TASK_ABORT_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001 (the task's own error is the one to raise)
+    except Exception as exc:
         log.warning("kprod task could not abort its transaction (%s); it is aborted when its id is fenced", exc)
 
 
@@ -258,7 +258,7 @@ def _check_open(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int
     alive = [t for p, t in txns.items() if p not in ended]
     try:
         admin.end_transactions(alive, commit=False)
-    except Exception as exc:  # noqa: BLE001 (the error below says what matters; the ids are fenced on the next run)
+    except Exception as exc:
         log.warning("kprod %s: aborting its other transactions failed (%s)", what, exc)
     p, state = next(iter(ended.items()))
     raise TransactionsEndedError(_ended_text(admin, config, what, p, txns[p], state, began.get(p), now, len(ended),
@@ -311,7 +311,7 @@ def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partit
     try:
         maximum = admin.coordinator_config(txn.transactional_id, ["transaction.max.timeout.ms"]).get(
             "transaction.max.timeout.ms")
-    except Exception:  # noqa: BLE001 (only a hint)
+    except Exception:
         maximum = None
     limit = f" (this cluster allows up to transaction.max.timeout.ms={maximum})" if maximum else ""
     return (f"kprod {what} (exactly-once) outlasted its transactions' timeout: the transaction of task {partition} "

@@ -225,7 +225,8 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
         if name not in PRODUCER_KEYS:
             raise ConfigError(
                 f"option {key!r}: {name!r} is not a producer setting kprod knows; accepted "
-                f"kafka.* options: {', '.join(KAFKA_PREFIX + k for k in sorted(PRODUCER_KEYS) if k not in _REFUSED_PRODUCER_KEYS)}"
+                "kafka.* options: "
+                + ", ".join(KAFKA_PREFIX + k for k in sorted(PRODUCER_KEYS) if k not in _REFUSED_PRODUCER_KEYS)
             )
         producer[name] = value
     for name, value in SINK_PRODUCER_DEFAULTS.items():

@@ -46,7 +46,7 @@ class KProdDataSource(DataSource):
         return KProdBatchWriter(*plan_write(self.options, schema))
 
     @short_traceback
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark's name)
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # Complete mode asks to overwrite; like Spark's Kafka sink, every microbatch's
         # full result is simply appended to the topic.
         from spark_sink.spark.writer import KProdStreamWriter, plan_write

@@ -263,8 +263,8 @@ class KProdBatchWriter(_TaskWriter, DataSourceArrowWriter):
 class KProdStreamWriter(_TaskWriter, DataSourceStreamArrowWriter):
     """``df.writeStream.format("kprod")``: one summary line (and report line) per microbatch."""
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 (Spark's name)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _commit(self.options, messages, batchId)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _abort(self.options, messages, batchId)

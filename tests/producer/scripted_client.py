@@ -20,11 +20,20 @@ from typing import Any
 
 from spark_sink.producer.connections import ClientResponse
 from spark_sink.protocol.errors import (
-    NO_ERROR, InvalidProducerEpochError, KafkaConnectionError, KafkaError, NotLeaderOrFollowerError,
+    NO_ERROR,
+    InvalidProducerEpochError,
+    KafkaConnectionError,
+    KafkaError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
 )
 from spark_sink.protocol.messages import (
-    CLIENT_VERSIONS, ApiKey, decode_request_body, decode_response_body, encode_request_body, encode_response_body,
+    CLIENT_VERSIONS,
+    ApiKey,
+    decode_request_body,
+    decode_response_body,
+    encode_request_body,
+    encode_response_body,
 )
 from spark_sink.protocol.records import RecordBatch, decode_record_batches
 

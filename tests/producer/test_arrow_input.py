@@ -48,7 +48,8 @@ def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, 
         parts = np.full(len(t), t.partitions) if isinstance(t.partitions, int) else t.partitions
         for p in sorted(set(parts.tolist())):
             mask = parts == p
-            cut = (lambda a: None if a is None else a.filter(pa.array(mask)))
+            def cut(a, mask=mask):
+                return None if a is None else a.filter(pa.array(mask))
             groups.append(Group(t.topic, p, TopicRows(t.topic, cut(t.keys), cut(t.values), t.timestamps[mask],
                                                       cut(t.headers), p, t.partition_count)))
     return groups

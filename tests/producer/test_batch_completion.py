@@ -82,7 +82,7 @@ def test_lazy_wait_events_lose_no_waiter():
             start = threading.Barrier(5)
             results: list[bool] = []
 
-            def wait():
+            def wait(start=start, results=results, batch=batch):
                 start.wait()
                 results.append(batch.wait(5))
 

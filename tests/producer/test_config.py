@@ -12,7 +12,8 @@ def test_java_defaults():
     c = ProducerConfig.from_dict(BOOT)
     assert c.bootstrap_servers == (("127.0.0.1", 9092),)
     assert (c.acks, c.linger_ms, c.batch_size, c.buffer_memory) == (-1, 5, 16384, 32 * 1024 * 1024)
-    assert (c.max_block_ms, c.max_request_size, c.request_timeout_ms, c.delivery_timeout_ms) == (60000, 1048576, 30000, 120000)
+    assert (c.max_block_ms, c.max_request_size, c.request_timeout_ms, c.delivery_timeout_ms) == (
+        60000, 1048576, 30000, 120000)
     assert c.max_in_flight_requests_per_connection == 5
     assert c.enable_idempotence is True
     assert c.compression_type == "none" and c.compression_codec == 0

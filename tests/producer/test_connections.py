@@ -7,7 +7,12 @@ import pytest
 
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.connections import (
-    ClientResponse, Connection, ConnState, InFlight, Outgoing, least_loaded,
+    ClientResponse,
+    Connection,
+    ConnState,
+    InFlight,
+    Outgoing,
+    least_loaded,
 )
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.protocol.connection_setup import ConnectionSetup

@@ -13,8 +13,13 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.producer import (
-    BrokersUnreachableError, KafkaProducer, KafkaTimeoutError, ProducerRecord, SaslAuthenticationError,
-    UnknownTopicError, check_cluster,
+    BrokersUnreachableError,
+    KafkaProducer,
+    KafkaTimeoutError,
+    ProducerRecord,
+    SaslAuthenticationError,
+    UnknownTopicError,
+    check_cluster,
 )
 from tests.brokers import create_topic, unique_topic
 from tests.secure_kafka import JAAS

@@ -14,7 +14,12 @@ import pyarrow as pa
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 from tests.failover import (
-    FAILOVER_CONFIG, Deliveries, assert_arrow_offsets_match, assert_order_per_key, bounce_leader, transaction_coordinator,
+    FAILOVER_CONFIG,
+    Deliveries,
+    assert_arrow_offsets_match,
+    assert_order_per_key,
+    bounce_leader,
+    transaction_coordinator,
     wait_in_sync,
 )
 

@@ -5,7 +5,6 @@ from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.failover import Deliveries, assert_arrow_offsets_match, assert_order_per_key
 
-
 # Short timeouts and backoffs: many retries fit into a run that cuts connections.
 RETRY_FAST = {"linger.ms": 1, "request.timeout.ms": 3000, "delivery.timeout.ms": 120000, "retry.backoff.ms": 20,
               "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100}
@@ -81,7 +80,7 @@ def test_records_timed_out_on_a_silent_broker_name_it(kafka_proxy):
         for f in futures:
             try:
                 f.result(30)
-            except Exception as exc:  # noqa: BLE001 (any error is looked at below)
+            except Exception as exc:
                 errors.append(str(exc))
         proxy.stall(False)
     assert len(errors) == 3

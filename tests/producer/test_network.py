@@ -127,7 +127,7 @@ def test_refused_connection_backs_off():
         conn = client._conns[node]
         backoffs = []
         for attempt in range(1, 6):
-            _poll_until(client, lambda: (client.ready(node, now_ms()), conn.failures >= attempt)[1])
+            _poll_until(client, lambda attempt=attempt: (client.ready(node, now_ms()), conn.failures >= attempt)[1])
             assert client.connection_failed(node) and not client.is_connected(node)
             assert client.connection_delay_ms(node, now_ms()) <= conn.backoff_ms
             backoffs.append(conn.backoff_ms)

@@ -5,7 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_sink.producer.partitioner import (
-    StickyPartitions, murmur2, murmur2_array, partition_for_hash, partition_for_key,
+    StickyPartitions,
+    murmur2,
+    murmur2_array,
+    partition_for_hash,
+    partition_for_key,
 )
 
 # Values asserted by Apache Kafka's UtilsTest.testMurmur2.

@@ -18,7 +18,7 @@ def _partitions(bootstrap: str, topic: str, n: int) -> list[int]:
 def test_round_robin_spreads_keyed_records_one_by_one(kafka):
     topic = create_topic(kafka.bootstrap, unique_topic("rr"), partitions=4)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "partitioner.class": ROUND_ROBIN}) as producer:
-        for i in range(4):
+        for _ in range(4):
             producer.send(ProducerRecord(topic, b"v", key=b"same key")).result(30)
         producer.send_arrow(pa.table({"key": [b"k"] * 8, "value": [b"v"] * 8}), topic).result(30)
         producer.send_arrow(pa.table({"value": [b"v"] * 2, "partition": pa.array([3, None], pa.int32())}),

@@ -19,8 +19,8 @@ from collections import Counter
 
 import pytest
 
-from spark_sink import perf
 from kprod_broker import KAFKA_VERSION
+from spark_sink import perf
 from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, create_topic, free_port, subprocess_env, unique_topic
 

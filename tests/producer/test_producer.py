@@ -6,8 +6,14 @@ import threading
 import pytest
 
 from spark_sink.producer import (
-    ConfigError, InvalidPartitionError, KafkaProducer, KafkaTimeoutError, ProducerClosedError, ProducerRecord,
-    RecordTooLargeError, SerializationError,
+    ConfigError,
+    InvalidPartitionError,
+    KafkaProducer,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    ProducerRecord,
+    RecordTooLargeError,
+    SerializationError,
 )
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.protocol.errors import KProdError
@@ -23,7 +29,8 @@ def _records(topic):
         value = os.urandom(size)
         headers = [("h", b"x%d" % i), ("n", None)] if i % 2 else None
         if i % 3 == 0:
-            out.append(ProducerRecord(topic, value, key=b"key-%d" % (i % 5), headers=headers, timestamp=1_600_000_000_000 + i))
+            out.append(ProducerRecord(topic, value, key=b"key-%d" % (i % 5),
+                                       headers=headers, timestamp=1_600_000_000_000 + i))
         elif i % 3 == 1:
             out.append(ProducerRecord(topic, value, headers=headers, timestamp=1_600_000_000_000 + i))
         else:
@@ -124,8 +131,10 @@ def test_acks_zero_and_one(broker):
     for acks in ("0", "1"):
         called = []
         with KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
-            futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode()), lambda md, err: called.append((md, err)))
-                       for _ in range(10)]
+            def record(md, err, called=called):
+                called.append((md, err))
+
+            futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode()), record) for _ in range(10)]
             p.flush(30)
             metadata = [f.result(5) for f in futures]
             offsets = [md.offset for md in metadata]
@@ -190,7 +199,7 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
             p.send(ProducerRecord(topic, b"from a callback"), resend)
             try:
                 p.flush(5)
-            except Exception as exc:  # noqa: BLE001 - the test inspects it
+            except Exception as exc:
                 flush_errors.append(exc)
 
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:

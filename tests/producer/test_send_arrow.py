@@ -3,7 +3,6 @@
 import datetime as dt
 import itertools
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -16,7 +15,7 @@ N = 500
 
 
 def _table(n, *, key, partition, headers, timestamp, topic_col=None, string_values=False):
-    cols = {"value": pa.array([None if i % 97 == 5 else ("v%d" % i) * (i % 7) for i in range(n)],
+    cols = {"value": pa.array([None if i % 97 == 5 else f"v{i}" * (i % 7) for i in range(n)],
                               pa.string() if string_values else pa.binary()) if string_values else
             pa.array([None if i % 97 == 5 else b"v%d" % i * (i % 7) for i in range(n)], pa.binary())}
     if key:
@@ -26,7 +25,7 @@ def _table(n, *, key, partition, headers, timestamp, topic_col=None, string_valu
     if headers:
         cols["headers"] = pa.array([[{"key": "i", "value": b"%d" % i}] if i % 3 else [] for i in range(n)], HEADER_TYPE)
     if timestamp:
-        base = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+        base = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
         cols["timestamp"] = pa.array([base + dt.timedelta(milliseconds=i) for i in range(n)], pa.timestamp("us", tz="UTC"))
     if topic_col:
         cols["topic"] = pa.array([topic_col[i % 2] for i in range(n)], pa.string())
@@ -51,7 +50,7 @@ def test_every_column_combination(broker, key, partition, headers, timestamp):
     for m in messages:
         (idx,) = [h[1] for h in (m.headers() or []) if h[0] == "i"] or [None]
         by_value_index.setdefault(m.partition(), []).append(m)
-    for (t, part), (count, first, last) in result.partitions.items():
+    for (_topic, part), (count, first, last) in result.partitions.items():
         offsets = sorted(m.offset() for m in by_value_index[part])
         assert (count, first, last) == (len(offsets), offsets[0], offsets[-1])
     # order per partition follows row order, and each row is where it should be
@@ -138,9 +137,9 @@ def test_timestamp_as_int64_millis_and_large_types(kafka):
 def test_summary_ranges_follow_send_order_and_mark_unknown_ends():
     """A retried batch the broker had already written comes back without an offset: the
     summary says -1 for that end of the range, never an offset that is not its records'."""
+    from spark_sink.encoder.columnar import EncodedRecords
     from spark_sink.producer.batch import ProducerBatch
     from spark_sink.producer.producer import ArrowSendFuture
-    from spark_sink.encoder.columnar import EncodedRecords
 
     def queue(future, counts):
         encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]

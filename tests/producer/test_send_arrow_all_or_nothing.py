@@ -11,7 +11,11 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.producer import (
-    BufferExhaustedError, InvalidPartitionError, KafkaProducer, ProducerClosedError, RecordTooLargeError,
+    BufferExhaustedError,
+    InvalidPartitionError,
+    KafkaProducer,
+    ProducerClosedError,
+    RecordTooLargeError,
 )
 from tests.brokers import consume_all, create_topic, unique_topic
 

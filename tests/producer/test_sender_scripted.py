@@ -20,8 +20,13 @@ from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.transaction_manager import State, TransactionManager
 from spark_sink.protocol.errors import (
-    DuplicateSequenceNumberError, InvalidRecordError, NotCoordinatorError, NotEnoughReplicasError,
-    NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, UnknownProducerIdError,
+    DuplicateSequenceNumberError,
+    InvalidRecordError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    UnknownProducerIdError,
 )
 from spark_sink.protocol.messages import ApiKey
 from tests.producer.scripted_client import Request, ScriptedClient

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from kprod_broker import make_tls_files
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
-from kprod_broker import make_tls_files
 from tests.brokers import consume_all, unique_topic
 
 

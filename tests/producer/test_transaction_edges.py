@@ -11,8 +11,14 @@ import time
 import pytest
 
 from spark_sink.producer import (
-    AbortableTransactionError, AdminClient, BufferExhaustedError, IllegalStateError, KafkaProducer, KafkaTimeoutError,
-    PreparedTransaction, ProducerRecord,
+    AbortableTransactionError,
+    AdminClient,
+    BufferExhaustedError,
+    IllegalStateError,
+    KafkaProducer,
+    KafkaTimeoutError,
+    PreparedTransaction,
+    ProducerRecord,
 )
 from spark_sink.protocol.errors import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -193,7 +199,7 @@ def test_send_from_a_callback_with_a_full_buffer_fails_at_once(kafka):
             try:
                 for _ in range(100):  # 1 MB into a 200 kB buffer that only this thread frees
                     p.send(ProducerRecord(topic, b"y" * 10_000))
-            except BaseException as exc:  # noqa: BLE001 (what the test looks at)
+            except BaseException as exc:
                 outcome.extend([exc, time.monotonic() - started])
             done.set()
 

@@ -6,8 +6,13 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.producer import (
-    AbortableTransactionError, AdminClient, FatalTransactionError, IllegalStateError, KafkaProducer,
-    PreparedTransaction, ProducerRecord,
+    AbortableTransactionError,
+    AdminClient,
+    FatalTransactionError,
+    IllegalStateError,
+    KafkaProducer,
+    PreparedTransaction,
+    ProducerRecord,
 )
 from spark_sink.protocol.errors import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, consumer, create_topic, unique_topic

@@ -11,8 +11,14 @@ import pytest
 
 import spark_sink.protocol.errors as errors
 from spark_sink.protocol.errors import (
-    ERRORS_BY_CODE, DuplicateSequenceNumberError, KafkaError, KProdError, NotLeaderOrFollowerError,
-    OutOfOrderSequenceNumberError, UnknownErrorCode, error_for_code,
+    ERRORS_BY_CODE,
+    DuplicateSequenceNumberError,
+    KafkaError,
+    KProdError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    UnknownErrorCode,
+    error_for_code,
 )
 
 

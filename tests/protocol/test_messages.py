@@ -6,7 +6,12 @@ from spark_sink.protocol import primitives as p
 from spark_sink.protocol.errors import CorruptRecordError, UnsupportedVersionError
 from spark_sink.protocol.framing import KafkaProtocol, encode_request_header
 from spark_sink.protocol.messages import (
-    APIS, ApiKey, choose_version, decode_request_body, decode_response_body, encode_request_body,
+    APIS,
+    ApiKey,
+    choose_version,
+    decode_request_body,
+    decode_response_body,
+    encode_request_body,
     encode_response_body,
 )
 

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_sink.protocol.compression import (
-    Codec, codec_from_name, compress, compressed_bound, decompress, largest_input,
+    Codec,
+    codec_from_name,
+    compress,
+    compressed_bound,
+    decompress,
+    largest_input,
 )
 from spark_sink.protocol.errors import CorruptRecordError
 from spark_sink.protocol.primitives import Reader, write_uvarint, write_varint

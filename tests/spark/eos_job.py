@@ -15,8 +15,8 @@ import sys
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark import TaskContext  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
 
 
 def main() -> None:

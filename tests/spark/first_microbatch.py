@@ -21,30 +21,35 @@ from pyspark.sql import functions as F
 def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
     """The ``format_name`` format: a Python sink (streaming and batch) that reads its rows
     and writes nothing."""
-    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
 
     class NoopWriter(DataSourceStreamArrowWriter):
-        def write(self, iterator):  # noqa: ANN001, ANN201 (Spark's signature)
+        def write(self, iterator):
             for _ in iterator:
                 pass
             return WriterCommitMessage()
 
-        def commit(self, messages, batchId):  # noqa: ANN001, ANN201, N803 (Spark's names)
+        def commit(self, messages, batchId):
             pass
 
-        def abort(self, messages, batchId):  # noqa: ANN001, ANN201, N803
+        def abort(self, messages, batchId):
             pass
 
     class NoopBatchWriter(DataSourceArrowWriter):
-        def write(self, iterator):  # noqa: ANN001, ANN201 (Spark's signature)
+        def write(self, iterator):
             for _ in iterator:
                 pass
             return WriterCommitMessage()
 
-        def commit(self, messages):  # noqa: ANN001, ANN201
+        def commit(self, messages):
             pass
 
-        def abort(self, messages):  # noqa: ANN001, ANN201
+        def abort(self, messages):
             pass
 
     class NoopSource(DataSource):
@@ -52,10 +57,10 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
         def name(cls) -> str:
             return format_name
 
-        def streamWriter(self, schema, overwrite):  # noqa: ANN001, ANN201, N802 (Spark's name)
+        def streamWriter(self, schema, overwrite):
             return NoopWriter()
 
-        def writer(self, schema, overwrite):  # noqa: ANN001, ANN201
+        def writer(self, schema, overwrite):
             return NoopBatchWriter()
 
     spark.dataSource.register(NoopSource)

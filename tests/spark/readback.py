@@ -18,7 +18,8 @@ SCHEMA = (
 )
 
 
-def read_topics(spark: SparkSession, bootstrap: str, expected: dict[str, int], settle: float = 1.0) -> tuple[DataFrame, list]:
+def read_topics(spark: SparkSession, bootstrap: str, expected: dict[str, int],
+                settle: float = 1.0) -> tuple[DataFrame, list]:
     """Every record of ``expected`` topics (reading ``settle`` seconds more to catch duplicates)."""
     messages = []
     for topic, count in expected.items():

@@ -60,7 +60,7 @@ def test_keys_with_nulls_follow_murmur2(spark, broker):
 
 def test_headers_and_timestamps(spark, broker):
     topic = create_topic(broker.bootstrap, unique_topic("sh"), 2)
-    base = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
     rows = [
         (f"k{i}".encode(), f"v{i}",
          [] if i % 4 == 0 else [("n", str(i).encode()), ("empty", None if i % 3 == 0 else b"")],

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.brokers import consume_all, create_topic, unique_topic
-from tests.spark_cluster import SPARK_SUBMIT, StandaloneCluster, spark_env
 from tests.installs import ROOT, kprod_zip
 from tests.jvms import spark_jvm_options
+from tests.spark_cluster import SPARK_SUBMIT, StandaloneCluster, spark_env
 
 JOBS = ROOT / "jobs"
 

@@ -50,7 +50,8 @@ def _committed_keys(bootstrap: str, topic: str, expected: int) -> list[str]:
 
 def _exactly(keys: list[str], expected: set[str]) -> None:
     counts = collections.Counter(k for k in keys if not k.startswith("sentinel"))
-    assert set(counts) == expected, f"missing {sorted(expected - set(counts))[:5]}, extra {sorted(set(counts) - expected)[:5]}"
+    missing, extra = sorted(expected - set(counts))[:5], sorted(set(counts) - expected)[:5]
+    assert set(counts) == expected, f"missing {missing}, extra {extra}"
     duplicated = {k: n for k, n in counts.items() if n > 1}
     assert not duplicated, f"written more than once: {list(duplicated.items())[:5]}"
 
@@ -306,7 +307,7 @@ def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
     try:
         _write(df, kafka_proxy.bootstrap, topic, **options)
         expected = {str(i) for i in range(rows)}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         text = str(exc)
         assert ("injected failure" in text or "outlasted its transactions' timeout" in text
                 or fault == "kill"), text[:3000]

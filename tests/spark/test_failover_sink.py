@@ -8,7 +8,6 @@ import threading
 import time
 
 from confluent_kafka import TopicPartition
-
 from pyspark.sql import functions as F
 
 from tests.brokers import consume_all, consumer, unique_topic

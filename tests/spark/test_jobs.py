@@ -4,9 +4,9 @@ test_cluster.py.)"""
 
 from __future__ import annotations
 
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest

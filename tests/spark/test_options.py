@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql.types import (
-    ArrayType, BinaryType, DoubleType, IntegerType, LongType, MapType, StringType, StructField, StructType,
-    TimestampNTZType, TimestampType, VariantType,
+    ArrayType,
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+    VariantType,
 )
 
-from spark_sink.producer.errors import ColumnError, ConfigError
 from spark_sink.producer import ARROW_COLUMNS
+from spark_sink.producer.errors import ColumnError, ConfigError
 from spark_sink.spark.columns import ACCEPTED, plan_columns
 from spark_sink.spark.options import parse_options
 
