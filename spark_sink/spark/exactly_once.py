@@ -281,7 +281,7 @@ def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[in
             return  # every one committed: the error was about an answer, not the outcome
         p, t = lost[0]
         raise TransactionsEndedError(_ended_text(admin, config, what, p, t, states[t.transactional_id], began.get(p),
-                                                 time.time() * 1000, len(lost), len(txns), len(ok))) from exc
+                                                 time.time() * 1000, len(lost), len(txns), committed=len(ok))) from exc
 
 
 def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partition: int, txn: PreparedTransaction,

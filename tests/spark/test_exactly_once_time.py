@@ -122,6 +122,31 @@ def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka):
     assert _committed_values(kafka.bootstrap, topic, 1) == ["sentinel"]
 
 
+
+def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(kafka):
+    """The driver's check found both transactions open, then task 1's was ended by another
+    producer before its EndTxn (the window the margin covers): the error says one of two
+    was committed, and task 0's rows are visible, task 1's are not."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-refused"), partitions=1)
+    prefix = unique_topic("refused")
+    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
+                                         [b"%d" % p]) for p in range(2)))
+    for p in producers:
+        p.close()
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap,
+                        "transactional.id": exactly_once.transactional_id(prefix, 1)}) as fencer:
+        fencer.init_transactions()  # aborts task 1's transaction under a new epoch
+    config = {"bootstrap.servers": kafka.bootstrap}
+    admin = AdminClient(config)
+    try:
+        txns = {m.partition_id: m.transaction for m in messages}
+        with pytest.raises(TransactionsEndedError, match="1 of its 2 transaction") as failure:
+            exactly_once._end_checked(admin, config, txns, {}, "batch write")
+    finally:
+        admin.close()
+    assert "ended by another producer" in str(failure.value)
+    assert _committed_values(kafka.bootstrap, topic, 1) == ["0"]
+
 # -- a microbatch that fails before any task reports ----------------------------------
 
 
