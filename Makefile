@@ -28,6 +28,7 @@ kafka: venv
 # Style and mistakes (ruff) and types (mypy), as configured in pyproject.toml.
 lint: venv
 	$(VENV)/bin/ruff check spark_sink kprod_broker tests jobs bench pyspark_kprod.py setup.py
+	$(VENV)/bin/mypy
 
 # The suite on TEST_WORKERS pytest-xdist workers, which overlap one another's waits (JVM
 # start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests

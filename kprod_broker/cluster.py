@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kprod_broker.jars import KAFKA_VERSION, KafkaUnavailableError, java, kafka_classpath
 
@@ -350,7 +351,7 @@ def _cluster_id() -> str:
 
 
 @contextlib.contextmanager
-def running_kafka(nodes: int = 1, **kwargs: object) -> Iterator[KafkaCluster]:
+def running_kafka(nodes: int = 1, **kwargs: Any) -> Iterator[KafkaCluster]:
     """``with running_kafka() as cluster:`` a cluster for the block's life."""
     cluster = KafkaCluster(nodes, **kwargs)
     try:
@@ -360,7 +361,7 @@ def running_kafka(nodes: int = 1, **kwargs: object) -> Iterator[KafkaCluster]:
 
 
 def start_local_kafka(topic: str | None = None, partitions: int = 1, *, config: Mapping[str, str] | None = None,
-                      **kwargs: object) -> KafkaCluster:
+                      **kwargs: Any) -> KafkaCluster:
     """One node for the demo, the jobs, kprod-perf and ``kprod-broker``: topics are created on
     first use with ``partitions`` partitions (Kafka's auto-creation), and ``topic`` now, by
     kprod's own producer asking for its metadata: nothing beyond kprod is needed."""

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -139,7 +139,10 @@ def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str
         for start in range(0, table.num_rows, chunk):
             sent_at = time.perf_counter()
             future = producer.send_arrow(table.slice(start, chunk), topic=topic)
-            future.add_done_callback(lambda f, t=sent_at: latencies.append((time.perf_counter() - t) * 1000))
+            def done(_: object, t: float = sent_at) -> None:
+                latencies.append((time.perf_counter() - t) * 1000)
+
+            future.add_done_callback(done)
             futures.append(future)
             progress.update(min(start + chunk, table.num_rows))
         for f in futures:
@@ -170,7 +173,7 @@ class _Deliveries:
         if error is not None:
             self.errors.append(error)
 
-    def records(self, keys: list, values: list) -> Iterator[tuple[object, object, Callable[[object, object], None]]]:
+    def records(self, keys: list, values: list) -> Iterator[tuple[Any, Any, Callable[[object, object], None]]]:
         """(key, value, callback) per row, the callback timed for every thousandth."""
         plain = self.on_delivery
         for start in range(0, len(values), _SAMPLE_EVERY):
@@ -245,7 +248,7 @@ def _high_watermarks(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def _end_offset(consumer: object, partition: object, attempts: int = 50) -> int:
+def _end_offset(consumer: Any, partition: object, attempts: int = 50) -> int:
     """A partition's high watermark, asked again while the answer is a retriable error:
     right after the topic is created its leader may not be elected everywhere yet
     (NOT_LEADER_OR_FOLLOWER)."""

@@ -228,13 +228,13 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     loops.write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
     order = np.argsort(batch_group, kind="stable")
     ends = np.cumsum(sizes[order]).tolist()
-    data, base = memoryview(buffer), 0
+    data, base = buffer.data, 0
     start = 0
     for end, group, count, first_ts, largest in zip(ends, batch_group[order].tolist(), counts[order].tolist(),
                                                     base_ts[order].tolist(), max_ts[order].tolist()):
         if apart and not out[group]:  # the group's first batch: its bytes into a buffer of their own
             base = int(group_starts[group])
-            data = memoryview(buffer[base:base + int(group_bytes[group])].copy())
+            data = buffer[base:base + int(group_bytes[group])].copy().data
         section = data[start - base:end - base]
         payload = compress(codec, section, level) if codec else section
         out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, end - start))

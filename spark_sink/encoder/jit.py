@@ -14,10 +14,12 @@ count references on every call, which costs many times the lookup itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
-_JIT = {"cache": True, "nogil": True, "boundscheck": False}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
 
 # Varints are computed in int64 arithmetic: numba compares uint64 with int64 as floats.
 # A zigzag value with its top bit set (|value| >= 2**62) reads as negative; it takes 10 bytes.

@@ -5,6 +5,7 @@ kprod runs from its source files, as from a ``--py-files`` zip."""
 from __future__ import annotations
 
 import functools
+import importlib
 from types import ModuleType
 
 
@@ -13,11 +14,9 @@ def compiled() -> ModuleType:
     """The loops' module, loaded on first use (numba takes a second to import and seconds
     to compile: a program that only calls ``send()`` should not pay that)."""
     try:
-        from spark_sink.encoder import _kernels
+        return importlib.import_module("spark_sink.encoder._kernels")  # the wheel's C extension
     except ImportError:
         pass
-    else:
-        return _kernels
     try:
         from spark_sink.encoder import jit
     except ImportError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from spark_sink.producer.config import ProducerConfig
@@ -21,7 +22,7 @@ from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.coordinators import Coordinators
 from spark_sink.producer.errors import KafkaTimeoutError
 from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.protocol.errors import KProdError, TransactionalIdNotFoundError, error_for_code
+from spark_sink.protocol.errors import TransactionalIdNotFoundError, error_for_code
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import (
     GROUP_COORDINATOR as GROUP,
@@ -89,7 +90,7 @@ class _Call:
         # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
         self.result: dict[str, Any] | None = None
-        self.error: KProdError | None = None  # the last error (retriable ones are tried again)
+        self.error: Exception | None = None  # the last error (retriable ones are tried again)
         self.not_before = 0.0
         self.in_flight = False
         self.done = False
@@ -239,7 +240,7 @@ class AdminClient:
                 if node is not None and client.ready(node, now):
                     call.in_flight = True
                     body = call.body(node) if callable(call.body) else call.body
-                    client.send(node, call.api_key, body, lambda r, c=call: self._answered(c, r))
+                    client.send(node, call.api_key, body, partial(self._answered, call))
                 else:
                     wait = min(wait, 20.0)  # connecting, or its coordinator being found
             client.poll(wait)
@@ -249,10 +250,10 @@ class AdminClient:
         time per key) and returns None."""
         node = self._coordinators.node(self._client, call.key_type, call.key, now)
         if node is None:
-            self._coordinators.find(self._client, call.key_type, call.key, now, lambda error: self._found(call, error))
+            self._coordinators.find(self._client, call.key_type, call.key, now, partial(self._found, call))
         return node
 
-    def _found(self, call: _Call, error: KProdError | None) -> None:
+    def _found(self, call: _Call, error: Exception | None) -> None:
         if error is not None:
             self._failed(call, error)
 
@@ -274,7 +275,7 @@ class AdminClient:
             return
         self._failed(call, error)
 
-    def _failed(self, call: _Call, error: KProdError) -> None:
+    def _failed(self, call: _Call, error: Exception) -> None:
         """Retriable: try again after retry.backoff.ms (finding the coordinator anew if it
         moved); otherwise the whole call fails with the broker's error."""
         call.error = error

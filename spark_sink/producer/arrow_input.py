@@ -153,16 +153,16 @@ class TopicRows:
             chunk = np.cumsum(sizes) // chunk_bytes
             bounds += (np.flatnonzero(np.diff(chunk)) + 1).tolist()
         bounds.append(n)
-        single = isinstance(self.partitions, int)
         for lo, hi in itertools.pairwise(bounds):
             def cut(a: pa.Array | None, lo: int = lo, hi: int = hi) -> pa.Array | None:
                 return None if a is None else a.slice(lo, hi - lo)
 
             groups = encode_groups(
                 cut(self.keys), cut(self.values), self.timestamps[lo:hi], cut(self.headers),
-                None if single else self.partitions[lo:hi], 1 if single else self.partition_count,
+                None if isinstance(self.partitions, int) else self.partitions[lo:hi],
+                1 if isinstance(self.partitions, int) else self.partition_count,
                 batch_size=batch_size, codec=codec, level=level)
-            if single:
+            if isinstance(self.partitions, int):
                 yield [(self.partitions, groups[0])]
             else:
                 yield [(partition, batches) for partition, batches in enumerate(groups) if batches]
@@ -221,7 +221,7 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
 
     topic_col = _column(data, "topic")
     if topic_col is None:
-        groups = [(default_topic, None)]
+        groups: list[tuple[str | None, np.ndarray | None]] = [(default_topic, None)]
     else:
         encoded = topic_col.cast(pa.string()).dictionary_encode()
         codes, names = as_numpy(encoded.indices, fill=-1), encoded.dictionary.to_pylist()
@@ -239,8 +239,9 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
 
     out: list[TopicRows] = []
     for topic, rows in groups:
-        take = (lambda a: a) if rows is None else (
-            lambda a, rows=rows: None if a is None else a.take(as_arrow_indices(rows)))
+        def take(a: pa.Array | None, rows: np.ndarray | None = rows) -> pa.Array | None:
+            return a if rows is None or a is None else a.take(as_arrow_indices(rows))
+
         t_values, t_keys, t_headers = take(values), take(keys), take(headers)
         t_ts = timestamps if rows is None else timestamps[rows]
         count = partition_count(topic)
@@ -274,7 +275,7 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
     else murmur2 of the key, else sticky runs."""
     hashed = keys is not None and not ignore_keys and partitioner is None
     if hashed and explicit is None and not keys.null_count:  # the common case: every row by its key
-        return partition_for_hash(murmur2_array(keys).astype(np.int64), count)
+        return np.asarray(partition_for_hash(murmur2_array(keys).astype(np.int64), count))
     n = len(values)
     parts = np.full(n, -1, dtype=np.int64)
     if explicit is not None:

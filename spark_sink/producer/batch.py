@@ -168,7 +168,7 @@ class ProducerBatch:
         self.closed = True
         return self.encoded
 
-    def to_wire(self, transactional: bool = False) -> tuple[bytes, bytes]:
+    def to_wire(self, transactional: bool = False) -> tuple[bytes, bytes | memoryview]:
         """The record batch as sent, as (header, payload): the header carries this attempt's
         producer id, epoch and sequence (and whether it belongs to a transaction); the
         payload is written as it is, never copied."""

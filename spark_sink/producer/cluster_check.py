@@ -13,7 +13,7 @@ from spark_sink.producer.connections import ClientResponse
 from spark_sink.producer.errors import BrokersUnreachableError, UnknownTopicError
 from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+from spark_sink.protocol.errors import (
     NO_ERROR,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,

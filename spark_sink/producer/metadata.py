@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from spark_sink.producer.errors import KafkaTimeoutError, UnknownTopicError
-from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+from spark_sink.protocol.errors import (
     NO_ERROR,
     InvalidTopicException,
     KafkaError,

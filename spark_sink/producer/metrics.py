@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_sink.producer.batch import ProducerBatch
@@ -51,14 +51,15 @@ class MetricTotals:
 
     def since(self, earlier: MetricTotals) -> MetricTotals:
         """What happened between ``earlier`` and this checkpoint (the maximum is this one's)."""
-        return MetricTotals(*(getattr(self, f) - getattr(earlier, f) for f in _SUMMED), self.request_latency_max_ms)
+        summed = {f: getattr(self, f) - getattr(earlier, f) for f in _SUMMED}
+        return MetricTotals(**summed, request_latency_max_ms=self.request_latency_max_ms)
 
     @classmethod
     def combine(cls, parts: Iterable[MetricTotals]) -> MetricTotals:
         """Several producers' (or tasks') totals added up; the maximum is the largest."""
         parts = list(parts)
-        return cls(*(sum(getattr(p, f) for p in parts) for f in _SUMMED),
-                   max((p.request_latency_max_ms for p in parts), default=0.0))
+        summed = {f: sum(getattr(p, f) for p in parts) for f in _SUMMED}
+        return cls(**summed, request_latency_max_ms=max((p.request_latency_max_ms for p in parts), default=0.0))
 
     def describe(self) -> str:
         """For a log or summary line."""
@@ -79,7 +80,7 @@ class ProducerMetrics:
         # The current sample and the one before it: [start, counters].
         self._current: list = [now, [0] * _FIELDS]
         self._previous: list | None = None
-        self._totals = [0] * _FIELDS
+        self._totals: list[Any] = [0] * _FIELDS
         self._checkpoint_max = 0.0
 
     def _window(self, now: float) -> tuple[list, list | None]:
@@ -92,7 +93,7 @@ class ProducerMetrics:
             current = [now, [0] * _FIELDS]
         return current, previous
 
-    def _sample(self, now: float) -> list:
+    def _sample(self, now: float) -> list[Any]:
         """The current sample's counters, a new sample started if this one is a window old."""
         self._current, self._previous = self._window(now)
         return self._current[1]

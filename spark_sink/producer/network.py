@@ -23,7 +23,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 from spark_sink.producer import tls
 from spark_sink.producer.config import ProducerConfig
@@ -39,7 +39,7 @@ from spark_sink.producer.connections import (
 from spark_sink.producer.errors import AuthenticationError, SaslAuthenticationError
 from spark_sink.producer.oauth import sasl_exchanges
 from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
-from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+from spark_sink.protocol.errors import (
     KafkaConnectionError,
     KProdError,
     UnsupportedVersionError,
@@ -356,7 +356,7 @@ class NetworkClient:
     def _handshake(self, conn: Connection) -> None:
         """One step of the TLS handshake; waits for whichever direction it needs next."""
         try:
-            conn.sock.do_handshake()
+            cast(ssl.SSLSocket, conn.sock).do_handshake()
         except ssl.SSLWantReadError:
             self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
             return

@@ -180,7 +180,7 @@ def import_partitioner(path: str) -> CustomPartitioner:
         target = getattr(target, part)
     if not callable(target):
         raise TypeError(f"{path!r} is a {type(target).__name__}, not a callable")
-    return target  # type: ignore[return-value]
+    return target
 
 
 class RowPartitioner:

@@ -44,7 +44,7 @@ from spark_sink.producer.records import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transaction_manager import TransactionManager
-from spark_sink.protocol.errors import KProdError, UnknownTopicOrPartitionError  # type: ignore[attr-defined]
+from spark_sink.protocol.errors import KProdError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 log = logging.getLogger(__name__)
@@ -382,7 +382,7 @@ class KafkaProducer:
         except BaseException as exc:
             # What was queued is sent (or failed) all the same: hand its future over.
             future._seal()
-            exc.future = future  # type: ignore[attr-defined]
+            exc.future = future  # type: ignore[attr-defined]  # kprod's own attribute on what was raised
             exc.add_note(f"{future._records} of {len(data)} rows were queued before this; "
                          "the error's .future resolves once they are acknowledged or failed")
             raise

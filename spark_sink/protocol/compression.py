@@ -35,7 +35,7 @@ def codec_from_name(name: str) -> Codec:
 
 
 # Java's defaults: gzip -1 (zlib's 6), lz4 9 (which Java maps to lz4's fast mode), zstd 3.
-DEFAULT_LEVELS = {Codec.GZIP: -1, Codec.LZ4: 9, Codec.ZSTD: 3}
+DEFAULT_LEVELS: dict[int, int] = {Codec.GZIP: -1, Codec.LZ4: 9, Codec.ZSTD: 3}
 LEVEL_RANGES = {Codec.GZIP: (1, 9), Codec.LZ4: (1, 17), Codec.ZSTD: (-131072, 22)}
 _ZLIB_DEFAULT = 6
 

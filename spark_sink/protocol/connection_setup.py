@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from spark_sink.protocol import sasl
-from spark_sink.protocol.errors import (  # type: ignore[attr-defined]
+from spark_sink.protocol.errors import (
     IllegalSaslStateError,
     KProdError,
     UnsupportedSaslMechanismError,

@@ -365,7 +365,7 @@ APIS: dict[int, Api] = {api.key: api for api in (
     PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID, FIND_COORDINATOR, SASL_HANDSHAKE, SASL_AUTHENTICATE,
     OFFSET_COMMIT, OFFSET_FETCH, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT,
     DESCRIBE_CONFIGS, DESCRIBE_TRANSACTIONS)}
-CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {k: (a.min_version, a.max_version) for k, a in APIS.items()}
+CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {a.key: (a.min_version, a.max_version) for a in APIS.values()}
 
 
 def choose_version(api_key: int, broker_min: int, broker_max: int) -> int:

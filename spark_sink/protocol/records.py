@@ -18,6 +18,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c
 
@@ -168,7 +169,7 @@ def record_batch_header(payload: bytes | memoryview, *, record_count: int, last_
     return _PREFIX.pack(base_offset, batch_length, partition_leader_epoch, MAGIC, crc) + covered
 
 
-def encode_record_batch(payload: bytes, **fields: int | bool) -> bytes:
+def encode_record_batch(payload: bytes, **fields: Any) -> bytes:
     """The full batch: header + ``payload``; ``fields`` as for :func:`record_batch_header`."""
     return record_batch_header(payload, **fields) + payload
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from spark_sink.producer import ArrowSendFuture
+
 log = logging.getLogger(__name__)
 
 # Futures still unresolved before the task checks the oldest ones: bounds memory and
@@ -129,7 +131,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     ranges: dict = {}
     pending: list = []
 
-    def settle(future: object) -> None:
+    def settle(future: ArrowSendFuture) -> None:
         nonlocal records, nbytes
         result = future.result(options.flush_timeout_s)
         records += result.records
