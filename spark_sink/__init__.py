@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from spark_sink._exports import lazy_exports
 
 _PRODUCER = (
-    "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
+    "AbortableTransactionError", "FatalTransactionError", "IllegalStateError",
     "PreparedTransaction", "TransactionError", "ArrowSendFuture", "ArrowSendResult",
     "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
     "FutureRecordMetadata", "InvalidPartitionError", "KafkaProducer", "KafkaTimeoutError",
@@ -24,8 +24,9 @@ _PRODUCER = (
 # Where each name lives.
 _EXPORTS = {
     **dict.fromkeys(_PRODUCER, "spark_sink.producer"),
-    "KafkaError": "spark_sink.protocol.errors",
-    "KProdError": "spark_sink.protocol.errors",
+    "AdminClient": "spark_sink.admin",
+    "KafkaError": "spark_sink.protocol.error_codes",
+    "KProdError": "spark_sink.protocol.error_codes",
     "KProdDataSource": "spark_sink.spark.source",
 }
 __all__ = sorted(_EXPORTS)
@@ -33,9 +34,9 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
+    from spark_sink.admin import AdminClient
     from spark_sink.producer import (
         AbortableTransactionError,
-        AdminClient,
         ArrowSendFuture,
         ArrowSendResult,
         AuthenticationError,
@@ -59,5 +60,5 @@ if TYPE_CHECKING:
         SslAuthenticationError,
         TransactionError,
     )
-    from spark_sink.protocol.errors import KafkaError, KProdError
+    from spark_sink.protocol.error_codes import KafkaError, KProdError
     from spark_sink.spark.source import KProdDataSource

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.protocol.errors import ERRORS_BY_CODE, KProdError
+from spark_sink.protocol.error_codes import ERRORS_BY_CODE, KProdError
 
 _PEERS = (("confluent_kafka", "confluent-kafka"), ("kafka", "kafka-python"))  # (module, package)
 

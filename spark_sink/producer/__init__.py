@@ -1,13 +1,6 @@
 """The Kafka producer: per-record ``send`` and columnar ``send_arrow`` over one Sender."""
 
-from spark_sink.producer.admin import AdminClient, PreparedTransaction, TransactionState
-from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
-from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
-from spark_sink.producer.batch import FutureRecordMetadata
-from spark_sink.producer.cluster_check import check_cluster
-from spark_sink.producer.config import KEYS as _KEYS
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import (
+from spark_sink.client.errors import (
     AbortableTransactionError,
     AuthenticationError,
     BrokersUnreachableError,
@@ -26,21 +19,27 @@ from spark_sink.producer.errors import (
     TransactionError,
     UnknownTopicError,
 )
+from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
+from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
+from spark_sink.producer.batch import FutureRecordMetadata
+from spark_sink.producer.config import KEYS as _KEYS
+from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
-from spark_sink.producer.records import ProducerRecord, RecordMetadata
+from spark_sink.producer.producer_record import ProducerRecord, RecordMetadata
 from spark_sink.producer.switch_interval import short_switch_interval
+from spark_sink.protocol.transactions import PreparedTransaction
 
 # Every configuration key the producer knows (Java's names).
 CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 
 __all__ = [
-    "ARROW_COLUMNS", "AbortableTransactionError", "AdminClient", "FatalTransactionError", "IllegalStateError",
-    "PreparedTransaction", "TransactionError", "TransactionState", "CONFIG_KEYS",
+    "ARROW_COLUMNS", "AbortableTransactionError", "FatalTransactionError", "IllegalStateError",
+    "PreparedTransaction", "TransactionError", "CONFIG_KEYS",
     "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
     "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
-    "InvalidPartitionError", "UnknownTopicError", "check_cluster",
+    "InvalidPartitionError", "UnknownTopicError",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",

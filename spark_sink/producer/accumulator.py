@@ -13,6 +13,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from spark_sink.client.clock import now_ms
+from spark_sink.client.errors import ProducerClosedError
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
@@ -24,8 +26,6 @@ from spark_sink.producer.batch import (
 )
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ProducerClosedError
-from spark_sink.producer.network import now_ms
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
 LeaderOf = Callable[[TopicPartition], int | None]

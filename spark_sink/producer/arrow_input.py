@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from spark_sink.client.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.encoder.columnar import (
     HEADER_TYPE,
     EncodedRecords,
@@ -24,7 +25,6 @@ from spark_sink.encoder.columnar import (
     record_size_bounds,
     value_lengths,
 )
-from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.partitioner import RowPartitioner, murmur2_array, partition_for_hash
 from spark_sink.protocol.compression import compressed_bound, largest_input
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD

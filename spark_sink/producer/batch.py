@@ -13,9 +13,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.encoder.columnar import EncodedRecords
-from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.producer.records import RecordMetadata
+from spark_sink.producer.producer_record import RecordMetadata
 from spark_sink.protocol.compression import compress
 from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
 

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from spark_sink.producer.errors import BufferExhaustedError, RecordTooLargeError
+from spark_sink.client.errors import BufferExhaustedError, RecordTooLargeError
 
 
 class _Waiter:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 
 from spark_sink.producer.batch import ProducerBatch, TopicPartition
-from spark_sink.protocol.errors import (
+from spark_sink.protocol.error_codes import (
     InvalidProducerEpochError,
     OutOfOrderSequenceNumberError,
     ProducerFencedError,

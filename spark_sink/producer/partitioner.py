@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 from murmurhash2 import murmurhash2 as _c_murmurhash2
 
+from spark_sink.client.errors import InvalidPartitionError
 from spark_sink.encoder import kernels
 from spark_sink.encoder.columnar import as_binary, as_numpy, binary_offsets
-from spark_sink.producer.errors import InvalidPartitionError
 
 SEED = 0x9747B28C
 # ``murmur2_unsigned(data, SEED)``: the same bits as ``murmur2`` as an unsigned int, without

@@ -16,16 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_sink.encoder.columnar import EncodedRecords
-from spark_sink.producer.accumulator import RecordAccumulator
-from spark_sink.producer.admin import PreparedTransaction
-from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
-from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
-from spark_sink.producer.buffer_pool import BufferPool
-from spark_sink.producer.cluster_check import unknown_topic_message
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.coordinator_requests import TransactionalResult
-from spark_sink.producer.errors import (
+from spark_sink.client.clock import now_ms
+from spark_sink.client.cluster_check import unknown_topic_message
+from spark_sink.client.errors import (
     BrokersUnreachableError,
     BufferExhaustedError,
     InvalidPartitionError,
@@ -35,17 +28,25 @@ from spark_sink.producer.errors import (
     SerializationError,
     UnknownTopicError,
 )
-from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
+from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
+from spark_sink.client.network import NetworkClient
+from spark_sink.encoder.columnar import EncodedRecords
+from spark_sink.producer.accumulator import RecordAccumulator
+from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
+from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
+from spark_sink.producer.buffer_pool import BufferPool
+from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
-from spark_sink.producer.network import NetworkClient, now_ms
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
-from spark_sink.producer.records import ProducerRecord
+from spark_sink.producer.producer_record import ProducerRecord
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.producer.transaction_manager import TransactionManager
-from spark_sink.protocol.errors import KProdError, UnknownTopicOrPartitionError
+from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
+from spark_sink.producer.transactions.transaction_manager import TransactionManager
+from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
+from spark_sink.protocol.transactions import PreparedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class KafkaProducer:
         self._pool = BufferPool(c.buffer_memory)
         self._accumulator = RecordAccumulator(c, self._pool)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
-        self._client = NetworkClient(c)
+        self._client = NetworkClient(c, c.max_in_flight_requests_per_connection)
         self._txn = TransactionManager(c)
         self._metrics = ProducerMetrics(self._pool)
         self._pool.on_waited = self._metrics.buffer_waited

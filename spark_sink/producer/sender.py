@@ -8,17 +8,17 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from spark_sink.client.clock import now_ms
+from spark_sink.client.connections import ClientResponse
+from spark_sink.client.errors import AbortableTransactionError, KafkaTimeoutError
+from spark_sink.client.metadata import Metadata
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.connections import ClientResponse
-from spark_sink.producer.errors import AbortableTransactionError, KafkaTimeoutError
-from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.metrics import ProducerMetrics
-from spark_sink.producer.network import now_ms
-from spark_sink.producer.transaction_manager import TransactionManager
-from spark_sink.producer.transaction_states import State
-from spark_sink.protocol.errors import (
+from spark_sink.producer.transactions.transaction_manager import TransactionManager
+from spark_sink.producer.transactions.transaction_states import State
+from spark_sink.protocol.error_codes import (
     NO_ERROR,
     DuplicateSequenceNumberError,
     KProdError,

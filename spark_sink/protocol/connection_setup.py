@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from spark_sink.protocol import sasl
-from spark_sink.protocol.errors import (
+from spark_sink.protocol.error_codes import (
     IllegalSaslStateError,
     KProdError,
     UnsupportedSaslMechanismError,

@@ -16,7 +16,7 @@ from collections import deque
 from typing import Any
 
 from spark_sink.protocol import primitives as p
-from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_parts, is_flexible
 from spark_sink.protocol.produce import Buffer
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol import produce
-from spark_sink.protocol.errors import UnsupportedVersionError
+from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.protocol.schema import Field as F
 from spark_sink.protocol.schema import Schema, decode, encode
 

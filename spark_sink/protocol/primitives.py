@@ -10,7 +10,7 @@ import struct
 import uuid
 from typing import Any
 
-from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError
 
 INT8 = struct.Struct(">b")
 INT16 = struct.Struct(">h")

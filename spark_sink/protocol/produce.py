@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.primitives import write_uvarint
 
 FLEXIBLE_FROM = 9  # first version with compact lengths and tagged fields

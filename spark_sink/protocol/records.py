@@ -23,7 +23,7 @@ from typing import Any
 import crc32c
 
 from spark_sink.protocol.compression import compress, decompress
-from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.primitives import INT8, Reader, write_varint
 
 RECORD_BATCH_OVERHEAD = 61

@@ -25,7 +25,7 @@ import hmac
 import secrets
 from typing import Protocol
 
-from spark_sink.protocol.errors import KProdError
+from spark_sink.protocol.error_codes import KProdError
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 _SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}

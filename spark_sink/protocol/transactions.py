@@ -1,4 +1,6 @@
-"""Request bodies and answer checks for transaction and offset requests to coordinators.
+"""Transactions as the coordinators see them: a prepared transaction's identity, a
+transactional id's state, and the request bodies and answer checks of the transaction
+and offset requests.
 
 Sans-IO: dicts in the shape of :mod:`spark_sink.protocol.messages`' schemas. The
 producer's TransactionManager and the AdminClient (which ends or extends another
@@ -8,13 +10,45 @@ process's transaction) build the same requests from here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from spark_sink.protocol.errors import error_for_code
+from spark_sink.protocol.error_codes import error_for_code
 
 TopicPartition = tuple[str, int]
 
 TRANSACTION_COORDINATOR, GROUP_COORDINATOR = 1, 0  # FindCoordinator key types
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """A transaction flushed and left open: what another process needs to end it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
+class TransactionState:
+    """A transactional id's state as its coordinator holds it (DescribeTransactions):
+    ``state`` is Kafka's name ("Ongoing", "PrepareCommit", "CompleteAbort", "Empty", ...), or
+    None where the coordinator has never heard of the id. Times are the coordinator's
+    wall clock, in ms."""
+
+    transactional_id: str
+    state: str | None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_time_ms: int = -1
+
+    @property
+    def deadline_ms(self) -> float | None:
+        """When the coordinator may abort the open transaction on its timeout (None: not open)."""
+        if self.state != "Ongoing" or self.start_time_ms < 0:
+            return None
+        return self.start_time_ms + self.timeout_ms
 
 
 def add_offsets_body(transactional_id: str, producer_id: int, epoch: int, group_id: str) -> dict[str, Any]:

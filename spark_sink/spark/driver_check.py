@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from spark_sink.protocol.errors import KProdError
+from spark_sink.protocol.error_codes import KProdError
 
 if TYPE_CHECKING:
     from spark_sink.spark.options import SinkOptions
@@ -189,7 +189,7 @@ def user_errors() -> tuple[type[KProdError], ...]:
         KafkaTimeoutError,
         RecordTooLargeError,
     )
-    from spark_sink.protocol.errors import KafkaError
+    from spark_sink.protocol.error_codes import KafkaError
 
     return (ConfigError, ColumnError, AuthenticationError, KafkaTimeoutError, KafkaError, InvalidPartitionError,
             RecordTooLargeError)
@@ -209,7 +209,8 @@ def check_write(options: SinkOptions, cache: CheckCache | None = None) -> bool:
     key = cache.key(options.producer_config, topics)
     if cache.passed_recently(key):
         return False
-    from spark_sink.producer import BrokersUnreachableError, check_cluster
+    from spark_sink.client import check_cluster
+    from spark_sink.producer import BrokersUnreachableError
 
     started = time.monotonic()
     try:

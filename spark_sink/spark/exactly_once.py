@@ -38,8 +38,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
-from spark_sink.producer import AdminClient, KafkaProducer, PreparedTransaction, ProducerConfig, TransactionState
-from spark_sink.spark.messages import KProdCommitMessage
+from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
+from spark_sink.producer import KafkaProducer, ProducerConfig
+from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce, SinkOptions
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,14 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from spark_sink.producer import MetricTotals
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan, plan_columns
+from spark_sink.spark.commit_messages import (
+    KProdCommitMessage,
+    WriteSummary,
+    append_report,
+    extend_ranges,
+    succeeded_tasks,
+)
 from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
-from spark_sink.spark.messages import KProdCommitMessage, WriteSummary, append_report, extend_ranges, succeeded_tasks
 from spark_sink.spark.options import SinkOptions, parse_options
 from spark_sink.spark.producer_pool import POOL
 

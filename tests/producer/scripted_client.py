@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_sink.producer.connections import ClientResponse
-from spark_sink.protocol.errors import (
+from spark_sink.client.connections import ClientResponse
+from spark_sink.protocol.error_codes import (
     NO_ERROR,
     InvalidProducerEpochError,
     KafkaConnectionError,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_sink.client.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.arrow_input import HEADER_TYPE, SendLimits, TopicRows, plan_arrow_send
-from spark_sink.producer.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.partitioner import murmur2, partition_for_hash
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
 

@@ -7,9 +7,9 @@ import time
 import pyarrow as pa
 import pytest
 
+from spark_sink.client.errors import BufferExhaustedError, RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.buffer_pool import BufferPool
-from spark_sink.producer.errors import BufferExhaustedError, RecordTooLargeError
 from tests.brokers import consume_all, create_topic, unique_topic
 
 

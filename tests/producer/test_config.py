@@ -2,8 +2,8 @@
 
 import pytest
 
+from spark_sink.client.errors import ConfigError
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ConfigError
 
 BOOT = {"bootstrap.servers": "127.0.0.1:9092"}
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.connections import (
+from spark_sink.client.connections import (
     ClientResponse,
     Connection,
     ConnState,
@@ -14,9 +13,10 @@ from spark_sink.producer.connections import (
     Outgoing,
     least_loaded,
 )
-from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol.connection_setup import ConnectionSetup
-from spark_sink.protocol.errors import KafkaConnectionError
+from spark_sink.protocol.error_codes import KafkaConnectionError
 from spark_sink.protocol.framing import KafkaProtocol
 
 CONFIG = ProducerConfig.from_dict({

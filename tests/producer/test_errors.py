@@ -12,6 +12,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from spark_sink.client import check_cluster
 from spark_sink.producer import (
     BrokersUnreachableError,
     KafkaProducer,
@@ -19,7 +20,6 @@ from spark_sink.producer import (
     ProducerRecord,
     SaslAuthenticationError,
     UnknownTopicError,
-    check_cluster,
 )
 from tests.brokers import create_topic, unique_topic
 from tests.secure_kafka import JAAS
@@ -43,7 +43,7 @@ def _unreachable(config: dict, topic: str = "t") -> tuple[str, float]:
 
 def test_no_broker_reached_names_each_address_and_what_happened(caplog):
     closed = _closed_port()
-    caplog.set_level(logging.INFO, logger="spark_sink.producer.network")
+    caplog.set_level(logging.INFO, logger="spark_sink.client.network")
     message, seconds = _unreachable({"bootstrap.servers": f"{closed},{UNRESOLVABLE}", "max.block.ms": 3000})
     assert f"{closed}: connection refused" in message
     assert f"{UNRESOLVABLE}: name not resolved" in message

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from spark_sink.client.errors import ConfigError
 from spark_sink.producer import KafkaProducer
-from spark_sink.producer.errors import ConfigError
 from tests.brokers import consume_all, unique_topic
 from tests.secure_kafka import KERBEROS_CLIENT, KERBEROS_SERVICE, Kerberos
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from spark_sink.client.metadata import Metadata
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.producer.metadata import Metadata
 from tests.brokers import consume_all, create_topic, unique_topic
 
 

@@ -4,10 +4,11 @@ import socket
 import threading
 import time
 
+from spark_sink.client.clock import now_ms
+from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.client.network import NetworkClient
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.protocol.errors import KafkaConnectionError
+from spark_sink.protocol.error_codes import KafkaConnectionError
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.records import Record, build_record_batch
 from tests.brokers import consume_all, create_topic, free_port, unique_topic

@@ -3,9 +3,9 @@ moves (pure: the provider is a function, no broker)."""
 
 import pytest
 
+from spark_sink.client.errors import SaslAuthenticationError
+from spark_sink.client.oauth import TokenSource
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import SaslAuthenticationError
-from spark_sink.producer.oauth import TokenSource
 
 
 class Clock:

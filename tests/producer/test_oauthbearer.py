@@ -8,8 +8,8 @@ import time
 import pyarrow as pa
 import pytest
 
+from spark_sink.client.errors import ConfigError, SaslAuthenticationError
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.producer.errors import ConfigError, SaslAuthenticationError
 from tests.brokers import consume_all, free_port, unique_topic
 from tests.oauth_kafka import LOGIN_MODULE, REAUTH_MS
 from tests.oidc import CLIENTS

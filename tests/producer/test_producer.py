@@ -16,7 +16,7 @@ from spark_sink.producer import (
     SerializationError,
 )
 from spark_sink.producer.partitioner import murmur2
-from spark_sink.protocol.errors import KProdError
+from spark_sink.protocol.error_codes import KProdError
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

@@ -7,9 +7,10 @@ import time
 import pyarrow as pa
 import pytest
 
+from spark_sink.client.config import jaas_options
+from spark_sink.client.errors import ConfigError, SaslAuthenticationError
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.producer.config import ProducerConfig, jaas_options
-from spark_sink.producer.errors import ConfigError, SaslAuthenticationError
+from spark_sink.producer.config import ProducerConfig
 from tests.brokers import consume_all, unique_topic
 from tests.secure_kafka import JAAS, REAUTH_MS, USERS
 

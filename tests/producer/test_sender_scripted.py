@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import pytest
 
+from spark_sink.client.metadata import Metadata
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.metadata import Metadata
 from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.sender import Sender
-from spark_sink.producer.transaction_manager import State, TransactionManager
-from spark_sink.protocol.errors import (
+from spark_sink.producer.transactions.transaction_manager import State, TransactionManager
+from spark_sink.protocol.error_codes import (
     DuplicateSequenceNumberError,
     InvalidRecordError,
     NotCoordinatorError,

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from kprod_broker import make_tls_files
+from spark_sink.client.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.producer.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
 from tests.brokers import consume_all, unique_topic
 
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from spark_sink.admin import AdminClient
 from spark_sink.producer import (
     AbortableTransactionError,
-    AdminClient,
     BufferExhaustedError,
     IllegalStateError,
     KafkaProducer,
@@ -20,7 +20,7 @@ from spark_sink.producer import (
     PreparedTransaction,
     ProducerRecord,
 )
-from spark_sink.protocol.errors import InvalidProducerEpochError, ProducerFencedError
+from spark_sink.protocol.error_codes import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, create_topic, unique_topic
 
 COMMITTED = {"isolation.level": "read_committed"}

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from spark_sink.admin import AdminClient
 from spark_sink.producer import (
     AbortableTransactionError,
-    AdminClient,
     FatalTransactionError,
     IllegalStateError,
     KafkaProducer,
     PreparedTransaction,
     ProducerRecord,
 )
-from spark_sink.protocol.errors import InvalidProducerEpochError, ProducerFencedError
+from spark_sink.protocol.error_codes import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, consumer, create_topic, unique_topic
 
 COMMITTED = {"isolation.level": "read_committed"}

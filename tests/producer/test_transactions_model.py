@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from kprod_broker import KafkaCluster
-from spark_sink.producer import AdminClient, KafkaProducer, KafkaTimeoutError, ProducerRecord
+from spark_sink.admin import AdminClient
+from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.failover import FAILOVER_CONFIG, transaction_coordinator, wait_in_sync
 from tests.faultproxy import FaultProxy

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import spark_sink.protocol.errors as errors
-from spark_sink.protocol.errors import (
+import spark_sink.protocol.error_codes as errors
+from spark_sink.protocol.error_codes import (
     ERRORS_BY_CODE,
     DuplicateSequenceNumberError,
     KafkaError,

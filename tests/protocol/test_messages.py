@@ -3,7 +3,7 @@
 import pytest
 
 from spark_sink.protocol import primitives as p
-from spark_sink.protocol.errors import CorruptRecordError, UnsupportedVersionError
+from spark_sink.protocol.error_codes import CorruptRecordError, UnsupportedVersionError
 from spark_sink.protocol.framing import KafkaProtocol, encode_request_header
 from spark_sink.protocol.messages import (
     APIS,

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol import produce
-from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.messages import APIS, ApiKey
 from spark_sink.protocol.schema import decode, encode

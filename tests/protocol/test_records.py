@@ -16,7 +16,7 @@ from spark_sink.protocol.compression import (
     decompress,
     largest_input,
 )
-from spark_sink.protocol.errors import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.primitives import Reader, write_uvarint, write_varint
 from spark_sink.protocol.records import Record, build_record_batch, decode_record_batches, encode_record, record_parts
 

@@ -85,7 +85,7 @@ def test_dead_addresses_fail_the_write_on_the_driver(spark):
     closed = _closed_port()
     text, seconds = _refused(spark, _df(spark), f"{closed},{UNRESOLVABLE}", topic="t")
     line = text.splitlines()[_kprod_line(text)]
-    assert line.startswith("spark_sink.producer.errors.BrokersUnreachableError: cannot reach any bootstrap server")
+    assert line.startswith("spark_sink.client.errors.BrokersUnreachableError: cannot reach any bootstrap server")
     assert f"{closed}: connection refused" in line and f"{UNRESOLVABLE}: name not resolved" in line
     assert _kprod_line(text) <= 3  # after Spark's "Traceback" line and one frame
     assert seconds < 30  # tasks used to wait out max.block.ms (60 s) each
@@ -135,7 +135,7 @@ def test_exactly_once_conflicts_fail_the_write_on_the_driver(spark, kafka, optio
     text, _ = _refused(spark, _df(spark), kafka.bootstrap, topic=unique_topic("eo"),
                        **{"kprod.deliveryGuarantee": "exactly-once", option: value})
     line = text.splitlines()[_kprod_line(text)]
-    assert line.startswith("spark_sink.producer.errors.ConfigError: option kprod.deliveryGuarantee=exactly-once "
+    assert line.startswith("spark_sink.client.errors.ConfigError: option kprod.deliveryGuarantee=exactly-once "
                            "conflicts with ")
     assert says in line and "transactional.id" not in text
 

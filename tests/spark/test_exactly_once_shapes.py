@@ -15,10 +15,11 @@ import threading
 import pytest
 from pyspark.sql import functions as F
 
-from spark_sink.producer import AdminClient, KafkaProducer, ProducerRecord
+from spark_sink.admin import AdminClient
+from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.spark import exactly_once
+from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once import PartlyCommittedError
-from spark_sink.spark.messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import jvm_sleep, kill_writer

@@ -39,7 +39,7 @@ def test_sasl_ssl_kerberos_with_a_jks_truststore_and_a_wrong_principal(secure_ka
     assert values == sorted(str(i).encode() for i in range(500))
     # The driver's check acquires the credentials before any task runs.
     assert refused.get("error", "").startswith(
-        "spark_sink.producer.errors.SaslAuthenticationError: sasl.jaas.config: no Kerberos credentials for "
+        "spark_sink.client.errors.SaslAuthenticationError: sasl.jaas.config: no Kerberos credentials for "
         "principal 'intruder@KPROD.TEST'"), refused
     assert refused["seconds"] < 30
     assert "trust-secret" not in done.stdout + done.stderr

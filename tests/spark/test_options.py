@@ -18,8 +18,8 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from spark_sink.client.errors import ColumnError, ConfigError
 from spark_sink.producer import ARROW_COLUMNS
-from spark_sink.producer.errors import ColumnError, ConfigError
 from spark_sink.spark.columns import ACCEPTED, plan_columns
 from spark_sink.spark.options import parse_options
 

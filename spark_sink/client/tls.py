@@ -16,15 +16,15 @@ import ssl
 import tempfile
 from typing import Any
 
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import ConfigError, SslAuthenticationError
-from spark_sink.protocol.errors import KafkaConnectionError, KProdError
+from spark_sink.client.config import ClientConfig
+from spark_sink.client.errors import ConfigError, SslAuthenticationError
+from spark_sink.protocol.error_codes import KafkaConnectionError, KProdError
 
 _JKS_MAGIC = b"\xfe\xed\xfe\xed"
 _JCEKS_MAGIC = b"\xce\xce\xce\xce"
 
 
-def ssl_context(config: ProducerConfig) -> ssl.SSLContext | None:
+def ssl_context(config: ClientConfig) -> ssl.SSLContext | None:
     """The client TLS context, or None when the protocol has no TLS."""
     if not config.security_protocol.endswith("SSL"):
         return None
@@ -46,7 +46,7 @@ def is_alert(exc: OSError) -> bool:
         exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
 
 
-def handshake_error(exc: OSError, host: str, port: int, config: ProducerConfig) -> KProdError:
+def handshake_error(exc: OSError, host: str, port: int, config: ClientConfig) -> KProdError:
     """The error for a TLS handshake with ``host``:``port`` that failed with ``exc``, or a
     first read refused by an alert (with TLS 1.3 the client's side of the handshake ends
     before the broker has checked the client's certificate). A certificate that is not
@@ -67,7 +67,7 @@ def handshake_error(exc: OSError, host: str, port: int, config: ProducerConfig) 
                                 "a TLS listener? a plaintext one closes the connection; check security.protocol)")
 
 
-def _load_truststore(context: ssl.SSLContext, config: ProducerConfig) -> None:
+def _load_truststore(context: ssl.SSLContext, config: ClientConfig) -> None:
     key = "ssl.truststore.location"
     try:
         if config.ssl_truststore_location:
@@ -87,7 +87,7 @@ def _load_truststore(context: ssl.SSLContext, config: ProducerConfig) -> None:
         raise ConfigError(f"{key}: cannot load it as {config.ssl_truststore_type}: {exc}") from None
 
 
-def _load_keystore(context: ssl.SSLContext, config: ProducerConfig) -> None:
+def _load_keystore(context: ssl.SSLContext, config: ClientConfig) -> None:
     key, location = "ssl.keystore.location", config.ssl_keystore_location
     try:
         fmt = _store_format(key, location, config.ssl_keystore_type, "ssl.keystore.type")
@@ -171,7 +171,7 @@ def _trusted_certificates(key: str, location: str, fmt: str, password: str | Non
     return "".join(c.public_bytes(Encoding.PEM).decode() for c in certificates)
 
 
-def _key_and_chain(config: ProducerConfig, fmt: str) -> tuple[Any, list[Any]]:
+def _key_and_chain(config: ClientConfig, fmt: str) -> tuple[Any, list[Any]]:
     """The private key and certificate chain of a JKS or PKCS12 keystore. The key's
     password is ssl.key.password, or else ssl.keystore.password, as in Kafka's Java
     client."""

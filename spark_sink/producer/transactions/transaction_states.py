@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from spark_sink.producer.errors import IllegalStateError
+from spark_sink.client.errors import IllegalStateError
 
 
 class State(Enum):

@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.connections import ClientResponse
-from spark_sink.producer.errors import BrokersUnreachableError, UnknownTopicError
-from spark_sink.producer.metadata import UNKNOWN_TOPIC_GRACE_MS
-from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.protocol.errors import (
+from spark_sink.client.clock import now_ms
+from spark_sink.client.config import ClientConfig
+from spark_sink.client.connections import ClientResponse
+from spark_sink.client.errors import BrokersUnreachableError, UnknownTopicError
+from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS
+from spark_sink.client.network import NetworkClient
+from spark_sink.protocol.error_codes import (
     NO_ERROR,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
@@ -28,12 +29,12 @@ _TOPIC_EXISTS = frozenset({NO_ERROR, LeaderNotAvailableError.code})
 _UNKNOWN_TOPIC_GRACE_MS = UNKNOWN_TOPIC_GRACE_MS
 
 
-def bootstrap_text(config: ProducerConfig) -> str:
+def bootstrap_text(config: ClientConfig) -> str:
     """The bootstrap servers as the user wrote them, for error messages."""
     return ",".join(f"{host}:{port}" for host, port in config.bootstrap_servers)
 
 
-def unknown_topic_message(topic: str, config: ProducerConfig, waited: str | None = None) -> str:
+def unknown_topic_message(topic: str, config: ClientConfig, waited: str | None = None) -> str:
     """The error text for a topic the cluster does not have (the same from the producer
     and from the check)."""
     after = f" (waited {waited})" if waited else ""
@@ -41,21 +42,20 @@ def unknown_topic_message(topic: str, config: ProducerConfig, waited: str | None
             "first, or enable auto.create.topics.enable on the brokers")
 
 
-def check_cluster(config: Mapping[str, Any] | ProducerConfig, topics: Iterable[str],
-                  timeout_ms: float | None = None) -> dict[str, int]:
+def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str], timeout_ms: float
+                  ) -> dict[str, int]:
     """The partition count of each of ``topics`` (0 for one being created, whose
     partitions have no leader yet), from one Metadata request that may create topics where
     the brokers allow it, as the producer's own requests do (asked again for up to 2 s
     while a topic is unknown: it may be being created).
 
     Raises, without retrying what cannot change by waiting: BrokersUnreachableError once
-    every bootstrap address failed (or ``timeout_ms``, default max.block.ms, passed), naming
+    every bootstrap address failed (or ``timeout_ms`` passed), naming
     each and what happened; SslAuthenticationError or SaslAuthenticationError;
     UnknownTopicError; the broker's error for a topic (TopicAuthorizationFailedError, ...).
     """
-    config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config)
+    config = ClientConfig.of(config)
     topics = list(dict.fromkeys(topics))
-    timeout_ms = config.max_block_ms if timeout_ms is None else timeout_ms
     deadline = now_ms() + timeout_ms
     grace_end = min(deadline, now_ms() + _UNKNOWN_TOPIC_GRACE_MS)
     client = NetworkClient(config)
@@ -79,7 +79,7 @@ def check_cluster(config: Mapping[str, Any] | ProducerConfig, topics: Iterable[s
     return counts
 
 
-def _metadata(client: NetworkClient, config: ProducerConfig, topics: list[str], deadline: float,
+def _metadata(client: NetworkClient, config: ClientConfig, topics: list[str], deadline: float,
               timeout_ms: float) -> dict[str, Any]:
     """The Metadata response for ``topics`` from whichever bootstrap server is up first:
     every address is tried at once, so one dead address costs no time."""

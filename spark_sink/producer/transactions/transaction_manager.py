@@ -2,12 +2,12 @@
 transactions, driven by the Sender. Named after the Java producer's class, and shaped
 like it; its parts live beside it:
 
-- :mod:`~spark_sink.producer.transaction_states`: the state machine, a table of
+- :mod:`~spark_sink.producer.transactions.transaction_states`: the state machine, a table of
   transitions, and which application calls each state allows;
 - :mod:`~spark_sink.producer.partition_sequences`: per-partition sequences and in-flight
   limits, and the epoch bumps a refused batch calls for (the idempotent producer);
-- :mod:`~spark_sink.producer.coordinator_requests`: the queue of requests to coordinators,
-  with :mod:`~spark_sink.producer.coordinators` finding them; the request bodies are
+- :mod:`~spark_sink.producer.transactions.coordinator_requests`: the queue of requests to coordinators,
+  with :mod:`~spark_sink.client.coordinators` finding them; the request bodies are
   :mod:`spark_sink.protocol.transactions`.
 
 Transactions (transactional.id set), as Java's: init_transactions() asks the transaction
@@ -32,19 +32,19 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from spark_sink.producer.batch import ProducerBatch, TopicPartition
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
-from spark_sink.producer.coordinators import Coordinators
-from spark_sink.producer.errors import (
+from spark_sink.client.coordinators import Coordinators
+from spark_sink.client.errors import (
     AbortableTransactionError,
     FatalTransactionError,
     IllegalStateError,
     TransactionError,
 )
+from spark_sink.producer.batch import ProducerBatch, TopicPartition
+from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.partition_sequences import PartitionSequences
-from spark_sink.producer.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
-from spark_sink.protocol.errors import (
+from spark_sink.producer.transactions.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
+from spark_sink.producer.transactions.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
+from spark_sink.protocol.error_codes import (
     ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,

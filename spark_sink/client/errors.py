@@ -1,12 +1,12 @@
 """Errors raised by kprod itself, as opposed to errors a Kafka broker returns.
 
-Broker errors live in :mod:`spark_sink.protocol.errors`; every class here and there
-derives from :class:`~spark_sink.protocol.errors.KProdError`, so one ``except`` catches both.
+Broker errors live in :mod:`spark_sink.protocol.error_codes`; every class here and there
+derives from :class:`~spark_sink.protocol.error_codes.KProdError`, so one ``except`` catches both.
 """
 
 from __future__ import annotations
 
-from spark_sink.protocol.errors import KProdError
+from spark_sink.protocol.error_codes import KProdError
 
 
 class ConfigError(KProdError, ValueError):

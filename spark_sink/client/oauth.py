@@ -31,9 +31,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from spark_sink.producer import tls
-from spark_sink.producer.config import ProducerConfig, oauth_options, sasl_credentials
-from spark_sink.producer.errors import ConfigError, SaslAuthenticationError
+from spark_sink.client import tls
+from spark_sink.client.config import ClientConfig, oauth_options, sasl_credentials
+from spark_sink.client.errors import ConfigError, SaslAuthenticationError
 from spark_sink.protocol import sasl
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def jwt_claims(token: str) -> dict[str, Any] | None:
 class TokenSource:
     """The producer's OAUTHBEARER token: fetched, cached and refreshed before it expires."""
 
-    def __init__(self, config: ProducerConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
         self._options = oauth_options(config.sasl_jaas_config, config.sasl_oauthbearer_token_endpoint_url,
@@ -238,7 +238,7 @@ class TokenSource:
         reads them; without any, the system's CAs."""
         settings = {key: value for key, value in self._options.items() if key.startswith("ssl.")}
         try:
-            endpoint = ProducerConfig.from_dict({"bootstrap.servers": "token-endpoint:443",
+            endpoint = ClientConfig.from_dict({"bootstrap.servers": "token-endpoint:443",
                                                  "security.protocol": "SSL", **settings})
             context = tls.ssl_context(endpoint)
         except ConfigError as exc:
@@ -268,7 +268,7 @@ def _json(payload: bytes) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def sasl_exchanges(config: ProducerConfig) -> Callable[[str], sasl.SaslMechanism] | None:
+def sasl_exchanges(config: ClientConfig) -> Callable[[str], sasl.SaslMechanism] | None:
     """A factory of fresh SASL exchanges, one per connection, given the broker's host, or
     None without SASL. With OAUTHBEARER the first token is fetched here, and with GSSAPI
     the Kerberos credentials acquired, so that a refused client fails the producer's
@@ -276,7 +276,7 @@ def sasl_exchanges(config: ProducerConfig) -> Callable[[str], sasl.SaslMechanism
     if not config.security_protocol.startswith("SASL_"):
         return None
     if config.sasl_mechanism == "GSSAPI":
-        from spark_sink.producer.kerberos import gssapi_exchanges  # gssapi is an optional package
+        from spark_sink.client.kerberos import gssapi_exchanges  # gssapi is an optional package
 
         return gssapi_exchanges(config)
     if config.sasl_mechanism != "OAUTHBEARER":

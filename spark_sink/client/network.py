@@ -6,7 +6,7 @@ TLS), then its bring-up (ApiVersions, SASL: the sans-IO machine of
 flight in order, resumes partial writes on the next poll and is closed (failing what is
 in flight) on errors and request timeouts. What the client knows of each connection
 besides its socket (state, backoff, queues, deadlines) is in
-:mod:`~spark_sink.producer.connections`. Only the thread doing the Sender's work (the
+:mod:`~spark_sink.client.connections`. Only the thread doing the Sender's work (the
 one holding its I/O lock) calls it, except :meth:`NetworkClient.wakeup` and
 :meth:`NetworkClient.wait`.
 """
@@ -20,14 +20,14 @@ import random
 import selectors
 import socket
 import ssl
-import time
 from collections.abc import Mapping
 from itertools import islice
 from typing import Any, cast
 
-from spark_sink.producer import tls
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.connections import (
+from spark_sink.client import tls
+from spark_sink.client.clock import now_ms
+from spark_sink.client.config import ClientConfig
+from spark_sink.client.connections import (
     Callback,
     ClientResponse,
     Connection,
@@ -36,10 +36,10 @@ from spark_sink.producer.connections import (
     Outgoing,
     least_loaded,
 )
-from spark_sink.producer.errors import AuthenticationError, SaslAuthenticationError
-from spark_sink.producer.oauth import sasl_exchanges
+from spark_sink.client.errors import AuthenticationError, SaslAuthenticationError
+from spark_sink.client.oauth import sasl_exchanges
 from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
-from spark_sink.protocol.errors import (
+from spark_sink.protocol.error_codes import (
     KafkaConnectionError,
     KProdError,
     UnsupportedVersionError,
@@ -47,7 +47,7 @@ from spark_sink.protocol.errors import (
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.messages import ApiKey
 
-__all__ = ["Callback", "ClientResponse", "NetworkClient", "now_ms"]
+__all__ = ["Callback", "ClientResponse", "NetworkClient"]
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +57,12 @@ _RECV_SIZE = 256 * 1024
 _MAX_IOV = 64
 
 
-def now_ms() -> float:
-    """Monotonic milliseconds, the clock every timeout in the producer uses."""
-    return time.monotonic() * 1000.0
-
-
 class NetworkClient:
     """Connections to every broker the producer talks to."""
 
-    def __init__(self, config: ProducerConfig) -> None:
+    def __init__(self, config: ClientConfig, max_in_flight: int = 5) -> None:
         self._config = config
+        self._max_in_flight = max_in_flight  # per connection: the producer's max.in.flight.requests.per.connection
         self._selector = selectors.DefaultSelector()
         self._conns: dict[int, Connection] = {}
         for i, (host, port) in enumerate(config.bootstrap_servers):
@@ -137,7 +133,7 @@ class NetworkClient:
             # slow socket then leaves batches in the accumulator, where they keep filling,
             # instead of queueing small requests here (and acks=0, which has nothing in
             # flight, cannot queue without bound).
-            return not conn.outbox and len(conn.in_flight) < self._config.max_in_flight_requests_per_connection
+            return not conn.outbox and len(conn.in_flight) < self._max_in_flight
         if conn.may_connect(now):
             self._connect(conn, now)
         return False

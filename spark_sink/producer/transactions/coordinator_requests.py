@@ -1,7 +1,7 @@
 """The queue of a transactional producer's requests to its coordinators.
 
 Requests wait in order and go one at a time: the Sender takes the head when it is due,
-finds its coordinator first (:class:`~spark_sink.producer.coordinators.Coordinators`),
+finds its coordinator first (:class:`~spark_sink.client.coordinators.Coordinators`),
 sends it, and hands the answer back. An answer ends a request, has it retried after
 retry.backoff.ms (finding the coordinator again if it moved), or fails it for good, which
 the TransactionManager turns into a failed transaction. The flow between requests is
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_sink.client.coordinators import Coordinators
+from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.producer.batch import TopicPartition
-from spark_sink.producer.coordinators import Coordinators
-from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.protocol.errors import OperationNotAttemptedError
+from spark_sink.protocol.error_codes import OperationNotAttemptedError
 from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)

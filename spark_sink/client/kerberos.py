@@ -26,8 +26,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from spark_sink.producer.config import KerberosOptions, ProducerConfig, kerberos_options
-from spark_sink.producer.errors import ConfigError, SaslAuthenticationError
+from spark_sink.client.config import ClientConfig, KerberosOptions, kerberos_options
+from spark_sink.client.errors import ConfigError, SaslAuthenticationError
 from spark_sink.protocol import sasl
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def _gss_reason(exc: Exception) -> str:
 class KerberosLogin:
     """The producer's Kerberos credentials, acquired when it is created."""
 
-    def __init__(self, config: ProducerConfig) -> None:
+    def __init__(self, config: ClientConfig) -> None:
         self.options: KerberosOptions = kerberos_options(config.sasl_jaas_config, config.sasl_kerberos_service_name)
         self._gssapi = _gssapi()
         self.credentials = self._acquire()
@@ -162,7 +162,7 @@ def _service_host(host: str) -> str:
         return host
 
 
-def gssapi_exchanges(config: ProducerConfig) -> Callable[[str], sasl.SaslMechanism]:
+def gssapi_exchanges(config: ClientConfig) -> Callable[[str], sasl.SaslMechanism]:
     """A factory of GSSAPI exchanges, one per connection, given the broker's host; the
     credentials are acquired now, so that a wrong principal or keytab fails the
     producer's creation."""

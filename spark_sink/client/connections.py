@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.errors import KafkaTimeoutError
+from spark_sink.client.config import ClientConfig
+from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.protocol.connection_setup import ConnectionSetup
-from spark_sink.protocol.errors import KafkaConnectionError, KProdError
+from spark_sink.protocol.error_codes import KafkaConnectionError, KProdError
 from spark_sink.protocol.framing import KafkaProtocol
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class Connection:
             return 0.0
         return max(0.0, self.last_failure_ms + self.backoff_ms - now)
 
-    def note_failure(self, now: float, config: ProducerConfig) -> None:
+    def note_failure(self, now: float, config: ClientConfig) -> None:
         """An attempt failed or a connection broke: back off exponentially from
         reconnect.backoff.ms up to reconnect.backoff.max.ms."""
         self.failures += 1
@@ -156,7 +156,7 @@ class Connection:
             oldest = self.outbox[0].queued_ms  # an acks=0 write stuck behind a full socket
         return oldest
 
-    def next_deadline_ms(self, config: ProducerConfig) -> float:
+    def next_deadline_ms(self, config: ClientConfig) -> float:
         """When the nearest request or connection-setup timeout falls (inf: none)."""
         nearest = float("inf")
         oldest = self.oldest_request_ms()
@@ -166,7 +166,7 @@ class Connection:
             nearest = min(nearest, self.connect_started_ms + config.socket_connection_setup_timeout_ms)
         return nearest
 
-    def expiry(self, now: float, config: ProducerConfig) -> tuple[KProdError, bool] | None:
+    def expiry(self, now: float, config: ClientConfig) -> tuple[KProdError, bool] | None:
         """Why the connection must close now, and whether that counts as a failure (backs
         off), or None."""
         state = self.state

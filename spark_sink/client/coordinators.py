@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from spark_sink.producer.connections import ClientResponse
-from spark_sink.protocol.errors import CoordinatorNotAvailableError, KafkaConnectionError, NotCoordinatorError
+from spark_sink.client.connections import ClientResponse
+from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, KafkaConnectionError, NotCoordinatorError
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import coordinator_error, find_coordinator_body
 

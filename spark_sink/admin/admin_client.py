@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from spark_sink.producer.config import ProducerConfig
-from spark_sink.producer.connections import ClientResponse
-from spark_sink.producer.coordinators import Coordinators
-from spark_sink.producer.errors import KafkaTimeoutError
-from spark_sink.producer.network import NetworkClient, now_ms
-from spark_sink.protocol.errors import TransactionalIdNotFoundError, error_for_code
+from spark_sink.client.clock import now_ms
+from spark_sink.client.config import ClientConfig
+from spark_sink.client.connections import ClientResponse
+from spark_sink.client.coordinators import Coordinators
+from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.client.network import NetworkClient
+from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import (
     GROUP_COORDINATOR as GROUP,
@@ -31,6 +31,8 @@ from spark_sink.protocol.transactions import (
     TRANSACTION_COORDINATOR as TRANSACTION,
 )
 from spark_sink.protocol.transactions import (
+    PreparedTransaction,
+    TransactionState,
     add_offsets_body,
     by_topic,
     end_txn_body,
@@ -46,37 +48,6 @@ _PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.O
 # Answers that carry their one resource's error inside a list: (list field).
 _LISTED_ERRORS = {ApiKey.DESCRIBE_TRANSACTIONS: "transaction_states", ApiKey.DESCRIBE_CONFIGS: "results"}
 _BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's settings
-
-
-@dataclass(frozen=True)
-class PreparedTransaction:
-    """A transaction flushed and left open: what another process needs to end it."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-
-
-@dataclass(frozen=True)
-class TransactionState:
-    """A transactional id's state as its coordinator holds it (DescribeTransactions):
-    ``state`` is Kafka's name ("Ongoing", "PrepareCommit", "CompleteAbort", "Empty", ...), or
-    None where the coordinator has never heard of the id. Times are the coordinator's
-    wall clock, in ms."""
-
-    transactional_id: str
-    state: str | None
-    producer_id: int = -1
-    producer_epoch: int = -1
-    timeout_ms: int = 0
-    start_time_ms: int = -1
-
-    @property
-    def deadline_ms(self) -> float | None:
-        """When the coordinator may abort the open transaction on its timeout (None: not open)."""
-        if self.state != "Ongoing" or self.start_time_ms < 0:
-            return None
-        return self.start_time_ms + self.timeout_ms
 
 
 class _Call:
@@ -100,11 +71,12 @@ class _Call:
 class AdminClient:
     """Connections to the cluster for coordinator requests; one thread at a time.
 
-    ``config`` takes the producer's keys (bootstrap.servers, security, timeouts).
+    ``config``: the client settings (bootstrap.servers, security, timeouts); a mapping may
+    hold a producer's settings too, whose other keys the admin client leaves alone.
     """
 
-    def __init__(self, config: Mapping[str, Any] | ProducerConfig) -> None:
-        self._config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_dict(config)
+    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+        self._config = ClientConfig.of(config)
         self._client = NetworkClient(self._config)
         self._coordinators = Coordinators()
 
@@ -129,13 +101,15 @@ class AdminClient:
                        end_txn_body(t.transactional_id, t.producer_id, t.producer_epoch, commit)) for t in transactions]
         self._run(calls, timeout_ms, "commit" if commit else "abort")
 
-    def fence_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None) -> None:
+    def fence_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None,
+                           transaction_timeout_ms: int = 60000) -> None:
         """Fence every producer of each transactional id, as a new producer's
         init_transactions() would (Java's Admin.fenceProducers): the epoch is bumped and a
         transaction left open under the id is aborted. One still being committed is
-        committed first."""
+        committed first. ``transaction_timeout_ms`` stays with each id only until its next
+        producer's init_transactions() sets its own."""
         calls = [_Call(TRANSACTION, tid, ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": tid, "transaction_timeout_ms": self._config.transaction_timeout_ms,
+            "transactional_id": tid, "transaction_timeout_ms": transaction_timeout_ms,
             "producer_id": -1, "producer_epoch": -1}) for tid in transactional_ids]
         self._run(calls, timeout_ms, "fence transactional ids")
 

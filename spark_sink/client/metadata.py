@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from spark_sink.producer.errors import KafkaTimeoutError, UnknownTopicError
-from spark_sink.protocol.errors import (
+from spark_sink.client.errors import KafkaTimeoutError, UnknownTopicError
+from spark_sink.protocol.error_codes import (
     NO_ERROR,
     InvalidTopicException,
     KafkaError,
