@@ -69,7 +69,7 @@ def test_sasl_spoken_to_a_plaintext_listener(kafka):
               "sasl.jaas.config": f'{JAAS["PLAIN"]} required username="alice" password="secret";'}
     started = time.monotonic()
     with pytest.raises(SaslAuthenticationError) as err:
-        check_cluster(config, ["t"])
+        check_cluster(config, ["t"], 60000)
     assert time.monotonic() - started < 10
     assert "ILLEGAL_SASL_STATE" in str(err.value) and "check security.protocol" in str(err.value)
 
@@ -104,7 +104,7 @@ def test_check_cluster_fails_at_once_when_every_address_failed():
     closed = _closed_port()
     started = time.monotonic()
     with pytest.raises(BrokersUnreachableError) as err:
-        check_cluster({"bootstrap.servers": f"{closed},{UNRESOLVABLE}"}, ["t"])
+        check_cluster({"bootstrap.servers": f"{closed},{UNRESOLVABLE}"}, ["t"], 60000)
     assert time.monotonic() - started < 30  # not max.block.ms (60 s)
     assert f"{closed}: connection refused" in str(err.value) and f"{UNRESOLVABLE}: name not resolved" in str(err.value)
 
@@ -112,10 +112,10 @@ def test_check_cluster_fails_at_once_when_every_address_failed():
 def test_check_cluster_counts_partitions_and_refuses_unknown_topics(strict_kafka):
     bootstrap = strict_kafka.bootstrap
     topic = create_topic(bootstrap, unique_topic("known"), partitions=3)
-    assert check_cluster({"bootstrap.servers": f"{_closed_port()},{bootstrap}"}, [topic]) == {topic: 3}
+    assert check_cluster({"bootstrap.servers": f"{_closed_port()},{bootstrap}"}, [topic], 60000) == {topic: 3}
     missing = unique_topic("missing")
     with pytest.raises(UnknownTopicError, match=f"topic '{missing}' does not exist on the cluster at {bootstrap}"):
-        check_cluster({"bootstrap.servers": bootstrap}, [topic, missing])
+        check_cluster({"bootstrap.servers": bootstrap}, [topic, missing], 60000)
 
 
 def test_check_cluster_wrong_password(secure_kafka):
@@ -123,7 +123,7 @@ def test_check_cluster_wrong_password(secure_kafka):
               "sasl.mechanism": "SCRAM-SHA-256",
               "sasl.jaas.config": f'{JAAS["SCRAM-SHA-256"]} required username="alice" password="wrong-one";'}
     with pytest.raises(SaslAuthenticationError) as err:
-        check_cluster(config, ["t"])
+        check_cluster(config, ["t"], 60000)
     assert "wrong-one" not in str(err.value) and "sasl.jaas.config" in str(err.value)
 
 
@@ -131,4 +131,4 @@ def test_check_cluster_lets_the_cluster_create_a_topic_on_first_use(kafka):
     """Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the request that makes it create a topic:
     where auto.create.topics.enable is on (the default), a new topic is not an error."""
     topic = unique_topic("auto")
-    assert check_cluster({"bootstrap.servers": kafka.bootstrap}, [topic]) in ({topic: 0}, {topic: 1})
+    assert check_cluster({"bootstrap.servers": kafka.bootstrap}, [topic], 60000) in ({topic: 0}, {topic: 1})

@@ -15,7 +15,8 @@ from tests.brokers import consume_all, create_topic, free_port, unique_topic
 
 
 def _client(bootstrap, **extra):
-    return NetworkClient(ProducerConfig.from_dict({"bootstrap.servers": bootstrap, **extra}))
+    config = ProducerConfig.from_dict({"bootstrap.servers": bootstrap, **extra})
+    return NetworkClient(config, config.max_in_flight_requests_per_connection)
 
 
 def _poll_until(client, predicate, timeout_s=15.0):
