@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka lint test soak versions demo bench clean
+.PHONY: venv kafka lint unit test soak versions demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
 # encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
@@ -29,6 +29,12 @@ kafka: venv
 lint: venv
 	$(VENV)/bin/ruff check spark_sink kprod_broker tests jobs bench pyspark_kprod.py setup.py
 	$(VENV)/bin/mypy
+
+# The client's own behaviour, without Java (JAVA_HOME points nowhere, so a test that would
+# start Kafka or Spark fails instead of starting one): the protocol, the encoder, the
+# configuration, and the producer's parts against scripted network clients.
+unit: venv
+	JAVA_HOME=/nonexistent $(PY) -m pytest -q -p no:cacheprovider -m "not jvm and not bench and not versions"
 
 # The suite on TEST_WORKERS pytest-xdist workers, which overlap one another's waits (JVM
 # start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests

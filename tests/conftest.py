@@ -45,6 +45,14 @@ _HEAVY_GROUPS = {
 }
 
 
+# Fixtures that start a JVM (Kafka, Spark): a test using one, directly or through another
+# fixture, is marked ``jvm``; ``make unit`` runs the others, with no Java to be found.
+_JVM_FIXTURES = {"kafka", "_kafka_session", "kafka_proxy", "kafka3", "_kafka3_session", "kafka3_proxies", "broker",
+                 "secure_kafka", "kerberos", "oauth_kafka", "strict_kafka", "spark"}
+
+# Modules whose tests start a JVM themselves (kprod-broker as a command).
+_JVM_MODULES = {"test_brokers.py"}
+
 # Spark test modules whose tests take a minute or more each on a loaded CI machine.
 _MINUTE_LONG = {"test_exactly_once", "test_jobs", "test_exactly_once_shapes"}
 
@@ -57,6 +65,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Without xdist only the order changes."""
     for item in items:
         names = getattr(item, "fixturenames", ())
+        if _JVM_FIXTURES.intersection(names) or "spark" in item.path.parts or item.path.name in _JVM_MODULES:
+            item.add_marker(pytest.mark.jvm)
         group = next((_HEAVY_GROUPS[name] for name in names if name in _HEAVY_GROUPS), None)
         if group is None:
             definitions = getattr(item, "_fixtureinfo", None)
