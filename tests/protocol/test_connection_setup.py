@@ -19,6 +19,7 @@ from spark_sink.protocol.connection_setup import (
     SetupError,
     SetupState,
 )
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.sasl import Plain, Scram
 
@@ -351,5 +352,5 @@ def test_the_protocol_carries_on_after_ready():
     """The bring-up's correlation ids are the connection's: the next request continues them."""
     setup = _at_authenticate(_plain())
     setup.receive_data(_sasl_authenticate_v2(2), 3.0)
-    cid, _ = setup.protocol.send_request(3, 12, {"topics": None})
+    cid, _ = setup.protocol.send_request(3, 12, kmsg.MetadataRequest(topics=None))
     assert cid == 3 and setup.protocol.in_flight == 1
