@@ -290,9 +290,9 @@ def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy):
                                      "send.buffer.bytes": 4096})
     try:
         # More than loopback buffers and the stalled proxy can absorb.
-        big = {"transactional_id": None, "acks": 0, "timeout_ms": 1000, "topic_data": [
-            {"name": "x", "partition_data": [{"index": 0, "records": build_record_batch(
-                [Record(None, b"\0" * (32 << 20), 0)])}]}]}
+        big = kmsg.ProduceRequest(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[
+            kmsg.TopicProduceData("x", [kmsg.PartitionProduceData(0, build_record_batch(
+                [Record(None, b"\0" * (32 << 20), 0)]))])])
         node = _ready_node(client)
         proxy.stall(True)
         got = []
