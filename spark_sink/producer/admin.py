@@ -151,7 +151,8 @@ class AdminClient:
             topics=[kmsg.OffsetFetchRequestTopic(t, ps) for t, ps in by_topic(partitions).items()]))
             for group, partitions in partitions_by_group.items()}
         self._run(list(calls.values()), timeout_ms, "fetch committed offsets")
-        return {group: {(t.name, p.partition_index): (p.committed_offset, p.metadata if p.committed_offset >= 0 else None)
+        return {group: {(t.name, p.partition_index):
+                        (p.committed_offset, p.metadata if p.committed_offset >= 0 else None)
                         for t in call.result.topics for p in t.partitions}
                 for group, call in calls.items()}
 

@@ -324,7 +324,7 @@ def constant(m: _Message) -> str:
 def render(messages: list[_Message], jar_name: str) -> str:
     """The source of kmsg.py."""
     lines = [
-        f'"""Kafka\'s request and response definitions for the APIs kprod speaks, as typed classes and',
+        '"""Kafka\'s request and response definitions for the APIs kprod speaks, as typed classes and',
         "the tables of :mod:`spark_sink.protocol.schema`'s codec.",
         "",
         f"Generated from common/message/*.json in {jar_name} by ``python -m spark_sink.protocol.generate``",

@@ -263,14 +263,9 @@ def _reader(field: Field, type_: str, version: int, flexible: bool) -> ReadFn:
 
 def encode(schema: Schema, version: int, value: Any) -> bytes:
     """Encode ``value`` (an instance of ``schema.cls``) as the body of ``schema`` at ``version``."""
-    return b"".join(encode_parts(schema, version, value))
-
-
-def encode_parts(schema: Schema, version: int, value: Any) -> list[Buffer]:
-    """As :func:`encode`, as buffers to write in order (``records`` are not copied)."""
     out: list[Buffer] = []
     _encode_struct(out, _plan(schema, version, version >= schema.flexible_from), value)
-    return out
+    return b"".join(out)
 
 
 def _encode_struct(out: list[Buffer], plan: _Plan, value: Any) -> None:

@@ -245,7 +245,8 @@ class ScriptedClient:
     def _metadata_body(self, request: kmsg.MetadataRequest) -> kmsg.MetadataResponse:
         names = [t.name for t in request.topics or ()] or list(self.topics)
         return kmsg.MetadataResponse(
-            brokers=[kmsg.MetadataResponseBroker(node_id=n, host=h, port=p) for n, (h, p) in sorted(self.nodes.items())],
+            brokers=[kmsg.MetadataResponseBroker(node_id=n, host=h, port=p)
+                     for n, (h, p) in sorted(self.nodes.items())],
             controller_id=min(self.nodes),
             topics=[kmsg.MetadataResponseTopic(
                 error_code=NO_ERROR, name=name,

@@ -84,8 +84,9 @@ def test_sasl_message_bytes():
     # SaslHandshake v1: mechanism as INT16-length string.
     assert encode_request_body(ApiKey.SASL_HANDSHAKE, 1, kmsg.SaslHandshakeRequest("PLAIN")) == b"\x00\x05PLAIN"
     # SaslAuthenticate v1: INT32-length bytes; v2 (flexible): uvarint length + 1, then tags.
-    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 1, kmsg.SaslAuthenticateRequest(b"tok")) == b"\x00\x00\x00\x03tok"
-    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 2, kmsg.SaslAuthenticateRequest(b"tok")) == b"\x04tok\x00"
+    token = kmsg.SaslAuthenticateRequest(b"tok")
+    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 1, token) == b"\x00\x00\x00\x03tok"
+    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 2, token) == b"\x04tok\x00"
     v1 = p.INT16.pack(0) + p.INT16.pack(-1) + p.INT32.pack(2) + b"ok" + p.INT64.pack(3600000)
     assert decode_response_body(ApiKey.SASL_AUTHENTICATE, 1, v1) == kmsg.SaslAuthenticateResponse(
         error_code=0, error_message=None, auth_bytes=b"ok", session_lifetime_ms=3600000)
