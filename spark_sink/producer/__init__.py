@@ -6,7 +6,7 @@ from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_sche
 from spark_sink.producer.batch import FutureRecordMetadata
 from spark_sink.producer.cluster_check import check_cluster
 from spark_sink.producer.config import KEYS as _KEYS
-from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.config import ProducerConfig, idempotence_conflicts
 from spark_sink.producer.errors import (
     AbortableTransactionError,
     AuthenticationError,
@@ -44,5 +44,5 @@ __all__ = [
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
-    "check_arrow_column", "check_arrow_schema", "murmur2", "short_switch_interval",
+    "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2", "short_switch_interval",
 ]
