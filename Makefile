@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka lint unit test soak versions demo bench clean
+.PHONY: venv kafka kmsg lint unit test soak versions demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
 # encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
@@ -24,6 +24,11 @@ venv: $(VENV)/.installed
 kafka: venv
 	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
 	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
+
+# spark_sink/protocol/kmsg.py regenerated from the message definitions in the kafka-clients
+# jar of the Kafka the suite fetches (tests/protocol/test_kafka_json.py checks it matches).
+kmsg: venv kafka
+	$(PY) -m spark_sink.protocol.generate "$$($(PY) -c 'from kprod_broker import kafka_clients_jar; print(kafka_clients_jar())')"
 
 # Style and mistakes (ruff) and types (mypy), as configured in pyproject.toml.
 lint: venv

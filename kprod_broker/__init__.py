@@ -12,6 +12,7 @@ from kprod_broker.jars import (
     cache_dir,
     java,
     kafka_classpath,
+    kafka_clients_jar,
     maven_jars,
     spark_kafka_jars,
 )
@@ -19,6 +20,6 @@ from kprod_broker.tls import TlsFiles, make_tls_files, ssl_listener_config
 
 __all__ = [
     "KAFKA_VERSION", "KafkaCluster", "KafkaNode", "KafkaUnavailableError", "Listener", "TlsFiles", "cache_dir",
-    "free_port", "java", "kafka_classpath", "make_tls_files", "maven_jars", "running_kafka", "spark_kafka_jars",
-    "ssl_listener_config", "start_local_kafka",
+    "free_port", "java", "kafka_classpath", "kafka_clients_jar", "make_tls_files", "maven_jars", "running_kafka",
+    "spark_kafka_jars", "ssl_listener_config", "start_local_kafka",
 ]

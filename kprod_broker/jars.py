@@ -123,6 +123,16 @@ def kafka_classpath(version: str = KAFKA_VERSION) -> str:
     return os.pathsep.join(str(p) for p in jars)
 
 
+def kafka_clients_jar(version: str = KAFKA_VERSION) -> Path:
+    """The kafka-clients jar of ``version``: Kafka's message definitions
+    (``common/message/*.json``), from which ``spark_sink/protocol/kmsg.py`` is generated."""
+    name = f"kafka-clients-{version}.jar"
+    for jar in map(Path, kafka_classpath(version).split(os.pathsep)):
+        if jar.name == name:
+            return jar
+    raise KafkaUnavailableError(f"no {name} among the jars fetched into {cache_dir() / f'kafka-{version}'}")
+
+
 def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
     """Spark's own Kafka sink (``spark-sql-kafka-0-10_2.13`` of the running Spark) and what
     it needs at run time that Spark does not already ship, for ``spark.jars``."""

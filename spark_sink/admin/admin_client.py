@@ -22,6 +22,7 @@ from spark_sink.client.connections import ClientResponse
 from spark_sink.client.coordinators import Coordinators
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import (
@@ -36,7 +37,6 @@ from spark_sink.protocol.transactions import (
     add_offsets_body,
     by_topic,
     end_txn_body,
-    offset_topics,
     partition_error,
     txn_offset_commit_body,
 )
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
 _PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_COMMIT)
-# Answers that carry their one resource's error inside a list: (list field).
+# Answers that carry their one resource's error inside a list: (list attribute).
 _LISTED_ERRORS = {ApiKey.DESCRIBE_TRANSACTIONS: "transaction_states", ApiKey.DESCRIBE_CONFIGS: "results"}
 _BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's settings
 
@@ -57,10 +57,10 @@ class _Call:
                  "accept")
 
     def __init__(self, key_type: int, key: str, api_key: ApiKey,
-                 body: dict[str, Any] | Callable[[int], dict[str, Any]], accept: frozenset[type] = frozenset()) -> None:
+                 body: Any | Callable[[int], Any], accept: frozenset[type] = frozenset()) -> None:
         # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
-        self.result: dict[str, Any] | None = None
+        self.result: Any = None  # the response, an instance of its kmsg class
         self.error: Exception | None = None  # the last error (retriable ones are tried again)
         self.not_before = 0.0
         self.in_flight = False
@@ -108,30 +108,35 @@ class AdminClient:
         transaction left open under the id is aborted. One still being committed is
         committed first. ``transaction_timeout_ms`` stays with each id only until its next
         producer's init_transactions() sets its own."""
-        calls = [_Call(TRANSACTION, tid, ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": tid, "transaction_timeout_ms": transaction_timeout_ms,
-            "producer_id": -1, "producer_epoch": -1}) for tid in transactional_ids]
+        calls = [_Call(TRANSACTION, tid, ApiKey.INIT_PRODUCER_ID, kmsg.InitProducerIdRequest(
+            transactional_id=tid, transaction_timeout_ms=transaction_timeout_ms,
+            producer_id=-1, producer_epoch=-1)) for tid in transactional_ids]
         self._run(calls, timeout_ms, "fence transactional ids")
 
     def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None) -> None:
         """Commit ``offsets`` for ``group_id`` at once, outside any transaction, as a client
         that is no member of the group (the group must have no active members)."""
-        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, {
-            "group_id": group_id, "topics": offset_topics(offsets)})], timeout_ms, f"commit offsets of {group_id}")
+        topics: dict[str, list[kmsg.OffsetCommitRequestPartition]] = {}
+        for (topic, partition), (offset, metadata) in offsets.items():
+            topics.setdefault(topic, []).append(kmsg.OffsetCommitRequestPartition(
+                partition_index=partition, committed_offset=offset, committed_metadata=metadata))
+        body = kmsg.OffsetCommitRequest(group_id=group_id, topics=[
+            kmsg.OffsetCommitRequestTopic(t, ps) for t, ps in topics.items()])
+        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, body)], timeout_ms, f"commit offsets of {group_id}")
 
     def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
                           timeout_ms: float | None = None) -> dict[str, Offsets]:
         """Per group, the offset and metadata committed for each of its partitions
         (``(-1, None)`` where none is), read once no transaction holds a pending commit for
         them (require_stable). The groups are asked at once."""
-        calls = {group: _Call(GROUP, group, ApiKey.OFFSET_FETCH, {
-            "group_id": group, "require_stable": True,
-            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic(partitions).items()]})
+        calls = {group: _Call(GROUP, group, ApiKey.OFFSET_FETCH, kmsg.OffsetFetchRequest(
+            group_id=group, require_stable=True,
+            topics=[kmsg.OffsetFetchRequestTopic(t, ps) for t, ps in by_topic(partitions).items()]))
             for group, partitions in partitions_by_group.items()}
         self._run(list(calls.values()), timeout_ms, "fetch committed offsets")
-        return {group: {(t["name"], p["partition_index"]):
-                        (p["committed_offset"], p["metadata"] if p["committed_offset"] >= 0 else None)
-                        for t in call.result["topics"] for p in t["partitions"]}
+        return {group: {(t.name, p.partition_index):
+                        (p.committed_offset, p.metadata if p.committed_offset >= 0 else None)
+                        for t in call.result.topics for p in t.partitions}
                 for group, call in calls.items()}
 
     def send_offsets_to_transactions(self, items: Iterable[tuple[PreparedTransaction, str, Offsets]],
@@ -152,17 +157,18 @@ class AdminClient:
                               ) -> dict[str, TransactionState]:
         """Each id's transaction as its coordinator holds it, asked of every coordinator at
         once. An id the coordinator does not know has state None."""
-        calls = {tid: _Call(TRANSACTION, tid, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [tid]},
+        calls = {tid: _Call(TRANSACTION, tid, ApiKey.DESCRIBE_TRANSACTIONS,
+                            kmsg.DescribeTransactionsRequest([tid]),
                             accept=frozenset({TransactionalIdNotFoundError}))
                  for tid in transactional_ids}
         self._run(list(calls.values()), timeout_ms, "describe transactions")
         states = {}
         for tid, call in calls.items():
-            found = call.result["transaction_states"] if call.result is not None else []
-            s = found[0] if found and not found[0]["error_code"] else None
+            found = call.result.transaction_states if call.result is not None else []
+            s = found[0] if found and not found[0].error_code else None
             states[tid] = TransactionState(tid, None) if s is None else TransactionState(
-                tid, s["transaction_state"], s["producer_id"], s["producer_epoch"], s["transaction_timeout_ms"],
-                s["transaction_start_time_ms"])
+                tid, s.transaction_state, s.producer_id, s.producer_epoch, s.transaction_timeout_ms,
+                s.transaction_start_time_ms)
         return states
 
     def coordinator_config(self, transactional_id: str, names: Iterable[str], timeout_ms: float | None = None
@@ -170,12 +176,12 @@ class AdminClient:
         """Settings of the broker that coordinates ``transactional_id`` (DescribeConfigs of
         that broker, asked of itself: static settings are known only there), by name."""
         names = list(names)
-        call = _Call(TRANSACTION, transactional_id, ApiKey.DESCRIBE_CONFIGS, lambda node: {
-            "resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": str(node),
-                           "configuration_keys": names}],
-            "include_synonyms": False, "include_documentation": False})
+        call = _Call(TRANSACTION, transactional_id, ApiKey.DESCRIBE_CONFIGS, lambda node: kmsg.DescribeConfigsRequest(
+            resources=[kmsg.DescribeConfigsResource(resource_type=_BROKER_RESOURCE, resource_name=str(node),
+                                                    configuration_keys=names)],
+            include_synonyms=False, include_documentation=False))
         self._run([call], timeout_ms, f"describe the settings of {transactional_id}'s coordinator")
-        return {c["name"]: c["value"] for r in call.result["results"] for c in r["configs"]}
+        return {c.name: c.value for r in call.result.results for c in r.configs}
 
     # -- the loop -------------------------------------------------------------
 
@@ -236,12 +242,13 @@ class AdminClient:
         error = response.error
         if error is None:
             body = response.body
-            error = error_for_code(body.get("error_code", 0), f"{call.api_key.name} for {call.key}")
+            # Not every answer has a top-level error (OffsetCommit, DescribeConfigs, ... have none).
+            error = error_for_code(getattr(body, "error_code", 0), f"{call.api_key.name} for {call.key}")
             if error is None and call.api_key in _PER_PARTITION_ERRORS:
                 error = partition_error(body, f"{call.api_key.name} for {call.key}")
             if error is None and call.api_key in _LISTED_ERRORS:
-                error = next((error_for_code(r["error_code"], f"{call.api_key.name} for {call.key}")
-                              for r in body[_LISTED_ERRORS[call.api_key]] if r["error_code"]), None)
+                error = next((error_for_code(r.error_code, f"{call.api_key.name} for {call.key}")
+                              for r in getattr(body, _LISTED_ERRORS[call.api_key]) if r.error_code), None)
         if error is not None and type(error) in call.accept:
             error = None  # an answer, not a failure (a transactional id its coordinator never heard of)
         if error is None:

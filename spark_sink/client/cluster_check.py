@@ -20,6 +20,7 @@ from spark_sink.protocol.error_codes import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from spark_sink.protocol.kmsg import MetadataRequest, MetadataRequestTopic, MetadataResponse
 from spark_sink.protocol.messages import ApiKey
 
 # Errors of a topic that exists (or is being created on first use): a write would go on.
@@ -63,27 +64,27 @@ def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str
         while True:
             response = _metadata(client, config, topics, deadline, timeout_ms)
             if now_ms() >= grace_end or all(
-                    t["error_code"] != UnknownTopicOrPartitionError.code for t in response["topics"]):
+                    t.error_code != UnknownTopicOrPartitionError.code for t in response.topics):
                 break
             client.poll(config.retry_backoff_ms)
     finally:
         client.close()
     counts = {}
-    for entry in response["topics"]:
-        name, code = entry["name"], entry["error_code"]
+    for entry in response.topics:
+        name, code = entry.name or "", entry.error_code
         if code == UnknownTopicOrPartitionError.code:
             raise UnknownTopicError(unknown_topic_message(name, config))
         if code not in _TOPIC_EXISTS:
             raise error_for_code(code, f"topic {name!r} on the cluster at {bootstrap_text(config)}")
-        counts[name] = len(entry["partitions"])
+        counts[name] = len(entry.partitions)
     return counts
 
 
 def _metadata(client: NetworkClient, config: ClientConfig, topics: list[str], deadline: float,
-              timeout_ms: float) -> dict[str, Any]:
+              timeout_ms: float) -> MetadataResponse:
     """The Metadata response for ``topics`` from whichever bootstrap server is up first:
     every address is tried at once, so one dead address costs no time."""
-    body = {"topics": [{"name": t} for t in topics], "allow_auto_topic_creation": True}
+    body = MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=True)
     answers: list[ClientResponse] = []
     sent = False
     nodes = client.bootstrap_nodes()

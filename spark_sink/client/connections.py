@@ -31,7 +31,7 @@ class ClientResponse:
     api_key: int
     api_version: int
     correlation_id: int
-    body: dict[str, Any] | None
+    body: Any  # the response, an instance of its kmsg class; None for a Produce with acks=0
     error: Exception | None
     request_latency_ms: float
 

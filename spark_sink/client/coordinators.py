@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from spark_sink.client.connections import ClientResponse
 from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, KafkaConnectionError, NotCoordinatorError
+from spark_sink.protocol.kmsg import FindCoordinatorResponse
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.transactions import coordinator_error, find_coordinator_body
 
@@ -26,7 +27,7 @@ class Client(Protocol):
     def ready(self, node_id: int, now: float) -> bool: ...
     def connection_failed(self, node_id: int) -> bool: ...
     def least_loaded_node(self, now: float) -> int | None: ...
-    def send(self, node_id: int, api_key: int, body: dict[str, Any],
+    def send(self, node_id: int, api_key: int, body: Any,
              callback: Callable[[ClientResponse], None] | None, expect_response: bool = True) -> None: ...
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
 
@@ -72,8 +73,9 @@ class Coordinators:
         self._finding.discard((key_type, key))
         error = response.error or coordinator_error(response.body, key)
         if error is None:
-            node = response.body["node_id"]
-            client.set_nodes({node: (response.body["host"], response.body["port"])})
+            body: FindCoordinatorResponse = response.body
+            node = body.node_id
+            client.set_nodes({node: (body.host, body.port)})
             self._nodes[(key_type, key)] = node
         on_found(error)
 

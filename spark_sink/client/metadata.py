@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from spark_sink.client.errors import KafkaTimeoutError, UnknownTopicError
 from spark_sink.protocol.error_codes import (
@@ -21,6 +20,7 @@ from spark_sink.protocol.error_codes import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from spark_sink.protocol.kmsg import MetadataRequest, MetadataRequestTopic, MetadataResponse
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class Metadata:
         for topic in topics:
             self._last_used[topic] = now
 
-    def request_body(self, now: float) -> dict[str, Any]:
+    def request_body(self, now: float) -> MetadataRequest:
         """The next Metadata request: the topics used within metadata.max.idle.ms. A topic
         idle longer is forgotten, as Java's producer does, so that a job writing to many
         topics over time does not ask for all of them forever; its next record fetches
@@ -155,29 +155,29 @@ class Metadata:
                     self._last_used.pop(topic, None)
                     self.topic_errors.pop(topic, None)
             log.debug("metadata: forgetting topics idle past metadata.max.idle.ms: %s", sorted(idle))
-        return {"topics": [{"name": t} for t in sorted(self.topics)], "allow_auto_topic_creation": True}
+        return MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in sorted(self.topics)],
+                               allow_auto_topic_creation=True)
 
-    def update(self, body: dict[str, Any], now: float) -> None:
+    def update(self, body: MetadataResponse, now: float) -> None:
         """Apply a Metadata response."""
-        nodes = {b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]}
+        nodes = {b.node_id: (b.host, b.port) for b in body.brokers}
         leaders: dict[str, list[int]] = dict(self.leaders)
         errors: dict[str, KafkaError] = {}
         need_update = False
         received = time.monotonic()
-        for topic in body["topics"]:
-            name = topic["name"]
-            error = error_for_code(topic["error_code"], f"metadata for topic {name!r}")
+        for topic in body.topics:
+            name = topic.name or ""  # null only for a topic asked for by id, which kprod does not do
+            error = error_for_code(topic.error_code, f"metadata for topic {name!r}")
             if error is not None:
                 errors[name] = error
                 leaders.pop(name, None)
                 need_update = need_update or error.retriable
                 continue
-            parts = sorted(topic["partitions"], key=lambda p: p["partition_index"])
+            parts = sorted(topic.partitions, key=lambda p: p.partition_index)
             leader_list = [-1] * len(parts)
             for p in parts:
-                led = p["error_code"] == NO_ERROR or p["leader_id"] >= 0
-                leader_list[p["partition_index"]] = p["leader_id"] if led else -1
-                if leader_list[p["partition_index"]] < 0:
+                leader_list[p.partition_index] = p.leader_id if p.error_code == NO_ERROR or p.leader_id >= 0 else -1
+                if leader_list[p.partition_index] < 0:
                     need_update = True
             leaders[name] = leader_list
         unknown = {name: self._unknown_since.get(name, received)

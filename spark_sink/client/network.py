@@ -181,7 +181,7 @@ class NetworkClient:
 
     # -- requests -------------------------------------------------------------
 
-    def send(self, node_id: int, api_key: int, body: dict[str, Any], callback: Callback | None,
+    def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
              expect_response: bool = True) -> None:
         """Queue a request to a READY node; the version is the highest both sides support."""
         conn = self._conns[node_id]
@@ -192,7 +192,7 @@ class NetworkClient:
             raise UnsupportedVersionError(f"broker {node_id} does not support {ApiKey(api_key).name}")
         self._enqueue(conn, api_key, version, body, callback, expect_response)
 
-    def _enqueue(self, conn: Connection, api_key: int, version: int, body: dict[str, Any],
+    def _enqueue(self, conn: Connection, api_key: int, version: int, body: Any,
                  callback: Callback | None, expect_response: bool) -> None:
         correlation_id, parts = conn.protocol.send_request_parts(api_key, version, body, expect_response)
         now = now_ms()

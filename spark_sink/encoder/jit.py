@@ -1,7 +1,7 @@
 """The columnar encoder's loops for numba: what runs where kprod's compiled extension
 (``_kernels.c``, built with the wheel) is not there, as when kprod is shipped to Spark in
 a ``--py-files`` zip. Same functions, arguments and results as the extension, whose
-docstrings describe them; tests/protocol/test_columnar.py checks both.
+docstrings describe them; tests/encoder/test_columnar.py checks both.
 
 numba compiles these on their first call in a process, for the host's CPU, and keeps the
 code where numba's own cache settings say (``cache=True``; for a zip, numba's per-user

@@ -23,7 +23,7 @@ from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
 from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
 from spark_sink.producer.config import KEYS as _KEYS
-from spark_sink.producer.config import ProducerConfig
+from spark_sink.producer.config import ProducerConfig, idempotence_conflicts
 from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
@@ -43,5 +43,5 @@ __all__ = [
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
     "RecordTooLargeError", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
-    "check_arrow_column", "check_arrow_schema", "murmur2", "short_switch_interval",
+    "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2", "short_switch_interval",
 ]

@@ -186,19 +186,26 @@ class ProducerConfig(ClientConfig):
             )
 
 
-def _resolve_idempotence(settings: Mapping[str, Any], values: dict[str, Any]) -> bool:
-    """Java's rule: idempotence needs acks=all, retries > 0 and at most 5 in flight.
-
-    Asked for explicitly, a conflict is an error; left at its default, idempotence is
-    quietly turned off instead.
-    """
+def idempotence_conflicts(acks: int, retries: int, max_in_flight: int) -> list[tuple[str, str]]:
+    """Java's rule: idempotence needs acks=all, retries > 0 and at most 5 requests in
+    flight. Each setting that breaks it, as (its key, what it must be)."""
     conflicts = []
-    if values["acks"] != -1:
-        conflicts.append("acks must be all")
-    if values["retries"] == 0:
-        conflicts.append("retries must be greater than 0")
-    if values["max_in_flight_requests_per_connection"] > _MAX_IDEMPOTENT_IN_FLIGHT:
-        conflicts.append(f"max.in.flight.requests.per.connection must be at most {_MAX_IDEMPOTENT_IN_FLIGHT}")
+    if acks != -1:
+        conflicts.append(("acks", "must be all"))
+    if retries == 0:
+        conflicts.append(("retries", "must be greater than 0"))
+    if max_in_flight > _MAX_IDEMPOTENT_IN_FLIGHT:
+        conflicts.append(("max.in.flight.requests.per.connection", f"must be at most {_MAX_IDEMPOTENT_IN_FLIGHT}"))
+    return conflicts
+
+
+def _resolve_idempotence(settings: Mapping[str, Any], values: dict[str, Any]) -> bool:
+    """Whether the producer is idempotent. Asked for explicitly (or by transactions), a
+    conflict with :func:`idempotence_conflicts` is an error; left at its default,
+    idempotence is quietly turned off instead.
+    """
+    conflicts = [f"{key} {rule}" for key, rule in idempotence_conflicts(
+        values["acks"], values["retries"], values["max_in_flight_requests_per_connection"])]
     if values["transactional_id"] is not None:
         # As Java: a transactional producer is idempotent, whatever was asked.
         if not values["enable_idempotence"] and "enable.idempotence" in settings:

@@ -25,6 +25,7 @@ from spark_sink.protocol.error_codes import (
     UnknownServerError,
     error_for_code,
 )
+from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class KafkaClient(Protocol):
     def connection_failed(self, node_id: int) -> bool: ...
     def connection_delay_ms(self, node_id: int, now: float) -> float: ...
     def least_loaded_node(self, now: float) -> int | None: ...
-    def send(self, node_id: int, api_key: int, body: dict[str, Any], callback: Callable[[ClientResponse], None] | None,
+    def send(self, node_id: int, api_key: int, body: Any, callback: Callable[[ClientResponse], None] | None,
              expect_response: bool = True) -> None: ...
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
     def close(self) -> None: ...
@@ -337,14 +338,13 @@ class Sender(threading.Thread):
     # -- produce --------------------------------------------------------------
 
     def _send_produce(self, node: int, batches: list[ProducerBatch]) -> None:
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[PartitionProduceData]] = {}
         for batch in batches:
             topics.setdefault(batch.topic, []).append(
-                {"index": batch.partition, "records": batch.to_wire(self._txn.transactional)})
+                PartitionProduceData(batch.partition, batch.to_wire(self._txn.transactional)))
             self._in_flight_batches.add(batch)
-        body = {"transactional_id": self._txn.transactional_id, "acks": self._config.acks,
-                "timeout_ms": self._config.request_timeout_ms,
-                "topic_data": [{"name": t, "partition_data": p} for t, p in topics.items()]}
+        body = ProduceRequest(self._txn.transactional_id, self._config.acks, self._config.request_timeout_ms,
+                              [TopicProduceData(t, p) for t, p in topics.items()])
         self._metadata.touch(topics, now_ms())
         by_tp = {b.tp: b for b in batches}
         self._metrics.request_sent(batches)
@@ -366,14 +366,15 @@ class Sender(threading.Thread):
             self._acc.completed(batches.values())
             return
         succeeded = []
-        for topic in response.body["responses"]:
-            for part in topic["partition_responses"]:
-                batch = batches.pop((topic["name"], part["index"]), None)
+        body: ProduceResponse = response.body
+        for topic in body.responses:
+            for part in topic.partition_responses:
+                batch = batches.pop((topic.name, part.index), None)
                 if batch is None:
                     continue
-                code = part["error_code"]
+                code = part.error_code
                 if code == NO_ERROR:
-                    self._succeed(batch, part["base_offset"], part["log_append_time_ms"])
+                    self._succeed(batch, part.base_offset, part.log_append_time_ms)
                     succeeded.append(batch)
                 elif code == DuplicateSequenceNumberError.code:
                     # Written by an earlier attempt whose answer was lost: a success whose
@@ -381,7 +382,7 @@ class Sender(threading.Thread):
                     self._succeed(batch, -1, -1)
                     succeeded.append(batch)
                 else:
-                    message = part.get("error_message") or ""
+                    message = part.error_message or ""
                     error = error_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
                     self._retry_or_fail(batch, error, now)
         self._acc.completed(succeeded)  # their memory, in one go

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from spark_sink.protocol import sasl
+from spark_sink.protocol import kmsg, sasl
 from spark_sink.protocol.error_codes import (
     IllegalSaslStateError,
     KProdError,
@@ -35,7 +35,11 @@ from spark_sink.protocol.error_codes import (
     error_for_code,
 )
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import API_VERSIONS, ApiKey, choose_version
+from spark_sink.protocol.messages import APIS, ApiKey, choose_version
+
+# Who is asking (KIP-511): Kafka checks both names against its pattern of letters, digits,
+# dots and dashes, and answers INVALID_REQUEST to anything else.
+_API_VERSIONS_REQUEST = kmsg.ApiVersionsRequest(client_software_name="kprod", client_software_version="0.1.0")
 
 
 class SetupState(Enum):
@@ -148,7 +152,7 @@ class ConnectionSetup:
         self.renew_at_ms = 0.0
         self._exchange = exchange
         self._renew_fraction = renew_fraction
-        self._api_versions_version = API_VERSIONS.max_version
+        self._api_versions_version = APIS[ApiKey.API_VERSIONS].max_version
 
     # -- inputs ---------------------------------------------------------------
 
@@ -184,7 +188,7 @@ class ConnectionSetup:
         self.request_sent_ms = None
         return self._ENTRY[target](self, event, detail, now)
 
-    def _request(self, api_key: ApiKey, version: int, body: dict[str, Any], now: float) -> list[Output]:
+    def _request(self, api_key: ApiKey, version: int, body: Any, now: float) -> list[Output]:
         _, frame = self.protocol.send_request(api_key, version, body)
         self.request_sent_ms = now
         return [Send(frame)]
@@ -194,16 +198,16 @@ class ConnectionSetup:
     def _enter_api_versions(self, event: Event, detail: Any, now: float) -> list[Output]:
         if event is Event.VERSION_TOO_NEW:
             self._api_versions_version = detail
-        return self._request(ApiKey.API_VERSIONS, self._api_versions_version, {}, now)
+        return self._request(ApiKey.API_VERSIONS, self._api_versions_version, _API_VERSIONS_REQUEST, now)
 
     def _enter_sasl_handshake(self, event: Event, detail: Any, now: float) -> list[Output]:
         assert self._exchange is not None
         return self._request(ApiKey.SASL_HANDSHAKE, self.versions[ApiKey.SASL_HANDSHAKE],
-                             {"mechanism": self._exchange.name}, now)
+                             kmsg.SaslHandshakeRequest(self._exchange.name), now)
 
     def _enter_sasl_authenticate(self, event: Event, detail: Any, now: float) -> list[Output]:
         return self._request(ApiKey.SASL_AUTHENTICATE, self.versions[ApiKey.SASL_AUTHENTICATE],
-                             {"auth_bytes": detail}, now)
+                             kmsg.SaslAuthenticateRequest(detail), now)
 
     def _enter_ready(self, event: Event, detail: Any, now: float) -> list[Output]:
         lifetime = detail or 0
@@ -228,22 +232,22 @@ class ConnectionSetup:
 
     # Classifiers: a response in its state -> (event, detail for the entry action).
 
-    def _on_api_versions(self, version: int, body: dict[str, Any]) -> tuple[Event, Any]:
-        code = body["error_code"]
+    def _on_api_versions(self, version: int, body: kmsg.ApiVersionsResponse) -> tuple[Event, Any]:
+        code = body.error_code
         sent = self._api_versions_version
         if code == UnsupportedVersionError.code and sent > 0:
             # The broker's own range for ApiVersions comes with the error (KIP-511), in the
             # layout of the version sent or of v0 (the framing reads either, as Java does).
             # As Java: ask again at the highest version it lists, 0 if it lists none; and
             # never at the version just refused, so a broker listing it cannot loop us.
-            theirs = [e["max_version"] for e in body["api_keys"] if e["api_key"] == ApiKey.API_VERSIONS]
+            theirs = [e.max_version for e in body.api_keys if e.api_key == ApiKey.API_VERSIONS]
             return Event.VERSION_TOO_NEW, min(sent - 1, max(theirs or [0]))
         if code:
             return Event.VERSIONS_ERROR, f"ApiVersions failed: {error_for_code(code).name}"
         versions = {}
-        for entry in body["api_keys"]:
+        for entry in body.api_keys:
             try:
-                versions[entry["api_key"]] = choose_version(entry["api_key"], entry["min_version"], entry["max_version"])
+                versions[entry.api_key] = choose_version(entry.api_key, entry.min_version, entry.max_version)
             except (KeyError, UnsupportedVersionError):
                 continue  # an API kprod does not use, or none of its versions is common
         self.versions = versions
@@ -254,11 +258,11 @@ class ConnectionSetup:
                                        "(Kafka 1.0 or newer), or has no SASL listener on this port")
         return Event.VERSIONS_AGREED_SASL, None
 
-    def _on_sasl_handshake(self, version: int, body: dict[str, Any]) -> tuple[Event, Any]:
+    def _on_sasl_handshake(self, version: int, body: kmsg.SaslHandshakeResponse) -> tuple[Event, Any]:
         assert self._exchange is not None
-        code = body["error_code"]
+        code = body.error_code
         if code == UnsupportedSaslMechanismError.code:
-            offered = ", ".join(body["mechanisms"] or ()) or "none"
+            offered = ", ".join(body.mechanisms) or "none"
             return Event.MECHANISM_REFUSED, (f"sasl.mechanism {self._exchange.name} is not enabled on the broker; "
                                              f"it offers {offered}")
         if code == IllegalSaslStateError.code:
@@ -269,19 +273,19 @@ class ConnectionSetup:
             return Event.HANDSHAKE_ERROR, f"SaslHandshake failed: {error_for_code(code).name}"
         return Event.MECHANISM_ACCEPTED, self._exchange.first_token()
 
-    def _on_sasl_authenticate(self, version: int, body: dict[str, Any]) -> tuple[Event, Any]:
+    def _on_sasl_authenticate(self, version: int, body: kmsg.SaslAuthenticateResponse) -> tuple[Event, Any]:
         assert self._exchange is not None
-        code = body["error_code"]
+        code = body.error_code
         if code:
-            reason = body["error_message"] or error_for_code(code).name
+            reason = body.error_message or error_for_code(code).name
             return Event.CREDENTIALS_REFUSED, f"{reason} ({self._exchange.hint})"
         try:
-            token = self._exchange.respond(body["auth_bytes"] or b"")
+            token = self._exchange.respond(body.auth_bytes)
         except sasl.SaslError as exc:
             return Event.EXCHANGE_FAILED, str(exc)
         if token is not None:
             return Event.CHALLENGE, token
-        return Event.AUTHENTICATED, body.get("session_lifetime_ms", 0)
+        return Event.AUTHENTICATED, body.session_lifetime_ms
 
     # The response each waiting state expects, and its classifier.
     _RESPONSES: dict[SetupState, tuple[ApiKey, Callable[..., tuple[Event, Any]]]] = {

@@ -17,8 +17,9 @@ from typing import Any
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.error_codes import CorruptRecordError
+from spark_sink.protocol.kmsg import ApiVersionsResponse
 from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_parts, is_flexible
-from spark_sink.protocol.produce import Buffer
+from spark_sink.protocol.schema import Buffer
 
 # Correlation ids of requests sent expecting no response, remembered per connection; a
 # broker that answers them answers in order, so a few suffice.
@@ -51,13 +52,13 @@ class KafkaProtocol:
         """Requests sent that still await a response."""
         return len(self._pending)
 
-    def send_request(self, api_key: int, api_version: int, body: dict[str, Any],
+    def send_request(self, api_key: int, api_version: int, body: Any,
                      expect_response: bool = True) -> tuple[int, bytes]:
         """Frame a request; returns (correlation id, bytes to write including the size prefix)."""
         correlation_id, parts = self.send_request_parts(api_key, api_version, body, expect_response)
         return correlation_id, b"".join(parts)
 
-    def send_request_parts(self, api_key: int, api_version: int, body: dict[str, Any],
+    def send_request_parts(self, api_key: int, api_version: int, body: Any,
                            expect_response: bool = True) -> tuple[int, list[Buffer]]:
         """As :meth:`send_request`, but the frame comes as buffers to write in order (for
         ``sendmsg``), so record bytes are never copied into one frame."""
@@ -76,7 +77,7 @@ class KafkaProtocol:
             parts.insert(0, p.INT32.pack(size) + header)
         return correlation_id, parts
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, dict[str, Any]]]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, Any]]:
         """Feed bytes read from the socket; returns completed responses in arrival order as
         (correlation id, api key, api version, decoded body)."""
         buf = self._buffer
@@ -127,7 +128,7 @@ class KafkaProtocol:
         return False
 
 
-def _decode_api_versions_error(version: int, reader: p.Reader) -> tuple[int, dict[str, Any]]:
+def _decode_api_versions_error(version: int, reader: p.Reader) -> tuple[int, ApiVersionsResponse]:
     """An ApiVersions error, decoded as the Java client does: in the version that was sent,
     and in v0 only if that fails. Kafka answers a version it does not know in v0's layout
     (KIP-511); other brokers (librdkafka's mock cluster) answer in the layout of the version
@@ -140,7 +141,7 @@ def _decode_api_versions_error(version: int, reader: p.Reader) -> tuple[int, dic
         except (CorruptRecordError, ValueError):
             pass
         else:
-            if body["api_keys"] is not None and reader.pos == reader.end:
+            if reader.pos == reader.end:
                 return version, body
         reader.pos = start
     return 0, decode_response_body(ApiKey.API_VERSIONS, 0, reader)

@@ -2,27 +2,40 @@
 
 The generic schema codec walks field tables and recurses per struct; for the one API
 the producer sends thousands of times a second that walk cost more than the rest of the
-sender. These functions write and read exactly the same bytes as the Produce schema in
-:mod:`spark_sink.protocol.messages` (the tests check every version against it), with
-two differences that matter for speed:
+sender. These functions write and read exactly the same bytes as the Produce schema generated
+from Kafka's definition (``kmsg.PRODUCE_REQUEST`` and ``kmsg.PRODUCE_RESPONSE``; the tests
+check every version against the generic codec), into and from the same typed classes,
+with two differences that matter for speed:
 
 - a partition's ``records`` may be a sequence of buffers (a batch header and its
   payload) and the request comes back as a list of buffers, so record bytes are never
   joined or copied before ``sendmsg``;
-- responses are read with precompiled structs, without a per-field dispatch.
+- responses are read with precompiled structs, without a per-field dispatch; only a
+  partition's tagged fields (its current leader, after NOT_LEADER_OR_FOLLOWER) go
+  through the generic codec.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from spark_sink.protocol.error_codes import CorruptRecordError
-from spark_sink.protocol.primitives import write_uvarint
+from spark_sink.protocol.kmsg import (
+    PRODUCE_REQUEST,
+    PRODUCE_RESPONSE,
+    BatchIndexAndErrorMessage,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from spark_sink.protocol.primitives import Reader, write_uvarint
+from spark_sink.protocol.schema import Buffer, read_tagged_into
 
-FLEXIBLE_FROM = 9  # first version with compact lengths and tagged fields
-
-Buffer = bytes | bytearray | memoryview
+FLEXIBLE_FROM = PRODUCE_REQUEST.flexible_from  # first version with compact lengths and tagged fields
+assert PRODUCE_RESPONSE.flexible_from == FLEXIBLE_FROM
+# The tagged fields of a partition and of the whole response, for the generic codec.
+_PARTITION_SCHEMA = PRODUCE_RESPONSE.struct("responses").struct("partition_responses")
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -41,25 +54,25 @@ def _string(value: str | None, flexible: bool) -> bytes:
     return (write_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
 
 
-def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
+def encode_request(version: int, body: ProduceRequest) -> list[Buffer]:
     """The Produce request body at ``version`` as buffers to write in order.
 
-    ``body`` has the schema's shape; a partition's ``records`` is None, one buffer, or
-    a sequence of buffers that together form its record batch.
+    A partition's ``records`` is None, one buffer, or a sequence of buffers that together
+    form its record batch.
     """
     flexible = version >= FLEXIBLE_FROM
     out: list[Buffer] = []
-    small = bytearray(_string(body.get("transactional_id"), flexible))
-    small += _ACKS_TIMEOUT.pack(body.get("acks", 0), body.get("timeout_ms", 0))
-    topics = body.get("topic_data") or ()
+    small = bytearray(_string(body.transactional_id, flexible))
+    small += _ACKS_TIMEOUT.pack(body.acks, body.timeout_ms)
+    topics = body.topic_data
     small += write_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for topic in topics:
-        small += _string(topic.get("name", ""), flexible)
-        partitions = topic.get("partition_data") or ()
+        small += _string(topic.name, flexible)
+        partitions = topic.partition_data
         small += write_uvarint(len(partitions) + 1) if flexible else _I32.pack(len(partitions))
         for part in partitions:
-            small += _I32.pack(part.get("index", 0))
-            records = part.get("records")
+            small += _I32.pack(part.index)
+            records = part.records
             if records is None:
                 small += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
@@ -83,7 +96,7 @@ def encode_request(version: int, body: dict[str, Any]) -> list[Buffer]:
     return out
 
 
-def decode_response(version: int, buf: memoryview, pos: int = 0) -> tuple[dict[str, Any], int]:
+def decode_response(version: int, buf: memoryview, pos: int = 0) -> tuple[ProduceResponse, int]:
     """A Produce response body at ``version`` from ``buf[pos:]``; returns (body, end)."""
     try:
         return _decode_response(version, buf, pos)
@@ -146,62 +159,63 @@ _PLAIN_TAIL = b"\x01\x00\x00"
 _PARTITION_V5 = struct.Struct(">ihqqq")  # index, error_code, base_offset, log_append_time_ms, log_start_offset
 
 
-def _decode_response(version: int, buf: memoryview, pos: int) -> tuple[dict[str, Any], int]:
+def _decode_response(version: int, buf: memoryview, pos: int) -> tuple[ProduceResponse, int]:
     flexible = version >= FLEXIBLE_FROM
-    responses: list[dict[str, Any]] | None = None
+    Partition = PartitionProduceResponse
+    responses: list[TopicProduceResponse] = []
     n_topics, pos = _count_at(buf, pos, flexible)
-    if n_topics >= 0:
-        responses = []
-        for _ in range(n_topics):
-            name, pos = _string_at(buf, pos, flexible)
-            partitions: list[dict[str, Any]] | None = None
-            n_parts, pos = _count_at(buf, pos, flexible)
-            if n_parts >= 0:
-                partitions = []
-                for _ in range(n_parts):
-                    if version >= 5:
-                        index, error_code, base_offset, append_time, start_offset = _PARTITION_V5.unpack_from(buf, pos)
-                        pos += 30
-                        part: dict[str, Any] = {"index": index, "error_code": error_code, "base_offset": base_offset,
-                                                "log_append_time_ms": append_time, "log_start_offset": start_offset}
-                    else:
-                        index, error_code, base_offset = _PARTITION_HEAD.unpack_from(buf, pos)
-                        (append_time,) = _I64.unpack_from(buf, pos + 14)
-                        pos += 22
-                        part = {"index": index, "error_code": error_code, "base_offset": base_offset,
-                                "log_append_time_ms": append_time}
-                    if flexible and buf[pos:pos + 3] == _PLAIN_TAIL:
-                        part["record_errors"] = []
-                        part["error_message"] = None
-                        pos += 3
-                    elif version >= 8:
-                        pos = _record_errors(buf, pos, flexible, part)
-                        if flexible:
-                            pos = _skip_tagged_at(buf, pos)
-                    partitions.append(part)
-            responses.append({"name": name, "partition_responses": partitions})
-            if flexible:
-                pos = pos + 1 if buf[pos] == 0 else _skip_tagged_at(buf, pos)
-    body: dict[str, Any] = {"responses": responses}
-    (body["throttle_time_ms"],) = _I32.unpack_from(buf, pos)
+    for _ in range(n_topics):
+        name, pos = _string_at(buf, pos, flexible)
+        partitions: list[PartitionProduceResponse] = []
+        n_parts, pos = _count_at(buf, pos, flexible)
+        for _ in range(n_parts):
+            if version >= 5:
+                index, error_code, base_offset, append_time, start_offset = _PARTITION_V5.unpack_from(buf, pos)
+                pos += 30
+            else:
+                index, error_code, base_offset = _PARTITION_HEAD.unpack_from(buf, pos)
+                (append_time,) = _I64.unpack_from(buf, pos + 14)
+                start_offset = -1
+                pos += 22
+            if flexible and buf[pos:pos + 3] == _PLAIN_TAIL:
+                part = Partition(index, error_code, base_offset, append_time, start_offset, [], None)
+                pos += 3
+            else:
+                part = Partition(index, error_code, base_offset, append_time, start_offset)
+                if version >= 8:
+                    pos = _record_errors(buf, pos, flexible, part)
+                if flexible:
+                    pos = _tagged_into(buf, pos, version, part)
+            partitions.append(part)
+        responses.append(TopicProduceResponse(name or "", partitions))
+        if flexible:
+            pos = pos + 1 if buf[pos] == 0 else _skip_tagged_at(buf, pos)
+    (throttle_time_ms,) = _I32.unpack_from(buf, pos)
+    body = ProduceResponse(responses, throttle_time_ms)
     pos += 4
     if flexible:
-        pos = _skip_tagged_at(buf, pos)
+        pos = pos + 1 if buf[pos] == 0 else _tagged_into(buf, pos, version, body)
     return body, pos
 
 
-def _record_errors(buf: memoryview, pos: int, flexible: bool, part: dict[str, Any]) -> int:
+def _tagged_into(buf: memoryview, pos: int, version: int, value: PartitionProduceResponse | ProduceResponse) -> int:
+    """Read the tagged fields at ``pos`` (a partition's current leader, the response's node
+    endpoints) into ``value`` with the generic codec; returns the position after them."""
+    schema = PRODUCE_RESPONSE if isinstance(value, ProduceResponse) else _PARTITION_SCHEMA
+    reader = Reader(buf, pos)
+    read_tagged_into(reader, schema, version, value)
+    return reader.pos
+
+
+def _record_errors(buf: memoryview, pos: int, flexible: bool, part: PartitionProduceResponse) -> int:
     """Read a partition's record_errors and error_message (v8+) into ``part``."""
-    errors: list[dict[str, Any]] | None = None
     n_errors, pos = _count_at(buf, pos, flexible)
-    if n_errors >= 0:
-        errors = []
-        for _ in range(n_errors):
-            (batch_index,) = _I32.unpack_from(buf, pos)
-            message, pos = _string_at(buf, pos + 4, flexible)
-            errors.append({"batch_index": batch_index, "batch_index_error_message": message})
-            if flexible:
-                pos = _skip_tagged_at(buf, pos)
-    part["record_errors"] = errors
-    part["error_message"], pos = _string_at(buf, pos, flexible)
+    errors = part.record_errors
+    for _ in range(n_errors):
+        (batch_index,) = _I32.unpack_from(buf, pos)
+        message, pos = _string_at(buf, pos + 4, flexible)
+        errors.append(BatchIndexAndErrorMessage(batch_index, message))
+        if flexible:
+            pos = _skip_tagged_at(buf, pos)
+    part.error_message, pos = _string_at(buf, pos, flexible)
     return pos

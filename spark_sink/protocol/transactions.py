@@ -2,17 +2,17 @@
 transactional id's state, and the request bodies and answer checks of the transaction
 and offset requests.
 
-Sans-IO: dicts in the shape of :mod:`spark_sink.protocol.messages`' schemas. The
-producer's TransactionManager and the AdminClient (which ends or extends another
-process's transaction) build the same requests from here.
+Sans-IO: instances of :mod:`spark_sink.protocol.kmsg`'s classes. The producer's
+TransactionManager and the AdminClient (which ends or extends another process's
+transaction) build the same requests from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import error_for_code
 
 TopicPartition = tuple[str, int]
@@ -51,16 +51,16 @@ class TransactionState:
         return self.start_time_ms + self.timeout_ms
 
 
-def add_offsets_body(transactional_id: str, producer_id: int, epoch: int, group_id: str) -> dict[str, Any]:
+def add_offsets_body(transactional_id: str, producer_id: int, epoch: int, group_id: str) -> kmsg.AddOffsetsToTxnRequest:
     """An AddOffsetsToTxn request."""
-    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
-            "group_id": group_id}
+    return kmsg.AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                       producer_epoch=epoch, group_id=group_id)
 
 
-def end_txn_body(transactional_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
+def end_txn_body(transactional_id: str, producer_id: int, epoch: int, commit: bool) -> kmsg.EndTxnRequest:
     """An EndTxn request: commit, or abort."""
-    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch,
-            "committed": commit}
+    return kmsg.EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+                              committed=commit)
 
 
 def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
@@ -71,34 +71,30 @@ def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
     return topics
 
 
-def partition_error(body: dict[str, Any], what: str) -> Exception | None:
-    """The first per-partition error of an answer listing ``topics`` of ``partitions``."""
-    return next((error_for_code(p["error_code"], f"{what}: {t['name']}-{p['partition_index']}")
-                 for t in body["topics"] for p in t["partitions"] if p["error_code"]), None)
-
-
-def offset_topics(offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> list[dict[str, Any]]:
-    """The ``topics`` of an offset commit: ``offsets`` maps (topic, partition) to (offset, metadata)."""
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), (offset, metadata) in offsets.items():
-        topics.setdefault(topic, []).append(
-            {"partition_index": partition, "committed_offset": offset, "committed_metadata": metadata})
-    return [{"name": t, "partitions": ps} for t, ps in topics.items()]
+def partition_error(body: kmsg.TxnOffsetCommitResponse | kmsg.OffsetCommitResponse | kmsg.OffsetFetchResponse,
+                    what: str) -> Exception | None:
+    """The first per-partition error of an offset commit's or fetch's answer."""
+    return next((error_for_code(p.error_code, f"{what}: {t.name}-{p.partition_index}")
+                 for t in body.topics for p in t.partitions if p.error_code), None)
 
 
 def txn_offset_commit_body(transactional_id: str, group_id: str, producer_id: int, epoch: int,
-                           offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> dict[str, Any]:
-    """A TxnOffsetCommit request."""
-    return {"transactional_id": transactional_id, "group_id": group_id, "producer_id": producer_id,
-            "producer_epoch": epoch, "topics": offset_topics(offsets)}
+                           offsets: Mapping[TopicPartition, tuple[int, str | None]]) -> kmsg.TxnOffsetCommitRequest:
+    """A TxnOffsetCommit request: ``offsets`` maps (topic, partition) to (offset, metadata)."""
+    topics: dict[str, list[kmsg.TxnOffsetCommitRequestPartition]] = {}
+    for (topic, partition), (offset, metadata) in offsets.items():
+        topics.setdefault(topic, []).append(kmsg.TxnOffsetCommitRequestPartition(
+            partition_index=partition, committed_offset=offset, committed_metadata=metadata))
+    return kmsg.TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group_id, producer_id=producer_id, producer_epoch=epoch,
+        topics=[kmsg.TxnOffsetCommitRequestTopic(t, ps) for t, ps in topics.items()])
 
 
-def find_coordinator_body(key_type: int, key: str) -> dict[str, Any]:
+def find_coordinator_body(key_type: int, key: str) -> kmsg.FindCoordinatorRequest:
     """A FindCoordinator request for the coordinator of ``key`` (a transactional id or group id)."""
-    return {"key": key, "key_type": key_type}
+    return kmsg.FindCoordinatorRequest(key=key, key_type=key_type)
 
 
-def coordinator_error(body: dict[str, Any], key: str) -> Exception | None:
+def coordinator_error(body: kmsg.FindCoordinatorResponse, key: str) -> Exception | None:
     """The error of a FindCoordinator answer, if any."""
-    return error_for_code(body["error_code"], f"FindCoordinator for {key}: "
-                                              f"{body.get('error_message') or ''}".rstrip(": "))
+    return error_for_code(body.error_code, f"FindCoordinator for {key}: {body.error_message or ''}".rstrip(": "))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_sink.producer import CONFIG_KEYS as PRODUCER_KEYS
-from spark_sink.producer import ConfigError, ProducerConfig
+from spark_sink.producer import ConfigError, ProducerConfig, idempotence_conflicts
 
 log = logging.getLogger(__name__)
 
@@ -288,25 +288,18 @@ _GUARANTEES = ("at-least-once", "exactly-once")
 # default) to be reported as such.
 CHECK_TIMEOUT_MS = 15_000
 
-_MAX_IDEMPOTENT_IN_FLIGHT = 5
 _SECRET_WORDS = ("password", "secret", "jaas", "token")
 
 
 def _exactly_once_conflicts(opts: Mapping[str, str], config: ProducerConfig) -> list[str]:
     """The kafka.* options exactly-once cannot run with: Kafka's transactions need an
     idempotent producer, which needs acks=all, retries and at most 5 requests in flight."""
-    conflicts = []
-    if config.acks != -1:
-        conflicts.append(f"kafka.acks={opts['kafka.acks']} (transactions need acks=all)")
+    conflicts = [f"kafka.{key}={opts['kafka.' + key]} (transactions need an idempotent producer, whose {key} {rule})"
+                 for key, rule in idempotence_conflicts(config.acks, config.retries,
+                                                        config.max_in_flight_requests_per_connection)]
     if "kafka.enable.idempotence" in opts and not config.enable_idempotence:
         conflicts.append(f"kafka.enable.idempotence={opts['kafka.enable.idempotence']} (transactions need "
                          "an idempotent producer)")
-    if config.retries == 0:
-        conflicts.append("kafka.retries=0 (transactions need an idempotent producer, which retries)")
-    if config.max_in_flight_requests_per_connection > _MAX_IDEMPOTENT_IN_FLIGHT:
-        conflicts.append(f"kafka.max.in.flight.requests.per.connection="
-                         f"{config.max_in_flight_requests_per_connection} (at most {_MAX_IDEMPOTENT_IN_FLIGHT} "
-                         "with an idempotent producer)")
     return conflicts
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_sink.client.connections import ClientResponse
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
     InvalidProducerEpochError,
@@ -28,7 +29,7 @@ from spark_sink.protocol.error_codes import (
     OutOfOrderSequenceNumberError,
 )
 from spark_sink.protocol.messages import (
-    CLIENT_VERSIONS,
+    VERSIONS,
     ApiKey,
     decode_request_body,
     decode_response_body,
@@ -49,7 +50,7 @@ class Request:
     api_key: int
     version: int
     correlation_id: int
-    body: dict[str, Any]
+    body: Any  # the request, an instance of its kmsg class
     callback: Callback | None
     expect_response: bool
     answered: bool = False
@@ -57,10 +58,10 @@ class Request:
     def batches(self) -> dict[TopicPartition, RecordBatch]:
         """A Produce request's record batch per partition (one each, as the Sender sends)."""
         out = {}
-        for topic in self.body["topic_data"]:
-            for part in topic["partition_data"]:
-                (batch,) = decode_record_batches(part["records"])
-                out[(topic["name"], part["index"])] = batch
+        for topic in self.body.topic_data:
+            for part in topic.partition_data:
+                (batch,) = decode_record_batches(part.records)
+                out[(topic.name, part.index)] = batch
         return out
 
 
@@ -120,11 +121,11 @@ class ScriptedClient:
     def least_loaded_node(self, now: float) -> int | None:
         return next((n for n in sorted(self.nodes) if self.ready(n, now)), None)
 
-    def send(self, node_id: int, api_key: int, body: dict[str, Any], callback: Callback | None,
+    def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
              expect_response: bool = True) -> None:
         if not self.ready(node_id, 0.0):
             raise KafkaConnectionError(f"node {node_id} is not ready")
-        version = CLIENT_VERSIONS[ApiKey(api_key)][1]
+        version = VERSIONS[ApiKey(api_key)][1]
         wire = encode_request_body(api_key, version, body)
         self._correlation_id += 1
         request = Request(node_id, api_key, version, self._correlation_id,
@@ -138,13 +139,17 @@ class ScriptedClient:
             self.respond(request, self._init_producer_id_body(request.body))
         elif api_key == ApiKey.FIND_COORDINATOR:
             host, port = self.nodes[self.coordinator]
-            self.respond(request, {"error_code": NO_ERROR, "node_id": self.coordinator, "host": host, "port": port})
+            self.respond(request, kmsg.FindCoordinatorResponse(
+                error_code=NO_ERROR, node_id=self.coordinator, host=host, port=port))
         elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
-            self.respond(request, {"topics": [
-                {"name": t["name"], "partitions": [{"partition_index": i, "error_code": NO_ERROR}
-                                                   for i in t["partitions"]]} for t in request.body["topics"]]})
+            self.respond(request, kmsg.AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[
+                kmsg.AddPartitionsToTxnTopicResult(t.name, [
+                    kmsg.AddPartitionsToTxnPartitionResult(partition_index=i, partition_error_code=NO_ERROR)
+                    for i in t.partitions])
+                for t in request.body.v3_and_below_topics]))
         elif api_key == ApiKey.END_TXN:
-            self.respond(request, {"error_code": self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR})
+            self.respond(request, kmsg.EndTxnResponse(
+                error_code=self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR))
 
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
         self.nodes.update(nodes)  # as NetworkClient: learnt nodes are added, none forgotten
@@ -162,7 +167,7 @@ class ScriptedClient:
         """Requests of ``api_key`` not answered yet, oldest first."""
         return [r for r in self.requests if r.api_key == api_key and r.expect_response and not r.answered]
 
-    def respond(self, request: Request, body: dict[str, Any]) -> None:
+    def respond(self, request: Request, body: Any) -> None:
         """Answer ``request`` with ``body``; the Sender sees it on its next poll."""
         wire = encode_response_body(request.api_key, request.version, body)
         self._complete(request, decode_response_body(request.api_key, request.version, wire), None)
@@ -180,18 +185,18 @@ class ScriptedClient:
             error = errors.get(tp)
             if error is None and self.topics[tp[0]][tp[1]] != request.node:
                 error = NotLeaderOrFollowerError  # leadership moved since the request went
-            part = {"index": tp[1], "error_code": NO_ERROR if error is None else error.code, "base_offset": -1}
+            part = kmsg.PartitionProduceResponse(index=tp[1], base_offset=-1)
             log = self.log.setdefault(tp, [])
             if error is None:
-                part["base_offset"] = self._offset_of(log, batch)
-                if part["base_offset"] < 0:
+                part.base_offset = self._offset_of(log, batch)
+                if part.base_offset < 0:
                     error = self._sequence_error(log, batch)
-            if error is None and part["base_offset"] < 0:
-                part["base_offset"] = sum(len(b.records) for b in log)
+            if error is None and part.base_offset < 0:
+                part.base_offset = sum(len(b.records) for b in log)
                 log.append(batch)
-            part["error_code"] = NO_ERROR if error is None else error.code
-            responses.append({"name": tp[0], "partition_responses": [part]})
-        self.respond(request, {"responses": responses})
+            part.error_code = NO_ERROR if error is None else error.code
+            responses.append(kmsg.TopicProduceResponse(tp[0], [part]))
+        self.respond(request, kmsg.ProduceResponse(responses))
 
     def write(self, request: Request) -> None:
         """Append a Produce request's batches to the log without answering: with
@@ -240,38 +245,41 @@ class ScriptedClient:
 
     # -- answers ----------------------------------------------------------------
 
-    def _complete(self, request: Request, body: dict[str, Any] | None, error: Exception | None) -> None:
+    def _complete(self, request: Request, body: Any, error: Exception | None) -> None:
         request.answered = True
         if request.callback is not None:
             self._completed.append((request.callback, ClientResponse(
                 request.node, request.api_key, request.version, request.correlation_id, body, error, 0.0)))
 
-    def _metadata_body(self, request: dict[str, Any]) -> dict[str, Any]:
-        names = [t["name"] for t in request["topics"] or ()] or list(self.topics)
-        return {
-            "brokers": [{"node_id": n, "host": h, "port": p} for n, (h, p) in sorted(self.nodes.items())],
-            "controller_id": min(self.nodes),
-            "topics": [{
-                "error_code": NO_ERROR, "name": name,
-                "partitions": [{"error_code": NO_ERROR, "partition_index": i, "leader_id": leader,
-                                "replica_nodes": [leader], "isr_nodes": [leader]}
-                               for i, leader in enumerate(self.topics[name])],
-            } for name in names if name in self.topics],
-        }
+    def _metadata_body(self, request: kmsg.MetadataRequest) -> kmsg.MetadataResponse:
+        names = [t.name for t in request.topics or ()] or list(self.topics)
+        return kmsg.MetadataResponse(
+            brokers=[kmsg.MetadataResponseBroker(node_id=n, host=h, port=p)
+                     for n, (h, p) in sorted(self.nodes.items())],
+            controller_id=min(self.nodes),
+            topics=[kmsg.MetadataResponseTopic(
+                error_code=NO_ERROR, name=name,
+                partitions=[kmsg.MetadataResponsePartition(error_code=NO_ERROR, partition_index=i, leader_id=leader,
+                                                           replica_nodes=[leader], isr_nodes=[leader])
+                            for i, leader in enumerate(self.topics[name])],
+            ) for name in names if name in self.topics],
+        )
 
-    def _init_producer_id_body(self, request: dict[str, Any]) -> dict[str, Any]:
-        if request["transactional_id"] is not None and not self.init_producer_id_script:
+    def _init_producer_id_body(self, request: kmsg.InitProducerIdRequest) -> kmsg.InitProducerIdResponse:
+        if request.transactional_id is not None and not self.init_producer_id_script:
             # A transaction coordinator keeps one producer id per transactional id and
             # bumps its epoch at every initialisation.
-            first = request["transactional_id"] not in self.transactional_ids
-            self.transactional_ids.add(request["transactional_id"])
+            first = request.transactional_id not in self.transactional_ids
+            self.transactional_ids.add(request.transactional_id)
             self.producer_epoch = 0 if first else self.producer_epoch + 1
-            return {"error_code": NO_ERROR, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
+            return kmsg.InitProducerIdResponse(
+                error_code=NO_ERROR, producer_id=self.producer_id, producer_epoch=self.producer_epoch)
         if self.init_producer_id_script:
             answer = self.init_producer_id_script.pop(0)
             if not isinstance(answer, tuple):
-                return {"error_code": answer.code}
+                return kmsg.InitProducerIdResponse(error_code=answer.code)
             self.producer_id, self.producer_epoch = answer
         else:
             self.producer_id, self.producer_epoch = self.producer_id + 1, 0  # a new id starts at epoch 0
-        return {"error_code": NO_ERROR, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
+        return kmsg.InitProducerIdResponse(
+            error_code=NO_ERROR, producer_id=self.producer_id, producer_epoch=self.producer_epoch)

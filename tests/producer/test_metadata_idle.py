@@ -11,7 +11,7 @@ from tests.brokers import consume_all, create_topic, unique_topic
 
 
 def _requested(metadata: Metadata, now: float) -> list[str]:
-    return [t["name"] for t in metadata.request_body(now)["topics"]]
+    return [t.name for t in metadata.request_body(now).topics]
 
 
 def test_idle_topics_leave_the_request_and_used_ones_stay():

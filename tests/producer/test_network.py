@@ -8,6 +8,7 @@ from spark_sink.client.clock import now_ms
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.producer.config import ProducerConfig
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import KafkaConnectionError
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.records import Record, build_record_batch
@@ -43,16 +44,17 @@ def _request(client, node, api_key, body):
 def _leader_of(client, topic, partition=0):
     """Ask metadata for ``topic``, hand its brokers to the client, return the leader's id."""
     node = _ready_node(client)
-    body = _request(client, node, ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-    client.set_nodes({b["node_id"]: (b["host"], b["port"]) for b in body["brokers"]})
-    (meta,) = body["topics"]
-    return next(p["leader_id"] for p in meta["partitions"] if p["partition_index"] == partition)
+    body = _request(client, node, ApiKey.METADATA, kmsg.MetadataRequest(
+        topics=[kmsg.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False))
+    client.set_nodes({b.node_id: (b.host, b.port) for b in body.brokers})
+    (meta,) = body.topics
+    return next(p.leader_id for p in meta.partitions if p.partition_index == partition)
 
 
 def _produce_body(topic, values, acks):
     batch = build_record_batch([Record(None, v, int(time.time() * 1000)) for v in values])
-    return {"transactional_id": None, "acks": acks, "timeout_ms": 10000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}
+    return kmsg.ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10000,
+                               topic_data=[kmsg.TopicProduceData(topic, [kmsg.PartitionProduceData(0, batch)])])
 
 
 def test_handshake_and_pipelined_metadata(broker):
@@ -66,7 +68,7 @@ def test_handshake_and_pipelined_metadata(broker):
         saw_limit = False
         while len(responses) < 10:
             while sent < 10 and client.ready(node, now_ms()):
-                client.send(node, ApiKey.METADATA, {"topics": None}, responses.append)
+                client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), responses.append)
                 sent += 1
                 assert client.in_flight_count(node) <= 3
             if client.in_flight_count(node) == 3:
@@ -76,7 +78,7 @@ def test_handshake_and_pipelined_metadata(broker):
                 saw_limit = True
             client.poll(100)
         assert saw_limit
-        assert all(r.error is None and r.body["brokers"] for r in responses)
+        assert all(r.error is None and r.body.brokers for r in responses)
         assert [r.correlation_id for r in responses] == sorted(r.correlation_id for r in responses)
     finally:
         client.close()
@@ -94,7 +96,7 @@ def test_poll_reports_a_ready_connection_and_a_completed_request(kafka):
         assert progressed[-1] is True and not any(progressed[:-1])  # only the poll that made it ready
         assert client.poll(0) is False  # nothing happened
         got = []
-        client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+        client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), got.append)
         while not got:
             assert client.poll(50) is bool(got)
         assert client.poll(0) is False
@@ -109,13 +111,13 @@ def test_stalled_broker_times_out_then_reconnects(kafka_proxy):
         node = _ready_node(client)
         proxy.stall(True)
         got = []
-        client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+        client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), got.append)
         _poll_until(client, lambda: got, timeout_s=10)
         assert isinstance(got[0].error, KafkaTimeoutError)
         assert "request.timeout.ms" in str(got[0].error)
         proxy.stall(False)
         node = _ready_node(client)
-        client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+        client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), got.append)
         _poll_until(client, lambda: len(got) == 2)
         assert got[1].error is None
     finally:
@@ -156,7 +158,7 @@ def test_close_fails_requests_in_flight(kafka):
     client = _client(kafka.bootstrap)
     node = _ready_node(client)
     got = []
-    client.send(node, ApiKey.METADATA, {"topics": None}, got.append)
+    client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), got.append)
     client.close()
     assert isinstance(got[0].error, KafkaConnectionError)
 
@@ -183,8 +185,8 @@ def test_metadata_nodes_replace_bootstrap_and_produce_is_answered(broker):
         _poll_until(client, lambda: len(got) == 3, timeout_s=60)
         for response in got:
             assert response.error is None, response.error
-            (part,) = response.body["responses"][0]["partition_responses"]
-            assert part["error_code"] == 0, part
+            (part,) = response.body.responses[0].partition_responses
+            assert part.error_code == 0, part
         assert [r.correlation_id for r in got] == sorted(r.correlation_id for r in got)
         messages = consume_all(broker.bootstrap, topic, 6)
         assert sorted(m.value() for m in messages if len(m.value()) < 10) == [b"0", b"1", b"2"]
@@ -209,7 +211,7 @@ def test_acks0_produce_calls_back_once_written(broker):
                             got.append, expect_response=False)
             assert client.in_flight_count(leader) == 0  # nothing waits for an answer
             # A request that is answered, queued behind the unanswered ones.
-            assert _request(client, leader, ApiKey.METADATA, {"topics": None})["brokers"]
+            assert _request(client, leader, ApiKey.METADATA, kmsg.MetadataRequest(topics=None)).brokers
         _poll_until(client, lambda: len(got) == 15)
         assert all(r.error is None and r.body is None for r in got)
         for _ in range(5):
@@ -290,9 +292,9 @@ def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy):
                                      "send.buffer.bytes": 4096})
     try:
         # More than loopback buffers and the stalled proxy can absorb.
-        big = {"transactional_id": None, "acks": 0, "timeout_ms": 1000, "topic_data": [
-            {"name": "x", "partition_data": [{"index": 0, "records": build_record_batch(
-                [Record(None, b"\0" * (32 << 20), 0)])}]}]}
+        big = kmsg.ProduceRequest(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[
+            kmsg.TopicProduceData("x", [kmsg.PartitionProduceData(0, build_record_batch(
+                [Record(None, b"\0" * (32 << 20), 0)]))])])
         node = _ready_node(client)
         proxy.stall(True)
         got = []

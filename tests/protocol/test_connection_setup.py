@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.connection_setup import (
     TRANSITIONS,
     ConnectionSetup,
@@ -351,5 +352,5 @@ def test_the_protocol_carries_on_after_ready():
     """The bring-up's correlation ids are the connection's: the next request continues them."""
     setup = _at_authenticate(_plain())
     setup.receive_data(_sasl_authenticate_v2(2), 3.0)
-    cid, _ = setup.protocol.send_request(3, 12, {"topics": None})
+    cid, _ = setup.protocol.send_request(3, 12, kmsg.MetadataRequest(topics=None))
     assert cid == 3 and setup.protocol.in_flight == 1

@@ -6,6 +6,7 @@ import base64
 import pytest
 import scramp
 
+from spark_sink.protocol import kmsg
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_body
 from spark_sink.protocol.sasl import Gssapi, Plain, SaslError, Scram, mechanism
@@ -81,19 +82,20 @@ def test_plain_token_and_unknown_mechanism():
 
 def test_sasl_message_bytes():
     # SaslHandshake v1: mechanism as INT16-length string.
-    assert encode_request_body(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}) == b"\x00\x05PLAIN"
+    assert encode_request_body(ApiKey.SASL_HANDSHAKE, 1, kmsg.SaslHandshakeRequest("PLAIN")) == b"\x00\x05PLAIN"
     # SaslAuthenticate v1: INT32-length bytes; v2 (flexible): uvarint length + 1, then tags.
-    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": b"tok"}) == b"\x00\x00\x00\x03tok"
-    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"tok"}) == b"\x04tok\x00"
+    token = kmsg.SaslAuthenticateRequest(b"tok")
+    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 1, token) == b"\x00\x00\x00\x03tok"
+    assert encode_request_body(ApiKey.SASL_AUTHENTICATE, 2, token) == b"\x04tok\x00"
     v1 = p.INT16.pack(0) + p.INT16.pack(-1) + p.INT32.pack(2) + b"ok" + p.INT64.pack(3600000)
-    assert decode_response_body(ApiKey.SASL_AUTHENTICATE, 1, v1) == {
-        "error_code": 0, "error_message": None, "auth_bytes": b"ok", "session_lifetime_ms": 3600000}
+    assert decode_response_body(ApiKey.SASL_AUTHENTICATE, 1, v1) == kmsg.SaslAuthenticateResponse(
+        error_code=0, error_message=None, auth_bytes=b"ok", session_lifetime_ms=3600000)
     v2 = p.INT16.pack(58) + b"\x04bad" + b"\x01" + p.INT64.pack(0) + b"\x00"
-    assert decode_response_body(ApiKey.SASL_AUTHENTICATE, 2, v2) == {
-        "error_code": 58, "error_message": "bad", "auth_bytes": b"", "session_lifetime_ms": 0}
+    assert decode_response_body(ApiKey.SASL_AUTHENTICATE, 2, v2) == kmsg.SaslAuthenticateResponse(
+        error_code=58, error_message="bad", auth_bytes=b"", session_lifetime_ms=0)
     handshake = p.INT16.pack(33) + p.INT32.pack(2) + b"\x00\x05PLAIN\x00\x0dSCRAM-SHA-256"
-    assert decode_response_body(ApiKey.SASL_HANDSHAKE, 1, handshake) == {
-        "error_code": 33, "mechanisms": ["PLAIN", "SCRAM-SHA-256"]}
+    assert decode_response_body(ApiKey.SASL_HANDSHAKE, 1, handshake) == kmsg.SaslHandshakeResponse(
+        error_code=33, mechanisms=["PLAIN", "SCRAM-SHA-256"])
 
 
 def test_oauthbearer_initial_response_as_kip_255_lays_it_out():

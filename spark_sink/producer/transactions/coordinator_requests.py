@@ -59,8 +59,8 @@ class TxnRequest:
     api_key: ApiKey
     coordinator: int  # TRANSACTION_COORDINATOR or GROUP_COORDINATOR
     key: str  # the transactional id or group id the coordinator is found by
-    body: dict[str, Any]
-    handle: Callable[[dict[str, Any]], Exception | None]  # the answer's error, None when done
+    body: Any  # the request, an instance of its kmsg class
+    handle: Callable[[Any], Exception | None]  # the answer's error, None when done
     result: TransactionalResult | None = None
     then: TxnRequest | None = None  # goes next once this one is done, and settles ``result``
     settles: bool = True  # False: ``handle`` settles ``result`` itself
@@ -99,7 +99,7 @@ class CoordinatorRequests:
         head = self.head
         return None if self.in_flight or head is None or now < head.not_before else head
 
-    def answered(self, request: TxnRequest, body: dict[str, Any] | None, error: Exception | None,
+    def answered(self, request: TxnRequest, body: Any, error: Exception | None,
                  now: float) -> Exception | None:
         """``request``'s answer (``error`` if none came): None when it is done or to be
         retried, else the error that failed it (it leaves the queue)."""

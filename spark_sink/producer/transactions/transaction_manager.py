@@ -44,6 +44,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.partition_sequences import PartitionSequences
 from spark_sink.producer.transactions.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
 from spark_sink.producer.transactions.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
+from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import (
     ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
@@ -149,18 +150,19 @@ class TransactionManager:
         producer id in init_transactions(), through its coordinator)."""
         return self.state is State.UNINITIALIZED and not self.transactional and now >= self._init_not_before
 
-    def init_producer_id_request(self) -> dict[str, Any]:
+    def init_producer_id_request(self) -> kmsg.InitProducerIdRequest:
         """The InitProducerId request to send now (no transactional id: idempotence only)."""
         self._transition(Event.INIT_PRODUCER_ID_SENT)
-        return {"transactional_id": None, "transaction_timeout_ms": 60000}
+        return kmsg.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
 
-    def handle_init_producer_id_response(self, body: dict[str, Any] | None, error: Exception | None,
+    def handle_init_producer_id_response(self, body: kmsg.InitProducerIdResponse | None, error: Exception | None,
                                          now: float) -> None:
         """The answer to InitProducerId: the new identity, a retry later, or a fatal error."""
         if error is None and body is not None:
-            error = error_for_code(body["error_code"], "InitProducerId")
+            error = error_for_code(body.error_code, "InitProducerId")
         if error is None:
-            self._sequences.identity = (body["producer_id"], body["producer_epoch"])
+            assert body is not None
+            self._sequences.identity = (body.producer_id, body.producer_epoch)
             log.info("producer id %s epoch %s", *self._identity)
             self._transition(Event.PRODUCER_ID_RECEIVED)
         elif getattr(error, "retriable", False):
@@ -277,9 +279,12 @@ class TransactionManager:
                       result: TransactionalResult | None = None) -> TransactionalResult:
         self._new_transaction()
         result = result or TransactionalResult()
-        self._requests.append(TxnRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self.transactional_id, {
-            "transactional_id": self.transactional_id, "transaction_timeout_ms": self._transaction_timeout_ms,
-            "producer_id": producer_id, "producer_epoch": epoch}, self._on_init_producer_id, result))
+        self._requests.append(TxnRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self.transactional_id,
+                                         kmsg.InitProducerIdRequest(
+                                             transactional_id=self.transactional_id,
+                                             transaction_timeout_ms=self._transaction_timeout_ms,
+                                             producer_id=producer_id, producer_epoch=epoch),
+                                         self._on_init_producer_id, result))
         return result
 
     def begin_transaction(self) -> None:
@@ -323,8 +328,8 @@ class TransactionManager:
                                 txn_offset_commit_body(self.transactional_id, group_id, pid, epoch, offsets),
                                 self._on_txn_offset_commit, result)
 
-            def added(body: dict[str, Any]) -> Exception | None:
-                error = error_for_code(body["error_code"], f"AddOffsetsToTxn for group {group_id}")
+            def added(body: kmsg.AddOffsetsToTxnResponse) -> Exception | None:
+                error = error_for_code(body.error_code, f"AddOffsetsToTxn for group {group_id}")
                 if error is None:
                     self._started = True  # the group's offsets partition is in the transaction
                 return error
@@ -402,9 +407,12 @@ class TransactionManager:
         partitions, self._to_add = self._to_add, set()
         topics = by_topic(sorted(partitions))
         pid, epoch = self._identity
-        request = TxnRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id, {
-            "transactional_id": self.transactional_id, "producer_id": pid, "producer_epoch": epoch,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}, self._on_add_partitions)
+        request = TxnRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
+                             kmsg.AddPartitionsToTxnRequest(
+                                 v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=pid,
+                                 v3_and_below_producer_epoch=epoch,
+                                 v3_and_below_topics=[kmsg.AddPartitionsToTxnTopic(t, ps) for t, ps in topics.items()]),
+                             self._on_add_partitions)
         request.partitions = partitions
         return request
 
@@ -417,7 +425,7 @@ class TransactionManager:
             else:
                 self._request_failed(request, self._requests.failed(request, error, now))
 
-    def handle_response(self, request: TxnRequest, body: dict[str, Any] | None, error: Exception | None,
+    def handle_response(self, request: TxnRequest, body: Any, error: Exception | None,
                         now: float) -> None:
         """The answer to ``request``: done, retried later, or failing its transaction."""
         with self._lock:
@@ -453,23 +461,23 @@ class TransactionManager:
 
     # -- transactions: answers ------------------------------------------------
 
-    def _on_init_producer_id(self, body: dict[str, Any]) -> Exception | None:
-        error = error_for_code(body["error_code"], f"InitProducerId for transactional.id {self.transactional_id!r}")
+    def _on_init_producer_id(self, body: kmsg.InitProducerIdResponse) -> Exception | None:
+        error = error_for_code(body.error_code, f"InitProducerId for transactional.id {self.transactional_id!r}")
         if error is not None:
             return error
-        self._sequences.identity = (body["producer_id"], body["producer_epoch"])
+        self._sequences.identity = (body.producer_id, body.producer_epoch)
         self.abortable_error = None
         self._sequences.bump_required = False
         log.info("transactional.id %r: producer id %s epoch %s", self.transactional_id, *self._identity)
         self._transition(Event.PRODUCER_ID_RECEIVED)
         return None
 
-    def _on_add_partitions(self, body: dict[str, Any]) -> Exception | None:
+    def _on_add_partitions(self, body: kmsg.AddPartitionsToTxnResponse) -> Exception | None:
         first: Exception | None = None
-        for topic in body["topics"]:
-            for part in topic["partitions"]:
-                tp = (topic["name"], part["partition_index"])
-                error = error_for_code(part["error_code"], f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
+        for topic in body.results_by_topic_v3_and_below:
+            for part in topic.results_by_partition:
+                tp = (topic.name, part.partition_index)
+                error = error_for_code(part.partition_error_code, f"AddPartitionsToTxn {tp[0]}-{tp[1]}")
                 if error is None:
                     self._in_transaction.add(tp)
                     self._started = True
@@ -477,11 +485,11 @@ class TransactionManager:
                     first = error
         return first
 
-    def _on_txn_offset_commit(self, body: dict[str, Any]) -> Exception | None:
+    def _on_txn_offset_commit(self, body: kmsg.TxnOffsetCommitResponse) -> Exception | None:
         return partition_error(body, "TxnOffsetCommit")
 
-    def _on_end_txn(self, body: dict[str, Any], result: TransactionalResult) -> Exception | None:
-        error = error_for_code(body["error_code"], f"EndTxn for transactional.id {self.transactional_id!r}")
+    def _on_end_txn(self, body: kmsg.EndTxnResponse, result: TransactionalResult) -> Exception | None:
+        error = error_for_code(body.error_code, f"EndTxn for transactional.id {self.transactional_id!r}")
         if error is None:
             self._ended(result)
         return error
