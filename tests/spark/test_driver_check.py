@@ -128,7 +128,8 @@ def test_wrong_password_fails_the_write_on_the_driver(spark, secure_kafka):
 @pytest.mark.parametrize(("option", "value", "says"), [
     ("kafka.enable.idempotence", "false", "kafka.enable.idempotence=false (transactions need an idempotent producer)"),
     ("kafka.retries", "0", "kafka.retries=0"),
-    ("kafka.max.in.flight.requests.per.connection", "6", "kafka.max.in.flight.requests.per.connection=6 (transactions need an idempotent producer, "
+    ("kafka.max.in.flight.requests.per.connection", "6",
+     "kafka.max.in.flight.requests.per.connection=6 (transactions need an idempotent producer, "
      "whose max.in.flight.requests.per.connection must be at most 5)"),
     ("kafka.acks", "1", "kafka.acks=1 (transactions need an idempotent producer, whose acks must be all)"),
 ])
