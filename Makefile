@@ -46,7 +46,8 @@ soak: venv kafka
 	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
 		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py -k "model or random"
 
-# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each) and the producer on Kafka 3.9 and 3.6.
+# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each), kprod's wheel built and used by
+# Python 3.11, 3.12 and 3.13 (pyenv's; a venv each), and the producer on Kafka 3.9 and 3.6.
 versions: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
 
