@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka test soak versions demo bench clean
+.PHONY: venv kafka test soak versions installs demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
 # encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
@@ -50,6 +50,11 @@ soak: venv kafka
 # Python 3.11, 3.12 and 3.13 (pyenv's; a venv each), and the producer on Kafka 3.9 and 3.6.
 versions: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
+
+# The README's cluster installs (a virtualenv archive with --archives, a zip with
+# --py-files) on a standalone cluster, with spark-submit.
+installs: venv kafka
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m installs tests/spark/test_cluster_installs.py
 
 # Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: venv
