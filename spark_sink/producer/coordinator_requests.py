@@ -41,14 +41,12 @@ log = logging.getLogger(__name__)
 WARN_AFTER_MS = 5000.0
 
 # What usually makes a coordinator unavailable for longer than that, by key type.
-_UNAVAILABLE_HINTS = {
-    GROUP_COORDINATOR: "Kafka answers so while the group coordinator's topic __consumer_offsets is missing or has "
-                       "no leader: it creates that topic at the first use of a group, and cannot where "
-                       "offsets.topic.replication.factor exceeds the live brokers",
-}
-_TXN_UNAVAILABLE_HINT = ("Kafka answers so while the transaction coordinator's topic __transaction_state is missing "
-                         "or has no leader: it creates that topic at the first use of a transactional id, and cannot "
-                         "where transaction.state.log.replication.factor exceeds the live brokers")
+_GROUP_UNAVAILABLE = ("Kafka answers so while the group coordinator's topic __consumer_offsets is missing or has no "
+                      "leader: it creates that topic at the first use of a group, and cannot where "
+                      "offsets.topic.replication.factor exceeds the live brokers")
+_TXN_UNAVAILABLE = ("Kafka answers so while the transaction coordinator's topic __transaction_state is missing or "
+                    "has no leader: it creates that topic at the first use of a transactional id, and cannot where "
+                    "transaction.state.log.replication.factor exceeds the live brokers")
 
 
 class TransactionalResult:
@@ -114,7 +112,7 @@ class Retrying:
         text = (f"{self.request.describe()} met {self.error} {self.answers} time(s) over "
                 f"{(self.last_ms - self.since_ms) / 1000:.1f} s, retried every retry.backoff.ms")
         if isinstance(self.error, CoordinatorNotAvailableError):
-            text += f" ({_UNAVAILABLE_HINTS.get(self.request.coordinator, _TXN_UNAVAILABLE_HINT)})"
+            text += f" ({_GROUP_UNAVAILABLE if self.request.coordinator == GROUP_COORDINATOR else _TXN_UNAVAILABLE})"
         return text
 
 
