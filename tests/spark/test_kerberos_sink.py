@@ -16,8 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 from tests.producer.test_tls import _jks_stores, needs_keytool
 from tests.secure_kafka import JAAS, KERBEROS_SERVICE, USERS
