@@ -7,7 +7,8 @@
   built by that interpreter from a copy of the checkout, installed with its ``spark`` and
   ``kerberos`` extras (no numba) into a fresh virtualenv, its compiled encoder the one the
   driver and Spark's Python workers load; the sink's round trips with that Python as
-  PYSPARK_PYTHON, and the producer over SASL_SSL with Kerberos and a JKS truststore.
+  PYSPARK_PYTHON, and (where a KDC can start) the producer over SASL_SSL with Kerberos
+  and a JKS truststore.
 - The producer's round trip (``send`` and ``send_arrow``) and transactions (one
   committed, one aborted) on the Kafka lines users still run beside 4.x, in KRaft mode.
 
@@ -122,28 +123,39 @@ def _wheel_venv(interpreter: str, where: Path) -> Path:
     return python
 
 
-@pytest.mark.parametrize("minor", PYTHONS)
-def test_wheel_on_python(minor, kafka, secure_kafka, kerberos, tmp_path):
-    """kprod's wheel built and used by CPython ``minor``: its compiled encoder loaded (numba
-    is not even installed), batch and streaming writes through Spark with it as
-    PYSPARK_PYTHON, and the producer over SASL_SSL with Kerberos (gssapi) and a JKS
-    truststore (pyjks)."""
+@pytest.fixture(scope="module", params=PYTHONS)
+def wheel_python(request, tmp_path_factory) -> tuple[str, Path]:
+    """(minor, python): a venv of CPython ``minor`` with the wheel that Python built."""
+    minor = request.param
     interpreter = _interpreter(minor)
     if interpreter is None:
         if os.environ.get("CI"):
             pytest.fail(f"no Python {minor} for the version matrix", pytrace=False)
         pytest.skip(f"no Python {minor} (pyenv install {minor}, or python{minor} on PATH)")
-    python = _wheel_venv(interpreter, tmp_path)
+    where = tmp_path_factory.mktemp(f"py{minor}")
+    return minor, _wheel_venv(interpreter, where)
+
+
+def test_wheel_on_python(wheel_python, kafka, tmp_path):
+    """kprod's wheel built and used by CPython ``minor``: its compiled encoder loaded (numba
+    is not even installed), batch and streaming writes through Spark with it as
+    PYSPARK_PYTHON."""
+    minor, python = wheel_python
     probe = subprocess.run([str(python), "-c", "import importlib.util, sys, spark_sink; "
                             "print(sys.version_info[:2], importlib.util.find_spec('numba'), spark_sink.__file__)"],
                            cwd=tmp_path, check=True, capture_output=True, text=True).stdout.split()
     assert probe[:3] == ["(3,", f"{minor.split('.')[1]})", "None"], probe
-    assert str(tmp_path / "venv") in probe[3], probe  # kprod from the wheel, not this checkout
+    assert probe[3].startswith(str(python.parents[1])), probe  # kprod from the wheel, not this checkout
 
     report = _round_trip(python, kafka, f"py{minor}")
     assert report["python"].startswith(f"{minor}.") and report["worker_python"].startswith(f"{minor}."), report
     assert report["driver_encoder"] == report["worker_encoder"] == C_ENCODER, report
 
+
+def test_kerberos_and_jks_on_python(wheel_python, secure_kafka, kerberos, tmp_path):
+    """The same venv's producer over SASL_SSL with Kerberos (gssapi) and a JKS truststore
+    (pyjks), each a dependency built or read differently on each Python."""
+    minor, python = wheel_python
     truststore, _ = _jks_stores(secure_kafka.tls, tmp_path)
     topic = unique_topic(f"py{minor}-krb")
     config = {"bootstrap.servers": secure_kafka.bootstrap("KRBSSL"), "security.protocol": "SASL_SSL",
