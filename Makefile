@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka kmsg lint test soak versions demo bench clean
+.PHONY: venv kafka kmsg lint test soak versions installs demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
 # encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
@@ -56,9 +56,15 @@ soak: venv kafka
 	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
 		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py -k "model or random"
 
-# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each) and the producer on Kafka 3.9 and 3.6.
+# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each), kprod's wheel built and used by
+# Python 3.11, 3.12 and 3.13 (pyenv's; a venv each), and the producer on Kafka 3.9 and 3.6.
 versions: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
+
+# The README's cluster installs (a virtualenv archive with --archives, a zip with
+# --py-files) on a standalone cluster, with spark-submit.
+installs: venv kafka
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m installs tests/spark/test_cluster_installs.py
 
 # Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: venv
