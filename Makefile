@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka kmsg lint unit test soak versions demo bench clean
+.PHONY: venv kafka kmsg lint unit test soak versions installs demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
 # encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
@@ -39,7 +39,7 @@ lint: venv
 # start Kafka or Spark fails instead of starting one): the protocol, the encoder, the
 # configuration, and the producer's parts against scripted network clients.
 unit: venv
-	JAVA_HOME=/nonexistent $(PY) -m pytest -q -p no:cacheprovider -m "not jvm and not bench and not versions"
+	JAVA_HOME=/nonexistent $(PY) -m pytest -q -p no:cacheprovider -m "not jvm and not bench and not versions and not installs"
 
 # The suite on TEST_WORKERS pytest-xdist workers, which overlap one another's waits (JVM
 # start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests
@@ -62,9 +62,15 @@ soak: venv kafka
 	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
 		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py -k "model or random"
 
-# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each) and the producer on Kafka 3.9 and 3.6.
+# The sink on PySpark 4.1, 4.2 and 4.3 (a venv each), kprod's wheel built and used by
+# Python 3.11, 3.12 and 3.13 (pyenv's; a venv each), and the producer on Kafka 3.9 and 3.6.
 versions: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
+
+# The README's cluster installs (a virtualenv archive with --archives, a zip with
+# --py-files) on a standalone cluster, with spark-submit.
+installs: venv kafka
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m installs tests/spark/test_cluster_installs.py
 
 # Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: venv

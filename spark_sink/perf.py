@@ -266,7 +266,7 @@ def _end_offset(consumer: Any, partition: object, attempts: int = 50) -> int:
     return consumer.get_watermark_offsets(partition, timeout=30)[1]
 
 
-def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, props: dict[str, str],
+def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, props: dict[str, str], *,
              batch_size: int = 16384, linger_ms: int = 5) -> Result:
     """The Java producer: Kafka's own ProducerPerformance (kafka-tools), in a JVM of its own.
     It sends values without keys."""

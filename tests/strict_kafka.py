@@ -1,5 +1,9 @@
 """Apache Kafka that does not create topics on first use (fixture ``strict_kafka``): where
-writing to an unknown topic is an error, as on most production clusters."""
+writing to an unknown topic is an error, as on most production clusters. Nor can it
+create the group coordinator's topic (__consumer_offsets, replication factor 2 on its one
+node): every group's coordinator is unavailable, as on a cluster whose offsets topic is
+lost or misconfigured (transactions work; consumer groups and transactional offsets do
+not)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from tests.services import SERVICES
 
 
 def _start(stack: contextlib.ExitStack) -> KafkaCluster:
-    cluster = start_kafka(config={"auto.create.topics.enable": "false"})
+    cluster = start_kafka(config={"auto.create.topics.enable": "false", "offsets.topic.replication.factor": "2"})
     stack.callback(cluster.stop)
     return cluster
 

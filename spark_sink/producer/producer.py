@@ -436,7 +436,7 @@ class KafkaProducer:
 
     def _txn_wait(self, result: TransactionalResult, what: str, timeout: float | None) -> None:
         self._sender.wakeup()
-        result.wait(self.config.max_block_ms / 1000 if timeout is None else timeout, what)
+        result.wait(self.config.max_block_ms / 1000 if timeout is None else timeout, what, self._txn.held_up_by)
 
     # -- lifecycle ------------------------------------------------------------
 

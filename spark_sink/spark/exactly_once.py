@@ -207,7 +207,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     # is gone: the directory is committed just before the markers, so it expires first,
     # and a replay of microbatch 0 cannot otherwise be told from a new query's start.
     if started_batch >= batch_id or started_batch < 0:
-        already = _committed_before(admin, prefix, eo, batch_id, query, tasks, ids, len(txns))
+        already = _committed_before(admin, prefix, eo, batch_id, query, tasks=tasks, ids=ids, txns=len(txns))
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
@@ -262,8 +262,8 @@ def _check_open(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int
     except Exception as exc:
         log.warning("kprod %s: aborting its other transactions failed (%s)", what, exc)
     p, state = next(iter(ended.items()))
-    raise TransactionsEndedError(_ended_text(admin, config, what, p, txns[p], state, began.get(p), now, len(ended),
-                                             len(txns), committed=0))
+    raise TransactionsEndedError(_ended_text(admin, config, what, p, txns[p], state, began_ms=began.get(p), now=now,
+                                             ended=len(ended), total=len(txns), committed=0))
 
 
 def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int, PreparedTransaction],
@@ -281,12 +281,13 @@ def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[in
         if not lost:
             return  # every one committed: the error was about an answer, not the outcome
         p, t = lost[0]
-        raise TransactionsEndedError(_ended_text(admin, config, what, p, t, states[t.transactional_id], began.get(p),
-                                                 time.time() * 1000, len(lost), len(txns), committed=len(ok))) from exc
+        raise TransactionsEndedError(_ended_text(
+            admin, config, what, p, t, states[t.transactional_id], began_ms=began.get(p), now=time.time() * 1000,
+            ended=len(lost), total=len(txns), committed=len(ok))) from exc
 
 
 def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partition: int, txn: PreparedTransaction,
-                state: TransactionState, began_ms: float | None, now: float, ended: int, total: int, *,
+                state: TransactionState, *, began_ms: float | None, now: float, ended: int, total: int,
                 committed: int) -> str:
     """Why task ``partition``'s transaction cannot be committed, and what to do."""
     timeout_ms = ProducerConfig.from_dict(config).transaction_timeout_ms
@@ -338,7 +339,7 @@ def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int],
     return offset, record["ids"]
 
 
-def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id: int, query: str | None,
+def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id: int, query: str | None, *,
                       tasks: int, ids: int, txns: int) -> set[int]:
     """The partitions of this microbatch whose rows an earlier run already committed: all of
     them if the earlier run split it differently and committed it whole."""

@@ -98,6 +98,28 @@ def test_unknown_topic_is_called_one_within_seconds(strict_kafka, send):
     assert "UNKNOWN_TOPIC_OR_PARTITION" in str(err.value) and "auto.create.topics.enable" in str(err.value)
 
 
+def test_offsets_for_a_group_without_a_coordinator_name_why(strict_kafka, caplog):
+    """strict_kafka cannot create __consumer_offsets, so it answers every FindCoordinator
+    for a group with COORDINATOR_NOT_AVAILABLE. send_offsets_to_transaction retries that
+    (a new cluster answers so while it creates the topic), warns once it has lasted 5 s,
+    and its timeout names the request, the group, the error and the likely cause."""
+    topic = create_topic(strict_kafka.bootstrap, unique_topic("offsets"), 1)
+    group = unique_topic("group")
+    caplog.set_level(logging.WARNING, logger="spark_sink.producer.transactions.coordinator_requests")
+    with KafkaProducer({"bootstrap.servers": strict_kafka.bootstrap, "transactional.id": unique_topic("tid"),
+                        "max.block.ms": 6000}) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        with pytest.raises(KafkaTimeoutError) as err:
+            producer.send_offsets_to_transaction({(topic, 0): 5}, group)
+    message = str(err.value)
+    assert message.startswith(f"send_offsets_to_transaction() did not finish within 6000 ms (max.block.ms): "
+                              f"TXN_OFFSET_COMMIT for group {group!r} met [COORDINATOR_NOT_AVAILABLE"), message
+    assert "__consumer_offsets" in message and "offsets.topic.replication.factor" in message
+    (warning,) = [r.getMessage() for r in caplog.records if "still retrying" in r.getMessage()]
+    assert f"for group {group!r} met [COORDINATOR_NOT_AVAILABLE" in warning
+
+
 # -- check_cluster: the same errors at once -------------------------------------------
 
 def test_check_cluster_fails_at_once_when_every_address_failed():

@@ -1,9 +1,11 @@
-"""Run by tests/test_versions.py in a venv with another PySpark: one batch write and one
-streaming write (files, available-now, two microbatches) through kprod, found by name.
+"""Run by tests/test_versions.py in a venv with another PySpark or another Python: one
+batch write and one streaming write (files, available-now, two microbatches) through
+kprod, found by name.
 
     python version_roundtrip.py BOOTSTRAP BATCH_TOPIC STREAM_TOPIC ROWS
 
-Prints the PySpark version it ran, as its last line.
+Its last line is a JSON object: the PySpark and Python versions it ran, and the module of
+the encoder's loops (``kernels.compiled()``) in the driver and in a Spark Python worker.
 """
 
 from __future__ import annotations
@@ -13,8 +15,24 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
 import pyspark
 from pyspark.sql import SparkSession
+
+
+def _encoder() -> str:
+    """The module the encoder runs its loops from in this process: the wheel's C
+    extension, or numba's fallback."""
+    from spark_sink.encoder import kernels
+
+    return kernels.compiled().__name__
+
+
+def _worker_encoder(batches):
+    """mapInArrow function: the Python worker's version and encoder, one row."""
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"python": [sys.version.split()[0]], "encoder": [_encoder()]})
 
 
 def main(bootstrap: str, batch_topic: str, stream_topic: str, rows: int) -> None:
@@ -38,8 +56,10 @@ def main(bootstrap: str, batch_topic: str, stream_topic: str, rows: int) -> None
     query.awaitTermination()
     if query.exception() is not None:
         raise SystemExit(f"the streaming query failed: {query.exception()}")
+    (worker,) = spark.range(1, numPartitions=1).mapInArrow(_worker_encoder, "python string, encoder string").collect()
     spark.stop()
-    print(pyspark.__version__)
+    print(json.dumps({"pyspark": pyspark.__version__, "python": sys.version.split()[0], "driver_encoder": _encoder(),
+                      "worker_python": worker.python, "worker_encoder": worker.encoder}))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,13 @@ the TransactionManager turns into a failed transaction. The flow between request
 written on them: a request names the one that follows it (``then``: AddOffsetsToTxn, then
 the offsets themselves to the group's coordinator), and whether its answer settles its
 result (``settles``: EndTxn's settles only once a new epoch, if one is needed, is in).
+
+A request whose coordinator keeps answering a retriable error (COORDINATOR_NOT_AVAILABLE
+while the group's or the transactions' internal topic is missing) is retried until the
+caller's max.block.ms, as Java's producer does, but not silently: after
+:data:`WARN_AFTER_MS` of such answers one WARNING names the request, its group or
+transactional id, the error and what usually causes it, and a call that times out says
+the same (:meth:`CoordinatorRequests.retrying`).
 """
 
 from __future__ import annotations
@@ -22,10 +29,24 @@ from typing import Any
 from spark_sink.client.coordinators import Coordinators
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.producer.batch import TopicPartition
-from spark_sink.protocol.error_codes import OperationNotAttemptedError
+from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, OperationNotAttemptedError
 from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.transactions import GROUP_COORDINATOR
 
 log = logging.getLogger(__name__)
+
+# How long the head request may meet the same retriable error before a WARNING says so:
+# long enough for a new cluster to create its internal topic at the first use of a group
+# or transactional id (which Kafka answers with COORDINATOR_NOT_AVAILABLE meanwhile).
+WARN_AFTER_MS = 5000.0
+
+# What usually makes a coordinator unavailable for longer than that, by key type.
+_GROUP_UNAVAILABLE = ("Kafka answers so while the group coordinator's topic __consumer_offsets is missing or has no "
+                      "leader: it creates that topic at the first use of a group, and cannot where "
+                      "offsets.topic.replication.factor exceeds the live brokers")
+_TXN_UNAVAILABLE = ("Kafka answers so while the transaction coordinator's topic __transaction_state is missing or "
+                    "has no leader: it creates that topic at the first use of a transactional id, and cannot where "
+                    "transaction.state.log.replication.factor exceeds the live brokers")
 
 
 class TransactionalResult:
@@ -42,11 +63,15 @@ class TransactionalResult:
         self.error = error
         self._done.set()
 
-    def wait(self, timeout_s: float | None, what: str) -> None:
+    def wait(self, timeout_s: float | None, what: str, why: Callable[[], str | None] = lambda: None) -> None:
+        """Block until the outcome (raising its error), or ``timeout_s``; ``why`` says what
+        held the call up, for the timeout's error."""
         if not self._done.wait(timeout_s):
             self.retry_due = True
-            raise KafkaTimeoutError(f"{what} did not finish within {timeout_s * 1000:.0f} ms (max.block.ms); "
-                                    f"the request goes on: call {what} again for its outcome")
+            cause = why()
+            raise KafkaTimeoutError(f"{what} did not finish within {timeout_s * 1000:.0f} ms (max.block.ms)"
+                                    + (f": {cause}" if cause else "")
+                                    + f"; the request goes on: call {what} again for its outcome")
         self.retry_due = False
         if self.error is not None:
             raise self.error
@@ -67,6 +92,29 @@ class TxnRequest:
     not_before: float = 0.0
     partitions: set[TopicPartition] = field(default_factory=set)  # AddPartitionsToTxn: the partitions it adds
 
+    def describe(self) -> str:
+        kind = "group" if self.coordinator == GROUP_COORDINATOR else "transactional.id"
+        return f"{self.api_key.name} for {kind} {self.key!r}"
+
+
+@dataclass(eq=False)
+class Retrying:
+    """The head request's run of retriable errors of one kind."""
+
+    request: TxnRequest
+    error: Exception
+    since_ms: float
+    answers: int = 1
+    last_ms: float = 0.0
+    warned: bool = False
+
+    def describe(self) -> str:
+        text = (f"{self.request.describe()} met {self.error} {self.answers} time(s) over "
+                f"{(self.last_ms - self.since_ms) / 1000:.1f} s, retried every retry.backoff.ms")
+        if isinstance(self.error, CoordinatorNotAvailableError):
+            text += f" ({_GROUP_UNAVAILABLE if self.request.coordinator == GROUP_COORDINATOR else _TXN_UNAVAILABLE})"
+        return text
+
 
 class CoordinatorRequests:
     """The requests waiting for their coordinators, the head one at most in flight."""
@@ -76,6 +124,7 @@ class CoordinatorRequests:
         self._retry_backoff_ms = retry_backoff_ms
         self.in_flight = False  # the head was sent (or its coordinator is being found)
         self.coordinators = Coordinators()
+        self._retrying: Retrying | None = None
 
     def append(self, request: TxnRequest) -> None:
         self._queue.append(request)
@@ -108,6 +157,7 @@ class CoordinatorRequests:
             error = request.handle(body)
         if error is not None:
             return self.failed(request, error, now)
+        self._retrying = None
         self._queue.remove(request)
         if request.then is not None:
             self._queue.appendleft(request.then)
@@ -123,6 +173,25 @@ class CoordinatorRequests:
         if getattr(error, "retriable", False) or isinstance(error, OperationNotAttemptedError):
             log.debug("%s for %s: %s; retrying", request.api_key.name, request.key, error)
             request.not_before = now + self._retry_backoff_ms
+            self._note_retry(request, error, now)
             return None
+        self._retrying = None
         self._queue.remove(request)
         return error
+
+    def _note_retry(self, request: TxnRequest, error: Exception, now: float) -> None:
+        """Count ``request``'s retriable ``error``; one WARNING once a run of them has
+        lasted WARN_AFTER_MS."""
+        run = self._retrying
+        if run is None or run.request is not request or type(run.error) is not type(error):
+            run = self._retrying = Retrying(request, error, now, last_ms=now)
+        else:
+            run.error, run.answers, run.last_ms = error, run.answers + 1, now
+        if not run.warned and now - run.since_ms >= WARN_AFTER_MS:
+            run.warned = True
+            log.warning("%s; still retrying until the call's max.block.ms", run.describe())
+
+    def retrying(self) -> str | None:
+        """What the queue's head has been meeting, if it is being retried."""
+        run = self._retrying
+        return run.describe() if run is not None and run.request is self.head else None

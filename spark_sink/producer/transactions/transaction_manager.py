@@ -399,6 +399,12 @@ class TransactionManager:
                 self._ended(requests.pop_head().result)
             return requests.due(now)
 
+    def held_up_by(self) -> str | None:
+        """The retriable error the queued requests are being retried on, if any (a call
+        waits behind every request queued before its own)."""
+        with self._lock:
+            return self._requests.retrying()
+
     def request_sent(self) -> None:
         """The Sender sent the due request, or a FindCoordinator for it."""
         self._requests.in_flight = True
