@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 
+from spark_sink.client.clock import now_ms
 from spark_sink.client.errors import KafkaTimeoutError, UnknownTopicError
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
@@ -54,7 +54,7 @@ class Metadata:
         self.version = 0
         self._need_update = True
         self._last_refresh_ms = -1e18
-        self._last_refresh_s = 0.0  # monotonic time of the last response applied
+        self._last_refresh_ms = 0.0  # when the last response was applied (now_ms)
         self._last_attempt_ms = -1e18
 
     # -- readers --------------------------------------------------------------
@@ -88,7 +88,7 @@ class Metadata:
         ``fatal()`` returning an error (failed authentication) ends the wait with it, and
         a topic the brokers kept answering unknown for UNKNOWN_TOPIC_GRACE_MS ends it with
         UnknownTopicError."""
-        deadline = time.monotonic() + max_block_ms / 1000.0
+        deadline = now_ms() + max_block_ms
         with self._cond:
             while True:
                 count = self.partition_count(topic)
@@ -101,7 +101,7 @@ class Metadata:
                 if isinstance(error, _FATAL_TOPIC_ERRORS):
                     raise type(error)(f"topic {topic!r}: {error.message or error.name}")
                 since = self._unknown_since.get(topic)
-                if since is not None and self._last_refresh_s - since >= UNKNOWN_TOPIC_GRACE_MS / 1000:
+                if since is not None and self._last_refresh_ms - since >= UNKNOWN_TOPIC_GRACE_MS:
                     raise UnknownTopicError(f"topic {topic!r} does not exist (answered UNKNOWN_TOPIC_OR_PARTITION "
                                             f"for {UNKNOWN_TOPIC_GRACE_MS} ms)")
                 if topic not in self.topics:
@@ -111,15 +111,15 @@ class Metadata:
                     # producer's first one, without topics, at start-up): 100 ms on every
                     # new producer's first send.
                     self._last_attempt_ms = -1e18
-                self._last_used[topic] = time.monotonic() * 1000.0
+                self._last_used[topic] = now_ms()
                 self._need_update = True
                 wakeup()
-                remaining = deadline - time.monotonic()
+                remaining = deadline - now_ms()
                 if remaining <= 0:
                     detail = f" (last error: {error.name})" if error is not None else ""
                     raise KafkaTimeoutError(
                         f"topic {topic!r} not present in metadata after {max_block_ms:.0f} ms (max.block.ms){detail}")
-                self._cond.wait(min(remaining, 0.1))
+                self._cond.wait(min(remaining / 1000.0, 0.1))
 
     # -- the sender thread ----------------------------------------------------
 
@@ -164,7 +164,7 @@ class Metadata:
         leaders: dict[str, list[int]] = dict(self.leaders)
         errors: dict[str, KafkaError] = {}
         need_update = False
-        received = time.monotonic()
+        received = now
         for topic in body.topics:
             name = topic.name or ""  # null only for a topic asked for by id, which kprod does not do
             error = error_for_code(topic.error_code, f"metadata for topic {name!r}")
@@ -187,7 +187,7 @@ class Metadata:
             self.leaders = leaders
             self.topic_errors = errors
             self._unknown_since = unknown
-            self._last_refresh_s = received
+            self._last_refresh_ms = received
             self.version += 1
             self._need_update = need_update
             self._last_refresh_ms = now

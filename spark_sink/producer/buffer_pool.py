@@ -8,10 +8,10 @@ a producer that runs ahead of the brokers blocks up to max.block.ms, then fails.
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 
+from spark_sink.client.clock import now_ms
 from spark_sink.client.errors import BufferExhaustedError, RecordTooLargeError
 
 
@@ -60,26 +60,26 @@ class BufferPool:
             if self._available >= size and not self._waiters:
                 self._available -= size
                 return
-            started = time.monotonic()
-            deadline = started + max_block_ms / 1000.0
+            started = now_ms()
+            deadline = started + max_block_ms
             waiter = _Waiter(size, self._lock)
             self._waiters.append(waiter)
             if self.on_block is not None:
                 self.on_block()
             try:
                 while self._available < size or self._waiters[0] is not waiter:
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - now_ms()
                     if remaining <= 0:
                         raise BufferExhaustedError(
                             f"failed to allocate {size} bytes within max.block.ms ({max_block_ms:.0f} ms): "
                             f"buffer.memory ({self.total} bytes) is full of records waiting to be sent")
-                    waiter.cond.wait(remaining)
+                    waiter.cond.wait(remaining / 1000.0)
                 self._available -= size
             finally:
                 self._waiters.remove(waiter)
                 self._wake_first()
                 if self.on_waited is not None:
-                    self.on_waited(time.monotonic() - started)
+                    self.on_waited((now_ms() - started) / 1000.0)
 
     def deallocate(self, size: int) -> None:
         """Return ``size`` bytes; wake the first waiter if it can now proceed."""

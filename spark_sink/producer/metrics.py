@@ -13,10 +13,11 @@ and responses, and the buffer pool records waits under its own lock; readers onl
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from spark_sink.client.clock import now_ms
 
 if TYPE_CHECKING:
     from spark_sink.producer.batch import ProducerBatch
@@ -74,14 +75,18 @@ class MetricTotals:
 class ProducerMetrics:
     """The Sender's and the buffer pool's counters; ``metrics()`` names them as Java does."""
 
-    def __init__(self, pool: BufferPool) -> None:
+    def __init__(self, pool: BufferPool, clock: Callable[[], float] = now_ms) -> None:
         self._pool = pool
-        now = time.monotonic()
+        self._clock = clock  # milliseconds; a test moves its own
+        now = self._seconds()
         # The current sample and the one before it: [start, counters].
         self._current: list = [now, [0] * _FIELDS]
         self._previous: list | None = None
         self._totals: list[Any] = [0] * _FIELDS
         self._checkpoint_max = 0.0
+
+    def _seconds(self) -> float:
+        return self._clock() / 1000.0
 
     def _window(self, now: float) -> tuple[list, list | None]:
         """The current and the previous sample as of ``now``: a new current one if this one
@@ -111,7 +116,7 @@ class ProducerMetrics:
             records += batch.record_count
             nbytes += batch.wire_size
             count += 1
-        sample = self._sample(time.monotonic())
+        sample = self._sample(self._seconds())
         for counters in (sample, self._totals):
             counters[_RECORDS] += records
             counters[_BYTES] += nbytes
@@ -120,7 +125,7 @@ class ProducerMetrics:
 
     def response_received(self, latency_ms: float) -> None:
         """A broker answered a Produce request after ``latency_ms``."""
-        sample = self._sample(time.monotonic())
+        sample = self._sample(self._seconds())
         for counters in (sample, self._totals):
             counters[_RESPONSES] += 1
             counters[_LATENCY_SUM] += latency_ms
@@ -130,14 +135,14 @@ class ProducerMetrics:
             self._checkpoint_max = latency_ms
 
     def batch_retried(self, batch: ProducerBatch) -> None:
-        self._add(time.monotonic(), _RETRIES, batch.record_count)
+        self._add(self._seconds(), _RETRIES, batch.record_count)
 
     def batch_failed(self, batch: ProducerBatch) -> None:
-        self._add(time.monotonic(), _ERRORS, batch.record_count)
+        self._add(self._seconds(), _ERRORS, batch.record_count)
 
     def buffer_waited(self, seconds: float) -> None:
         """A send waited ``seconds`` for buffer.memory (recorded by the pool)."""
-        self._add(time.monotonic(), _WAIT_S, seconds)
+        self._add(self._seconds(), _WAIT_S, seconds)
 
     # -- read -------------------------------------------------------------------
 
@@ -151,7 +156,7 @@ class ProducerMetrics:
 
     def metrics(self) -> dict[str, float]:
         """The Java producer's ``producer-metrics`` that kprod measures, by name."""
-        now = time.monotonic()
+        now = self._seconds()
         current, previous = self._window(now)  # without rolling them: only the Sender writes
         samples = [current[1]] if previous is None else [previous[1], current[1]]
         oldest = current[0] if previous is None else previous[0]

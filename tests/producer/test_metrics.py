@@ -114,3 +114,33 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
     assert m["bufferpool-wait-time-ns-total"] >= 0.3e9
     assert 0 < m["bufferpool-wait-time"] < 1
     assert m["buffer-available-bytes"] == 4 * 16384
+
+
+class _Clock:
+    """Milliseconds that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.ms = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.ms
+
+
+def test_rates_span_two_windows_and_forget_older_samples_as_the_clock_moves():
+    """Java's Rate over two 30 s samples, on a clock the test moves: no sleeping."""
+    from spark_sink.producer.buffer_pool import BufferPool
+    from spark_sink.producer.metrics import ProducerMetrics
+
+    clock = _Clock()
+    metrics = ProducerMetrics(BufferPool(1 << 20), clock)
+    metrics.response_received(10.0)
+    assert metrics.metrics()["request-latency-avg"] == 10.0
+    clock.ms += WINDOW_S * 1000 + 1  # a second sample starts; the first still counts
+    metrics.response_received(30.0)
+    assert metrics.metrics()["request-latency-avg"] == 20.0
+    assert metrics.metrics()["request-latency-max"] == 30.0
+    clock.ms += WINDOW_S * 1000 + 1  # the first sample is two windows old: forgotten
+    assert metrics.metrics()["request-latency-max"] == 30.0  # the second is now the previous one
+    clock.ms += 2 * WINDOW_S * 1000 + 1  # nothing for two windows: every sample gone
+    assert metrics.metrics()["request-latency-max"] == 0.0
+    assert metrics.checkpoint().responses == 2  # totals never age
