@@ -39,7 +39,7 @@ lint: venv
 # start Kafka or Spark fails instead of starting one): the protocol, the encoder, the
 # configuration, and the producer's parts against scripted network clients.
 unit: venv
-	JAVA_HOME=/nonexistent $(PY) -m pytest -q -p no:cacheprovider -m "not jvm and not bench and not versions and not installs"
+	JAVA_HOME=/nonexistent $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not jvm and not bench and not versions and not installs"
 
 # The suite on TEST_WORKERS pytest-xdist workers, which overlap one another's waits (JVM
 # start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests
