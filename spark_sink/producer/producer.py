@@ -40,7 +40,7 @@ from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
 from spark_sink.producer.producer_record import ProducerRecord
-from spark_sink.producer.sender import Sender
+from spark_sink.producer.sender import KafkaClient, Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
@@ -184,13 +184,15 @@ class KafkaProducer:
     future of RecordMetadata; ``send_arrow(table)`` sends a whole Arrow table.
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], *, network_client: KafkaClient | None = None) -> None:
+        """``network_client``: the network for tests (an in-process fake cluster, as Java's
+        MockClient); by default a NetworkClient to ``bootstrap.servers``."""
         self.config = ProducerConfig.from_dict(config)
         c = self.config
         self._pool = BufferPool(c.buffer_memory)
         self._accumulator = RecordAccumulator(c, self._pool)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
-        self._client = NetworkClient(c, c.max_in_flight_requests_per_connection)
+        self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection)
         self._txn = TransactionManager(c)
         self._metrics = ProducerMetrics(self._pool)
         self._pool.on_waited = self._metrics.buffer_waited

@@ -1,0 +1,84 @@
+"""An in-process Kafka cluster for a whole KafkaProducer, without a JVM: the scripted
+client (tests/producer/scripted_client.py) answering Produce requests itself, as a broker
+would, and safe for the producer's own threads, as franz-go's kfake and Java's MockClient
+serve their clients' tests.
+
+``KafkaProducer(config, network_client=FakeCluster(topics={"t": [0, 0]}))`` sends to it;
+``cluster.values(("t", 0))`` reads what a partition's log holds. Faults are scripted: a
+Produce answer lost after the broker wrote it (``lose_answers``), errors for the next
+answers of a partition (``fail_next``). What only a broker decides (replication,
+coordinator fail-over, the transaction log's timeouts) stays with the real-Kafka tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_sink.protocol.error_codes import KafkaError
+from spark_sink.protocol.messages import ApiKey
+from tests.producer.scripted_client import Callback, Request, ScriptedClient, TopicPartition
+
+
+@dataclass
+class FakeCluster(ScriptedClient):
+    """The scripted client with Produce answered at once, from the producer's threads."""
+
+    # Produce answers to lose (the broker writes the batches, the connection drops).
+    lose_answers: int = 0
+    # Errors for a partition's next Produce answers, in order.
+    fail_next: dict[TopicPartition, list[type[KafkaError]]] = field(default_factory=dict)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _woken: bool = False
+
+    def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
+             expect_response: bool = True) -> None:
+        with self._cond:
+            super().send(node_id, api_key, body, callback, expect_response)
+            if api_key == ApiKey.PRODUCE and expect_response:
+                self._answer(self.requests[-1])
+            self._cond.notify_all()
+
+    def _answer(self, request: Request) -> None:
+        if self.lose_answers:
+            self.lose_answers -= 1
+            self.write(request)
+            self.disconnect(request.node)
+            return
+        errors = {tp: self.fail_next[tp].pop(0) for tp in request.batches() if self.fail_next.get(tp)}
+        self.respond_produce(request, errors)
+
+    def poll(self, timeout_ms: float) -> bool:
+        with self._cond:
+            if not self._completed and not self._woken:
+                self._cond.wait(min(timeout_ms, 50.0) / 1000.0)
+            self._woken = False
+            return super().poll(0)
+
+    def wait(self, timeout_ms: float, io: bool = True) -> None:
+        with self._cond:
+            if not self._woken and not self._completed:
+                self._cond.wait(min(timeout_ms, 50.0) / 1000.0)
+            self._woken = False
+
+    def wakeup(self) -> None:
+        with self._cond:
+            super().wakeup()
+            self._woken = True
+            self._cond.notify_all()
+
+    def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
+        with self._cond:
+            super().set_nodes(nodes)
+
+    def values(self, tp: TopicPartition) -> list[bytes]:
+        with self._cond:
+            return super().values(tp)
+
+    # What NetworkClient also tells the producer.
+    authentication_error: Exception | None = None
+
+    def describe_bootstrap(self) -> str:
+        return "the fake cluster"
