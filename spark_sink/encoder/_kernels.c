@@ -1,4 +1,6 @@
-/* The columnar encoder's loops over Arrow buffers, compiled when kprod's wheel is built.
+/* The columnar encoder's loops over Arrow buffers, and send()'s per-record path (at the
+   end: RecordBuffer, PlainAppender, PlainSender, run_callbacks), compiled when kprod's
+   wheel is built.
 
    Callers (spark_sink/encoder/columnar.py, producer/partitioner.py) pass numpy views of
    Arrow buffers and allocate the outputs; the loops release the GIL, so the producer's
@@ -713,41 +715,45 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     PyObject *batch = NULL, *future = NULL, *stopped;
     RecordBuffer *records = NULL;
     Py_ssize_t queued = 0;
-    int found = 0, ready = 0;
-    /* Nothing below releases the GIL or runs Python code but for a callback list's append. */
+    int found = -1, ready = 0;
+    /* Nothing below releases the GIL or runs Python code but a finalizer the cyclic GC
+       may run on an allocation, as in Python's append_plain. */
     if (!(stopped = PyObject_GetAttr(self->accumulator, str_stopped))) goto unlock;
     found = stopped == Py_None ? open_batch(self, topic, partition, &batch, &records, &queued) : 0;
     Py_DECREF(stopped);
     if (found <= 0) goto unlock;
+    /* The future first: once the record is written, nothing may fail but the callback list. */
     long long index = records->record_count;
-    Py_ssize_t size = put_record(records, timestamp, key, key_len, value, value_len, NULL, 0);
-    if (size <= 0) {
-        found = size < 0 ? -1 : 0;
+    PyObject *ix = PyLong_FromLongLong(index), *ts = PyLong_FromLongLong(timestamp);
+    future = ix && ts ? self->future_alloc((PyTypeObject *)self->future_type, 5) : NULL;
+    if (!future) {
+        Py_XDECREF(ix);
+        Py_XDECREF(ts);
+        found = -1;
         goto unlock;
     }
-    PyObject *ts = PyLong_FromLongLong(timestamp), *ix = PyLong_FromLongLong(index);
-    if (!ts || !ix) goto fail_record;
-    if (callback != Py_None) {
+    PyTuple_SetItem(future, 0, Py_NewRef(batch));
+    PyTuple_SetItem(future, 1, Py_NewRef(ix));
+    PyTuple_SetItem(future, 2, Py_NewRef(ts));
+    PyTuple_SetItem(future, 3, Py_NewRef(key_size));
+    PyTuple_SetItem(future, 4, Py_NewRef(value_size));
+    Py_ssize_t size = put_record(records, timestamp, key, key_len, value, value_len, NULL, 0);
+    if (size > 0 && callback != Py_None) {
         PyObject *callbacks = PyObject_GetAttr(batch, str_callbacks);
         int ok = callbacks && PyList_Append(callbacks, callback) == 0 && PyList_Append(callbacks, ix) == 0 &&
                  PyList_Append(callbacks, ts) == 0 && PyList_Append(callbacks, key_size) == 0 &&
                  PyList_Append(callbacks, value_size) == 0;
         Py_XDECREF(callbacks);
-        if (!ok) goto fail_record; /* out of memory: the list may hold part of an entry, the batch is unusable */
+        if (!ok) size = -1; /* out of memory: the record is in the batch without its callback */
     }
-    future = self->future_alloc((PyTypeObject *)self->future_type, 5);
-    if (!future) goto fail_record;
-    PyTuple_SetItem(future, 0, Py_NewRef(batch));
-    PyTuple_SetItem(future, 1, ix);
-    PyTuple_SetItem(future, 2, ts);
-    PyTuple_SetItem(future, 3, Py_NewRef(key_size));
-    PyTuple_SetItem(future, 4, Py_NewRef(value_size));
+    Py_DECREF(ix);
+    Py_DECREF(ts);
+    if (size <= 0) {
+        Py_CLEAR(future); /* no room (None), or an error */
+        found = size < 0 ? -1 : 0;
+        goto unlock;
+    }
     ready = records->estimated_size >= records->batch_size || queued > 1;
-    goto unlock;
-fail_record:
-    Py_XDECREF(ts);
-    Py_XDECREF(ix);
-    found = -1;
 unlock:
     Py_XDECREF(batch);
     Py_XDECREF((PyObject *)records);
@@ -910,7 +916,7 @@ static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_s
     if (key_len + value_len > self->max_payload) goto long_way;
     uint32_t h = murmur2((const uint8_t *)PyBytes_AsString(key), key_len, self->seed);
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    timespec_get(&now, TIME_UTC); /* C11: the wall clock, as time.time_ns() reads it */
     long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time.time_ns() // 10**6 */
     if (!(partition = PyLong_FromLong((long)((h & 0x7FFFFFFF) % (uint32_t)n))) ||
         !(key_size = PyLong_FromSsize_t(key_len)) || !(value_size = PyLong_FromSsize_t(value_len)))
@@ -1027,7 +1033,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_kernels",
-    .m_doc = "kprod's columnar encoder loops, compiled when the wheel is built.",
+    .m_doc = "kprod's columnar encoder loops and send()'s per-record path, compiled when the wheel is built.",
     .m_size = -1,
     .m_methods = methods,
 };
