@@ -599,6 +599,41 @@ static PyType_Spec RecordBuffer_spec = {
 /* Attribute names, interned once. */
 static PyObject *str_stopped, *str_on_ready, *str_closed, *str_records, *str_callbacks;
 
+/* An attribute of objects of one exact class with __slots__ (ProducerRecord,
+   ProducerBatch), read through its member descriptor: without the class lookup a
+   getattr makes each time. Objects of any other class are read by name. */
+typedef struct {
+    PyObject *type, *name, *descr;
+    descrgetfunc get;
+} Slot;
+
+static int slot_init(Slot *slot, PyObject *type, PyObject *name) {
+    slot->type = Py_NewRef(type);
+    slot->name = Py_NewRef(name);
+    slot->descr = PyObject_GetAttr(type, name); /* a class's member descriptor is itself */
+    if (!slot->descr) return 0;
+    slot->get = (descrgetfunc)PyType_GetSlot(Py_TYPE(slot->descr), Py_tp_descr_get);
+    return 1;
+}
+
+static inline PyObject *slot_read(const Slot *slot, PyObject *obj) {
+    if (slot->get && Py_TYPE(obj) == (PyTypeObject *)slot->type) return slot->get(slot->descr, obj, slot->type);
+    return PyObject_GetAttr(obj, slot->name);
+}
+
+static int slot_traverse(Slot *slot, visitproc visit, void *arg) {
+    Py_VISIT(slot->type);
+    Py_VISIT(slot->name);
+    Py_VISIT(slot->descr);
+    return 0;
+}
+
+static void slot_clear(Slot *slot) {
+    Py_CLEAR(slot->type);
+    Py_CLEAR(slot->name);
+    Py_CLEAR(slot->descr);
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *accumulator;  /* for _stopped and on_ready, read when needed */
@@ -606,15 +641,17 @@ typedef struct {
     PyObject *acquire, *release; /* the accumulator lock's */
     PyObject *future_type;  /* FutureRecordMetadata, a tuple subclass */
     allocfunc future_alloc;
+    Slot closed, records, callbacks; /* of ProducerBatch */
 } PlainAppender;
 
 static PyObject *PlainAppender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *accumulator, *by_topic, *lock, *future_type;
+    PyObject *accumulator, *by_topic, *lock, *future_type, *batch_type;
     if (kwargs && PyObject_Length(kwargs) > 0) {
         PyErr_SetString(PyExc_TypeError, "PlainAppender() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OO!OO!", &accumulator, &PyDict_Type, &by_topic, &lock, &PyType_Type, &future_type))
+    if (!PyArg_ParseTuple(args, "OO!OO!O!", &accumulator, &PyDict_Type, &by_topic, &lock, &PyType_Type, &future_type,
+                          &PyType_Type, &batch_type))
         return NULL;
     if (!PyType_IsSubtype((PyTypeObject *)future_type, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "PlainAppender: the future type must subclass tuple");
@@ -625,7 +662,8 @@ static PyObject *PlainAppender_new(PyTypeObject *type, PyObject *args, PyObject 
     if (!self) return NULL;
     self->acquire = PyObject_GetAttrString(lock, "acquire");
     self->release = self->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
-    if (!self->release) {
+    if (!self->release || !slot_init(&self->closed, batch_type, str_closed) ||
+        !slot_init(&self->records, batch_type, str_records) || !slot_init(&self->callbacks, batch_type, str_callbacks)) {
         Py_DECREF(self);
         return NULL;
     }
@@ -643,7 +681,8 @@ static int PlainAppender_traverse(PlainAppender *self, visitproc visit, void *ar
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->future_type);
-    return 0;
+    return slot_traverse(&self->closed, visit, arg) || slot_traverse(&self->records, visit, arg) ||
+           slot_traverse(&self->callbacks, visit, arg);
 }
 
 static int PlainAppender_clear(PlainAppender *self) {
@@ -652,6 +691,9 @@ static int PlainAppender_clear(PlainAppender *self) {
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->future_type);
+    slot_clear(&self->closed);
+    slot_clear(&self->records);
+    slot_clear(&self->callbacks);
     return 0;
 }
 
@@ -677,10 +719,10 @@ static int open_batch(PlainAppender *self, PyObject *topic, PyObject *partition,
     if (n <= 0) return n < 0 ? -1 : 0;
     PyObject *last = PySequence_GetItem(dq, n - 1);
     if (!last) return -1;
-    PyObject *closed = PyObject_GetAttr(last, str_closed);
+    PyObject *closed = slot_read(&self->closed, last);
     int is_closed = closed ? PyObject_IsTrue(closed) : -1;
     Py_XDECREF(closed);
-    PyObject *buffer = is_closed == 0 ? PyObject_GetAttr(last, str_records) : NULL;
+    PyObject *buffer = is_closed == 0 ? slot_read(&self->records, last) : NULL;
     if (!buffer) {
         Py_DECREF(last);
         return is_closed == 1 ? 0 : -1;
@@ -741,7 +783,7 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     PyTuple_SetItem(future, 4, Py_NewRef(value_size));
     Py_ssize_t size = put_record(records, timestamp, key, key_len, value, value_len, NULL, 0);
     if (size > 0 && callback != Py_None) {
-        PyObject *callbacks = PyObject_GetAttr(batch, str_callbacks);
+        PyObject *callbacks = slot_read(&self->callbacks, batch);
         int ok = callbacks && PyList_Append(callbacks, callback) == 0 && PyList_Append(callbacks, ix) == 0 &&
                  PyList_Append(callbacks, ts) == 0 && PyList_Append(callbacks, key_size) == 0 &&
                  PyList_Append(callbacks, value_size) == 0;
@@ -816,7 +858,8 @@ static PyType_Slot PlainAppender_slots[] = {
     {Py_tp_traverse, PlainAppender_traverse},
     {Py_tp_clear, PlainAppender_clear},
     {Py_tp_methods, PlainAppender_methods},
-    {Py_tp_doc, "PlainAppender(accumulator, by_topic, lock, future_type): send()'s common record, appended in C."},
+    {Py_tp_doc, "PlainAppender(accumulator, by_topic, lock, future_type, batch_type): send()'s common record, "
+                "appended in C."},
     {0, NULL},
 };
 
@@ -827,8 +870,9 @@ static PyType_Spec PlainAppender_spec = {
     .slots = PlainAppender_slots,
 };
 
-/* send()'s common case whole: PlainSender(appender, metadata, max_payload, seed).send(record,
-   callback) is KafkaProducer._send_plain (producer.py has it in Python too). */
+/* send()'s common case whole: PlainSender(appender, metadata, max_payload, seed,
+   ProducerRecord).send(record, callback) is KafkaProducer._send_plain (producer.py has it
+   in Python too). */
 static PyObject *str_topic, *str_key, *str_value, *str_partition, *str_timestamp, *str_headers, *str_leaders;
 
 typedef struct {
@@ -837,18 +881,20 @@ typedef struct {
     PyObject *metadata; /* its leaders: {topic: [leader per partition]}, replaced when metadata changes */
     long long max_payload;
     uint32_t seed;
+    Slot topic, key, value, partition, timestamp, headers; /* of ProducerRecord */
 } PlainSender;
 
 static PyObject *PlainAppender_type;
 
 static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *appender, *metadata;
+    PyObject *appender, *metadata, *record_type;
     long long max_payload, seed;
     if (kwargs && PyObject_Length(kwargs) > 0) {
         PyErr_SetString(PyExc_TypeError, "PlainSender() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OLL", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload, &seed))
+    if (!PyArg_ParseTuple(args, "O!OLLO!", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload,
+                          &seed, &PyType_Type, &record_type))
         return NULL;
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     PlainSender *self = (PlainSender *)alloc(type, 0);
@@ -857,6 +903,13 @@ static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *k
     self->metadata = Py_NewRef(metadata);
     self->max_payload = max_payload;
     self->seed = (uint32_t)seed;
+    if (!slot_init(&self->topic, record_type, str_topic) || !slot_init(&self->key, record_type, str_key) ||
+        !slot_init(&self->value, record_type, str_value) || !slot_init(&self->partition, record_type, str_partition) ||
+        !slot_init(&self->timestamp, record_type, str_timestamp) ||
+        !slot_init(&self->headers, record_type, str_headers)) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -864,12 +917,19 @@ static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE((PyObject *)self));
     Py_VISIT(self->appender);
     Py_VISIT(self->metadata);
+    Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        int visited = slot_traverse(slots[i], visit, arg);
+        if (visited) return visited;
+    }
     return 0;
 }
 
 static int PlainSender_clear(PlainSender *self) {
     Py_CLEAR(self->appender);
     Py_CLEAR(self->metadata);
+    Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_clear(slots[i]);
     return 0;
 }
 
@@ -897,17 +957,17 @@ static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_s
     PyObject *key = NULL, *value = NULL, *topic = NULL, *other = NULL, *leaders = NULL, *partition = NULL,
              *key_size = NULL, *value_size = NULL, *future = NULL;
     /* Anything unusual, or an error on the way, is the long way's to handle (and to report). */
-    if (!(key = PyObject_GetAttr(record, str_key)) || !PyBytes_CheckExact(key) ||
-        !(value = PyObject_GetAttr(record, str_value)) || !PyBytes_CheckExact(value) ||
-        !(topic = PyObject_GetAttr(record, str_topic)) || !PyUnicode_CheckExact(topic))
+    if (!(key = slot_read(&self->key, record)) || !PyBytes_CheckExact(key) ||
+        !(value = slot_read(&self->value, record)) || !PyBytes_CheckExact(value) ||
+        !(topic = slot_read(&self->topic, record)) || !PyUnicode_CheckExact(topic))
         goto long_way;
-    static PyObject **const must_be_none[] = {&str_partition, &str_timestamp};
+    const Slot *must_be_none[] = {&self->partition, &self->timestamp};
     for (int i = 0; i < 2; i++) {
-        other = PyObject_GetAttr(record, *must_be_none[i]);
+        other = slot_read(must_be_none[i], record);
         if (other != Py_None) goto long_way;
         Py_CLEAR(other);
     }
-    if (!(other = PyObject_GetAttr(record, str_headers)) || (other != Py_None && PyObject_IsTrue(other) != 0))
+    if (!(other = slot_read(&self->headers, record)) || (other != Py_None && PyObject_IsTrue(other) != 0))
         goto long_way;
     Py_CLEAR(other);
     if (!(other = PyObject_GetAttr(self->metadata, str_leaders)) || !PyDict_CheckExact(other)) goto long_way;
@@ -951,7 +1011,7 @@ static PyType_Slot PlainSender_slots[] = {
     {Py_tp_traverse, PlainSender_traverse},
     {Py_tp_clear, PlainSender_clear},
     {Py_tp_methods, PlainSender_methods},
-    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed): send()'s common record, in C."},
+    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed, record_type): send()'s common record, in C."},
     {0, NULL},
 };
 

@@ -55,7 +55,7 @@ class RecordAccumulator:
         self._record_buffer: type = RecordBuffer if compiled else PyRecordBuffer
         # append_plain below, in C: the same steps without a Python frame per record (and
         # the producer's PlainSender appends through it)
-        self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata)
+        self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata, ProducerBatch)
                                   if compiled and PlainAppender is not None else None)
         if self.compiled_appender is not None:
             self.append_plain = self.compiled_appender.append

@@ -205,10 +205,15 @@ class KafkaProducer:
         plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
                      or c.transactional_id or self._partitioner)
         appender = self._accumulator.compiled_appender
-        self._send_plain: Callable[[ProducerRecord, SendCallback | None], FutureRecordMetadata | None] = (
-            self._no_short_way if not plain
-            else PlainSender(appender, self._metadata, self._max_record_payload, MURMUR2_SEED).send if appender
-            else self._send_plain_py)
+        short_way: Callable[[ProducerRecord, SendCallback | None], FutureRecordMetadata | None]
+        if not plain:
+            short_way = self._no_short_way
+        elif appender is not None:
+            short_way = PlainSender(appender, self._metadata, self._max_record_payload, MURMUR2_SEED,
+                                    ProducerRecord).send
+        else:
+            short_way = self._send_plain_py
+        self._send_plain = short_way
         self._sender.start()
 
     def _partition_load(self, topic: str, num_partitions: int) -> tuple[list[int], list[int], int] | None:
