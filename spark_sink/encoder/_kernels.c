@@ -376,8 +376,8 @@ fail:
    RecordBuffer: the records section of one open producer batch, written record by record
    as send() appends them (producer/batch.py holds the same in Python where this extension
    is not built). PlainAppender: RecordAccumulator.append_plain in C, send()'s common record
-   (bytes key and value, no headers) appended to its partition's open batch with no Python
-   frame and no object per byte. PlainSender: the whole of send()'s short way, from the
+   (bytes key and value, no headers) appended to its partition's open batch without a
+   Python frame, and without an object per piece of the record. PlainSender: the whole of send()'s short way, from the
    ProducerRecord to its future. run_callbacks: an acknowledged batch's callbacks. All of
    them hold the GIL throughout: each call is far shorter than a switch would cost.
    tests/producer/test_batch.py checks the bytes against the reference encoder, both ways. */
