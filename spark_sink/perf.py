@@ -58,6 +58,13 @@ class Result:
     payload_bytes: int
     latencies_ms: list[float]
     quantiles_ms: dict[float, float] | None = None  # a client that reports its own percentiles
+    # CPU seconds of this process (every thread: the caller's and the client's own I/O
+    # threads) over the timed run; None for a client in another process (Java's).
+    cpu_seconds: float | None = None
+
+    @property
+    def cpu_us_per_record(self) -> float:
+        return self.cpu_seconds / self.records * 1e6 if self.cpu_seconds is not None else float("nan")
 
     @property
     def records_per_s(self) -> float:
@@ -134,7 +141,7 @@ def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str
     progress = Progress("kprod arrow", table.num_rows)
     with KafkaProducer({"bootstrap.servers": bootstrap, **props}) as producer:
         producer.partitions_for(topic)  # metadata first, as the others connect before timing too
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         futures = []
         for start in range(0, table.num_rows, chunk):
             sent_at = time.perf_counter()
@@ -147,9 +154,9 @@ def run_kprod_arrow(bootstrap: str, topic: str, table: pa.Table, props: dict[str
             progress.update(min(start + chunk, table.num_rows))
         for f in futures:
             f.result()
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     progress.close()
-    return Result("kprod send_arrow", table.num_rows, seconds, _payload(table), latencies)
+    return Result("kprod send_arrow", table.num_rows, seconds, _payload(table), latencies, cpu_seconds=cpu)
 
 
 _SAMPLE_EVERY = 1000  # records between two whose latency is measured
@@ -196,14 +203,14 @@ def run_kprod_record(bootstrap: str, topic: str, rows: Rows, props: dict[str, st
     deliveries = _Deliveries(latencies, progress, error_first=False)
     with KafkaProducer({"bootstrap.servers": bootstrap, **props}) as producer:
         producer.partitions_for(topic)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for k, v, callback in deliveries.records(keys, values):
             producer.send(ProducerRecord(topic, v, k), callback)  # positional, as for the other clients
         producer.flush()
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     progress.close()
     _raise_if_failed("kprod", deliveries.errors)
-    return Result("kprod send", len(values), seconds, payload, latencies)
+    return Result("kprod send", len(values), seconds, payload, latencies, cpu_seconds=cpu)
 
 
 def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 16384, linger_ms: int = 5) -> Result:
@@ -218,7 +225,7 @@ def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1638
     producer.list_topics(topic, timeout=30)
     progress = Progress("confluent-kafka", len(values))
     deliveries = _Deliveries(latencies, progress, error_first=True)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         for k, v, callback in deliveries.records(keys, values):
             while True:
@@ -230,10 +237,10 @@ def run_confluent(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1638
             producer.poll(0)
     finally:
         producer.flush()  # librdkafka's producer has no close: this ends what it holds
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     progress.close()
     _raise_if_failed("confluent-kafka", deliveries.errors)
-    return Result("confluent-kafka produce", len(values), seconds, payload, latencies)
+    return Result("confluent-kafka produce", len(values), seconds, payload, latencies, cpu_seconds=cpu)
 
 
 def _high_watermarks(bootstrap: str, topic: str) -> int:
@@ -303,7 +310,7 @@ def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1
         producer.partitions_for(topic)
         progress = Progress("kafka-python", len(values))
         errors: list[Exception] = []
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for i, (k, v) in enumerate(zip(keys, values)):
             future = producer.send(topic, v, k)
             future.add_errback(errors.append)
@@ -313,12 +320,12 @@ def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 1
                 progress.update(i + 1)
         progress.update(len(values))
         producer.flush()
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     finally:
         producer.close()
     progress.close()
     _raise_if_failed("kafka-python", errors)
-    return Result("kafka-python send", len(values), seconds, payload, latencies)
+    return Result("kafka-python send", len(values), seconds, payload, latencies, cpu_seconds=cpu)
 
 
 def _raise_if_failed(client: str, errors: list) -> None:
@@ -408,16 +415,28 @@ def parse_props(items: list[str]) -> dict[str, str]:
 
 def report(rounds: list[list[Result]]) -> str:
     """Each client's best round, then kprod's ratio to each other client (best to best,
-    and its spread over the rounds, where each ratio compares runs of the same round)."""
+    and its spread over the rounds, where each ratio compares runs of the same round);
+    then client CPU per record (the median over the rounds) and kprod's ratio to each
+    in-process client's, round by round (median and spread)."""
     best = [max(runs, key=lambda r: r.records_per_s) for runs in zip(*rounds)]
-    lines = [f"{'client':<26}{'records/s':>14}{'MB/s':>10}{'p50 ms':>10}{'p99 ms':>10}"]
-    for r in best:
-        lines.append(f"{r.client:<26}{r.records_per_s:>14,.0f}{r.mb_per_s:>10.1f}{r.percentile(50):>10.1f}{r.percentile(99):>10.1f}")
+    cpu = [float(np.median([r.cpu_us_per_record for r in runs])) for runs in zip(*rounds)]
+    lines = [f"{'client':<26}{'records/s':>14}{'MB/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/rec':>12}"]
+    for r, c in zip(best, cpu):
+        lines.append(f"{r.client:<26}{r.records_per_s:>14,.0f}{r.mb_per_s:>10.1f}{r.percentile(50):>10.1f}"
+                     f"{r.percentile(99):>10.1f}{c:>12.2f}")
     for i, other in enumerate(best[1:], start=1):
         line = f"{best[0].client} / {other.client}: {best[0].records_per_s / other.records_per_s:.2f}x"
         if len(rounds) > 1:
             per_round = [runs[0].records_per_s / runs[i].records_per_s for runs in rounds]
             line += f" (per round {min(per_round):.2f}-{max(per_round):.2f}x)"
+        lines.append(line)
+    for i, other in enumerate(best[1:], start=1):
+        if other.cpu_seconds is None:
+            continue
+        per_round = [runs[0].cpu_us_per_record / runs[i].cpu_us_per_record for runs in rounds]
+        line = (f"CPU per record, {best[0].client} / {other.client}: {float(np.median(per_round)):.2f}x"
+                + (f" (median of {len(rounds)} rounds, per round {min(per_round):.2f}-{max(per_round):.2f}x)"
+                   if len(rounds) > 1 else ""))
         lines.append(line)
     return "\n".join(lines)
 

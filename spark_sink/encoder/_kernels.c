@@ -1,4 +1,6 @@
-/* The columnar encoder's loops over Arrow buffers, compiled when kprod's wheel is built.
+/* The columnar encoder's loops over Arrow buffers, and send()'s per-record path (at the
+   end: RecordBuffer, PlainAppender, PlainSender, run_callbacks), compiled when kprod's
+   wheel is built.
 
    Callers (spark_sink/encoder/columnar.py, producer/partitioner.py) pass numpy views of
    Arrow buffers and allocate the outputs; the loops release the GIL, so the producer's
@@ -15,6 +17,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 /* Every buffer a call acquired, released together however the call ends. */
 #define MAX_VIEWS 24
@@ -312,6 +315,28 @@ fail:
     return NULL;
 }
 
+/* Kafka's murmur2 (MurmurHash2) of one value, unsigned. */
+static inline uint32_t murmur2(const uint8_t *p, Py_ssize_t length, uint32_t seed) {
+    const uint32_t m = 0x5BD1E995;
+    uint32_t h = seed ^ (uint32_t)length;
+    for (Py_ssize_t i = 0; i + 4 <= length; i += 4, p += 4) {
+        uint32_t k = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (length & 3) {
+    case 3: h ^= (uint32_t)p[2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)p[1] << 8;  /* fall through */
+    case 1: h ^= p[0]; h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
+}
+
 PyDoc_STRVAR(murmur2_rows_doc,
 "murmur2_rows(data, offsets, nulls, seed, out)\n--\n\n"
 "MurmurHash2 with seed (Kafka's Utils.murmur2 with Kafka's seed) of each value of a binary\n"
@@ -333,28 +358,10 @@ static PyObject *murmur2_rows(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "murmur2_rows: %zd offsets and %zd nulls for %zd rows", n_offsets, n_nulls, n);
         goto fail;
     }
-    const uint32_t m = 0x5BD1E995;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t row = 0; row < n; row++) {
         int32_t length = n_nulls && nulls[row] ? 0 : offsets[row + 1] - offsets[row];
-        const uint8_t *p = data + offsets[row];
-        uint32_t h = (uint32_t)seed ^ (uint32_t)length;
-        for (int32_t i = 0; i + 4 <= length; i += 4, p += 4) {
-            uint32_t k = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-            k *= m;
-            k ^= k >> 24;
-            k *= m;
-            h = (h * m) ^ k;
-        }
-        switch (length & 3) {
-        case 3: h ^= (uint32_t)p[2] << 16; /* fall through */
-        case 2: h ^= (uint32_t)p[1] << 8;  /* fall through */
-        case 1: h ^= p[0]; h *= m;
-        }
-        h ^= h >> 13;
-        h *= m;
-        h ^= h >> 15;
-        out[row] = h;
+        out[row] = murmur2(data + offsets[row], length, (uint32_t)seed);
     }
     Py_END_ALLOW_THREADS
     release(&views);
@@ -364,20 +371,756 @@ fail:
     return NULL;
 }
 
+/* ---- send()'s per-record path ------------------------------------------------------
+
+   RecordBuffer: the records section of one open producer batch, written record by record
+   as send() appends them (producer/batch.py holds the same in Python where this extension
+   is not built). PlainAppender: RecordAccumulator.append_plain in C, send()'s common record
+   (bytes key and value, no headers) appended to its partition's open batch without a
+   Python frame, and without an object per piece of the record. PlainSender: the whole of send()'s short way, from the
+   ProducerRecord to its future. run_callbacks: an acknowledged batch's callbacks. All of
+   them hold the GIL throughout: each call is far shorter than a switch would cost.
+   tests/producer/test_batch.py checks the bytes against the reference encoder, both ways. */
+
+#define RECORD_BATCH_OVERHEAD 61
+
+typedef struct {
+    PyObject_HEAD
+    uint8_t *data;
+    Py_ssize_t len, cap;
+    long long record_count, base_timestamp, max_timestamp, estimated_size, batch_size;
+} RecordBuffer;
+
+static PyObject *RecordBuffer_type; /* set in PyInit */
+
+/* Room for `more` bytes; grown by doubling, up to batch.size first (most batches end there). */
+static int reserve(RecordBuffer *self, Py_ssize_t more) {
+    if (self->len + more <= self->cap) return 1;
+    Py_ssize_t cap = self->cap ? self->cap * 2 : 1024;
+    if (cap < self->batch_size && self->batch_size <= (1 << 20)) cap = (Py_ssize_t)self->batch_size;
+    while (cap < self->len + more) cap *= 2;
+    uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
+    if (!data) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    self->data = data;
+    self->cap = cap;
+    return 1;
+}
+
+static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    long long batch_size;
+    if (kwargs && PyObject_Length(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "RecordBuffer(batch_size) takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "L", &batch_size)) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    RecordBuffer *self = (RecordBuffer *)alloc(type, 0);
+    if (!self) return NULL;
+    self->data = NULL;
+    self->len = self->cap = 0;
+    self->record_count = 0;
+    self->base_timestamp = self->max_timestamp = -1;
+    self->estimated_size = RECORD_BATCH_OVERHEAD;
+    self->batch_size = batch_size;
+    return (PyObject *)self;
+}
+
+static void RecordBuffer_dealloc(RecordBuffer *self) {
+    PyTypeObject *type = Py_TYPE((PyObject *)self);
+    PyMem_Free(self->data);
+    freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_(self);
+    Py_DECREF(type);
+}
+
+/* One record whose fields are known: its bytes at the buffer's end, or 0 (and nothing
+   written) when it does not fit batch.size behind the records already there; -1 on error.
+   key_len / value_len -1: null. headers: n pairs (key bytes, key length, value, length). */
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len;
+    const char *value;
+    Py_ssize_t value_len;
+} HeaderField;
+
+static Py_ssize_t put_record(RecordBuffer *self, long long timestamp, const char *key, Py_ssize_t key_len,
+                             const char *value, Py_ssize_t value_len, const HeaderField *headers,
+                             Py_ssize_t n_headers) {
+    long long index = self->record_count;
+    long long base = index ? self->base_timestamp : timestamp;
+    int64_t body = 1 + varint_size(timestamp - base) + varint_size(index) + field_size(key_len) +
+                   field_size(value_len) + varint_size(n_headers);
+    for (Py_ssize_t h = 0; h < n_headers; h++)
+        body += field_size(headers[h].key_len) + field_size(headers[h].value_len);
+    int64_t size = body + varint_size(body);
+    if (index && self->estimated_size + size > self->batch_size) return 0;
+    if (!reserve(self, (Py_ssize_t)size)) return -1;
+    uint8_t *pos = self->data + self->len;
+    pos = put_varint(pos, body);
+    *pos++ = 0; /* attributes */
+    pos = put_varint(pos, timestamp - base);
+    pos = put_varint(pos, index);
+    pos = put_field(pos, (const uint8_t *)key, key_len);
+    pos = put_field(pos, (const uint8_t *)value, value_len);
+    pos = put_varint(pos, n_headers);
+    for (Py_ssize_t h = 0; h < n_headers; h++) {
+        pos = put_field(pos, (const uint8_t *)headers[h].key, headers[h].key_len);
+        pos = put_field(pos, (const uint8_t *)headers[h].value, headers[h].value_len);
+    }
+    self->len += (Py_ssize_t)size;
+    self->record_count = index + 1;
+    self->estimated_size += size;
+    if (!index) self->base_timestamp = self->max_timestamp = timestamp;
+    else if (timestamp > self->max_timestamp) self->max_timestamp = timestamp;
+    return (Py_ssize_t)size;
+}
+
+/* bytes or None: its data and length (-1: None); 0 with an error set otherwise. */
+static int bytes_field(PyObject *obj, const char **data, Py_ssize_t *len, const char *what) {
+    if (obj == Py_None) {
+        *data = NULL;
+        *len = -1;
+        return 1;
+    }
+    char *buf;
+    if (!PyBytes_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "RecordBuffer.append: %s must be bytes or None", what);
+        return 0;
+    }
+    if (PyBytes_AsStringAndSize(obj, &buf, len) < 0) return 0;
+    *data = buf;
+    return 1;
+}
+
+PyDoc_STRVAR(RecordBuffer_append_doc,
+"append(timestamp, key, value, headers) -> int\n--\n\n"
+"Write one record (key and value bytes or None; headers None or (str, bytes | None) pairs)\n"
+"after the others: the bytes it took, or 0 when it would take the batch past batch.size\n"
+"(the first record always fits).");
+
+static PyObject *RecordBuffer_append(RecordBuffer *self, PyObject *args) {
+    long long timestamp;
+    PyObject *key_o, *value_o, *headers_o;
+    const char *key, *value;
+    Py_ssize_t key_len, value_len, n_headers = 0, size = -1;
+    HeaderField *headers = NULL;
+    PyObject *seq = NULL;
+    if (!PyArg_ParseTuple(args, "LOOO", &timestamp, &key_o, &value_o, &headers_o)) return NULL;
+    if (!bytes_field(key_o, &key, &key_len, "key") || !bytes_field(value_o, &value, &value_len, "value"))
+        return NULL;
+    if (headers_o != Py_None) {
+        if (!(seq = PySequence_Fast(headers_o, "RecordBuffer.append: headers must be a sequence of pairs")))
+            return NULL;
+        n_headers = PySequence_Size(seq);
+        if (n_headers < 0 || !(headers = PyMem_Calloc(n_headers ? n_headers : 1, sizeof(HeaderField)))) {
+            if (n_headers >= 0) PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t h = 0; h < n_headers; h++) {
+            PyObject *pair = PySequence_GetItem(seq, h), *hkey = NULL, *hvalue = NULL;
+            int ok = pair && PySequence_Size(pair) == 2 && (hkey = PySequence_GetItem(pair, 0)) &&
+                     (hvalue = PySequence_GetItem(pair, 1)) && PyUnicode_Check(hkey) &&
+                     (headers[h].key = PyUnicode_AsUTF8AndSize(hkey, &headers[h].key_len)) &&
+                     bytes_field(hvalue, &headers[h].value, &headers[h].value_len, "a header's value");
+            /* The strings live on in the pairs of `seq`, held until the record is written. */
+            Py_XDECREF(hkey);
+            Py_XDECREF(hvalue);
+            Py_XDECREF(pair);
+            if (!ok) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "RecordBuffer.append: each header must be a (str, bytes | None) pair");
+                goto done;
+            }
+        }
+    }
+    size = put_record(self, timestamp, key, key_len, value, value_len, headers, n_headers);
+done:
+    PyMem_Free(headers);
+    Py_XDECREF(seq);
+    return size < 0 ? NULL : PyLong_FromSsize_t(size);
+}
+
+PyDoc_STRVAR(RecordBuffer_take_doc,
+"take() -> bytes\n--\n\nThe records section written so far; the buffer is emptied and its memory freed.");
+
+static PyObject *RecordBuffer_take(RecordBuffer *self, PyObject *unused) {
+    PyObject *section = PyBytes_FromStringAndSize((const char *)self->data, self->len);
+    if (!section) return NULL;
+    PyMem_Free(self->data);
+    self->data = NULL;
+    self->len = self->cap = 0;
+    return section;
+}
+
+#define GETTER(name)                                                                        \
+    static PyObject *RecordBuffer_get_##name(RecordBuffer *self, void *closure) {                \
+        return PyLong_FromLongLong(self->name);                                                  \
+    }
+GETTER(record_count)
+GETTER(base_timestamp)
+GETTER(max_timestamp)
+GETTER(estimated_size)
+GETTER(batch_size)
+
+static PyGetSetDef RecordBuffer_getset[] = {
+    {"record_count", (getter)RecordBuffer_get_record_count, NULL, "records written", NULL},
+    {"base_timestamp", (getter)RecordBuffer_get_base_timestamp, NULL, "the first record's timestamp (-1: none yet)", NULL},
+    {"max_timestamp", (getter)RecordBuffer_get_max_timestamp, NULL, "the largest timestamp (-1: none yet)", NULL},
+    {"estimated_size", (getter)RecordBuffer_get_estimated_size, NULL, "the batch's size: header and records", NULL},
+    {"batch_size", (getter)RecordBuffer_get_batch_size, NULL, "batch.size", NULL},
+    {NULL},
+};
+
+static PyMethodDef RecordBuffer_methods[] = {
+    {"append", (PyCFunction)RecordBuffer_append, METH_VARARGS, RecordBuffer_append_doc},
+    {"take", (PyCFunction)RecordBuffer_take, METH_NOARGS, RecordBuffer_take_doc},
+    {NULL},
+};
+
+static PyType_Slot RecordBuffer_slots[] = {
+    {Py_tp_new, RecordBuffer_new},
+    {Py_tp_dealloc, RecordBuffer_dealloc},
+    {Py_tp_getset, RecordBuffer_getset},
+    {Py_tp_methods, RecordBuffer_methods},
+    {Py_tp_doc, "RecordBuffer(batch_size): the records section of an open producer batch, written as records come."},
+    {0, NULL},
+};
+
+static PyType_Spec RecordBuffer_spec = {
+    .name = "spark_sink.encoder._kernels.RecordBuffer",
+    .basicsize = sizeof(RecordBuffer),
+    .flags = Py_TPFLAGS_DEFAULT,
+    .slots = RecordBuffer_slots,
+};
+
+/* Attribute names, interned once. */
+static PyObject *str_stopped, *str_on_ready, *str_closed, *str_records, *str_callbacks;
+
+/* An attribute of objects of one exact class with __slots__ (ProducerRecord,
+   ProducerBatch), read through its member descriptor: without the class lookup a
+   getattr makes each time. Objects of any other class are read by name. */
+typedef struct {
+    PyObject *type, *name, *descr;
+    descrgetfunc get;
+} Slot;
+
+static int slot_init(Slot *slot, PyObject *type, PyObject *name) {
+    slot->type = Py_NewRef(type);
+    slot->name = Py_NewRef(name);
+    slot->descr = PyObject_GetAttr(type, name); /* a class's member descriptor is itself */
+    if (!slot->descr) return 0;
+    slot->get = (descrgetfunc)PyType_GetSlot(Py_TYPE(slot->descr), Py_tp_descr_get);
+    return 1;
+}
+
+static inline PyObject *slot_read(const Slot *slot, PyObject *obj) {
+    if (slot->get && Py_TYPE(obj) == (PyTypeObject *)slot->type) return slot->get(slot->descr, obj, slot->type);
+    return PyObject_GetAttr(obj, slot->name);
+}
+
+static int slot_traverse(Slot *slot, visitproc visit, void *arg) {
+    Py_VISIT(slot->type);
+    Py_VISIT(slot->name);
+    Py_VISIT(slot->descr);
+    return 0;
+}
+
+static void slot_clear(Slot *slot) {
+    Py_CLEAR(slot->type);
+    Py_CLEAR(slot->name);
+    Py_CLEAR(slot->descr);
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *accumulator;  /* for _stopped and on_ready, read when needed */
+    PyObject *by_topic;     /* {topic: {partition: deque of batches}} */
+    PyObject *acquire, *release; /* the accumulator lock's */
+    PyObject *future_type;  /* FutureRecordMetadata, a tuple subclass */
+    allocfunc future_alloc;
+    Slot closed, records, callbacks; /* of ProducerBatch */
+} PlainAppender;
+
+static PyObject *PlainAppender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *accumulator, *by_topic, *lock, *future_type, *batch_type;
+    if (kwargs && PyObject_Length(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "PlainAppender() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OO!OO!O!", &accumulator, &PyDict_Type, &by_topic, &lock, &PyType_Type, &future_type,
+                          &PyType_Type, &batch_type))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)future_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "PlainAppender: the future type must subclass tuple");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    PlainAppender *self = (PlainAppender *)alloc(type, 0);
+    if (!self) return NULL;
+    self->acquire = PyObject_GetAttrString(lock, "acquire");
+    self->release = self->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (!self->release || !slot_init(&self->closed, batch_type, str_closed) ||
+        !slot_init(&self->records, batch_type, str_records) || !slot_init(&self->callbacks, batch_type, str_callbacks)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->accumulator = Py_NewRef(accumulator);
+    self->by_topic = Py_NewRef(by_topic);
+    self->future_type = Py_NewRef(future_type);
+    self->future_alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)future_type, Py_tp_alloc);
+    return (PyObject *)self;
+}
+
+static int PlainAppender_traverse(PlainAppender *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->accumulator);
+    Py_VISIT(self->by_topic);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->future_type);
+    return slot_traverse(&self->closed, visit, arg) || slot_traverse(&self->records, visit, arg) ||
+           slot_traverse(&self->callbacks, visit, arg);
+}
+
+static int PlainAppender_clear(PlainAppender *self) {
+    Py_CLEAR(self->accumulator);
+    Py_CLEAR(self->by_topic);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->future_type);
+    slot_clear(&self->closed);
+    slot_clear(&self->records);
+    slot_clear(&self->callbacks);
+    return 0;
+}
+
+static void PlainAppender_dealloc(PlainAppender *self) {
+    PyTypeObject *type = Py_TYPE((PyObject *)self);
+    PyObject_GC_UnTrack(self);
+    PlainAppender_clear(self);
+    freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_(self);
+    Py_DECREF(type);
+}
+
+/* The partition's open batch and its RecordBuffer (new references), 0 if there is none to
+   append to (no batch, a closed one, one without a RecordBuffer), -1 on error; *queued:
+   the batches in the partition's deque. Called with the lock held. */
+static int open_batch(PlainAppender *self, PyObject *topic, PyObject *partition, PyObject **batch,
+                      RecordBuffer **records, Py_ssize_t *queued) {
+    PyObject *partitions = PyDict_GetItemWithError(self->by_topic, topic); /* borrowed */
+    if (!partitions) return PyErr_Occurred() ? -1 : 0;
+    PyObject *dq = PyDict_GetItemWithError(partitions, partition);
+    if (!dq) return PyErr_Occurred() ? -1 : 0;
+    Py_ssize_t n = PyObject_Length(dq);
+    if (n <= 0) return n < 0 ? -1 : 0;
+    PyObject *last = PySequence_GetItem(dq, n - 1);
+    if (!last) return -1;
+    PyObject *closed = slot_read(&self->closed, last);
+    int is_closed = closed ? PyObject_IsTrue(closed) : -1;
+    Py_XDECREF(closed);
+    PyObject *buffer = is_closed == 0 ? slot_read(&self->records, last) : NULL;
+    if (!buffer) {
+        Py_DECREF(last);
+        return is_closed == 1 ? 0 : -1;
+    }
+    if (!PyObject_TypeCheck(buffer, (PyTypeObject *)RecordBuffer_type)) {
+        Py_DECREF(buffer);
+        Py_DECREF(last);
+        return 0;
+    }
+    *batch = last;
+    *records = (RecordBuffer *)buffer;
+    *queued = n;
+    return 1;
+}
+
+PyDoc_STRVAR(PlainAppender_append_doc,
+"append(topic, partition, timestamp, key, value, callback, key_size, value_size)\n--\n\n"
+"RecordAccumulator.append_plain: a header-less record with bytes key and value appended to\n"
+"its partition's open batch, returning its future (having called the accumulator's on_ready\n"
+"if a batch is now ready to send); None when it needs append() (no open batch with room for\n"
+"it, or the producer has stopped).");
+
+/* append() below, for arguments already checked: key and value exact bytes. */
+static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *partition, long long timestamp,
+                              PyObject *key_o, PyObject *value_o, PyObject *callback, PyObject *key_size,
+                              PyObject *value_size) {
+    char *key, *value;
+    Py_ssize_t key_len, value_len;
+    if (PyBytes_AsStringAndSize(key_o, &key, &key_len) < 0 || PyBytes_AsStringAndSize(value_o, &value, &value_len) < 0)
+        return NULL;
+    PyObject *locked = PyObject_CallNoArgs(self->acquire);
+    if (!locked) return NULL;
+    Py_DECREF(locked);
+    PyObject *batch = NULL, *future = NULL, *stopped;
+    RecordBuffer *records = NULL;
+    Py_ssize_t queued = 0;
+    int found = -1, ready = 0;
+    /* Nothing below releases the GIL or runs Python code but a finalizer the cyclic GC
+       may run on an allocation, as in Python's append_plain. */
+    if (!(stopped = PyObject_GetAttr(self->accumulator, str_stopped))) goto unlock;
+    found = stopped == Py_None ? open_batch(self, topic, partition, &batch, &records, &queued) : 0;
+    Py_DECREF(stopped);
+    if (found <= 0) goto unlock;
+    /* The future first: once the record is written, nothing may fail but the callback list. */
+    long long index = records->record_count;
+    PyObject *ix = PyLong_FromLongLong(index), *ts = PyLong_FromLongLong(timestamp);
+    future = ix && ts ? self->future_alloc((PyTypeObject *)self->future_type, 5) : NULL;
+    if (!future) {
+        Py_XDECREF(ix);
+        Py_XDECREF(ts);
+        found = -1;
+        goto unlock;
+    }
+    PyTuple_SetItem(future, 0, Py_NewRef(batch));
+    PyTuple_SetItem(future, 1, Py_NewRef(ix));
+    PyTuple_SetItem(future, 2, Py_NewRef(ts));
+    PyTuple_SetItem(future, 3, Py_NewRef(key_size));
+    PyTuple_SetItem(future, 4, Py_NewRef(value_size));
+    Py_ssize_t size = put_record(records, timestamp, key, key_len, value, value_len, NULL, 0);
+    if (size > 0 && callback != Py_None) {
+        PyObject *callbacks = slot_read(&self->callbacks, batch);
+        int ok = callbacks && PyList_Append(callbacks, callback) == 0 && PyList_Append(callbacks, ix) == 0 &&
+                 PyList_Append(callbacks, ts) == 0 && PyList_Append(callbacks, key_size) == 0 &&
+                 PyList_Append(callbacks, value_size) == 0;
+        Py_XDECREF(callbacks);
+        if (!ok) size = -1; /* out of memory: the record is in the batch without its callback */
+    }
+    Py_DECREF(ix);
+    Py_DECREF(ts);
+    if (size <= 0) {
+        Py_CLEAR(future); /* no room (None), or an error */
+        found = size < 0 ? -1 : 0;
+        goto unlock;
+    }
+    ready = records->estimated_size >= records->batch_size || queued > 1;
+unlock:
+    Py_XDECREF(batch);
+    Py_XDECREF((PyObject *)records);
+    {
+        PyObject *err_type, *err_value, *err_tb;
+        PyErr_Fetch(&err_type, &err_value, &err_tb);
+        PyObject *released = PyObject_CallNoArgs(self->release);
+        if (!released) {
+            Py_XDECREF(err_type);
+            Py_XDECREF(err_value);
+            Py_XDECREF(err_tb);
+            Py_XDECREF(future);
+            return NULL;
+        }
+        Py_DECREF(released);
+        PyErr_Restore(err_type, err_value, err_tb);
+    }
+    if (found < 0) {
+        Py_XDECREF(future);
+        return NULL;
+    }
+    if (!future) Py_RETURN_NONE;
+    if (ready) {
+        PyObject *on_ready = PyObject_GetAttr(self->accumulator, str_on_ready);
+        PyObject *done = on_ready ? PyObject_CallNoArgs(on_ready) : NULL;
+        Py_XDECREF(on_ready);
+        if (!done) {
+            Py_DECREF(future);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
+    return future;
+}
+
+static PyObject *PlainAppender_append(PlainAppender *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "append_plain() takes 8 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long long timestamp = PyLong_AsLongLong(args[2]);
+    if (timestamp == -1 && PyErr_Occurred()) return NULL;
+    if (!PyBytes_CheckExact(args[3]) || !PyBytes_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "append_plain(): key and value must be bytes");
+        return NULL;
+    }
+    return append_plain(self, args[0], args[1], timestamp, args[3], args[4], args[5], args[6], args[7]);
+}
+
+static PyMethodDef PlainAppender_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))PlainAppender_append, METH_FASTCALL, PlainAppender_append_doc},
+    {NULL},
+};
+
+static PyType_Slot PlainAppender_slots[] = {
+    {Py_tp_new, PlainAppender_new},
+    {Py_tp_dealloc, PlainAppender_dealloc},
+    {Py_tp_traverse, PlainAppender_traverse},
+    {Py_tp_clear, PlainAppender_clear},
+    {Py_tp_methods, PlainAppender_methods},
+    {Py_tp_doc, "PlainAppender(accumulator, by_topic, lock, future_type, batch_type): send()'s common record, "
+                "appended in C."},
+    {0, NULL},
+};
+
+static PyType_Spec PlainAppender_spec = {
+    .name = "spark_sink.encoder._kernels.PlainAppender",
+    .basicsize = sizeof(PlainAppender),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = PlainAppender_slots,
+};
+
+/* send()'s common case whole: PlainSender(appender, metadata, max_payload, seed,
+   ProducerRecord).send(record, callback) is KafkaProducer._send_plain (producer.py has it
+   in Python too). */
+static PyObject *str_topic, *str_key, *str_value, *str_partition, *str_timestamp, *str_headers, *str_leaders;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *appender; /* PlainAppender */
+    PyObject *metadata; /* its leaders: {topic: [leader per partition]}, replaced when metadata changes */
+    long long max_payload;
+    uint32_t seed;
+    Slot topic, key, value, partition, timestamp, headers; /* of ProducerRecord */
+} PlainSender;
+
+static PyObject *PlainAppender_type;
+
+static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *appender, *metadata, *record_type;
+    long long max_payload, seed;
+    if (kwargs && PyObject_Length(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "PlainSender() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!OLLO!", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload,
+                          &seed, &PyType_Type, &record_type))
+        return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    PlainSender *self = (PlainSender *)alloc(type, 0);
+    if (!self) return NULL;
+    self->appender = Py_NewRef(appender);
+    self->metadata = Py_NewRef(metadata);
+    self->max_payload = max_payload;
+    self->seed = (uint32_t)seed;
+    if (!slot_init(&self->topic, record_type, str_topic) || !slot_init(&self->key, record_type, str_key) ||
+        !slot_init(&self->value, record_type, str_value) || !slot_init(&self->partition, record_type, str_partition) ||
+        !slot_init(&self->timestamp, record_type, str_timestamp) ||
+        !slot_init(&self->headers, record_type, str_headers)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->appender);
+    Py_VISIT(self->metadata);
+    Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        int visited = slot_traverse(slots[i], visit, arg);
+        if (visited) return visited;
+    }
+    return 0;
+}
+
+static int PlainSender_clear(PlainSender *self) {
+    Py_CLEAR(self->appender);
+    Py_CLEAR(self->metadata);
+    Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_clear(slots[i]);
+    return 0;
+}
+
+static void PlainSender_dealloc(PlainSender *self) {
+    PyTypeObject *type = Py_TYPE((PyObject *)self);
+    PyObject_GC_UnTrack(self);
+    PlainSender_clear(self);
+    freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_(self);
+    Py_DECREF(type);
+}
+
+PyDoc_STRVAR(PlainSender_send_doc,
+"send(record, callback) -> future or None\n--\n\n"
+"The record appended to its partition's open batch when it is send()'s common case (bytes\n"
+"key and value; no partition, timestamp or headers; a topic with known leaders; room in the\n"
+"open batch): its future. None for every other record, which send() then takes the long way.");
+
+static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "send() takes 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *record = args[0], *callback = args[1];
+    PyObject *key = NULL, *value = NULL, *topic = NULL, *other = NULL, *leaders = NULL, *partition = NULL,
+             *key_size = NULL, *value_size = NULL, *future = NULL;
+    /* Anything unusual, or an error on the way, is the long way's to handle (and to report). */
+    if (!(key = slot_read(&self->key, record)) || !PyBytes_CheckExact(key) ||
+        !(value = slot_read(&self->value, record)) || !PyBytes_CheckExact(value) ||
+        !(topic = slot_read(&self->topic, record)) || !PyUnicode_CheckExact(topic))
+        goto long_way;
+    const Slot *must_be_none[] = {&self->partition, &self->timestamp};
+    for (int i = 0; i < 2; i++) {
+        other = slot_read(must_be_none[i], record);
+        if (other != Py_None) goto long_way;
+        Py_CLEAR(other);
+    }
+    if (!(other = slot_read(&self->headers, record)) || (other != Py_None && PyObject_IsTrue(other) != 0))
+        goto long_way;
+    Py_CLEAR(other);
+    if (!(other = PyObject_GetAttr(self->metadata, str_leaders)) || !PyDict_CheckExact(other)) goto long_way;
+    leaders = PyDict_GetItemWithError(other, topic); /* borrowed: `other` holds it */
+    Py_ssize_t n = leaders && PyList_CheckExact(leaders) ? PyList_Size(leaders) : 0;
+    if (n <= 0) goto long_way;
+    Py_ssize_t key_len = PyBytes_Size(key), value_len = PyBytes_Size(value);
+    if (key_len + value_len > self->max_payload) goto long_way;
+    uint32_t h = murmur2((const uint8_t *)PyBytes_AsString(key), key_len, self->seed);
+    struct timespec now;
+    timespec_get(&now, TIME_UTC); /* C11: the wall clock, as time.time_ns() reads it */
+    long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time.time_ns() // 10**6 */
+    if (!(partition = PyLong_FromLong((long)((h & 0x7FFFFFFF) % (uint32_t)n))) ||
+        !(key_size = PyLong_FromSsize_t(key_len)) || !(value_size = PyLong_FromSsize_t(value_len)))
+        goto done;
+    future = append_plain((PlainAppender *)self->appender, topic, partition, timestamp, key, value, callback,
+                          key_size, value_size);
+    goto done;
+long_way:
+    PyErr_Clear();
+    future = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(topic);
+    Py_XDECREF(other);
+    Py_XDECREF(partition);
+    Py_XDECREF(key_size);
+    Py_XDECREF(value_size);
+    return future;
+}
+
+static PyMethodDef PlainSender_methods[] = {
+    {"send", (PyCFunction)(void (*)(void))PlainSender_send, METH_FASTCALL, PlainSender_send_doc},
+    {NULL},
+};
+
+static PyType_Slot PlainSender_slots[] = {
+    {Py_tp_new, PlainSender_new},
+    {Py_tp_dealloc, PlainSender_dealloc},
+    {Py_tp_traverse, PlainSender_traverse},
+    {Py_tp_clear, PlainSender_clear},
+    {Py_tp_methods, PlainSender_methods},
+    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed, record_type): send()'s common record, in C."},
+    {0, NULL},
+};
+
+static PyType_Spec PlainSender_spec = {
+    .name = "spark_sink.encoder._kernels.PlainSender",
+    .basicsize = sizeof(PlainSender),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = PlainSender_slots,
+};
+
+PyDoc_STRVAR(run_callbacks_doc,
+"run_callbacks(entries, topic, partition, base_offset, metadata_type, on_error)\n--\n\n"
+"ProducerBatch's callbacks for an acknowledged batch whose offsets are known and whose\n"
+"records keep their create time: entries holds (callback, index, timestamp, key size, value\n"
+"size) flat, record after record; each callback gets (metadata_type(topic, partition,\n"
+"base_offset + index, timestamp, key size, value size), None). A callback that raises an\n"
+"Exception is handed to on_error(exception) and the others still run.");
+
+static PyObject *run_callbacks(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "run_callbacks() takes 6 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *entries = args[0], *topic = args[1], *partition = args[2], *metadata_type = args[4],
+             *on_error = args[5];
+    long long base = PyLong_AsLongLong(args[3]);
+    if (base == -1 && PyErr_Occurred()) return NULL;
+    if (!PyList_CheckExact(entries) || !PyType_Check(metadata_type) ||
+        !PyType_IsSubtype((PyTypeObject *)metadata_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "run_callbacks(): entries must be a list, metadata_type a tuple subclass");
+        return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)metadata_type, Py_tp_alloc);
+    /* Read afresh each round: a callback may (wrongly) change the list; never past its end. */
+    for (Py_ssize_t i = 0; i + 5 <= PyList_Size(entries); i += 5) {
+        PyObject *callback = PyList_GetItem(entries, i), *index = PyList_GetItem(entries, i + 1);
+        long long offset = PyLong_AsLongLong(index);
+        if (offset == -1 && PyErr_Occurred()) return NULL;
+        PyObject *md = alloc((PyTypeObject *)metadata_type, 6), *offset_o = PyLong_FromLongLong(base + offset);
+        if (!md || !offset_o) {
+            Py_XDECREF(md);
+            Py_XDECREF(offset_o);
+            return NULL;
+        }
+        PyTuple_SetItem(md, 0, Py_NewRef(topic));
+        PyTuple_SetItem(md, 1, Py_NewRef(partition));
+        PyTuple_SetItem(md, 2, offset_o);
+        for (int k = 0; k < 3; k++) PyTuple_SetItem(md, 3 + k, Py_NewRef(PyList_GetItem(entries, i + 2 + k)));
+        Py_INCREF(callback); /* the list may drop it meanwhile */
+        PyObject *done = PyObject_CallFunctionObjArgs(callback, md, Py_None, NULL);
+        Py_DECREF(callback);
+        Py_DECREF(md);
+        if (done) {
+            Py_DECREF(done);
+            continue;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* KeyboardInterrupt and the like go on up */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        if (traceback) PyException_SetTraceback(value, traceback);
+        PyObject *handled = PyObject_CallFunctionObjArgs(on_error, value, NULL);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        if (!handled) return NULL;
+        Py_DECREF(handled);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"header_sizes", header_sizes, METH_VARARGS, header_sizes_doc},
     {"plan_batches", plan_batches, METH_VARARGS, plan_batches_doc},
     {"write_records", write_records, METH_VARARGS, write_records_doc},
     {"murmur2_rows", murmur2_rows, METH_VARARGS, murmur2_rows_doc},
+    {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, run_callbacks_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_kernels",
-    .m_doc = "kprod's columnar encoder loops, compiled when the wheel is built.",
+    .m_doc = "kprod's columnar encoder loops and send()'s per-record path, compiled when the wheel is built.",
     .m_size = -1,
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void) {
+    PyObject *m = PyModule_Create(&module), *sender = NULL;
+    if (!m) return NULL;
+    struct { PyObject **name; const char *text; } names[] = {
+        {&str_stopped, "_stopped"}, {&str_on_ready, "on_ready"}, {&str_closed, "closed"}, {&str_records, "records"},
+        {&str_callbacks, "callbacks"}, {&str_topic, "topic"}, {&str_key, "key"}, {&str_value, "value"},
+        {&str_partition, "partition"}, {&str_timestamp, "timestamp"}, {&str_headers, "headers"},
+        {&str_leaders, "leaders"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(*names[i].name = PyUnicode_InternFromString(names[i].text))) goto fail;
+    if (!(RecordBuffer_type = PyType_FromSpec(&RecordBuffer_spec)) ||
+        PyModule_AddObjectRef(m, "RecordBuffer", RecordBuffer_type) < 0 ||
+        !(PlainAppender_type = PyType_FromSpec(&PlainAppender_spec)) ||
+        PyModule_AddObjectRef(m, "PlainAppender", PlainAppender_type) < 0 ||
+        !(sender = PyType_FromSpec(&PlainSender_spec)) || PyModule_AddObjectRef(m, "PlainSender", sender) < 0)
+        goto fail;
+    Py_DECREF(sender);
+    return m;
+fail:
+    Py_XDECREF(sender);
+    Py_DECREF(m);
+    return NULL;
+}

@@ -18,7 +18,10 @@ from spark_sink.client.errors import ProducerClosedError
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
+    PlainAppender,
     ProducerBatch,
+    PyRecordBuffer,
+    RecordBuffer,
     SendCallback,
     SharedReservation,
     TopicPartition,
@@ -39,7 +42,9 @@ def retry_backoff_ms(config: ProducerConfig, attempts: int) -> float:
 class RecordAccumulator:
     """Batches waiting to be sent, per partition, in send order."""
 
-    def __init__(self, config: ProducerConfig, pool: BufferPool) -> None:
+    def __init__(self, config: ProducerConfig, pool: BufferPool, compiled: bool = True) -> None:
+        """``compiled``: send()'s records go through the compiled RecordBuffer and
+        append_plain where kprod's extension is built (False: Python's, as without it)."""
         self._config = config
         self._pool = pool
         self._lock = threading.Lock()
@@ -54,6 +59,13 @@ class RecordAccumulator:
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
         self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
         self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
+        self._record_buffer: type = RecordBuffer if compiled else PyRecordBuffer
+        # append_plain below, in C: the same steps without a Python frame per record (and
+        # the producer's PlainSender appends through it)
+        self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata, ProducerBatch)
+                                  if compiled and PlainAppender is not None else None)
+        if self.compiled_appender is not None:
+            self.append_plain = self.compiled_appender.append  # type: ignore[method-assign]
 
     # -- appending (user threads) ---------------------------------------------
 
@@ -89,7 +101,8 @@ class RecordAccumulator:
                 if future is not None:  # another thread made room meanwhile
                     self._pool.deallocate(size)
                     return future, len(dq) > 1 or dq[-1].is_full, False
-            batch = ProducerBatch(topic, partition, now_ms(), next(self._order), size, self._config.batch_size)
+            batch = ProducerBatch(topic, partition, now_ms(), next(self._order), size, self._config.batch_size,
+                                  records=self._record_buffer(self._config.batch_size))
             future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size)
             dq.append(batch)
             self._incomplete.add(batch)
@@ -103,9 +116,9 @@ class RecordAccumulator:
         stopped).
 
         send()'s common case, once per record: no memory to reserve, no tuple to return,
-        and ProducerBatch.try_append's bookkeeping done here rather than called: one Python
-        call less per record. The record's bytes come from ``record_parts``, the one
-        per-record encoder, as try_append's do.
+        and ProducerBatch.try_append's bookkeeping done here rather than called. This is
+        the Python version, for PyRecordBuffer; with kprod's extension built, __init__ puts
+        the compiled one (_kernels.c's PlainAppender.append) in its place.
         """
         lock = self._lock
         lock.acquire()  # acquire/release rather than ``with``: half the cost
@@ -119,20 +132,21 @@ class RecordAccumulator:
             last = dq[-1]
             if last.closed:
                 return None
-            index = last.record_count
-            parts, size = record_parts(index, timestamp - last.base_timestamp, key, value)
-            size += last.estimated_size
-            if size > last.batch_size:
+            records = last.records
+            index = records.record_count
+            parts, size = record_parts(index, timestamp - records.base_timestamp, key, value)
+            size += records.estimated_size
+            if size > records.batch_size:
                 return None
-            last.record_count = index + 1
-            last.estimated_size = size
-            last.parts += parts
-            if timestamp > last.max_timestamp:
-                last.max_timestamp = timestamp
+            records.record_count = index + 1
+            records.estimated_size = size
+            records.parts.extend(parts)
+            if timestamp > records.max_timestamp:
+                records.max_timestamp = timestamp
             if callback is not None:
                 last.callbacks += (callback, index, timestamp, key_size, value_size)
             future = new_future(FutureRecordMetadata, (last, index, timestamp, key_size, value_size))
-            if size < last.batch_size and len(dq) == 1:
+            if size < records.batch_size and len(dq) == 1:
                 return future
         finally:
             lock.release()

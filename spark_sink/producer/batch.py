@@ -1,9 +1,14 @@
 """ProducerBatch: records for one partition that travel and are acknowledged together.
 
-A batch is either *open* (the per-record path encodes each record as it is appended, as
-the pieces of the records section, joined once when the batch is sealed at drain time)
+A batch is either *open* (the per-record path writes each record into the batch's
+RecordBuffer as it is appended; sealing at drain time takes the records section from it)
 or *sealed* (bytes already encoded, e.g. by the columnar path). Its header, which carries
 the producer id, epoch and base sequence, is written only when the batch is sent.
+
+RecordBuffer is compiled (spark_sink/encoder/_kernels.c, with the wheel and the editable
+install) where it can be, and then send()'s common record is appended by compiled code
+alone (RecordAccumulator.append_plain); PyRecordBuffer is the same in Python, for kprod
+running from its source files (a --py-files zip).
 """
 
 from __future__ import annotations
@@ -20,6 +25,55 @@ from spark_sink.protocol.compression import compress
 from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
 
 log = logging.getLogger(__name__)
+
+
+class PyRecordBuffer:
+    """The records section of an open batch, in Python: the pieces whose join is its bytes
+    (key and value referenced, not copied), joined once by ``take``. The compiled
+    RecordBuffer has the same interface and writes the bytes as records come."""
+
+    __slots__ = ("parts", "record_count", "base_timestamp", "max_timestamp", "estimated_size", "batch_size")
+
+    def __init__(self, batch_size: int) -> None:
+        self.parts: list[bytes] = []
+        self.record_count = 0
+        self.base_timestamp = self.max_timestamp = -1  # set by the first record
+        self.estimated_size = RECORD_BATCH_OVERHEAD  # the batch's: its header and the records so far
+        self.batch_size = batch_size
+
+    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
+               headers: list[tuple[str, bytes | None]] | None) -> int:
+        """Add one record: the bytes it took, or 0 if it would take the batch past
+        batch.size (the first record always fits)."""
+        index = self.record_count
+        if not index:
+            self.base_timestamp = self.max_timestamp = timestamp
+        parts, size = record_parts(index, timestamp - self.base_timestamp, key, value, headers or ())
+        if index and self.estimated_size + size > self.batch_size:
+            return 0
+        self.parts += parts
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+        self.record_count = index + 1
+        self.estimated_size += size
+        return size
+
+    def take(self) -> bytes:
+        """The records section; the pieces are dropped."""
+        section = b"".join(self.parts)
+        self.parts = []
+        return section
+
+
+try:
+    from spark_sink.encoder._kernels import PlainAppender, PlainSender, RecordBuffer, run_callbacks
+except ImportError:  # running from source files: Python's
+    PlainAppender = PlainSender = run_callbacks = None
+    RecordBuffer = PyRecordBuffer
+
+
+def _callback_raised(exc: Exception) -> None:
+    log.error("send callback raised", exc_info=exc)
 
 # Guards the lazy creation of a batch's wait event and its release: rarely taken (only
 # when someone waits on a batch record by record), so one lock serves every batch.
@@ -88,15 +142,16 @@ class ProducerBatch:
     """Records for one topic-partition, sent in one record batch."""
 
     __slots__ = (
-        "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "estimated_size", "record_count",
-        "parts", "base_timestamp", "max_timestamp", "callbacks", "encoded", "closed", "listener",
+        "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "records", "callbacks", "encoded",
+        "closed", "listener",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence",
         "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
 
     def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedReservation,
                  batch_size: int, encoded: EncodedRecords | None = None,
-                 listener: Callable[[ProducerBatch], None] | None = None) -> None:
+                 listener: Callable[[ProducerBatch], None] | None = None,
+                 records: RecordBuffer | PyRecordBuffer | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.tp: TopicPartition = (topic, partition)
@@ -104,11 +159,8 @@ class ProducerBatch:
         self.order = order  # creation order within the partition: retries go back in this order
         self.memory = memory  # bytes reserved in the BufferPool for this batch alone, or a share
         self.batch_size = batch_size
-        self.estimated_size = RECORD_BATCH_OVERHEAD if encoded is None else encoded.size_in_bytes
-        self.record_count = 0 if encoded is None else encoded.record_count
-        # The records so far, encoded: the pieces of the records section, in order.
-        self.parts: list[bytes] = []
-        self.base_timestamp = self.max_timestamp = -1  # set by the first record
+        # The records so far, encoded, while the batch is open; None once it is sealed.
+        self.records = None if encoded is not None else records if records is not None else RecordBuffer(batch_size)
         # Flat: callback, index, timestamp, key size, value size, then the next record's.
         # A tuple (or future) per record kept until the batch completes would be one more
         # object for the cyclic GC to walk on every collection while the batch is in flight.
@@ -129,6 +181,17 @@ class ProducerBatch:
         self._event: threading.Event | None = None
 
     @property
+    def record_count(self) -> int:
+        records = self.records  # read once: the Sender may seal the batch meanwhile
+        return records.record_count if records is not None else self.encoded.record_count
+
+    @property
+    def estimated_size(self) -> int:
+        """Bytes of the batch: exact once sealed, an upper bound of the compressed size before."""
+        records = self.records
+        return records.estimated_size if records is not None else self.encoded.size_in_bytes
+
+    @property
     def is_full(self) -> bool:
         return self.closed or self.estimated_size >= self.batch_size
 
@@ -136,35 +199,28 @@ class ProducerBatch:
                    headers: list[tuple[str, bytes | None]] | None, callback: SendCallback | None,
                    key_size: int, value_size: int) -> FutureRecordMetadata | None:
         """Encode and add a record, or return None if it would overflow batch.size (or the
-        batch is closed). RecordAccumulator.append_plain does the same, inline, for send()'s
-        common record."""
+        batch is closed). RecordAccumulator.append_plain does the same for send()'s common
+        record."""
         if self.closed:
             return None
-        index = self.record_count
-        if not index:
-            self.base_timestamp = self.max_timestamp = timestamp
-        parts, size = record_parts(index, timestamp - self.base_timestamp, key, value, headers or ())
-        if index and self.estimated_size + size > self.batch_size:
+        records = self.records
+        index = records.record_count
+        if not records.append(timestamp, key, value, headers or None):
             return None
-        self.parts += parts
-        if timestamp > self.max_timestamp:
-            self.max_timestamp = timestamp
-        self.record_count = index + 1
-        self.estimated_size += size
         future = new_future(FutureRecordMetadata, (self, index, timestamp, key_size, value_size))
         if callback is not None:
             self.callbacks += (callback, index, timestamp, key_size, value_size)
         return future
 
     def seal(self, codec: int, level: int | None = None) -> EncodedRecords:
-        """Join (and compress) the records section, once; the pieces are dropped."""
+        """Take (and compress) the records section, once."""
         if self.encoded is None:
-            section = b"".join(self.parts)
-            self.parts = []
+            records = self.records
+            section = records.take()
             payload = compress(codec, section, level) if codec else section
-            self.encoded = EncodedRecords(payload, codec, self.record_count, self.base_timestamp, self.max_timestamp,
-                                          len(section))
-            self.estimated_size = self.encoded.size_in_bytes
+            self.encoded = EncodedRecords(payload, codec, records.record_count, records.base_timestamp,
+                                          records.max_timestamp, len(section))
+            self.records = None  # after encoded: record_count and estimated_size read one or the other
         self.closed = True
         return self.encoded
 
@@ -215,6 +271,9 @@ class ProducerBatch:
         records = zip(entries, entries, entries, entries, entries)
         if error is None and base >= 0 and append_time < 0:
             # The common case without a branch per record: offsets known, create time kept.
+            if run_callbacks is not None:
+                run_callbacks(self.callbacks, topic, partition, base, RecordMetadata, _callback_raised)
+                return
             for callback, index, timestamp, key_size, value_size in records:
                 try:
                     callback(_new_metadata(RecordMetadata, (

@@ -33,7 +33,7 @@ from spark_sink.client.network import NetworkClient
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
-from spark_sink.producer.batch import FutureRecordMetadata, ProducerBatch, SendCallback, headers_size
+from spark_sink.producer.batch import FutureRecordMetadata, PlainSender, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
@@ -211,8 +211,18 @@ class KafkaProducer:
         self._closed = False
         # send() may go the short way: no serializers, interceptors, ignored keys or
         # transaction (whose partitions are added as records go to them), not closed
-        self._plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
-                           or c.transactional_id or self._partitioner)
+        plain = not (c.key_serializer or c.value_serializer or c.interceptors or c.partitioner_ignore_keys
+                     or c.transactional_id or self._partitioner)
+        appender = self._accumulator.compiled_appender
+        short_way: Callable[[ProducerRecord, SendCallback | None], FutureRecordMetadata | None]
+        if not plain:
+            short_way = self._no_short_way
+        elif appender is not None:
+            short_way = PlainSender(appender, self._metadata, self._max_record_payload, MURMUR2_SEED,
+                                    ProducerRecord).send
+        else:
+            short_way = self._send_plain_py
+        self._send_plain = short_way
         self._sender.start()
 
     def _partition_load(self, topic: str, num_partitions: int) -> tuple[list[int], list[int], int] | None:
@@ -226,25 +236,33 @@ class KafkaProducer:
 
     def send(self, record: ProducerRecord, callback: SendCallback | None = None) -> FutureRecordMetadata:
         """Queue one record; ``callback(metadata, exception)`` runs once it is acknowledged or failed."""
-        # The per-record hot path. The common record (bytes key and value, nothing else set,
-        # no serializers or interceptors, a topic with known leaders) that fits its
-        # partition's open batch goes the short way; every other record, and every error,
-        # goes through _send.
+        # The common record goes the short way (_send_plain: None if it cannot), every other
+        # record, and every error, through _send.
+        return self._send_plain(record, callback) or self._send(record, callback)
+
+    def _send_plain_py(self, record: ProducerRecord, callback: SendCallback | None) -> FutureRecordMetadata | None:
+        """send()'s short way: the common record (bytes key and value, nothing else set, a
+        topic with known leaders) appended to its partition's open batch if it fits there;
+        None otherwise. Taken only while every record may go the short way (see __init__).
+        In Python where kprod's extension is not built; _kernels.c's PlainSender.send with it."""
         key = record.key
         value = record.value
-        if (self._plain and type(key) is bytes and type(value) is bytes and record.partition is None
-                and record.timestamp is None and not record.headers):
+        if (type(key) is bytes and type(value) is bytes and record.partition is None and record.timestamp is None
+                and not record.headers):
             topic = record.topic
             leaders = self._metadata.leaders.get(topic)
             key_size = len(key)
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
-                future = self._accumulator.append_plain(
+                return self._accumulator.append_plain(
                     topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders),
                     time.time_ns() // 1_000_000, key, value, callback, key_size, value_size)
-                if future is not None:
-                    return future
-        return self._send(record, callback)
+        return None
+
+    @staticmethod
+    def _no_short_way(record: ProducerRecord, callback: SendCallback | None) -> None:
+        """_send_plain when send() must go the long way for every record."""
+        return None
 
     def _send(self, record: ProducerRecord, callback: SendCallback | None) -> FutureRecordMetadata:
         """send() for every record: serializers, interceptors, headers, explicit partitions,
@@ -501,7 +519,7 @@ class KafkaProducer:
         if self._closed:
             return
         self._closed = True
-        self._plain = False  # send() then goes the long way, which refuses it
+        self._send_plain = self._no_short_way  # send() then goes the long way, which refuses it
         if self._in_callback():
             # As Java does: waiting here would wait for the round running this callback.
             log.warning("close() called from a send callback: closing without waiting (close(0))")

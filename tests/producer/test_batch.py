@@ -1,13 +1,14 @@
 """send()'s batches: records are encoded as they are appended, on the short way
-(RecordAccumulator.append_plain, varints looked up) or the general one (append); either
-way a sealed batch holds exactly the reference encoder's bytes."""
+(RecordAccumulator.append_plain) or the general one (append), by the compiled
+RecordBuffer and append_plain or by Python's (as where kprod's extension is not built);
+every way, a sealed batch holds exactly the reference encoder's bytes."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_sink.producer.accumulator import RecordAccumulator
-from spark_sink.producer.batch import headers_size
+from spark_sink.producer.batch import PlainAppender, PyRecordBuffer, RecordBuffer, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol.compression import Codec, decompress
@@ -16,9 +17,20 @@ from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_re
 BASE = 1_700_000_000_000
 
 
-def _accumulator(batch_size: int) -> RecordAccumulator:
+@pytest.fixture(scope="module", params=[True, False], ids=["compiled", "python"])
+def compiled(request) -> bool:
+    if request.param and PlainAppender is None:
+        pytest.fail("kprod's extension (spark_sink/encoder/_kernels.c) is not built: make venv builds it")
+    return request.param
+
+
+def _accumulator(batch_size: int, compiled: bool) -> RecordAccumulator:
     config = ProducerConfig.from_dict({"bootstrap.servers": "localhost:9092", "batch.size": batch_size})
-    return RecordAccumulator(config, BufferPool(config.buffer_memory))
+    acc = RecordAccumulator(config, BufferPool(config.buffer_memory), compiled)
+    # Which way the records go: the compiled append_plain is a C function, not a method.
+    assert (type(acc.append_plain).__name__ == "builtin_function_or_method") == compiled
+    assert acc._record_buffer is (RecordBuffer if compiled else PyRecordBuffer)
+    return acc
 
 
 def _append_all(acc: RecordAccumulator, records: list[Record]) -> int:
@@ -74,29 +86,29 @@ _records_st = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(_records_st, st.sampled_from([200, 1000, 16384, 100_000]))
-def test_batches_hold_the_reference_bytes_whichever_way_records_came(records, batch_size):
-    acc = _accumulator(batch_size)
+def test_batches_hold_the_reference_bytes_whichever_way_records_came(compiled, records, batch_size):
+    acc = _accumulator(batch_size, compiled)
     _append_all(acc, records)
     _check_batches(acc, records, batch_size)
 
 
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4, Codec.ZSTD])
-def test_a_batch_of_over_16384_records_keeps_the_short_way(codec):
+def test_a_batch_of_over_16384_records_keeps_the_short_way(compiled, codec):
     # Offset deltas from 16,384 on are three varint bytes: past the lookup table.
     records = [Record(b"k%d" % (i % 7), b"v" * (i % 30), BASE + i // 1000) for i in range(40_000)]
-    acc = _accumulator(1_000_000)
+    acc = _accumulator(1_000_000, compiled)
     short = _append_all(acc, records)
     counts = [b.record_count for b in acc.abort_undrained()]
     assert max(counts) > 16384 and short == len(records) - len(counts)  # all but each batch's first record
-    acc = _accumulator(1_000_000)
+    acc = _accumulator(1_000_000, compiled)
     _append_all(acc, records)
     _check_batches(acc, records, 1_000_000, codec)
 
 
-def test_a_sealed_batch_decodes_to_its_records():
+def test_a_sealed_batch_decodes_to_its_records(compiled):
     records = [Record(b"key", b"value", BASE), Record(None, b"x" * 20_000, BASE + 5, (("h", b"1"),)),
                Record(b"", b"", BASE - 2), Record(b"k", None, BASE + 1)]
-    acc = _accumulator(1_000_000)
+    acc = _accumulator(1_000_000, compiled)
     _append_all(acc, records)
     (batch,) = acc.abort_undrained()
     batch.seal(Codec.NONE)

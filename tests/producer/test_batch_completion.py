@@ -2,12 +2,17 @@
 then its waiters are released, so whoever returns from result() or flush() sees every
 callback of those records done; and any number of threads may wait on one batch."""
 
+import logging
 import sys
 import threading
 import time
 
+import pytest
+
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.producer.batch import ProducerBatch
+from spark_sink.producer import batch as batch_module
+from spark_sink.producer.batch import ProducerBatch, PyRecordBuffer
+from spark_sink.producer.producer_record import RecordMetadata
 from tests.brokers import create_topic, unique_topic
 
 
@@ -120,3 +125,30 @@ def test_an_interrupted_callback_still_releases_listener_and_waiters():
     except KeyboardInterrupt:
         pass
     assert heard == [batch] and batch.wait(0)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch, caplog, compiled):
+    """Both ways of running an acknowledged batch's callbacks: the compiled loop (with
+    kprod's extension) and Python's."""
+    if compiled:
+        assert batch_module.run_callbacks is not None, "kprod's extension is not built: make venv builds it"
+    else:
+        monkeypatch.setattr(batch_module, "run_callbacks", None)
+    batch = ProducerBatch("t", 3, 0.0, 0, 0, 16384, records=None if compiled else PyRecordBuffer(16384))
+    seen = []
+
+    def ok(md, err):
+        seen.append((md, err))
+
+    def bad(md, err):
+        raise ValueError("boom")
+
+    for i, callback in enumerate([ok, bad, ok, None, ok]):
+        batch.try_append(100 + i, b"k", b"v%d" % i, None, callback, 1, 2)
+    with caplog.at_level(logging.ERROR, logger="spark_sink.producer.batch"):
+        batch.complete(42, -1, None)
+    assert seen == [(RecordMetadata("t", 3, 42 + i, 100 + i, 1, 2), None) for i in (0, 2, 4)]
+    assert all(type(md) is RecordMetadata for md, _ in seen)
+    (logged,) = caplog.records
+    assert logged.getMessage() == "send callback raised" and str(logged.exc_info[1]) == "boom"

@@ -54,6 +54,10 @@ def test_compare_reports_every_client_and_ratio_per_round(kafka, capsys):
         assert client in out, out
     for peer in ("confluent-kafka produce", "kafka-python send", java):
         assert f"kprod send / {peer}: " in out and "per round" in out, out
+    # Client CPU per record, for the clients that run in this process (not Java's).
+    for peer in ("confluent-kafka produce", "kafka-python send"):
+        assert f"CPU per record, kprod send / {peer}: " in out and "median of 2 rounds" in out, out
+    assert f"CPU per record, kprod send / {java}" not in out, out
     # Every client's records are on the broker: kprod's and the Python clients' rounds,
     # and the Java producer's, counted by the script itself before it printed a figure.
     assert perf._high_watermarks(kafka.bootstrap, topic) == 4 * 2 * N

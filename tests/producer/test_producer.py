@@ -15,6 +15,9 @@ from spark_sink.producer import (
     RecordTooLargeError,
     SerializationError,
 )
+from spark_sink.producer import accumulator as accumulator_module
+from spark_sink.producer import batch as batch_module
+from spark_sink.producer.batch import PyRecordBuffer
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.protocol.error_codes import KProdError
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
@@ -72,15 +75,47 @@ def test_round_trip_every_codec(broker, codec, level):
     assert all(offsets == sorted(offsets) for offsets in by_key.values())
 
 
-def test_keyed_order_and_no_duplicates_many_records(broker):
+class _RecordSubclass(ProducerRecord):
+    @property
+    def topic(self) -> str:  # type: ignore[override]
+        return self._topic
+
+    @topic.setter
+    def topic(self, value: str) -> None:
+        self._topic = value
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatch):
+    """send()'s short way, compiled and (as where kprod's extension is not built) Python's:
+    every record once, in order per key, each callback told where its record is."""
+    if not compiled:
+        monkeypatch.setattr(accumulator_module, "PlainAppender", None)
+        monkeypatch.setattr(accumulator_module, "RecordBuffer", PyRecordBuffer)
+        monkeypatch.setattr(batch_module, "run_callbacks", None)
     topic = create_topic(broker.bootstrap, unique_topic("order"), partitions=4)
     n = 20_000
+    acked: dict[tuple[int, int], int] = {}
+    errors = []
+
+    def on_ack(i):
+        def callback(md, err):
+            if err is not None:
+                errors.append(err)
+            else:
+                acked[(md.partition, md.offset)] = i
+        return callback
+
     with KafkaProducer({"bootstrap.servers": broker.bootstrap, "batch.size": 4096}) as p:
+        assert (getattr(p._send_plain, "__func__", None) is KafkaProducer._send_plain_py) != compiled
         for i in range(n):
-            p.send(ProducerRecord(topic, b"%d" % i, key=b"k%d" % (i % 7)))
+            # Now and then a record of a subclass: read by attribute name, not by ProducerRecord's slots.
+            kind = _RecordSubclass if i % 1000 == 999 else ProducerRecord
+            p.send(kind(topic, b"%d" % i, key=b"k%d" % (i % 7)), on_ack(i))
         p.flush(60)
     messages = consume_all(broker.bootstrap, topic, n, settle=0.5)
     assert len(messages) == n
+    assert not errors and acked == {(m.partition(), m.offset()): int(m.value()) for m in messages}
     seen = {}
     for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
         seen.setdefault(m.key(), []).append(int(m.value()))
