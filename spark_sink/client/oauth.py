@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_sink.client import tls
+from spark_sink.client.clock import now_ms
 from spark_sink.client.config import ClientConfig, oauth_options, sasl_credentials
 from spark_sink.client.errors import ConfigError, SaslAuthenticationError
 from spark_sink.protocol import sasl
@@ -158,7 +159,7 @@ class TokenSource:
                    "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
         # As Java's HttpAccessTokenRetriever: retry a failed connection or a server error
         # with a growing backoff, for at most sasl.login.retry.backoff.max.ms in all.
-        started, backoff, attempts = time.monotonic(), c.sasl_login_retry_backoff_ms / 1000.0, 0
+        started, backoff, attempts = now_ms(), c.sasl_login_retry_backoff_ms / 1000.0, 0
         while True:
             attempts += 1
             try:
@@ -169,7 +170,7 @@ class TokenSource:
                 failure = f"HTTP {status}"
             if status is not None and status < 500:
                 break
-            elapsed = time.monotonic() - started
+            elapsed = (now_ms() - started) / 1000.0
             if elapsed + backoff > c.sasl_login_retry_backoff_max_ms / 1000.0:
                 what = "cannot reach" if status is None else "gets server errors from"
                 raise SaslAuthenticationError(

@@ -501,12 +501,12 @@ class KafkaProducer:
         if self._in_callback():
             # Java refuses this too: the flush would wait for the very round running it.
             raise KProdError("flush() inside a send callback is not permitted: it would wait for itself")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else now_ms() + timeout * 1000.0
         self._accumulator.begin_flush()
         try:
             self._sender.wakeup()
             for batch in self._accumulator.incomplete():
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                remaining = None if deadline is None else max(0.0, deadline - now_ms()) / 1000.0
                 if not batch.wait(remaining):
                     raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
         finally:
