@@ -294,13 +294,14 @@ _SECRET_WORDS = ("password", "secret", "jaas", "token")
 def _exactly_once_conflicts(opts: Mapping[str, str], config: ProducerConfig) -> list[str]:
     """The kafka.* options exactly-once cannot run with: Kafka's transactions need an
     idempotent producer, which needs acks=all, retries and at most 5 requests in flight."""
-    conflicts = [f"kafka.{key}={opts['kafka.' + key]} (transactions need an idempotent producer, whose {key} {rule})"
-                 for key, rule in idempotence_conflicts(config.acks, config.retries,
-                                                        config.max_in_flight_requests_per_connection)]
+    conflicts = []
     if "kafka.enable.idempotence" in opts and not config.enable_idempotence:
         conflicts.append(f"kafka.enable.idempotence={opts['kafka.enable.idempotence']} (transactions need "
                          "an idempotent producer)")
-    return conflicts
+    return conflicts + [
+        f"kafka.{key}={opts['kafka.' + key]} (transactions need an idempotent producer, whose {key} {rule})"
+        for key, rule in idempotence_conflicts(config.acks, config.retries,
+                                               config.max_in_flight_requests_per_connection)]
 
 
 def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerConfig,

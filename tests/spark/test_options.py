@@ -98,7 +98,8 @@ def test_sink_default_batch_size_yields_to_the_option():
     ({**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once", "kafka.retries": "0",
       "kafka.enable.idempotence": "false", "kafka.max.in.flight.requests.per.connection": "6"},
      ["kprod.deliveryGuarantee=exactly-once conflicts with kafka.enable.idempotence=false", "kafka.retries=0",
-      "kafka.max.in.flight.requests.per.connection=6 (at most 5"]),
+      "kafka.max.in.flight.requests.per.connection=6 (transactions need an idempotent producer, whose "
+      "max.in.flight.requests.per.connection must be at most 5)"]),
     ({**BOOT, "kprod.clustercheck": "maybe"}, ["kprod.clusterCheck", "true or false"]),
     ({**BOOT, "kafka.interceptor.classes": "com.acme.Audit"}, ["kafka.interceptor.classes", "change or drop records"]),
     ({**BOOT, "kafka.partitioner.class": "com.acme.MyPartitioner"},
