@@ -86,6 +86,7 @@ class ScriptedClient:
     coordinator: int = 0  # the node FindCoordinator names for every transaction
     transactional_ids: set[str] = field(default_factory=set)  # initialised by InitProducerId
     wakeups: int = 0
+    transaction_version: int = 1  # the cluster's transaction protocol (v1: AddPartitionsToTxn before Produce)
     closed: bool = False
     _completed: list[tuple[Callback, ClientResponse]] = field(default_factory=list)
     _correlation_id: int = 0
@@ -122,10 +123,10 @@ class ScriptedClient:
         return next((n for n in sorted(self.nodes) if self.ready(n, now)), None)
 
     def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
-             expect_response: bool = True) -> None:
+             expect_response: bool = True, max_version: int | None = None) -> None:
         if not self.ready(node_id, 0.0):
             raise KafkaConnectionError(f"node {node_id} is not ready")
-        version = VERSIONS[ApiKey(api_key)][1]
+        version = min(VERSIONS[ApiKey(api_key)][1], 1 << 15 if max_version is None else max_version)
         wire = encode_request_body(api_key, version, body)
         self._correlation_id += 1
         request = Request(node_id, api_key, version, self._correlation_id,

@@ -78,7 +78,7 @@ def _sasl_authenticate_v2(cid: int, auth: bytes = b"", code: int = 0, message: b
 # What a Kafka 4 broker with a SASL listener answers (its ranges, trimmed), plus an API
 # kprod does not know and one with no version in common: both are left out.
 BROKER_APIS = [(0, 3, 13), (3, 0, 13), (17, 0, 1), (18, 0, 4), (22, 6, 9), (36, 0, 2), (1000, 0, 1)]
-AGREED = {0: 11, 3: 12, 17: 1, 18: 3, 36: 2}
+AGREED = {0: 12, 3: 12, 17: 1, 18: 3, 36: 2}
 NO_SASL_APIS = [(0, 3, 13), (3, 0, 13), (18, 0, 4)]
 
 API_VERSIONS_V3_REQUEST = _frame(
