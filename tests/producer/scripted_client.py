@@ -148,9 +148,22 @@ class ScriptedClient:
                     kmsg.AddPartitionsToTxnPartitionResult(partition_index=i, partition_error_code=NO_ERROR)
                     for i in t.partitions])
                 for t in request.body.v3_and_below_topics]))
+        elif api_key == ApiKey.ADD_OFFSETS_TO_TXN:
+            self.respond(request, kmsg.AddOffsetsToTxnResponse(error_code=NO_ERROR))
+        elif api_key == ApiKey.TXN_OFFSET_COMMIT:
+            self.respond(request, kmsg.TxnOffsetCommitResponse(topics=[
+                kmsg.TxnOffsetCommitResponseTopic(t.name, [
+                    kmsg.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=NO_ERROR)
+                    for p in t.partitions])
+                for t in request.body.topics]))
         elif api_key == ApiKey.END_TXN:
-            self.respond(request, kmsg.EndTxnResponse(
-                error_code=self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR))
+            error = self.end_txn_script.pop(0) if self.end_txn_script else None
+            if error is not None or request.version < 5:
+                self.respond(request, kmsg.EndTxnResponse(error_code=error.code if error else NO_ERROR))
+            else:  # transaction protocol v2: the coordinator bumps the epoch and says so
+                self.producer_epoch += 1
+                self.respond(request, kmsg.EndTxnResponse(
+                    error_code=NO_ERROR, producer_id=self.producer_id, producer_epoch=self.producer_epoch))
 
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
         self.nodes.update(nodes)  # as NetworkClient: learnt nodes are added, none forgotten
