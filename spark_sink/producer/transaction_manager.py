@@ -534,8 +534,10 @@ class TransactionManager:
         gives a new epoch first (KIP-360), so that sequences start again at 0."""
         self._in_transaction.clear()
         aborting = self.state is State.ABORTING_TRANSACTION
-        # (Under protocol v2, EndTxn gave the new epoch already.)
-        if aborting and not self.v2 and self._sequences.needs_new_epoch:
+        # (Under protocol v2, EndTxn gave the new epoch already.) A cluster that moved to
+        # protocol v2 during a v1 transaction gets a new epoch before the first v2 one, as
+        # Java's producer does (its clientSideEpochBumpRequired).
+        if not self.v2 and (aborting and self._sequences.needs_new_epoch or self.transaction_version() >= 2):
             self._transition(Event.INIT_PRODUCER_ID_SENT)
             self._enqueue_init(*self._identity, result)
             return

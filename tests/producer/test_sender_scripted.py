@@ -402,6 +402,25 @@ def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives
     assert h.init_producer_id_requests() == 1
 
 
+def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_first():
+    """transaction.version went to 2 during a v1 transaction: it ends as v1 (EndTxn v4),
+    then InitProducerId bumps the epoch before the first v2 transaction, as Java does."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.client.transaction_version = 1
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight())
+    h.client.transaction_version = 2
+    committed = h.txn.end_transaction(commit=True)
+    h.run()
+    committed.wait(0, "commit")
+    assert _versions(h, ApiKey.END_TXN) == [4] and h.init_producer_id_requests() == 2
+    assert h.txn.state is State.READY and h.txn.producer_epoch == 1
+    _transaction_with(h, b"b")
+    assert _versions(h, ApiKey.PRODUCE) == [11, 12] and h.sequences()[-1] == (1, 0, (b"b",))
+
+
 def test_protocol_v1_stays_below_v2s_versions():
     """Where the cluster does not finalize transaction.version 2, a transaction adds its
     partitions and offsets itself and ends with EndTxn v4 under an unchanged epoch."""
