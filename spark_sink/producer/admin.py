@@ -5,10 +5,11 @@ transaction ends it (EndTxn with the transactional id, producer id and epoch the
 reported), and a writer reads back the offsets earlier transactions committed under a
 group (OffsetFetch, waiting for pending transactional offsets to settle). Each call blocks
 until every answer is in or its timeout passes, retrying what Kafka says may be retried
-and finding a coordinator again when it moved. Where the cluster speaks transaction
-protocol v2 (transaction.version 2), so does the AdminClient: EndTxn v5 (which bumps the
-epoch) and TxnOffsetCommit v5 without AddOffsetsToTxn; elsewhere protocol v1's versions. Requests to one coordinator are pipelined:
-ending a hundred transactions costs a few round trips, not a hundred.
+and finding a coordinator again when it moved. Requests to one coordinator are pipelined:
+ending a hundred transactions costs a few round trips, not a hundred. Where the cluster
+speaks transaction protocol v2 (transaction.version 2), so does the AdminClient: EndTxn
+v5 (which bumps the epoch) and TxnOffsetCommit v5 without AddOffsetsToTxn; elsewhere
+protocol v1's versions.
 """
 
 from __future__ import annotations

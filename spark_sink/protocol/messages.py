@@ -43,7 +43,7 @@ class ApiKey(IntEnum):
 # Produce v12, TxnOffsetCommit v5 and EndTxn v5 (Kafka 4.0) are transaction protocol v2
 # (KIP-890 part 2): a Produce or TxnOffsetCommit adds its partition to the transaction
 # itself, and EndTxn bumps the epoch and answers with it. kprod sends them only where the
-# cluster finalizes transaction.version 2 (TRANSACTION_V2), and within a transaction of
+# cluster finalizes transaction.version 2 (transaction_version), and within a transaction of
 # protocol v1 at most V1_MAX_VERSIONS, as Java's producer does.
 # AddPartitionsToTxn v4 and later batch several transactions and are for brokers only
 # (Java's client stops at v3 too); under protocol v2 no client sends it.
