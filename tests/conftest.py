@@ -39,10 +39,10 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # turns for the builds that write into this checkout.)
 _HEAVY_GROUPS = {
     "_kafka3_session": "kafka3",
-    "_kafka_tv1_session": "kafka_tv1",
     "secure_kafka": "secure_kafka",
     "oauth_kafka": "oauth_kafka",
     "strict_kafka": "strict_kafka",
+    "_kafka_tv1_session": "kafka_tv1",  # about a minute: the transaction tests on protocol v1
 }
 
 
