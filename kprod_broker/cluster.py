@@ -237,8 +237,8 @@ class KafkaCluster:
 
     def __init__(self, nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
                  scram_users: Sequence[str] = (), features: Mapping[str, int] | None = None, heap: str = "512m",
-                 jvm_args: Sequence[str] = (),
-                 start_timeout: float = 90.0, workdir: str | None = None, version: str = KAFKA_VERSION) -> None:
+                 jvm_args: Sequence[str] = (), start_timeout: float = 90.0, workdir: str | None = None,
+                 version: str = KAFKA_VERSION) -> None:
         self.version = version
         self.listeners = tuple(listeners)
         self.config = dict(config or {})
