@@ -37,6 +37,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Kafka cluster to write to; without it a local Apache Kafka node is started for "
                              "the job (its jars are fetched once into ~/.cache/kprod)")
     parser.add_argument("--topic", default="kprod-demo", help="topic to write to (default: %(default)s)")
+    parser.add_argument("--broker-feature", action="append", default=[], metavar="NAME=LEVEL",
+                        help="a feature level the local broker is formatted with, e.g. transaction.version=1 "
+                             "(Kafka's transaction protocol v1; 4.x finalizes 2) (repeatable)")
     parser.add_argument("--partitions", type=int, default=6,
                         help="partitions when the job creates the topic (local broker or --create-topic; "
                              "default: %(default)s)")
@@ -146,7 +149,12 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
     from kprod_broker import KAFKA_VERSION, start_local_kafka
 
     say(f"no --bootstrap-servers given: starting Apache Kafka {KAFKA_VERSION} (one KRaft node) on loopback")
-    broker = start_local_kafka(args.topic, args.partitions, heap="1g")
+    features = {}
+    for name, level in _pairs(args.broker_feature, "--broker-feature").items():
+        if not level.isdigit():
+            raise SystemExit(f"--broker-feature {name}: expected a level (a whole number), got {level!r}")
+        features[name] = int(level)
+    broker = start_local_kafka(args.topic, args.partitions, heap="1g", features=features)
     args.broker_pid = broker.nodes[0].pid
     say(f"Apache Kafka serves at {broker.bootstrap}; created topic {args.topic} with {args.partitions} partitions")
     try:

@@ -154,10 +154,11 @@ class KafkaNode:
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
         (self.dir / "log4j.properties").write_text(_LOG4J1)
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
+        features = [arg for name, level in self.cluster.features.items() for arg in ("--feature", f"{name}={level}")]
         result = subprocess.run(
             [java(), *self._jvm_args(), "-cp", kafka_classpath(self.cluster.version), *self._log_args(),
              "kafka.tools.StorageTool", "format",
-             f"--cluster-id={self.cluster.cluster_id}", "--config", str(config), *scram],
+             f"--cluster-id={self.cluster.cluster_id}", "--config", str(config), *scram, *features],
             stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if result.returncode != 0:
             raise KafkaUnavailableError(f"formatting node {self.node_id} failed:\n{result.stdout}{result.stderr}")
@@ -227,17 +228,22 @@ class KafkaCluster:
     One node by default; with three or more, topics default to replication factor 3 and
     ``min.insync.replicas`` 2. ``scram_users`` are StorageTool ``--add-scram`` values,
     e.g. ``SCRAM-SHA-256=[name=alice,password=secret]``. ``config`` overrides node settings.
+    ``features`` sets finalized feature levels when the storage is formatted (StorageTool
+    ``--feature``), e.g. ``{"transaction.version": 1}`` for a cluster without transaction
+    protocol v2 (Kafka 4.x finalizes 2 by default).
     Each JVM gets ``jvm_args`` and then the options in the ``KAFKA_OPTS`` environment
     variable, which Kafka's own scripts read too.
     """
 
     def __init__(self, nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
-                 scram_users: Sequence[str] = (), heap: str = "512m", jvm_args: Sequence[str] = (),
-                 start_timeout: float = 90.0, workdir: str | None = None, version: str = KAFKA_VERSION) -> None:
+                 scram_users: Sequence[str] = (), features: Mapping[str, int] | None = None, heap: str = "512m",
+                 jvm_args: Sequence[str] = (), start_timeout: float = 90.0, workdir: str | None = None,
+                 version: str = KAFKA_VERSION) -> None:
         self.version = version
         self.listeners = tuple(listeners)
         self.config = dict(config or {})
         self.scram_users = tuple(scram_users)
+        self.features = dict(features or {})
         self.heap = heap
         self.jvm_args = tuple(jvm_args)
         self.cluster_id = _cluster_id()

@@ -42,13 +42,15 @@ _HEAVY_GROUPS = {
     "secure_kafka": "secure_kafka",
     "oauth_kafka": "oauth_kafka",
     "strict_kafka": "strict_kafka",
+    "_kafka_tv1_session": "kafka_tv1",  # about a minute: the transaction tests on protocol v1
 }
 
 
 # Fixtures that start a JVM (Kafka, Spark): a test using one, directly or through another
 # fixture, is marked ``jvm``; ``make unit`` runs the others, with no Java to be found.
 _JVM_FIXTURES = {"kafka", "_kafka_session", "kafka_proxy", "kafka3", "_kafka3_session", "kafka3_proxies", "broker",
-                 "secure_kafka", "kerberos", "oauth_kafka", "strict_kafka", "spark"}
+                 "secure_kafka", "kerberos", "oauth_kafka", "strict_kafka", "spark", "_kafka_tv1_session",
+                 "kafka_tv1", "kafka_tv1_proxy"}
 
 # Modules whose tests start a JVM themselves (kprod-broker as a command).
 _JVM_MODULES = {"test_brokers.py"}
@@ -155,6 +157,38 @@ def kafka_proxy(_kafka_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
     yield _kafka_session
     _clear_faults(_kafka_session.proxy)
     _kafka_session.proxy.cut_all()
+
+
+def _start_kafka_tv1(stack: contextlib.ExitStack) -> ProxiedKafka:
+    port = free_port()
+    proxy = stack.enter_context(FaultProxy("127.0.0.1", port))
+    cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)],
+                          features={"transaction.version": 1},
+                          config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
+    stack.callback(cluster.stop)
+    return ProxiedKafka(cluster, proxy)
+
+
+@pytest.fixture
+def _kafka_tv1_session() -> ProxiedKafka:
+    """Started by the worker's first test that uses it (tests/services.py)."""
+    return SERVICES.get("_kafka_tv1_session", _start_kafka_tv1)
+
+
+@pytest.fixture
+def kafka_tv1(_kafka_tv1_session: ProxiedKafka) -> KafkaCluster:
+    """One Apache Kafka node formatted with transaction.version 1: transaction protocol v1
+    (AddPartitionsToTxn, EndTxn v4), which ``kafka`` (Kafka 4.x's default, 2) no longer
+    speaks. For a few tests of transactions, run on both."""
+    return _kafka_tv1_session.cluster
+
+
+@pytest.fixture
+def kafka_tv1_proxy(_kafka_tv1_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
+    """``kafka_tv1`` behind its fault proxy; faults are cleared after each test."""
+    yield _kafka_tv1_session
+    _clear_faults(_kafka_tv1_session.proxy)
+    _kafka_tv1_session.proxy.cut_all()
 
 
 def _start_kafka3(stack: contextlib.ExitStack) -> ProxiedKafka3:

@@ -6,7 +6,10 @@ reported), and a writer reads back the offsets earlier transactions committed un
 group (OffsetFetch, waiting for pending transactional offsets to settle). Each call blocks
 until every answer is in or its timeout passes, retrying what Kafka says may be retried
 and finding a coordinator again when it moved. Requests to one coordinator are pipelined:
-ending a hundred transactions costs a few round trips, not a hundred.
+ending a hundred transactions costs a few round trips, not a hundred. Where the cluster
+speaks transaction protocol v2 (transaction.version 2), so does the AdminClient: EndTxn
+v5 (which bumps the epoch) and TxnOffsetCommit v5 without AddOffsetsToTxn; elsewhere
+protocol v1's versions.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
-from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.transactions import (
     GROUP_COORDINATOR as GROUP,
 )
@@ -96,10 +99,24 @@ class AdminClient:
         """Commit (or abort) each prepared transaction; raises the first error that is not
         retriable, or KafkaTimeoutError naming the transactions still open after
         ``timeout_ms`` (default request.timeout.ms x 2). Ending a transaction that is
-        already ended the same way succeeds, so a lost answer is safe to retry."""
+        already ended the same way succeeds, so a lost answer is safe to retry. Under
+        transaction protocol v2 the coordinator bumps the epoch as it ends each one
+        (:meth:`ended_epoch`)."""
         calls = [_Call(TRANSACTION, t.transactional_id, ApiKey.END_TXN,
                        end_txn_body(t.transactional_id, t.producer_id, t.producer_epoch, commit)) for t in transactions]
         self._run(calls, timeout_ms, "commit" if commit else "abort")
+
+    @property
+    def transaction_version(self) -> int:
+        """The transaction protocol the cluster speaks, as the brokers connected so far say
+        (0 before any connection)."""
+        return self._client.transaction_version
+
+    def ended_epoch(self, transaction: PreparedTransaction) -> int:
+        """The epoch ``transaction``'s id holds once this client has ended it: its own
+        under protocol v1, the next under v2 (EndTxn v5 bumps it). (A producer id whose
+        epochs ran out gets a new id instead.)"""
+        return transaction.producer_epoch + (1 if self.transaction_version >= 2 else 0)
 
     def fence_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None,
                            transaction_timeout_ms: int = 60000) -> None:
@@ -145,10 +162,15 @@ class AdminClient:
         send_offsets_to_transaction: ``(transaction, group id, {(topic, partition):
         (offset, metadata)})``. They become visible when the transaction commits."""
         items = list(items)
-        self._run([_Call(TRANSACTION, t.transactional_id, ApiKey.ADD_OFFSETS_TO_TXN,
-                         add_offsets_body(t.transactional_id, t.producer_id, t.producer_epoch, group))
-                   for t, group, _ in items],
-            timeout_ms, "add offsets to transactions")
+        if not items:
+            return
+        if self._cluster_transaction_version(timeout_ms) < 2:
+            # Protocol v1: each group's offsets partition joins the transaction first (under
+            # v2, TxnOffsetCommit v5 adds it itself).
+            self._run([_Call(TRANSACTION, t.transactional_id, ApiKey.ADD_OFFSETS_TO_TXN,
+                             add_offsets_body(t.transactional_id, t.producer_id, t.producer_epoch, group))
+                       for t, group, _ in items],
+                      timeout_ms, "add offsets to transactions")
         self._run([_Call(GROUP, group, ApiKey.TXN_OFFSET_COMMIT, txn_offset_commit_body(
             t.transactional_id, group, t.producer_id, t.producer_epoch, offsets)) for t, group, offsets in items],
             timeout_ms, "commit offsets in transactions")
@@ -182,6 +204,25 @@ class AdminClient:
             include_synonyms=False, include_documentation=False))
         self._run([call], timeout_ms, f"describe the settings of {transactional_id}'s coordinator")
         return {c.name: c.value for r in call.result.results for c in r.configs}
+
+    def _cluster_transaction_version(self, timeout_ms: float | None) -> int:
+        """The cluster's transaction protocol, connecting to a broker first if none has
+        said yet (the request to send depends on it)."""
+        client = self._client
+        timeout_ms = 2 * self._config.request_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = now_ms() + timeout_ms
+        while not client.features_known:
+            now = now_ms()
+            if now >= deadline:
+                raise KafkaTimeoutError(f"no broker answered within {timeout_ms:.0f} ms: "
+                                        f"{client.describe_bootstrap()}")
+            if client.authentication_error is not None:
+                raise client.authentication_error
+            node = client.least_loaded_node(now)
+            if node is not None:
+                client.ready(node, now)
+            client.poll(min(20.0, deadline - now))
+        return client.transaction_version
 
     # -- the loop -------------------------------------------------------------
 
@@ -220,7 +261,9 @@ class AdminClient:
                 if node is not None and client.ready(node, now):
                     call.in_flight = True
                     body = call.body(node) if callable(call.body) else call.body
-                    client.send(node, call.api_key, body, partial(self._answered, call))
+                    # Protocol v1 stops below v2's versions (EndTxn v5, TxnOffsetCommit v5).
+                    limit = V1_MAX_VERSIONS.get(call.api_key) if client.transaction_version < 2 else None
+                    client.send(node, call.api_key, body, partial(self._answered, call), max_version=limit)
                 else:
                     wait = min(wait, 20.0)  # connecting, or its coordinator being found
             client.poll(wait)

@@ -45,7 +45,7 @@ from spark_sink.protocol.error_codes import (
     UnsupportedVersionError,
 )
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.messages import ApiKey, transaction_version
 
 __all__ = ["Callback", "ClientResponse", "NetworkClient"]
 
@@ -97,6 +97,11 @@ class NetworkClient:
         # Set once a wakeup byte is written, cleared when it is read: send() calls wakeup()
         # for every new or full batch, and most of those find the sender already woken.
         self._wakeup_pending = False
+        # The transaction protocol the cluster speaks with kprod (messages.transaction_version),
+        # from the connection whose finalized features are the newest (the highest features
+        # epoch, as Java's ApiVersions keeps them): 2 where transaction.version is 2 or more.
+        self.transaction_version = 0
+        self._features_epoch = -2  # below any broker's (-1: a broker that finalizes no feature)
 
     # -- nodes ----------------------------------------------------------------
 
@@ -175,6 +180,11 @@ class NetworkClient:
             parts.append(f"{address}: {cause}")
         return "; ".join(parts)
 
+    @property
+    def features_known(self) -> bool:
+        """A broker has told its finalized features (``transaction_version`` is its word)."""
+        return self._features_epoch > -2
+
     def api_version(self, node_id: int, api_key: int) -> int | None:
         conn = self._conns.get(node_id)
         return conn.versions.get(api_key) if conn else None
@@ -182,14 +192,17 @@ class NetworkClient:
     # -- requests -------------------------------------------------------------
 
     def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
-             expect_response: bool = True) -> None:
-        """Queue a request to a READY node; the version is the highest both sides support."""
+             expect_response: bool = True, max_version: int | None = None) -> None:
+        """Queue a request to a READY node; the version is the highest both sides support,
+        at most ``max_version`` (a transaction of protocol v1 stops below v2's versions)."""
         conn = self._conns[node_id]
         if conn.state is not ConnState.READY:
             raise KafkaConnectionError(f"node {node_id} is not ready")
         version = conn.versions.get(api_key)
         if version is None:
             raise UnsupportedVersionError(f"broker {node_id} does not support {ApiKey(api_key).name}")
+        if max_version is not None and version > max_version:
+            version = max_version
         self._enqueue(conn, api_key, version, body, callback, expect_response)
 
     def _enqueue(self, conn: Connection, api_key: int, version: int, body: Any,
@@ -391,6 +404,9 @@ class NetworkClient:
                 self._write(conn)
             elif type(output) is Ready:
                 conn.note_ready(output.versions, now_ms())
+                if output.features_epoch > self._features_epoch:
+                    self._features_epoch = output.features_epoch
+                    self.transaction_version = transaction_version(output.features, output.versions)
                 self._progressed = True
                 self.authentication_error = None
                 address = f"{conn.host}:{conn.port}"

@@ -75,13 +75,15 @@ class KafkaClient(Protocol):
     def connection_delay_ms(self, node_id: int, now: float) -> float: ...
     def least_loaded_node(self, now: float) -> int | None: ...
     def send(self, node_id: int, api_key: int, body: Any, callback: Callable[[ClientResponse], None] | None,
-             expect_response: bool = True) -> None: ...
+             expect_response: bool = True, max_version: int | None = None) -> None: ...
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
     def close(self) -> None: ...
     def describe_bootstrap(self) -> str: ...
     @property
     def authentication_error(self) -> Exception | None:
         """The last failed authentication: threads waiting for metadata fail at once with it."""
+
+    transaction_version: int  # the cluster's transaction protocol (messages.transaction_version)
 
 
 class Sender(threading.Thread):
@@ -95,6 +97,7 @@ class Sender(threading.Thread):
         self._metadata = metadata
         self._client = client
         self._txn = transaction_manager
+        transaction_manager.transaction_version = lambda: client.transaction_version
         self._running = True
         self._force_close = False
         self._metadata_in_flight = False
@@ -292,7 +295,8 @@ class Sender(threading.Thread):
             return max(5.0, self._client.connection_delay_ms(node, now))
         txn.request_sent()
         self._client.send(node, request.api_key, request.body,
-                          lambda r: txn.handle_response(request, r.body, r.error, now_ms()))
+                          lambda r: txn.handle_response(request, r.body, r.error, now_ms()),
+                          max_version=request.max_version)
         return _MAX_POLL_MS
 
     # -- metadata and producer id ---------------------------------------------
@@ -353,7 +357,8 @@ class Sender(threading.Thread):
         by_tp = {b.tp: b for b in batches}
         self._metrics.request_sent(batches)
         acks0 = self._config.acks == 0
-        self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0)
+        self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0,
+                          max_version=self._txn.produce_max_version())
 
     def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
         now = now_ms()

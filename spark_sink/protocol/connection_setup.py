@@ -22,7 +22,7 @@ with a freshly authenticated one once the requests on it are answered.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -114,9 +114,12 @@ class Send:
 @dataclass(frozen=True, slots=True)
 class Ready:
     """The connection takes requests: ``versions`` maps each API kprod uses that the broker
-    supports to the highest version both know."""
+    supports to the highest version both know; ``features`` the cluster's finalized
+    features (name -> level) as the broker knows them at ``features_epoch`` (-1: none)."""
 
     versions: dict[int, int]
+    features: dict[str, int] = field(default_factory=dict)
+    features_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,8 @@ class ConnectionSetup:
         self.protocol = protocol
         self.state = SetupState.CONNECTING
         self.versions: dict[int, int] = {}
+        self.features: dict[str, int] = {}
+        self.features_epoch = -1
         # When the request now awaiting its answer was sent (None: none is), so that the
         # caller can time it out like any other.
         self.request_sent_ms: float | None = None
@@ -213,7 +218,7 @@ class ConnectionSetup:
         lifetime = detail or 0
         self.renew_at_ms = now + lifetime * self._renew_fraction if lifetime > 0 else 0.0
         self._exchange = None
-        return [Ready(self.versions)]
+        return [Ready(self.versions, self.features, self.features_epoch)]
 
     def _enter_failed(self, event: Event, detail: Any, now: float) -> list[Output]:
         return [Failed(detail, event in AUTHENTICATION_FAILURES)]
@@ -251,6 +256,8 @@ class ConnectionSetup:
             except (KeyError, UnsupportedVersionError):
                 continue  # an API kprod does not use, or none of its versions is common
         self.versions = versions
+        self.features = {f.name: f.max_version_level for f in body.finalized_features}
+        self.features_epoch = body.finalized_features_epoch
         if self._exchange is None:
             return Event.VERSIONS_AGREED, None
         if ApiKey.SASL_HANDSHAKE not in versions or ApiKey.SASL_AUTHENTICATE not in versions:

@@ -35,7 +35,7 @@ class TopicProduceData:
 
 @dataclass(slots=True)
 class ProduceRequest:
-    """ProduceRequest (API key 0): kprod speaks v3-v11 of Kafka's v3-v13."""
+    """ProduceRequest (API key 0): kprod speaks v3-v12 of Kafka's v3-v13."""
 
     transactional_id: str | None = None
     acks: int = 0
@@ -93,7 +93,7 @@ class NodeEndpoint:
 
 @dataclass(slots=True)
 class ProduceResponse:
-    """ProduceResponse (API key 0): kprod speaks v3-v11 of Kafka's v3-v13."""
+    """ProduceResponse (API key 0): kprod speaks v3-v12 of Kafka's v3-v13."""
 
     responses: list[TopicProduceResponse] = field(default_factory=list)
     throttle_time_ms: int = 0
@@ -429,7 +429,7 @@ class AddOffsetsToTxnResponse:
 
 @dataclass(slots=True)
 class EndTxnRequest:
-    """EndTxnRequest (API key 26): kprod speaks v0-v4 of Kafka's v0-v5."""
+    """EndTxnRequest (API key 26): kprod speaks v0-v5 of Kafka's v0-v5."""
 
     transactional_id: str = ""
     producer_id: int = 0
@@ -439,10 +439,12 @@ class EndTxnRequest:
 
 @dataclass(slots=True)
 class EndTxnResponse:
-    """EndTxnResponse (API key 26): kprod speaks v0-v4 of Kafka's v0-v5."""
+    """EndTxnResponse (API key 26): kprod speaks v0-v5 of Kafka's v0-v5."""
 
     throttle_time_ms: int = 0
     error_code: int = 0
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(slots=True)
@@ -465,7 +467,7 @@ class TxnOffsetCommitRequestTopic:
 
 @dataclass(slots=True)
 class TxnOffsetCommitRequest:
-    """TxnOffsetCommitRequest (API key 28): kprod speaks v0-v4 of Kafka's v0-v5."""
+    """TxnOffsetCommitRequest (API key 28): kprod speaks v0-v5 of Kafka's v0-v5."""
 
     transactional_id: str = ""
     group_id: str = ""
@@ -495,7 +497,7 @@ class TxnOffsetCommitResponseTopic:
 
 @dataclass(slots=True)
 class TxnOffsetCommitResponse:
-    """TxnOffsetCommitResponse (API key 28): kprod speaks v0-v4 of Kafka's v0-v5."""
+    """TxnOffsetCommitResponse (API key 28): kprod speaks v0-v5 of Kafka's v0-v5."""
 
     throttle_time_ms: int = 0
     topics: list[TxnOffsetCommitResponseTopic] = field(default_factory=list)
@@ -616,47 +618,47 @@ class DescribeTransactionsResponse:
 
 
 PRODUCE_REQUEST = Schema(ProduceRequest, (
-    F("transactional_id", "string", 3, 11, default=None, nullable=(3, 11)),
-    F("acks", "int16", 3, 11),
-    F("timeout_ms", "int32", 3, 11),
-    F("topic_data", "[]struct", 3, 11, default=[], schema=Schema(TopicProduceData, (
-        F("name", "string", 3, 11, default=""),
-        F("partition_data", "[]struct", 3, 11, default=[], schema=Schema(PartitionProduceData, (
-            F("index", "int32", 3, 11),
-            F("records", "records", 3, 11, default=None, nullable=(3, 11)),
+    F("transactional_id", "string", 3, 12, default=None, nullable=(3, 12)),
+    F("acks", "int16", 3, 12),
+    F("timeout_ms", "int32", 3, 12),
+    F("topic_data", "[]struct", 3, 12, default=[], schema=Schema(TopicProduceData, (
+        F("name", "string", 3, 12, default=""),
+        F("partition_data", "[]struct", 3, 12, default=[], schema=Schema(PartitionProduceData, (
+            F("index", "int32", 3, 12),
+            F("records", "records", 3, 12, default=None, nullable=(3, 12)),
         ))),
     ))),
-), flexible_from=9, versions=(3, 11))
+), flexible_from=9, versions=(3, 12))
 
 
 PRODUCE_RESPONSE = Schema(ProduceResponse, (
-    F("responses", "[]struct", 3, 11, default=[], schema=Schema(TopicProduceResponse, (
-        F("name", "string", 3, 11, default=""),
-        F("partition_responses", "[]struct", 3, 11, default=[], schema=Schema(PartitionProduceResponse, (
-            F("index", "int32", 3, 11),
-            F("error_code", "int16", 3, 11),
-            F("base_offset", "int64", 3, 11),
-            F("log_append_time_ms", "int64", 3, 11, default=-1),
-            F("log_start_offset", "int64", 5, 11, default=-1),
-            F("record_errors", "[]struct", 8, 11, default=[], schema=Schema(BatchIndexAndErrorMessage, (
-                F("batch_index", "int32", 8, 11),
-                F("batch_index_error_message", "string", 8, 11, default=None, nullable=(8, 11)),
+    F("responses", "[]struct", 3, 12, default=[], schema=Schema(TopicProduceResponse, (
+        F("name", "string", 3, 12, default=""),
+        F("partition_responses", "[]struct", 3, 12, default=[], schema=Schema(PartitionProduceResponse, (
+            F("index", "int32", 3, 12),
+            F("error_code", "int16", 3, 12),
+            F("base_offset", "int64", 3, 12),
+            F("log_append_time_ms", "int64", 3, 12, default=-1),
+            F("log_start_offset", "int64", 5, 12, default=-1),
+            F("record_errors", "[]struct", 8, 12, default=[], schema=Schema(BatchIndexAndErrorMessage, (
+                F("batch_index", "int32", 8, 12),
+                F("batch_index_error_message", "string", 8, 12, default=None, nullable=(8, 12)),
             ))),
-            F("error_message", "string", 8, 11, default=None, nullable=(8, 11)),
-            F("current_leader", "struct", 10, 11, default=None, tag=0, tagged=(10, 11), schema=Schema(LeaderIdAndEpoch, (
-                F("leader_id", "int32", 10, 11, default=-1),
-                F("leader_epoch", "int32", 10, 11, default=-1),
+            F("error_message", "string", 8, 12, default=None, nullable=(8, 12)),
+            F("current_leader", "struct", 10, 12, default=None, tag=0, tagged=(10, 12), schema=Schema(LeaderIdAndEpoch, (
+                F("leader_id", "int32", 10, 12, default=-1),
+                F("leader_epoch", "int32", 10, 12, default=-1),
             ))),
         ))),
     ))),
-    F("throttle_time_ms", "int32", 3, 11),
-    F("node_endpoints", "[]struct", 10, 11, default=[], tag=0, tagged=(10, 11), schema=Schema(NodeEndpoint, (
-        F("node_id", "int32", 10, 11),
-        F("host", "string", 10, 11, default=""),
-        F("port", "int32", 10, 11),
-        F("rack", "string", 10, 11, default=None, nullable=(10, 11)),
+    F("throttle_time_ms", "int32", 3, 12),
+    F("node_endpoints", "[]struct", 10, 12, default=[], tag=0, tagged=(10, 12), schema=Schema(NodeEndpoint, (
+        F("node_id", "int32", 10, 12),
+        F("host", "string", 10, 12, default=""),
+        F("port", "int32", 10, 12),
+        F("rack", "string", 10, 12, default=None, nullable=(10, 12)),
     ))),
-), flexible_from=9, versions=(3, 11))
+), flexible_from=9, versions=(3, 12))
 
 
 METADATA_REQUEST = Schema(MetadataRequest, (
@@ -866,49 +868,51 @@ ADD_OFFSETS_TO_TXN_RESPONSE = Schema(AddOffsetsToTxnResponse, (
 
 
 END_TXN_REQUEST = Schema(EndTxnRequest, (
-    F("transactional_id", "string", 0, 4, default=""),
-    F("producer_id", "int64", 0, 4),
-    F("producer_epoch", "int16", 0, 4),
-    F("committed", "bool", 0, 4, default=False),
-), flexible_from=3, versions=(0, 4))
+    F("transactional_id", "string", 0, 5, default=""),
+    F("producer_id", "int64", 0, 5),
+    F("producer_epoch", "int16", 0, 5),
+    F("committed", "bool", 0, 5, default=False),
+), flexible_from=3, versions=(0, 5))
 
 
 END_TXN_RESPONSE = Schema(EndTxnResponse, (
-    F("throttle_time_ms", "int32", 0, 4),
-    F("error_code", "int16", 0, 4),
-), flexible_from=3, versions=(0, 4))
+    F("throttle_time_ms", "int32", 0, 5),
+    F("error_code", "int16", 0, 5),
+    F("producer_id", "int64", 5, 5, default=-1),
+    F("producer_epoch", "int16", 5, 5, default=-1),
+), flexible_from=3, versions=(0, 5))
 
 
 TXN_OFFSET_COMMIT_REQUEST = Schema(TxnOffsetCommitRequest, (
-    F("transactional_id", "string", 0, 4, default=""),
-    F("group_id", "string", 0, 4, default=""),
-    F("producer_id", "int64", 0, 4),
-    F("producer_epoch", "int16", 0, 4),
-    F("generation_id", "int32", 3, 4, default=-1),
-    F("member_id", "string", 3, 4, default=""),
-    F("group_instance_id", "string", 3, 4, default=None, nullable=(3, 4)),
-    F("topics", "[]struct", 0, 4, default=[], schema=Schema(TxnOffsetCommitRequestTopic, (
-        F("name", "string", 0, 4, default=""),
-        F("partitions", "[]struct", 0, 4, default=[], schema=Schema(TxnOffsetCommitRequestPartition, (
-            F("partition_index", "int32", 0, 4),
-            F("committed_offset", "int64", 0, 4),
-            F("committed_leader_epoch", "int32", 2, 4, default=-1),
-            F("committed_metadata", "string", 0, 4, default="", nullable=(0, 4)),
+    F("transactional_id", "string", 0, 5, default=""),
+    F("group_id", "string", 0, 5, default=""),
+    F("producer_id", "int64", 0, 5),
+    F("producer_epoch", "int16", 0, 5),
+    F("generation_id", "int32", 3, 5, default=-1),
+    F("member_id", "string", 3, 5, default=""),
+    F("group_instance_id", "string", 3, 5, default=None, nullable=(3, 5)),
+    F("topics", "[]struct", 0, 5, default=[], schema=Schema(TxnOffsetCommitRequestTopic, (
+        F("name", "string", 0, 5, default=""),
+        F("partitions", "[]struct", 0, 5, default=[], schema=Schema(TxnOffsetCommitRequestPartition, (
+            F("partition_index", "int32", 0, 5),
+            F("committed_offset", "int64", 0, 5),
+            F("committed_leader_epoch", "int32", 2, 5, default=-1),
+            F("committed_metadata", "string", 0, 5, default="", nullable=(0, 5)),
         ))),
     ))),
-), flexible_from=3, versions=(0, 4))
+), flexible_from=3, versions=(0, 5))
 
 
 TXN_OFFSET_COMMIT_RESPONSE = Schema(TxnOffsetCommitResponse, (
-    F("throttle_time_ms", "int32", 0, 4),
-    F("topics", "[]struct", 0, 4, default=[], schema=Schema(TxnOffsetCommitResponseTopic, (
-        F("name", "string", 0, 4, default=""),
-        F("partitions", "[]struct", 0, 4, default=[], schema=Schema(TxnOffsetCommitResponsePartition, (
-            F("partition_index", "int32", 0, 4),
-            F("error_code", "int16", 0, 4),
+    F("throttle_time_ms", "int32", 0, 5),
+    F("topics", "[]struct", 0, 5, default=[], schema=Schema(TxnOffsetCommitResponseTopic, (
+        F("name", "string", 0, 5, default=""),
+        F("partitions", "[]struct", 0, 5, default=[], schema=Schema(TxnOffsetCommitResponsePartition, (
+            F("partition_index", "int32", 0, 5),
+            F("error_code", "int16", 0, 5),
         ))),
     ))),
-), flexible_from=3, versions=(0, 4))
+), flexible_from=3, versions=(0, 5))
 
 
 DESCRIBE_CONFIGS_REQUEST = Schema(DescribeConfigsRequest, (

@@ -40,13 +40,16 @@ class ApiKey(IntEnum):
 # The versions kprod implements of each API. The generator reads this table from the
 # source (python -m spark_sink.protocol.generate) and clips kmsg's classes and tables to it.
 #
-# Produce v12 (Kafka 4.0) only tells the broker the client runs transactions its second way
-# (KIP-890: partitions added implicitly, the epoch bumped by EndTxn v5); kprod adds
-# partitions itself, so it stops at v11, as Java's producer does without that feature.
-# AddPartitionsToTxn v4 and later batch several transactions and are for brokers only.
+# Produce v12, TxnOffsetCommit v5 and EndTxn v5 (Kafka 4.0) are transaction protocol v2
+# (KIP-890 part 2): a Produce or TxnOffsetCommit adds its partition to the transaction
+# itself, and EndTxn bumps the epoch and answers with it. kprod sends them only where the
+# cluster finalizes transaction.version 2 (transaction_version), and within a transaction of
+# protocol v1 at most V1_MAX_VERSIONS, as Java's producer does.
+# AddPartitionsToTxn v4 and later batch several transactions and are for brokers only
+# (Java's client stops at v3 too); under protocol v2 no client sends it.
 # SaslHandshake v1 only: v0 (Kafka 0.10) sends the SASL tokens unframed, outside the protocol.
 VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 11),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.METADATA: (1, 12),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 7),
@@ -56,12 +59,28 @@ VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
-    ApiKey.END_TXN: (0, 4),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.END_TXN: (0, 5),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
 }
+
+
+# The feature a cluster finalizes at 2 or more to speak transaction protocol v2, and the
+# versions a transaction of protocol v1 may use at most (the later ones are v2's).
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+V1_MAX_VERSIONS: dict[ApiKey, int] = {ApiKey.PRODUCE: 11, ApiKey.END_TXN: 4, ApiKey.TXN_OFFSET_COMMIT: 4}
+
+
+def transaction_version(features: dict[str, int], versions: dict[int, int]) -> int:
+    """The transaction protocol a broker speaks with kprod: its finalized
+    ``transaction.version`` (0 where it finalizes none), but 1 where the versions agreed
+    on the connection (``versions``) lack one of protocol v2's."""
+    level = features.get(TRANSACTION_VERSION_FEATURE, 0)
+    if level >= 2 and any(versions.get(key, -1) <= high for key, high in V1_MAX_VERSIONS.items()):
+        return 1
+    return level
 
 
 @dataclass(frozen=True)

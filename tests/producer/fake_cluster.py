@@ -34,9 +34,9 @@ class FakeCluster(ScriptedClient):
     _woken: bool = False
 
     def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
-             expect_response: bool = True) -> None:
+             expect_response: bool = True, max_version: int | None = None) -> None:
         with self._cond:
-            super().send(node_id, api_key, body, callback, expect_response)
+            super().send(node_id, api_key, body, callback, expect_response, max_version)
             if api_key == ApiKey.PRODUCE:
                 if expect_response:
                     self._answer(self.requests[-1])

@@ -86,6 +86,7 @@ class ScriptedClient:
     coordinator: int = 0  # the node FindCoordinator names for every transaction
     transactional_ids: set[str] = field(default_factory=set)  # initialised by InitProducerId
     wakeups: int = 0
+    transaction_version: int = 1  # the cluster's transaction protocol (v1: AddPartitionsToTxn before Produce)
     closed: bool = False
     _completed: list[tuple[Callback, ClientResponse]] = field(default_factory=list)
     _correlation_id: int = 0
@@ -122,10 +123,10 @@ class ScriptedClient:
         return next((n for n in sorted(self.nodes) if self.ready(n, now)), None)
 
     def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
-             expect_response: bool = True) -> None:
+             expect_response: bool = True, max_version: int | None = None) -> None:
         if not self.ready(node_id, 0.0):
             raise KafkaConnectionError(f"node {node_id} is not ready")
-        version = VERSIONS[ApiKey(api_key)][1]
+        version = min(VERSIONS[ApiKey(api_key)][1], 1 << 15 if max_version is None else max_version)
         wire = encode_request_body(api_key, version, body)
         self._correlation_id += 1
         request = Request(node_id, api_key, version, self._correlation_id,
@@ -147,9 +148,22 @@ class ScriptedClient:
                     kmsg.AddPartitionsToTxnPartitionResult(partition_index=i, partition_error_code=NO_ERROR)
                     for i in t.partitions])
                 for t in request.body.v3_and_below_topics]))
+        elif api_key == ApiKey.ADD_OFFSETS_TO_TXN:
+            self.respond(request, kmsg.AddOffsetsToTxnResponse(error_code=NO_ERROR))
+        elif api_key == ApiKey.TXN_OFFSET_COMMIT:
+            self.respond(request, kmsg.TxnOffsetCommitResponse(topics=[
+                kmsg.TxnOffsetCommitResponseTopic(t.name, [
+                    kmsg.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=NO_ERROR)
+                    for p in t.partitions])
+                for t in request.body.topics]))
         elif api_key == ApiKey.END_TXN:
-            self.respond(request, kmsg.EndTxnResponse(
-                error_code=self.end_txn_script.pop(0).code if self.end_txn_script else NO_ERROR))
+            error = self.end_txn_script.pop(0) if self.end_txn_script else None
+            if error is not None or request.version < 5:
+                self.respond(request, kmsg.EndTxnResponse(error_code=error.code if error else NO_ERROR))
+            else:  # transaction protocol v2: the coordinator bumps the epoch and says so
+                self.producer_epoch += 1
+                self.respond(request, kmsg.EndTxnResponse(
+                    error_code=NO_ERROR, producer_id=self.producer_id, producer_epoch=self.producer_epoch))
 
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None:
         self.nodes.update(nodes)  # as NetworkClient: learnt nodes are added, none forgotten

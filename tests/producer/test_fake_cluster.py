@@ -9,6 +9,7 @@ import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
+from spark_sink.protocol.messages import ApiKey
 from tests.producer.fake_cluster import FakeCluster
 
 TOPIC = "t"
@@ -50,8 +51,9 @@ def test_a_retriable_error_is_retried_within_the_delivery_timeout():
     assert cluster.values((TOPIC, 0)) == [b"a"]
 
 
-def test_send_arrow_and_a_committed_transaction():
-    cluster = FakeCluster(topics={TOPIC: [0, 0, 0]})
+@pytest.mark.parametrize("protocol", [1, 2])
+def test_send_arrow_and_a_committed_transaction(protocol):
+    cluster = FakeCluster(topics={TOPIC: [0, 0, 0]}, transaction_version=protocol)
     with _producer(cluster, **{"transactional.id": "tx"}) as producer:
         producer.init_transactions()
         producer.begin_transaction()
@@ -59,8 +61,11 @@ def test_send_arrow_and_a_committed_transaction():
                             topic=TOPIC).result(10)
         producer.commit_transaction()
     assert sum(len(cluster.values((TOPIC, p))) for p in range(3)) == 300
-    ended = [r.body for r in cluster.requests if r.api_key == 26]  # EndTxn
+    ended = [r.body for r in cluster.requests if r.api_key == ApiKey.END_TXN]
     assert [e.committed for e in ended] == [True]
+    # v1 adds the partitions before producing; v2's Produce adds them itself (KIP-890)
+    added = [r for r in cluster.requests if r.api_key == ApiKey.ADD_PARTITIONS_TO_TXN]
+    assert bool(added) == (protocol == 1)
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

@@ -344,11 +344,14 @@ def _transaction_with(h: Harness, *values: bytes) -> None:
     h.run()
 
 
-def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over():
+@pytest.mark.parametrize("transaction_version", [1, 2])
+def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over(transaction_version):
     """The retried batch held sequence 0 and is never sent again: the next transaction's
     first batch must not carry sequence 1 under the same epoch (a gap the broker refuses
-    with OUT_OF_ORDER_SEQUENCE_NUMBER), so the abort bumps the epoch first."""
+    with OUT_OF_ORDER_SEQUENCE_NUMBER), so the abort bumps the epoch first: with
+    InitProducerId under protocol v1, by EndTxn itself under v2."""
     h = Harness(**{"transactional.id": "tx", "retry.backoff.ms": 60_000})
+    h.client.transaction_version = transaction_version
     h.txn.init_transactions()
     h.run()
     _transaction_with(h, b"a")
@@ -361,9 +364,85 @@ def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over(
     assert [e for v, o, e in h.callbacks if v == b"a"] and h.callbacks[0][2] is not None
     _transaction_with(h, b"b")
     assert h.sequences()[-1] == (1, 0, (b"b",))
+    assert h.init_producer_id_requests() == (2 if transaction_version == 1 else 1)
     h.client.respond_produce(h.only_in_flight())
     h.run()
     assert h.callbacks[-1] == (b"b", 0, None)
+
+
+def _versions(h: Harness, api_key: ApiKey) -> list[int]:
+    return [r.version for r in h.client.requests if r.api_key == api_key]
+
+
+def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives():
+    """Where the cluster finalizes transaction.version 2: no AddPartitionsToTxn (Produce
+    v12 adds the partition), offsets by TxnOffsetCommit v5 alone, and EndTxn v5, whose
+    bumped epoch the next transaction's batches carry from sequence 0."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.client.transaction_version = 2
+    h.txn.init_transactions()
+    h.run()
+    for epoch in (0, 1):
+        _transaction_with(h, b"a", b"b")
+        h.client.respond_produce(h.only_in_flight())
+        h.run()
+        h.client.respond_produce(h.only_in_flight())
+        offsets = h.txn.send_offsets_to_transaction({("in", 0): (5, None)}, "group")
+        h.run()
+        offsets.wait(0, "send_offsets_to_transaction")
+        committed = h.txn.end_transaction(commit=True)
+        h.run()
+        committed.wait(0, "commit")
+        assert h.sequences()[-2:] == [(epoch, 0, (b"a",)), (epoch, 1, (b"b",))]
+        assert h.txn.producer_epoch == epoch + 1
+    assert not [r for r in h.client.requests
+                if r.api_key in (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN)]
+    assert set(_versions(h, ApiKey.PRODUCE)) == {12}
+    assert _versions(h, ApiKey.END_TXN) == [5, 5] and _versions(h, ApiKey.TXN_OFFSET_COMMIT) == [5, 5]
+    assert h.init_producer_id_requests() == 1
+
+
+def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_first():
+    """transaction.version went to 2 during a v1 transaction: it ends as v1 (EndTxn v4),
+    then InitProducerId bumps the epoch before the first v2 transaction, as Java does."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.client.transaction_version = 1
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight())
+    h.client.transaction_version = 2
+    committed = h.txn.end_transaction(commit=True)
+    h.run()
+    committed.wait(0, "commit")
+    assert _versions(h, ApiKey.END_TXN) == [4] and h.init_producer_id_requests() == 2
+    assert h.txn.state is State.READY and h.txn.producer_epoch == 1
+    _transaction_with(h, b"b")
+    assert _versions(h, ApiKey.PRODUCE) == [11, 12] and h.sequences()[-1] == (1, 0, (b"b",))
+
+
+def test_protocol_v1_stays_below_v2s_versions():
+    """Where the cluster does not finalize transaction.version 2, a transaction adds its
+    partitions and offsets itself and ends with EndTxn v4 under an unchanged epoch."""
+    h = Harness(**{"transactional.id": "tx"})
+    h.client.transaction_version = 1
+    h.txn.init_transactions()
+    h.run()
+    _transaction_with(h, b"a")
+    h.client.respond_produce(h.only_in_flight())
+    offsets = h.txn.send_offsets_to_transaction({("in", 0): (5, None)}, "group")
+    h.run()
+    offsets.wait(0, "send_offsets_to_transaction")
+    committed = h.txn.end_transaction(commit=True)
+    h.run()
+    committed.wait(0, "commit")
+    assert [ApiKey(r.api_key) for r in h.client.requests if r.api_key in (
+        ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.PRODUCE, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.END_TXN)] == [ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.PRODUCE, ApiKey.ADD_OFFSETS_TO_TXN,
+                             ApiKey.TXN_OFFSET_COMMIT, ApiKey.END_TXN]
+    assert (_versions(h, ApiKey.PRODUCE), _versions(h, ApiKey.TXN_OFFSET_COMMIT), _versions(h, ApiKey.END_TXN)
+            ) == ([11], [4], [4])
+    assert h.txn.producer_epoch == 0
 
 
 def test_a_coordinator_that_moved_is_found_again():

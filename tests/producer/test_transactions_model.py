@@ -266,6 +266,33 @@ def test_transactions_match_the_model(kafka, kafka_proxy):
         suppress_health_check=list(HealthCheck)))
 
 
+def test_transactions_match_the_model_on_protocol_v1(kafka_tv1, kafka_tv1_proxy):
+    """The same on a cluster without transaction protocol v2 (transaction.version 1)."""
+    test_transactions_match_the_model(kafka_tv1, kafka_tv1_proxy)
+
+
+def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka, kafka_tv1):
+    """Kafka 4.x finalizes transaction.version 2 on a fresh node: there each commit bumps
+    the epoch (EndTxn v5); formatted with transaction.version 1, it stays."""
+    topic = unique_topic("tv")
+    for cluster, version in ((kafka, 2), (kafka_tv1, 1)):
+        create_topic(cluster.bootstrap, topic, partitions=1)
+        tid = unique_topic("tv-txn")
+        with KafkaProducer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid}) as producer:
+            producer.init_transactions()
+            for _ in range(2):
+                producer.begin_transaction()
+                producer.send(ProducerRecord(topic, b"v"))
+                producer.commit_transaction()
+        with AdminClient({"bootstrap.servers": cluster.bootstrap}) as admin:
+            state = admin.describe_transactions([tid])[tid]
+            assert admin.transaction_version == version
+        # (PrepareCommit until the coordinator has written the markers.)
+        assert state.state in ("PrepareCommit", "CompleteCommit")
+        assert state.producer_epoch == (2 if version == 2 else 0)
+        assert len(consume_all(cluster.bootstrap, topic, 2, overrides={"isolation.level": "read_committed"})) == 2
+
+
 # An example costs 5 to 15 s here (kills, restarts, waits for replicas in sync): a soak
 # outlasts the suite's 300 s per test.
 @pytest.mark.timeout(300 + 30 * SOAK)

@@ -78,7 +78,7 @@ def _sasl_authenticate_v2(cid: int, auth: bytes = b"", code: int = 0, message: b
 # What a Kafka 4 broker with a SASL listener answers (its ranges, trimmed), plus an API
 # kprod does not know and one with no version in common: both are left out.
 BROKER_APIS = [(0, 3, 13), (3, 0, 13), (17, 0, 1), (18, 0, 4), (22, 6, 9), (36, 0, 2), (1000, 0, 1)]
-AGREED = {0: 11, 3: 12, 17: 1, 18: 3, 36: 2}
+AGREED = {0: 12, 3: 12, 17: 1, 18: 3, 36: 2}
 NO_SASL_APIS = [(0, 3, 13), (3, 0, 13), (18, 0, 4)]
 
 API_VERSIONS_V3_REQUEST = _frame(
@@ -354,3 +354,33 @@ def test_the_protocol_carries_on_after_ready():
     setup.receive_data(_sasl_authenticate_v2(2), 3.0)
     cid, _ = setup.protocol.send_request(3, 12, kmsg.MetadataRequest(topics=None))
     assert cid == 3 and setup.protocol.in_flight == 1
+
+
+def _api_versions_with_features(features: dict[str, int], apis: list[tuple[int, int, int]]) -> bytes:
+    from spark_sink.protocol.messages import ApiKey, encode_response_body
+
+    body = kmsg.ApiVersionsResponse(
+        api_keys=[kmsg.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in apis],
+        finalized_features_epoch=7,
+        finalized_features=[kmsg.FinalizedFeatureKey(name=n, max_version_level=v, min_version_level=v)
+                            for n, v in features.items()])
+    return _frame(struct.pack(">i", 0) + encode_response_body(ApiKey.API_VERSIONS, 3, body))
+
+
+TXN_V2_APIS = [(0, 3, 13), (18, 0, 4), (26, 0, 5), (28, 0, 5)]
+
+
+@pytest.mark.parametrize(("features", "apis", "expected"), [
+    ({"transaction.version": 2, "metadata.version": 30}, TXN_V2_APIS, 2),
+    ({"transaction.version": 1}, TXN_V2_APIS, 1),
+    ({}, TXN_V2_APIS, 0),  # a broker finalizing no transaction.version (Kafka 3.x)
+    ({"transaction.version": 2}, [(0, 3, 11), (18, 0, 4), (26, 0, 5), (28, 0, 5)], 1),  # no Produce v12
+    ({"transaction.version": 2}, [(0, 3, 13), (18, 0, 4), (26, 0, 4), (28, 0, 5)], 1),  # no EndTxn v5
+])
+def test_the_finalized_features_tell_the_transaction_protocol(features, apis, expected):
+    from spark_sink.protocol.messages import transaction_version
+
+    setup = _connected(_setup())
+    (ready,) = setup.receive_data(_api_versions_with_features(features, apis), 3.0)
+    assert isinstance(ready, Ready) and ready.features == features and ready.features_epoch == 7
+    assert transaction_version(ready.features, ready.versions) == expected

@@ -49,9 +49,9 @@ def test_the_tables_cover_exactly_the_apis_kprod_implements():
 
 
 def test_a_version_outside_kprods_range_is_refused():
-    with pytest.raises(ValueError, match="EndTxnRequest v5: kprod speaks v0-v4"):
+    with pytest.raises(ValueError, match="AddPartitionsToTxnRequest v4: kprod speaks v0-v3"):
         from spark_sink.protocol.messages import encode_request_body
-        encode_request_body(ApiKey.END_TXN, 5, kmsg.EndTxnRequest())
+        encode_request_body(ApiKey.ADD_PARTITIONS_TO_TXN, 4, kmsg.AddPartitionsToTxnRequest())
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -326,3 +326,10 @@ def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
     assert_nothing_left_open(kafka.bootstrap, topic, partitions)
     _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
 
+
+def test_writes_on_protocol_v1(spark, kafka_tv1, kafka_tv1_proxy, monkeypatch):
+    """On a cluster without transaction protocol v2 (AddPartitionsToTxn, AddOffsetsToTxn,
+    EndTxn v4): a failing task, a replay's markers, and a random shape."""
+    test_a_task_that_fails_after_sending_aborts_its_transaction(spark, kafka_tv1)
+    test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka_tv1, monkeypatch)
+    test_random_shapes_timings_and_failures(spark, kafka_tv1, kafka_tv1_proxy, 0)

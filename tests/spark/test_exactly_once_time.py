@@ -410,3 +410,14 @@ def test_a_named_batch_write_run_twice_through_spark_is_written_once(spark, kafk
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
     values = [v for v in _committed_values(kafka.bootstrap, topic, 502) if v != "sentinel"]
     assert collections.Counter(values) == collections.Counter(str(i) for i in range(500))
+
+
+def test_the_driver_on_protocol_v1(kafka_tv1, monkeypatch):
+    """The driver's checks on a cluster without transaction protocol v2, where its EndTxn
+    leaves the epoch as it was (under v2 a transaction the driver committed has the task's
+    epoch plus one): timed out, fenced by a second attempt, refused after the check, and a
+    named write whose driver died in its commit completed by its rerun."""
+    test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka_tv1)
+    test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kafka_tv1)
+    test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(kafka_tv1)
+    test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafka_tv1, monkeypatch)

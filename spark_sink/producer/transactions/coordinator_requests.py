@@ -91,6 +91,7 @@ class TxnRequest:
     settles: bool = True  # False: ``handle`` settles ``result`` itself
     not_before: float = 0.0
     partitions: set[TopicPartition] = field(default_factory=set)  # AddPartitionsToTxn: the partitions it adds
+    max_version: int | None = None  # the highest version it may go in (a transaction of protocol v1)
 
     def describe(self) -> str:
         kind = "group" if self.coordinator == GROUP_COORDINATOR else "transactional.id"

@@ -12,10 +12,13 @@ like it; its parts live beside it:
 
 Transactions (transactional.id set), as Java's: init_transactions() asks the transaction
 coordinator for the producer id under the transactional id, which bumps its epoch and so
-fences every earlier producer with that id (aborting the transaction it left open). Within
-a transaction, each partition is added (AddPartitionsToTxn) before its first batch is
-drained; offsets are added with AddOffsetsToTxn and committed, pending, with
-TxnOffsetCommit; EndTxn commits or aborts. A failure inside a transaction makes it
+fences every earlier producer with that id (aborting the transaction it left open). Each
+transaction speaks the protocol the cluster finalizes when it begins (``v2``). Protocol
+v1: each partition is added (AddPartitionsToTxn) before its first batch is drained;
+offsets are added with AddOffsetsToTxn and committed, pending, with TxnOffsetCommit;
+EndTxn commits or aborts. Protocol v2 (KIP-890 part 2, transaction.version 2): Produce
+v12 and TxnOffsetCommit v5 add their partitions themselves, and EndTxn v5 bumps the epoch,
+answering with the identity the next transaction uses. A failure inside a transaction makes it
 abortable (ABORTABLE_ERROR: abort, then go on); being fenced or unauthorised is fatal. A
 transaction may also be flushed and left open (PREPARED_TRANSACTION) for another process
 to end, given the transactional id, producer id and epoch (two-phase commit).
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_sink.client.coordinators import Coordinators
@@ -57,7 +60,7 @@ from spark_sink.protocol.error_codes import (
     UnsupportedVersionError,
     error_for_code,
 )
-from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.transactions import (
     GROUP_COORDINATOR,
     TRANSACTION_COORDINATOR,
@@ -112,6 +115,10 @@ class TransactionManager:
         # (max.block.ms) goes on in the Sender, and calling it again waits for that same
         # result, until a wait returns its outcome (Java's pendingTransition).
         self._pending: tuple[str, TransactionalResult] | None = None
+        # The transaction protocol the cluster speaks (the Sender's network client tells),
+        # and whether the current transaction speaks v2: fixed when it begins, as Java does.
+        self.transaction_version: Callable[[], int] = lambda: 0
+        self.v2 = False
 
     # -- the state machine ----------------------------------------------------
 
@@ -291,6 +298,7 @@ class TransactionManager:
         with self._lock:
             self._check_call("begin_transaction")
             self._new_transaction()
+            self.v2 = self.transaction_version() >= 2
             self._transition(Event.BEGIN)
 
     def _new_transaction(self) -> None:
@@ -315,7 +323,13 @@ class TransactionManager:
             return
         with self._lock:
             self.ensure_sendable()
-            self._to_add.add(tp)
+            if self.v2:
+                # Produce v12 adds it: the transaction is open at the coordinator once its
+                # first batch is written, and must be ended then (Java sets it here too).
+                self._in_transaction.add(tp)
+                self._started = True
+            else:
+                self._to_add.add(tp)
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, tuple[int, str | None]],
                                     group_id: str) -> TransactionalResult:
@@ -326,7 +340,12 @@ class TransactionManager:
             pid, epoch = self._identity
             commit = TxnRequest(ApiKey.TXN_OFFSET_COMMIT, GROUP_COORDINATOR, group_id,
                                 txn_offset_commit_body(self.transactional_id, group_id, pid, epoch, offsets),
-                                self._on_txn_offset_commit, result)
+                                self._on_txn_offset_commit, result, max_version=self._v1_max(ApiKey.TXN_OFFSET_COMMIT))
+            if self.v2:
+                # TxnOffsetCommit v5 adds the group's offsets partition itself (no AddOffsetsToTxn).
+                self._started = True
+                self._requests.append(commit)
+                return result
 
             def added(body: kmsg.AddOffsetsToTxnResponse) -> Exception | None:
                 error = error_for_code(body.error_code, f"AddOffsetsToTxn for group {group_id}")
@@ -374,8 +393,18 @@ class TransactionManager:
             # _ended() settles ``result``, after a new epoch if the transaction needs one.
             self._requests.append(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
                                              end_txn_body(self.transactional_id, *self._identity, commit),
-                                             lambda body: self._on_end_txn(body, result), result, settles=False))
+                                             lambda body: self._on_end_txn(body, result), result, settles=False,
+                                             max_version=self._v1_max(ApiKey.END_TXN)))
             return result
+
+    def _v1_max(self, api_key: ApiKey) -> int | None:
+        """The highest version of ``api_key`` the current transaction may use (None: any)."""
+        return None if self.v2 else V1_MAX_VERSIONS[api_key]
+
+    def produce_max_version(self) -> int | None:
+        """The highest Produce version the current batches may go in (None: any): a
+        transaction of protocol v1 stops below v12, which would add partitions itself."""
+        return V1_MAX_VERSIONS[ApiKey.PRODUCE] if self.transactional and not self.v2 else None
 
     # -- transactions: the Sender's side --------------------------------------
 
@@ -497,6 +526,12 @@ class TransactionManager:
     def _on_end_txn(self, body: kmsg.EndTxnResponse, result: TransactionalResult) -> Exception | None:
         error = error_for_code(body.error_code, f"EndTxn for transactional.id {self.transactional_id!r}")
         if error is None:
+            if body.producer_id >= 0:
+                # Protocol v2: the coordinator bumped the epoch (or, the epoch exhausted, gave
+                # a new producer id); the next transaction's sequences start at 0 under it.
+                self._sequences.identity = (body.producer_id, body.producer_epoch)
+                self._sequences.bump_required = False
+                log.debug("transactional.id %r: producer id %s epoch %s", self.transactional_id, *self._identity)
             self._ended(result)
         return error
 
@@ -505,7 +540,10 @@ class TransactionManager:
         gives a new epoch first (KIP-360), so that sequences start again at 0."""
         self._in_transaction.clear()
         aborting = self.state is State.ABORTING_TRANSACTION
-        if aborting and self._sequences.needs_new_epoch:
+        # (Under protocol v2, EndTxn gave the new epoch already.) A cluster that moved to
+        # protocol v2 during a v1 transaction gets a new epoch before the first v2 one, as
+        # Java's producer does (its clientSideEpochBumpRequired).
+        if not self.v2 and (aborting and self._sequences.needs_new_epoch or self.transaction_version() >= 2):
             self._transition(Event.INIT_PRODUCER_ID_SENT)
             self._enqueue_init(*self._identity, result)
             return

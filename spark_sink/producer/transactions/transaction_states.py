@@ -74,12 +74,13 @@ TRANSITIONS: dict[State, dict[Event, State]] = {
     },
     State.COMMITTING_TRANSACTION: {
         Event.ENDED: State.READY,
+        Event.INIT_PRODUCER_ID_SENT: State.INITIALIZING,  # the cluster moved to protocol v2: new epoch
         Event.ABORTABLE: State.ABORTABLE_ERROR,
         Event.FATAL: State.FATAL_ERROR,
     },
     State.ABORTING_TRANSACTION: {
         Event.ENDED: State.READY,
-        Event.INIT_PRODUCER_ID_SENT: State.INITIALIZING,  # aborted with a sequence gap: new epoch
+        Event.INIT_PRODUCER_ID_SENT: State.INITIALIZING,  # a sequence gap, or protocol v2 now: new epoch
         Event.FATAL: State.FATAL_ERROR,
     },
     State.ABORTABLE_ERROR: {
