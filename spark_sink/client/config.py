@@ -406,8 +406,8 @@ class ClientConfig:
         if values["reconnect_backoff_max_ms"] < values["reconnect_backoff_ms"]:
             values["reconnect_backoff_max_ms"] = values["reconnect_backoff_ms"]
 
-    @classmethod
-    def of(cls, config: Mapping[str, Any] | ClientConfig) -> ClientConfig:
+    @staticmethod
+    def of(config: Mapping[str, Any] | ClientConfig) -> ClientConfig:
         """``config`` if already validated (a producer's configuration included), else the
         client settings of a Java-named mapping, whose other keys (a producer's) are left
         to their own client: the admin client is handed producer settings in kprod."""

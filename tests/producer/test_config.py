@@ -63,3 +63,17 @@ def test_compression_levels_are_java_s():
 def test_idempotence_left_default_is_dropped_when_incompatible():
     assert ProducerConfig.from_dict({**BOOT, "acks": 1}).enable_idempotence is False
     assert ProducerConfig.from_dict({**BOOT, "max.in.flight.requests.per.connection": 10}).enable_idempotence is False
+
+
+def test_the_client_settings_stand_alone_and_the_producers_extend_them():
+    from spark_sink.client.config import ClientConfig
+
+    producer = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "linger.ms": 7, "request.timeout.ms": 900})
+    assert isinstance(producer, ClientConfig) and ClientConfig.of(producer) is producer
+    # A mapping of a producer's settings: the client keeps its own, checked as the producer would.
+    client = ClientConfig.of({"bootstrap.servers": "h:1", "linger.ms": 7, "request.timeout.ms": 900})
+    assert type(client) is ClientConfig and client.request_timeout_ms == 900 and not hasattr(client, "linger_ms")
+    with pytest.raises(ConfigError, match="request.timeout.ms"):
+        ClientConfig.of({"bootstrap.servers": "h:1", "request.timeout.ms": -1})
+    with pytest.raises(ConfigError, match="unknown client config key.*linger.ms"):
+        ClientConfig.from_dict({"bootstrap.servers": "h:1", "linger.ms": 7})
