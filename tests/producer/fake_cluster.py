@@ -30,6 +30,7 @@ class FakeCluster(ScriptedClient):
     lose_answers: int = 0
     # Errors for a partition's next Produce answers, in order.
     fail_next: dict[TopicPartition, list[type[KafkaError]]] = field(default_factory=dict)
+    authentication_error: Exception | None = None  # as NetworkClient's: none here
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _woken: bool = False
 
@@ -79,9 +80,6 @@ class FakeCluster(ScriptedClient):
     def values(self, tp: TopicPartition) -> list[bytes]:
         with self._cond:
             return super().values(tp)
-
-    # What NetworkClient also tells the producer.
-    authentication_error: Exception | None = None
 
     def describe_bootstrap(self) -> str:
         return "the fake cluster"
