@@ -245,8 +245,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         t_values, t_keys, t_headers = take(values), take(keys), take(headers)
         t_ts = timestamps if rows is None else timestamps[rows]
         count = partition_count(topic)
-        parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys, batch_size, sticky_partition,
-                            partitioner)
+        parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys=ignore_keys,
+                            batch_size=batch_size, sticky=sticky_partition, partitioner=partitioner)
         one = int(parts[0]) if (parts == parts[0]).all() else None
         out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, parts if one is None else one, count))
     return out
@@ -268,7 +268,7 @@ def _check_record_sizes(keys: pa.Array | None, values: pa.Array, headers: pa.Arr
             f"{setting} ({value}); no row of this send_arrow call was sent")
 
 
-def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array,
+def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array, *,
                 ignore_keys: bool, batch_size: int, sticky: Callable[[str, int], int],
                 partitioner: RowPartitioner | None = None) -> np.ndarray:
     """Partition of every row: explicit, else partitioner.class's choice if one is set,
