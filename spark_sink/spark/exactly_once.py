@@ -392,8 +392,17 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
     read_committed consumers until transaction.timeout.ms."""
     admin = _admin(config)
     txns = _transactions(messages)
-    if txns:
-        admin.end_transactions(txns.values(), commit=False)
+    try:
+        if txns:
+            admin.end_transactions(txns.values(), commit=False)
+    finally:
+        # Even when ending a reported one is refused (its coordinator already ended it at
+        # its timeout): the unreported tasks' transactions are still open.
+        _fence_unreported(admin, eo, messages)
+
+
+def _fence_unreported(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:
+    """Fence the ids of the tasks that never reported, aborting what they left open."""
     unfinished = [p for p, m in enumerate(messages) if not isinstance(m, KProdCommitMessage)]
     if not unfinished:
         return
