@@ -91,18 +91,23 @@ def transactional_config(config: Mapping[str, str], prefix: str, partition_id: i
     return {**config, "transactional.id": transactional_id(prefix, partition_id)}
 
 
-# (registry group, prefix) pairs this process has recorded.
-_registered: set[tuple[str, str]] = set()
+# When this process last recorded each (registry group, prefix) pair (time.monotonic()).
+_registered: dict[tuple[str, str], float] = {}
+# Kafka drops a group's offsets offsets.retention.minutes (7 days by default) after their
+# last commit: a worker that lives longer records its prefix again well before that.
+REGISTER_AGAIN_AFTER_S = 24 * 3600.0
 
 
 def register_prefix(config: Mapping[str, str], eo: ExactlyOnce, prefix: str) -> None:
     """Before a task's first transaction under a prefix derived from the query id, record
-    the prefix where the driver's abort can find it (once per Python worker)."""
-    if eo.prefix is not None or (eo.options_key, prefix) in _registered:
+    the prefix where the driver's abort can find it (once per Python worker and day)."""
+    key = (eo.options_key, prefix)
+    last = _registered.get(key)
+    if eo.prefix is not None or (last is not None and time.monotonic() - last < REGISTER_AGAIN_AFTER_S):
         return
     with AdminClient(dict(config)) as admin:
         admin.commit_offsets(registry_group(eo.options_key), {(eo.marker_topic, MARKER_PARTITION): (0, prefix)})
-    _registered.add((eo.options_key, prefix))
+    _registered[key] = time.monotonic()
 
 
 def fence_and_begin(producer: KafkaProducer) -> None:
