@@ -55,10 +55,8 @@ class FakeCluster(ScriptedClient):
         self.respond_produce(request, errors)
 
     def poll(self, timeout_ms: float) -> bool:
-        with self._cond:
-            if not self._completed and not self._woken:
-                self._cond.wait(min(timeout_ms, 50.0) / 1000.0)
-            self._woken = False
+        with self._cond:  # an RLock: wait() takes it again
+            self.wait(timeout_ms)
             return super().poll(0)
 
     def wait(self, timeout_ms: float, io: bool = True) -> None:

@@ -29,6 +29,17 @@ from tests.spark.test_exactly_once_time import _prepare
 _SHARED = "the abort's registry is shared by queries with the same sink options"
 
 
+def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -> None:
+    """Task 0 of ``prefix`` holds an open transaction with rows when its worker dies and no
+    task of the microbatch reported: after the driver's abort nothing may be left open."""
+    producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"held"])
+    try:
+        exactly_once.abort(config, eo, [None])
+        assert_nothing_left_open(kafka.bootstrap, topic, 1)
+    finally:
+        producer.close()
+
+
 @pytest.mark.soak
 @pytest.mark.xfail(strict=True, reason=_SHARED)
 def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka):
@@ -46,14 +57,7 @@ def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_
     exactly_once.register_prefix(config, eo, prefix_a)
     exactly_once.register_prefix(config, eo, prefix_b)
     exactly_once.register_prefix(config, eo, prefix_a)
-    # A's task 0 holds an open transaction with rows when its worker dies; no task of
-    # A's microbatch reported.
-    producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix_a, 0), topic_a, [b"held"])
-    try:
-        exactly_once.abort(config, eo, [None])
-        assert_nothing_left_open(kafka.bootstrap, topic_a, 1)
-    finally:
-        producer.close()
+    _abort_with_a_transaction_held(kafka, config, eo, prefix_a, topic_a)
 
 
 @pytest.mark.soak
@@ -88,9 +92,4 @@ def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafk
     # A day later the same worker's next task records it again.
     exactly_once._registered[(eo.options_key, prefix)] -= exactly_once.REGISTER_AGAIN_AFTER_S
     exactly_once.register_prefix(config, eo, prefix)
-    producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"held"])
-    try:
-        exactly_once.abort(config, eo, [None])
-        assert_nothing_left_open(kafka.bootstrap, topic, 1)
-    finally:
-        producer.close()
+    _abort_with_a_transaction_held(kafka, config, eo, prefix, topic)
