@@ -298,11 +298,8 @@ def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[in
         admin.end_transactions(txns.values(), commit=True)
     except Exception as exc:
         states = admin.describe_transactions(t.transactional_id for t in txns.values())
-        # Committed by this EndTxn: its epoch is the task's, or under transaction protocol v2
-        # the next one (EndTxn v5 bumps it; another producer's commit would be later still).
         ok = {p for p, t in txns.items() if states[t.transactional_id].state in ("PrepareCommit", "CompleteCommit")
-              and states[t.transactional_id].producer_id == t.producer_id
-              and states[t.transactional_id].producer_epoch == admin.ended_epoch(t)}
+              and admin.ended_by_us(t, states[t.transactional_id])}
         lost = [(p, t) for p, t in sorted(txns.items()) if p not in ok]
         if not lost:
             return  # every one committed: the error was about an answer, not the outcome
