@@ -130,8 +130,9 @@ def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.nda
 _NO_NULLS = np.zeros(0, np.bool_)
 
 
-def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32."""
+def murmur2_array(keys: pa.Array | pa.ChunkedArray, seed: int = SEED) -> np.ndarray:
+    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32; the
+    partitioner's with Kafka's seed."""
     keys = as_binary(keys)
     if len(keys) == 0:
         return np.zeros(0, np.int32)
@@ -142,7 +143,7 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     for a in (data, offsets, nulls):
         a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
     hashes = np.empty(len(keys), np.uint32)
-    kernels.compiled().murmur2_rows(data, offsets, nulls, SEED, hashes)
+    kernels.compiled().murmur2_rows(data, offsets, nulls, seed, hashes)
     return hashes.view(np.int32)
 
 

@@ -6,7 +6,7 @@ flushes and returns the transaction's identity without committing it; a task wit
 rows opens no producer and no transaction (the driver fences its id at a query's first
 commit, for what a crashed run may have left under it). A task that fails aborts its own. The
 driver's commit ends them all; its abort ends those of the tasks that finished and fences
-the ids of those that did not, so that nothing stays open until transaction.timeout.ms.
+the ids of every task, so that nothing stays open until transaction.timeout.ms.
 
 Before it commits, the driver asks each transaction's coordinator whether it is still open
 under the epoch its task reported, with time left before its timeout; if any is not, it
@@ -47,7 +47,7 @@ from spark_sink.spark.options import ExactlyOnce, SinkOptions
 log = logging.getLogger(__name__)
 
 MARKER_PARTITION = 0
-# How long the driver's abort waits before it fences the unreported tasks' ids again.
+# How long the driver's abort waits before it fences the tasks' ids again.
 REFENCE_AFTER_S = 3.0
 # How long a failing task waits for its abort: the task is failing anyway, and what is
 # left open is aborted by the next attempt or by the driver's abort.
@@ -432,10 +432,12 @@ def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range
 
 
 def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:
-    """Abort the transactions of the tasks that finished, and fence the ids of those that
-    did not: a task that died with its worker (or whose own abort failed) leaves its
+    """Abort the transactions of the tasks that finished, and fence the ids of every task
+    of the write: a task that died with its worker (or whose own abort failed) leaves its
     transaction open, holding back every later record of its partitions from
-    read_committed consumers until transaction.timeout.ms."""
+    read_committed consumers until transaction.timeout.ms; so does another attempt of a
+    finished task (a speculative copy, an executor thought lost) that opened one under
+    the same id, at an epoch the finished task's EndTxn cannot end."""
     admin = _admin(config)
     txns = _transactions(messages)
     try:
@@ -443,20 +445,19 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
             admin.end_transactions(txns.values(), commit=False)
     finally:
         # Even when ending a reported one is refused (its coordinator already ended it at
-        # its timeout): the unreported tasks' transactions are still open.
-        _fence_unreported(admin, eo, messages)
+        # its timeout, or another attempt fenced it): the others may still be open.
+        _fence_all(admin, eo, messages)
 
 
-def _fence_unreported(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:
-    """Fence the ids of the tasks that never reported, aborting what they left open."""
-    unfinished = [p for p, m in enumerate(messages) if not isinstance(m, KProdCommitMessage)]
-    if not unfinished:
-        return
+def _fence_all(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:
+    """Fence the ids of every task of the write, aborting what is left open under them."""
     prefix = _abort_prefix(admin, eo, messages)
     if prefix is None:
         return
-    ids = [transactional_id(prefix, p) for p in unfinished]
+    ids = [transactional_id(prefix, p) for p in range(len(messages))]
     admin.fence_transactions(ids)
+    if all(isinstance(m, KProdCommitMessage) for m in messages):
+        return
     # Spark aborts as soon as the job fails or is cancelled, without waiting for its
     # running tasks: one that opens its transaction after the fence above (a small task
     # sends at the end of its input) would leave it open. Those tasks are being killed

@@ -82,8 +82,6 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
             z.close()
 
 
-@pytest.mark.xfail(strict=True, reason="the driver's abort fences only the ids of tasks that never reported: "
-                                       "a second attempt of a reported task, killed, keeps its transaction open")
 def test_a_killed_second_attempt_leaves_no_transaction_open(kafka):
     """README, Guarantees: "No transaction outlives a failed write or microbatch, whatever
     failed (a task's error, a poison row, a SIGKILLed Python worker, a lost executor), with
@@ -95,7 +93,7 @@ def test_a_killed_second_attempt_leaves_no_transaction_open(kafka):
     The check aborts the other task's transaction and the abort ends the reported ones,
     but nothing ends the second attempt's: it holds back read_committed consumers of its
     partition until transaction.timeout.ms (for a batch write, the broker's maximum, 15
-    minutes by default)."""
+    minutes by default). Fixed: the abort fences the ids of every task of the write."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-zkill"), partitions=1)
     prefix = unique_topic("zk")
     config = {"bootstrap.servers": kafka.bootstrap}
