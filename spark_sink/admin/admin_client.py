@@ -54,14 +54,18 @@ _LISTED_ERRORS = {ApiKey.DESCRIBE_TRANSACTIONS: "transaction_states", ApiKey.DES
 _BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's settings
 
 
+_LAST_OFFSET_COMMIT_WITH_RETENTION = 4  # OffsetCommit's RetentionTimeMs is in v2-v4
+
+
 class _Call:
     """One request to a coordinator, sent again until it is answered for good."""
 
     __slots__ = ("key_type", "key", "api_key", "body", "result", "error", "not_before", "in_flight", "done",
-                 "accept")
+                 "accept", "max_version")
 
     def __init__(self, key_type: int, key: str, api_key: ApiKey,
-                 body: Any | Callable[[int], Any], accept: frozenset[type] = frozenset()) -> None:
+                 body: Any | Callable[[int], Any], accept: frozenset[type] = frozenset(),
+                 max_version: int | None = None) -> None:
         # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
         self.result: Any = None  # the response, an instance of its kmsg class
@@ -70,6 +74,7 @@ class _Call:
         self.in_flight = False
         self.done = False
         self.accept = accept  # errors that are answers: the call is done, its result kept
+        self.max_version = max_version  # the newest version the body may go in (None: any)
 
 
 class AdminClient:
@@ -130,16 +135,26 @@ class AdminClient:
             producer_id=-1, producer_epoch=-1)) for tid in transactional_ids]
         self._run(calls, timeout_ms, "fence transactional ids")
 
-    def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None) -> None:
+    def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None, *,
+                       retention_ms: int | None = None) -> None:
         """Commit ``offsets`` for ``group_id`` at once, outside any transaction, as a client
-        that is no member of the group (the group must have no active members)."""
+        that is no member of the group (the group must have no active members).
+
+        ``retention_ms``: keep them that long rather than the broker's
+        offsets.retention.minutes after this commit (OffsetCommit v2-v4 carry a retention
+        of their own, which Kafka's group coordinators still honour; the request is then
+        sent at v4 at most)."""
         topics: dict[str, list[kmsg.OffsetCommitRequestPartition]] = {}
         for (topic, partition), (offset, metadata) in offsets.items():
             topics.setdefault(topic, []).append(kmsg.OffsetCommitRequestPartition(
                 partition_index=partition, committed_offset=offset, committed_metadata=metadata))
         body = kmsg.OffsetCommitRequest(group_id=group_id, topics=[
             kmsg.OffsetCommitRequestTopic(t, ps) for t, ps in topics.items()])
-        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, body)], timeout_ms, f"commit offsets of {group_id}")
+        max_version = None
+        if retention_ms is not None:
+            body.retention_time_ms, max_version = retention_ms, _LAST_OFFSET_COMMIT_WITH_RETENTION
+        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, body, max_version=max_version)], timeout_ms,
+                  f"commit offsets of {group_id}")
 
     def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
                           timeout_ms: float | None = None) -> dict[str, Offsets]:
@@ -263,6 +278,8 @@ class AdminClient:
                     body = call.body(node) if callable(call.body) else call.body
                     # Protocol v1 stops below v2's versions (EndTxn v5, TxnOffsetCommit v5).
                     limit = V1_MAX_VERSIONS.get(call.api_key) if client.transaction_version < 2 else None
+                    if call.max_version is not None:
+                        limit = call.max_version if limit is None else min(limit, call.max_version)
                     client.send(node, call.api_key, body, partial(self._answered, call), max_version=limit)
                 else:
                     wait = min(wait, 20.0)  # connecting, or its coordinator being found

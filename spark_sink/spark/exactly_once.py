@@ -47,6 +47,9 @@ from spark_sink.spark.options import ExactlyOnce, SinkOptions
 log = logging.getLogger(__name__)
 
 MARKER_PARTITION = 0
+# How long the directory is kept after its last commit (the markers: the broker's
+# offsets.retention.minutes): it tells a query's next microbatch from a replay.
+DIRECTORY_RETENTION_MS = 365 * 24 * 3600 * 1000
 # How long the driver's abort waits before it fences the tasks' ids again.
 REFENCE_AFTER_S = 3.0
 # How long a failing task waits for its abort: the task is failing anyway, and what is
@@ -189,16 +192,9 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     prefix = eo.prefix_for(query)
     tasks = len(messages)
     directory = (eo.marker_topic, MARKER_PARTITION)
-    started_batch, ids = _read_directory(admin, prefix, directory, query)
+    started_batch, ids, record = _read_directory(admin, prefix, directory, query)
     if started_batch < 0 and batch_id > 0 and eo.missing_markers == "fail":
-        raise MarkersMissingError(
-            f"microbatch {batch_id}: the exactly-once markers of this query (group {directory_group(prefix)!r} on "
-            f"{eo.marker_topic}-{MARKER_PARTITION}) are gone, so a replay of a microbatch that was committed in "
-            "part cannot be told from a new one and could be written twice. Kafka keeps them "
-            "offsets.retention.minutes (7 days by default) after the last commit; they are also missing when the "
-            "checkpoint was written by another sink or an older kprod, or when kprod.transactionalIdPrefix or "
-            "kprod.markerTopic changed. If the last run stopped without failing in a commit, restart once with "
-            "option kprod.missingMarkers=ignore")
+        raise MarkersMissingError(_missing_text(batch_id, f"group {directory_group(prefix)!r}", eo))
     ids = max(ids, tasks)
     if prefix not in _fenced:
         # Ids an earlier run used that hold no transaction of this one (this run has
@@ -208,17 +204,26 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         idle = [p for p in range(ids) if p >= tasks or p not in txns]
         admin.fence_transactions([transactional_id(prefix, p) for p in idle])
         _fenced.add(prefix)
-    already = set()
+    already: set[int] = set()
+    replay = started_batch >= batch_id
+    # The last earlier microbatch whose commit wrote markers (-1: none known): a replay that
+    # finds no marker of any id then knows Kafka dropped them.
+    marked = record.get("marked", -1) if replay else (
+        started_batch if record.get("fresh", 0) > 0 else record.get("marked", -1))
     # A replay (the directory names this microbatch), or a first microbatch whose directory
-    # is gone: the directory is committed just before the markers, so it expires first,
-    # and a replay of microbatch 0 cannot otherwise be told from a new query's start.
-    if started_batch >= batch_id or started_batch < 0:
-        already = _committed_before(admin, prefix, eo, batch_id, query, tasks=tasks, ids=ids,
-                                    rows=_rows_digests(messages))
+    # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
+    if replay or started_batch < 0:
+        markers, any_marker = _markers(admin, prefix, eo, range(ids), batch_id, query)
+        if replay and not any_marker and isinstance(marked, int) and marked >= 0 and eo.missing_markers == "fail":
+            raise MarkersMissingError(_missing_text(batch_id, f"markers of microbatch {marked} and later", eo))
+        already = _committed_before(markers, batch_id, tasks=tasks, rows=_rows_digests(messages))
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
-    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({"query": query, "ids": ids}))})
+    # Kept a year (not offsets.retention.minutes): a query idle for weeks still knows its
+    # next microbatch from a replay.
+    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(
+        {"query": query, "ids": ids, "fresh": len(fresh), "marked": marked}))}, retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
     if skipped:
         log.warning("kprod microbatch %d: partition(s) %s were committed by an earlier run of it; their rows are "
@@ -347,23 +352,35 @@ def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partit
             f"or make the write shorter. {outcome}")
 
 
+def _missing_text(batch_id: int, what: str, eo: ExactlyOnce) -> str:
+    """Why a microbatch is refused when the markers it would be checked against are gone."""
+    return (f"microbatch {batch_id}: the exactly-once markers of this query ({what} on "
+            f"{eo.marker_topic}-{MARKER_PARTITION}) are gone, so a replay of a microbatch that was committed in "
+            "part cannot be told from a new one and could be written twice. Kafka keeps the markers "
+            "offsets.retention.minutes (7 days by default) after their last commit, and the directory a year; "
+            "they are also missing when the checkpoint was written by another sink or an older kprod, or when "
+            "kprod.transactionalIdPrefix or kprod.markerTopic changed. If the last run stopped without failing in "
+            "a commit, restart once with option kprod.missingMarkers=ignore")
+
+
 def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int], query: str | None
-                    ) -> tuple[int, int]:
-    """(the last microbatch whose commit started, the task ids any run has used) as the
-    directory records them; (-1, 0) if it records nothing of this query."""
+                    ) -> tuple[int, int, dict]:
+    """(the last microbatch whose commit started, the task ids any run has used, the whole
+    record) as the directory holds them; (-1, 0, {}) if it records nothing of this query."""
     group = directory_group(prefix)
     offset, metadata = admin.committed_offsets({group: [directory]})[group].get(directory, (-1, None))
     try:
         record = json.loads(metadata) if metadata else {}
     except ValueError:
         record = {}
-    if offset < 0 or record.get("query") != query or not isinstance(record.get("ids"), int):
-        return -1, 0
-    return offset, record["ids"]
+    if offset < 0 or not isinstance(record, dict) or record.get("query") != query \
+            or not isinstance(record.get("ids"), int):
+        return -1, 0, {}
+    return offset, record["ids"], record
 
 
-def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id: int, query: str | None, *,
-                      tasks: int, ids: int, rows: Mapping[int, str]) -> set[int]:
+def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *, tasks: int,
+                      rows: Mapping[int, str]) -> set[int]:
     """The partitions of this microbatch whose rows an earlier run already committed: all of
     them if an earlier run split it otherwise and committed it whole.
 
@@ -371,7 +388,6 @@ def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id
     many tasks and that task's rows digest equals this one's (a marker or a task without
     a digest, from an older kprod, is matched by the count alone). A marker of a later
     microbatch means this one was committed before it."""
-    markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
     if not markers:
         return set()
 
@@ -412,23 +428,26 @@ def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id
 
 
 def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range, batch_id: int,
-             query: str | None) -> dict[int, tuple[int, dict]]:
+             query: str | None) -> tuple[dict[int, tuple[int, dict]], bool]:
     """Per partition, the offset and marker of an earlier commit of this microbatch or a
-    later one (same query)."""
+    later one (same query); and whether any partition holds a marker of this query at all."""
     tp = (eo.marker_topic, MARKER_PARTITION)
     offsets = admin.committed_offsets({transactional_id(prefix, p): [tp] for p in partitions})
     found = {}
+    any_marker = False
     for p in partitions:
         offset, metadata = offsets[transactional_id(prefix, p)].get(tp, (-1, None))
-        if offset < batch_id or not metadata:
+        if offset < 0 or not metadata:
             continue
         try:
             marker = json.loads(metadata)
         except ValueError:
             continue  # not ours
         if isinstance(marker, dict) and marker.get("query") == query:
-            found[p] = (offset, marker)
-    return found
+            any_marker = True
+            if offset >= batch_id:
+                found[p] = (offset, marker)
+    return found, any_marker
 
 
 def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:
