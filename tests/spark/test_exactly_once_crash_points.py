@@ -122,10 +122,12 @@ def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str
     raise AssertionError(f"the last run, neither dying nor split otherwise, did not finish: {log}")
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
 @pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monkeypatch, seed, named):
-    rng = random.Random(seed * 2 + named)
+def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monkeypatch, seed, named, wide):
+    """1 to 4 tasks, or (wide) 30 to 80 tasks, most without rows, as after a shuffle."""
+    rng = random.Random(seed * 4 + named * 2 + wide)
     topic = create_topic(kafka.bootstrap, unique_topic("eos-crashpoints"), partitions=2)
     dying = _Dying(monkeypatch, rng)
     log: list[str] = []
@@ -135,7 +137,7 @@ def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monk
         eo, query, batches = ExactlyOnce(None, topic), unique_topic("query"), [0, 1, 2]
     written: list[bytes] = []
     for batch in batches:
-        tasks = rng.randrange(1, 5)
+        tasks = rng.randrange(30, 81) if wide else rng.randrange(1, 5)
         rows: dict[int, list[bytes]] = {p: [] for p in range(tasks)}
         for i in range(rng.randrange(1, 25)):
             rows[rng.randrange(tasks)].append(b"s%d-b%s-%02d" % (seed, str(batch).encode(), i))
