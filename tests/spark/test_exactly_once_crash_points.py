@@ -151,3 +151,11 @@ def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monk
     assert not twice and not lost, f"visible twice: {twice}; never visible: {lost}; runs: {log}"
     assert got == expected
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])
+@pytest.mark.parametrize("seed", range(SEEDS))
+def test_the_same_on_protocol_v1(kafka_tv1, monkeypatch, seed, named):
+    """On a cluster without transaction protocol v2 (AddOffsetsToTxn before the markers,
+    EndTxn without an epoch bump)."""
+    test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka_tv1, monkeypatch, seed, named, False)
