@@ -47,6 +47,10 @@ from spark_sink.spark.options import ExactlyOnce, SinkOptions
 log = logging.getLogger(__name__)
 
 MARKER_PARTITION = 0
+# Ids beyond those recorded that a restarted query's first commit asks about at once, and
+# the highest it asks about (see _open_beyond).
+PROBE_WINDOW = 128
+PROBE_LIMIT = 1 << 16
 # How long the directory is kept after its last commit (the markers: the broker's
 # offsets.retention.minutes): it tells a query's next microbatch from a replay.
 DIRECTORY_RETENTION_MS = 365 * 24 * 3600 * 1000
@@ -202,6 +206,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         # crash left open: aborted now, not at transaction.timeout.ms, and their pending
         # markers settled before they are read.
         idle = [p for p in range(ids) if p >= tasks or p not in txns]
+        idle += _open_beyond(admin, prefix, ids)
         admin.fence_transactions([transactional_id(prefix, p) for p in idle])
         _fenced.add(prefix)
     already: set[int] = set()
@@ -236,6 +241,24 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         for p, t in fresh.items())
     _end_checked(admin, config, fresh, began, what)
     return len(fresh)
+
+
+def _open_beyond(admin: AdminClient, prefix: str, start: int) -> list[int]:
+    """The ids from ``start`` on that hold an open transaction: a run whose driver died
+    before its commit (so that no directory recorded its task count) may have had more
+    tasks than this one. Asked of the coordinators in windows of ``PROBE_WINDOW`` ids,
+    until a window whose ids no coordinator has heard of (tasks without rows open no
+    transaction, so a run's ids may have gaps, but not that wide)."""
+    found: list[int] = []
+    while start < PROBE_LIMIT:
+        window = range(start, start + PROBE_WINDOW)
+        states = admin.describe_transactions(transactional_id(prefix, p) for p in window)
+        known = [p for p in window if states[transactional_id(prefix, p)].state is not None]
+        if not known:
+            return found
+        found += [p for p in known if states[transactional_id(prefix, p)].state == "Ongoing"]
+        start += PROBE_WINDOW
+    return found
 
 
 def commit_margin_ms(timeout_ms: int) -> float:

@@ -82,18 +82,21 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
             z.close()
 
 
-def test_a_killed_second_attempt_leaves_no_transaction_open(kafka):
+@pytest.mark.parametrize("second", ["killed", "finished"])
+def test_a_second_attempt_of_a_reported_task_leaves_no_transaction_open(kafka, second):
     """README, Guarantees: "No transaction outlives a failed write or microbatch, whatever
     failed (a task's error, a poison row, a SIGKILLed Python worker, a lost executor), with
     or without finished tasks". And of speculation: "the driver's check above catches it:
     the write fails whole".
 
     The second attempt of task 0 opens its transaction after the first reported (the case
-    the check catches: the write fails, nothing of it visible), then its worker is killed.
-    The check aborts the other task's transaction and the abort ends the reported ones,
-    but nothing ends the second attempt's: it holds back read_committed consumers of its
-    partition until transaction.timeout.ms (for a batch write, the broker's maximum, 15
-    minutes by default). Fixed: the abort fences the ids of every task of the write."""
+    the check catches: the write fails, nothing of it visible). It is then killed (its
+    worker SIGKILLed: no abort), or it finishes too and Spark drops its commit message
+    (the first attempt's was accepted), leaving its transaction prepared. The check aborted
+    the other task's transaction and the abort ended the reported ones, but nothing ended
+    the second attempt's: it held back read_committed consumers of its partition until
+    transaction.timeout.ms (for a batch write, the broker's maximum, 15 minutes by
+    default). Fixed: the abort fences the ids of every task of the write."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-zkill"), partitions=1)
     prefix = unique_topic("zk")
     config = {"bootstrap.servers": kafka.bootstrap}
@@ -104,6 +107,9 @@ def test_a_killed_second_attempt_leaves_no_transaction_open(kafka):
         p.close()
     zombie = _zombie(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic)
     try:
+        if second == "finished":
+            zombie.prepare_transaction()
+            zombie.close()
         with pytest.raises(TransactionsEndedError, match="spark.speculation"):
             exactly_once.commit(config, eo, list(messages), None)
         _abort_as_spark_does(config, eo, list(messages))
