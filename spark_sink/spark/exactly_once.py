@@ -38,6 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
 from spark_sink.producer import KafkaProducer, ProducerConfig
@@ -177,16 +178,24 @@ def _query(messages: Sequence[object]) -> str | None:
     return next((m.query_id for m in messages if isinstance(m, KProdCommitMessage) and m.query_id), None)
 
 
-def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object], batch_id: int | None) -> int:
-    """Commit every task's transaction (a batch write: ``batch_id`` None). Returns how many
-    were committed (not skipped as already committed by an earlier run of this microbatch)."""
+class Committed(NamedTuple):
+    """What the driver's commit did: how many transactions it committed, and the tasks it
+    skipped because an earlier run of the microbatch committed their rows."""
+
+    transactions: int
+    skipped: frozenset[int] = frozenset()
+
+
+def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
+           batch_id: int | None) -> Committed:
+    """Commit every task's transaction (a batch write: ``batch_id`` None)."""
     admin = _admin(config)
     txns = _transactions(messages)
     began = _began(messages)
     if batch_id is None and eo.one_write:
         _check_open(admin, config, txns, began, "batch write")
         _end_checked(admin, config, txns, began, "batch write")
-        return len(txns)
+        return Committed(len(txns))
     # A batch write under a prefix the user named is that name's one microbatch: a rerun
     # (after a driver death in the middle of its commit) completes it instead of writing
     # what was committed again.
@@ -240,7 +249,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
         for p, t in fresh.items())
     _end_checked(admin, config, fresh, began, what)
-    return len(fresh)
+    return Committed(len(fresh), frozenset(skipped))
 
 
 def _open_beyond(admin: AdminClient, prefix: str, start: int) -> list[int]:

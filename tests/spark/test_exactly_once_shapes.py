@@ -244,7 +244,8 @@ def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka, monk
     exactly_once.abort(config, eo, run2)
     exactly_once._fenced.clear()
 
-    assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query), 0) == 2
+    run3 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query)
+    assert exactly_once.commit(config, eo, run3, 0).transactions == 2
     expected = {v.decode() for values in rows4.values() for v in values}
     got = _committed_keys_by_value(kafka.bootstrap, topic, len(expected))
     assert collections.Counter(got) == collections.Counter(expected)

@@ -39,7 +39,7 @@ def test_a_rerun_with_fewer_tasks_after_a_death_before_the_commit_leaves_nothing
     exactly_once._fenced.clear()  # the rerun is a new driver process
     rerun = [dataclasses.replace(m, query_id=None) for m in
              _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {p: rows[p::2] for p in range(2)}, "")]
-    assert exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None) == 2
+    assert exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None).transactions == 2
     # Left open, the dead run's transactions on ids 2 and 3 would hold back the partitions
     # they wrote to: even the rerun's committed rows there would not be visible.
     got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(rows)))
