@@ -252,3 +252,28 @@ def test_string_columns_replayed_as_binary_complete_the_microbatch(kafka, monkey
                          ("headers", HEADER_TYPE)])
     row = {"key": "k", "value": "v", "timestamp": TS, "headers": []}
     assert _swap_attack(kafka, monkeypatch, [row], [row], schema=strings, schema2=SCHEMA) is None
+
+
+def test_the_digest_is_the_same_whatever_arrow_types_and_slices_carry_the_rows():
+    """Spark hands the same rows as string or binary, large or not (Spark 4's large var
+    types), a partition as int or bigint, and in batches of any size: the same digest."""
+    keys, values = [b"a", None, b"c"], [b"x", b"y", None]
+    digests = set()
+    for key_type in (pa.binary(), pa.large_binary(), pa.string(), pa.large_string()):
+        for partition_type in (pa.int32(), pa.int64()):
+            for header_type in (HEADER_TYPE, pa.large_list(pa.struct([("key", pa.large_string()),
+                                                                          ("value", pa.large_binary())]))):
+                as_text = pa.types.is_string(key_type) or pa.types.is_large_string(key_type)
+                table = pa.table({
+                    "key": pa.array([k.decode() if as_text and k is not None else k for k in keys], key_type),
+                    "value": pa.array(values, pa.binary()),
+                    "partition": pa.array([0, 1, None], partition_type),
+                    "headers": pa.array([[{"key": "h", "value": b"1"}], [], None], header_type)})
+                digest = RowsDigest()
+                digest.add(table)
+                digests.add(str(digest))
+                sliced = RowsDigest()
+                for offset in range(3):
+                    sliced.add(table.slice(offset, 1))
+                digests.add(str(sliced))
+    assert len(digests) == 1, digests
