@@ -417,8 +417,9 @@ def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *,
     them if an earlier run split it otherwise and committed it whole.
 
     A marker stands for this run's task of the same number when the earlier run had as
-    many tasks and that task's rows digest equals this one's (a marker or a task without
-    a digest, from an older kprod, is matched by the count alone). A marker of a later
+    many tasks and that task's rows digest equals this one's (under kprod.replayMatch=tasks,
+    where tasks report no digest, the count alone; a marker without a digest, from a run
+    under tasks or an older kprod, matches no task with one). A marker of a later
     microbatch means this one was committed before it."""
     if not markers:
         return set()
@@ -427,7 +428,7 @@ def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *,
         if marker.get("tasks") != tasks:
             return False
         earlier, mine = marker.get("rows"), rows.get(p)
-        return offset > batch_id or earlier is None or mine is None or earlier == mine
+        return offset > batch_id or mine is None or earlier == mine
 
     if all(same_task(p, offset, m) for p, (offset, m) in markers.items()):
         return set(markers)
@@ -451,7 +452,9 @@ def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *,
     how = (f"into {earlier} tasks, as this run does, but with other rows in them" if same_count
            else f"into {earlier} tasks; this run has {tasks}")
     unstable = ("; if the query's rows are not the same in every run (values computed with uuid(), rand() or "
-                "current_timestamp()), restart it with option kprod.replayMatch=tasks" if same_count else "")
+                "current_timestamp()), or the earlier run wrote markers without rows digests (under "
+                "kprod.replayMatch=tasks, or an older kprod) and the partitioning is unchanged, restart it with "
+                "option kprod.replayMatch=tasks" if same_count else "")
     raise PartlyCommittedError(
         f"microbatch {batch_id} was committed in part ({len(of_earlier)} of {expected} transactions) by an earlier "
         f"run that split it {how}. Restart the query with the same partitioning (spark.sql.shuffle.partitions, "

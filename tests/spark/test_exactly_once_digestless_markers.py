@@ -9,9 +9,10 @@ part then fails the query with PartlyCommittedError ... rather than risk writing
 twice or losing some"; kprod.replayMatch=rows (the default) finds the committed tasks
 "by task number and rows digest".
 
-A marker without a digest is matched by the task count alone (exactly_once.py), which
-the README does not say: the replay, under the default rows, dealt otherwise, skips the
-committed task's number although its rows are elsewhere.
+A marker without a digest was matched by the task count alone (exactly_once.py), which
+the README did not say: the replay, under the default rows, dealt otherwise, skipped the
+committed task's number although its rows were elsewhere. Fixed: a marker without a
+digest matches no task that has one (the refusal names kprod.replayMatch=tasks).
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from tests.spark.test_exactly_once_replay_split import REPLAYS, RUN1, _assert_vi
 from tests.spark.test_exactly_once_shapes import _Crash, _prepared_tasks
 
 
-@pytest.mark.xfail(strict=True, reason="a marker without a rows digest is matched by task count alone, even "
-                                       "under kprod.replayMatch=rows")
 def test_a_replay_under_rows_of_markers_without_a_digest_writes_no_row_twice(kafka, monkeypatch):
     topic = create_topic(kafka.bootstrap, unique_topic("eos-nodigest"), partitions=2)
     query = unique_topic("query")
