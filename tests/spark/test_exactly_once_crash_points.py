@@ -18,7 +18,6 @@ deaths; at the end every row is visible once and nothing is left open.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import random
@@ -30,8 +29,7 @@ from spark_sink.spark import exactly_once
 from spark_sink.spark.exactly_once import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
-from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_shapes import _committed_keys_by_value, _Crash, _prepared_tasks
+from tests.spark.test_exactly_once_shapes import _Crash, _prepared_tasks, assert_visible_once
 
 SEEDS = int(os.environ.get("KPROD_SOAK", "0")) or 3
 # AdminClient calls of the driver's commit; those taking several transactions or ids may
@@ -144,13 +142,7 @@ def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monk
         _chain(kafka, dying, rng, eo, topic, query, batch, rows, log)
         written += [r for rs in rows.values() for r in rs]
     print("\n".join(log))
-    expected = collections.Counter(v.decode() for v in written)
-    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(written)))
-    twice = sorted(k for k, n in got.items() if n > 1)
-    lost = sorted(set(expected) - set(got))
-    assert not twice and not lost, f"visible twice: {twice}; never visible: {lost}; runs: {log}"
-    assert got == expected
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    assert_visible_once(kafka, topic, written, f"; runs: {log}")
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])

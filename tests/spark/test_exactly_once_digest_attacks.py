@@ -29,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_sink.admin import AdminClient
 from spark_sink.encoder.columnar import HEADER_TYPE
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.producer.partitioner import murmur2_array
@@ -39,7 +38,7 @@ from spark_sink.spark.exactly_once import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_shapes import _Crash
+from tests.spark.test_exactly_once_shapes import driver_dies_committing
 
 TS = 1_700_000_000_000
 
@@ -97,7 +96,7 @@ def _as_seen(row: dict, topic: str, with_partition: bool) -> tuple:
             raw(row["value"]), row["timestamp"], tuple((h["key"], h["value"]) for h in row["headers"]))
 
 
-def _swap_attack(kafka, monkeypatch, a: list[dict], b: list[dict], *, schema: pa.Schema = SCHEMA,
+def _swap_attack(kafka, a: list[dict], b: list[dict], *, schema: pa.Schema = SCHEMA,
                  schema2: pa.Schema | None = None, topics: int = 1, with_partition: bool = False
                  ) -> PartlyCommittedError | None:
     """Run 1: task 0 sends ``a``, task 1 ``b``; its driver dies after committing task 0.
@@ -113,24 +112,13 @@ def _swap_attack(kafka, monkeypatch, a: list[dict], b: list[dict], *, schema: pa
     eo = ExactlyOnce(None, topic)
     prefix = eo.prefix_for(query)
     config = {"bootstrap.servers": kafka.bootstrap}
-    real_end = AdminClient.end_transactions
-
-    def end_task_0_then_crash(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith("-0")], commit)
-            raise _Crash()
-        real_end(self, transactions, commit, timeout_ms)
 
     def table(rows: list[dict], s: pa.Schema) -> pa.Table:
         return pa.Table.from_pylist(rows, schema=s)
 
-    monkeypatch.setattr(AdminClient, "end_transactions", end_task_0_then_crash)
-    with pytest.raises(_Crash):
+    with driver_dies_committing(0):
         exactly_once.commit(config, eo, _tasks(kafka.bootstrap, prefix, send_topic,
                                                {0: table(a, schema), 1: table(b, schema)}, query), 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
-    exactly_once._fenced.clear()  # a new driver process
 
     s2 = schema2 or schema
     run2 = _tasks(kafka.bootstrap, prefix, send_topic, {0: table(b, s2), 1: table(a, s2)}, query)
@@ -156,7 +144,7 @@ def _swap_attack(kafka, monkeypatch, a: list[dict], b: list[dict], *, schema: pa
 # order, and 64 bits of each value); kept as regression tests ------------------------
 
 
-def test_rows_that_differ_only_in_their_timestamp(kafka, monkeypatch):
+def test_rows_that_differ_only_in_their_timestamp(kafka):
     """README: "every row once, as a read_committed consumer sees it, through ... driver
     crashes", and a replay with rows dealt otherwise "fails the query with
     PartlyCommittedError ... rather than risk writing rows twice or losing some".
@@ -165,15 +153,15 @@ def test_rows_that_differ_only_in_their_timestamp(kafka, monkeypatch):
     the replay deals them the other way round. With timestamps left out of the digests,
     run 2 skipped task 0 as committed and committed its task 1, which held the ping run 1's
     task 0 had already committed: that ping was visible twice, the other never."""
-    _swap_attack(kafka, monkeypatch, [_row(ts=TS)], [_row(ts=TS + 60_000)])
+    _swap_attack(kafka, [_row(ts=TS)], [_row(ts=TS + 60_000)])
 
 
-def test_rows_that_differ_only_in_the_order_of_their_headers(kafka, monkeypatch):
+def test_rows_that_differ_only_in_the_order_of_their_headers(kafka):
     """README: "every row once, as a read_committed consumer sees it", and the digest holds
     "headers". Kafka headers are a list: their order is part of the record (a consumer's
     lastHeader("v") reads the last of duplicate keys). Two rows alike but for the order of
     their headers, dealt the other way round by the replay: one was visible twice, one never."""
-    _swap_attack(kafka, monkeypatch, [_row(headers=[("v", b"1"), ("v", b"2")])],
+    _swap_attack(kafka, [_row(headers=[("v", b"1"), ("v", b"2")])],
                  [_row(headers=[("v", b"2"), ("v", b"1")])])
 
 
@@ -187,7 +175,7 @@ def _murmur2_collision() -> tuple[bytes, bytes]:
     return values[order[i]], values[order[i + 1]]
 
 
-def test_rows_whose_values_share_a_murmur2_hash(kafka, monkeypatch):
+def test_rows_whose_values_share_a_murmur2_hash(kafka):
     """README: a replay knows a task of the run that committed it "only by its number *and*
     its rows" (rows_digest.py: "two different row sets share a digest with a chance of
     2**-64"). Each column enters a row's hash as its 32-bit murmur2, so two distinct values
@@ -197,7 +185,7 @@ def test_rows_whose_values_share_a_murmur2_hash(kafka, monkeypatch):
     one never."""
     v1, v2 = _murmur2_collision()
     assert v1 != v2
-    _swap_attack(kafka, monkeypatch, [_row(value=v1)], [_row(value=v2)])
+    _swap_attack(kafka, [_row(value=v1)], [_row(value=v2)])
 
 
 # -- attacks the digest withstood (kept as regression tests) -------------------------
@@ -211,30 +199,30 @@ def test_rows_whose_values_share_a_murmur2_hash(kafka, monkeypatch):
     pytest.param(_row(key=b"ab", value=b"c"), _row(key=b"a", value=b"bc"), id="bytes-moved-key-to-value"),
     pytest.param(_row(key=b"x", value=b"y"), _row(key=b"y", value=b"x"), id="key-and-value-swapped"),
 ])
-def test_rows_that_differ_in_one_detail_are_told_apart(kafka, monkeypatch, a, b):
+def test_rows_that_differ_in_one_detail_are_told_apart(kafka, a, b):
     """Rows alike but for one detail, dealt the other way round by the replay: refused."""
-    assert _swap_attack(kafka, monkeypatch, [a], [b]) is not None
+    assert _swap_attack(kafka, [a], [b]) is not None
 
 
-def test_rows_that_differ_only_in_their_partition_column(kafka, monkeypatch):
+def test_rows_that_differ_only_in_their_partition_column(kafka):
     """The same record for partition 0 and for partition 1: refused."""
     schema = SCHEMA.append(pa.field("partition", pa.int32()))
-    assert _swap_attack(kafka, monkeypatch, [_row(partition=0)], [_row(partition=1)], schema=schema,
+    assert _swap_attack(kafka, [_row(partition=0)], [_row(partition=1)], schema=schema,
                         with_partition=True) is not None
 
 
-def test_rows_that_differ_only_in_their_topic_column(kafka, monkeypatch):
+def test_rows_that_differ_only_in_their_topic_column(kafka):
     """The same record for two topics (a topic column, no topic option): refused."""
     schema = SCHEMA.append(pa.field("topic", pa.string()))
-    assert _swap_attack(kafka, monkeypatch, [_row(topic="t0")], [_row(topic="t1")], schema=schema,
+    assert _swap_attack(kafka, [_row(topic="t0")], [_row(topic="t1")], schema=schema,
                         topics=2) is not None
 
 
-def test_duplicate_rows_dealt_otherwise(kafka, monkeypatch):
+def test_duplicate_rows_dealt_otherwise(kafka):
     """Task 0 {x, x} and task 1 {y, y}, replayed as {y, y} and {x, x}: refused; and as
     {x, y} twice the sums differ too (checked on the digests alone)."""
     x, y = _row(value=b"x"), _row(value=b"y")
-    assert _swap_attack(kafka, monkeypatch, [x, x], [y, y]) is not None
+    assert _swap_attack(kafka, [x, x], [y, y]) is not None
 
     def digest(rows: list[dict]) -> str:
         d = RowsDigest()
@@ -244,14 +232,14 @@ def test_duplicate_rows_dealt_otherwise(kafka, monkeypatch):
     assert digest([x, x]) != digest([x, y]) != digest([y, y])
 
 
-def test_string_columns_replayed_as_binary_complete_the_microbatch(kafka, monkeypatch):
+def test_string_columns_replayed_as_binary_complete_the_microbatch(kafka):
     """The same bytes as string columns in run 1 and binary in run 2: the same records, so
     the replay completes the microbatch (rows dealt as run 1 did: here both tasks hold the
     same row, so the swap deals them alike)."""
     strings = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                          ("headers", HEADER_TYPE)])
     row = {"key": "k", "value": "v", "timestamp": TS, "headers": []}
-    assert _swap_attack(kafka, monkeypatch, [row], [row], schema=strings, schema2=SCHEMA) is None
+    assert _swap_attack(kafka, [row], [row], schema=strings, schema2=SCHEMA) is None
 
 
 def test_the_digest_is_the_same_whatever_arrow_types_and_slices_carry_the_rows():

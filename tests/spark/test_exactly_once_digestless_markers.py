@@ -19,36 +19,22 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
-from spark_sink.admin import AdminClient
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
-from tests.spark.test_exactly_once_replay_split import REPLAYS, RUN1, _assert_visible_once, _replay
-from tests.spark.test_exactly_once_shapes import _Crash, _prepared_tasks
+from tests.spark.test_exactly_once_replay_split import REPLAYS, RUN1, _replay
+from tests.spark.test_exactly_once_shapes import _prepared_tasks, assert_visible_once, driver_dies_committing
 
 
-def test_a_replay_under_rows_of_markers_without_a_digest_writes_no_row_twice(kafka, monkeypatch):
+def test_a_replay_under_rows_of_markers_without_a_digest_writes_no_row_twice(kafka):
     topic = create_topic(kafka.bootstrap, unique_topic("eos-nodigest"), partitions=2)
     query = unique_topic("query")
     eo = ExactlyOnce(None, topic)
-    real_end = AdminClient.end_transactions
-
-    def end_task_1_then_crash(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
-            raise _Crash()
-        real_end(self, transactions, commit, timeout_ms)
 
     # Run 1, under kprod.replayMatch=tasks (or an older kprod): its tasks report no digest.
     run1 = [dataclasses.replace(m, rows_digest=None)
             for m in _prepared_tasks(kafka.bootstrap, eo.prefix_for(query), topic, RUN1, query)]
-    monkeypatch.setattr(AdminClient, "end_transactions", end_task_1_then_crash)
-    with pytest.raises(_Crash):
+    with driver_dies_committing(1):
         exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, run1, 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
-    exactly_once._fenced.clear()  # a new driver process (say, after upgrading kprod)
     refused = _replay(kafka, topic, eo, query, REPLAYS["interleaved"]) is not None
-    _assert_visible_once(kafka, topic, RUN1[1] if refused else RUN1[0] + RUN1[1])
+    assert_visible_once(kafka, topic, RUN1[1] if refused else RUN1[0] + RUN1[1])

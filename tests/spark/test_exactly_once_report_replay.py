@@ -20,14 +20,12 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-import pytest
 
-from spark_sink.admin import AdminClient
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.spark import exactly_once, writer
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
-from tests.spark.test_exactly_once_shapes import _Crash
+from tests.spark.test_exactly_once_shapes import driver_dies_committing
 
 
 def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[bytes], query: str
@@ -47,7 +45,7 @@ def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[
                               transaction=txn, query_id=query, rows_digest=str(digest))
 
 
-def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka, monkeypatch, tmp_path):
+def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka, tmp_path):
     topic = create_topic(kafka.bootstrap, unique_topic("eos-report"), partitions=1)
     report = tmp_path / "report.jsonl"
     prefix = unique_topic("rep")
@@ -62,20 +60,8 @@ def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka,
     def run() -> list[KProdCommitMessage]:
         return [_task(kafka.bootstrap, prefix, topic, p, v, query) for p, v in rows.items()]
 
-    real_end = AdminClient.end_transactions
-
-    def end_task_0_then_crash(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith("-0")], commit)
-            raise _Crash()
-        real_end(self, transactions, commit, timeout_ms)
-
-    monkeypatch.setattr(AdminClient, "end_transactions", end_task_0_then_crash)
-    with pytest.raises(_Crash):
+    with driver_dies_committing(0):
         writer._commit(options, run(), 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
-    exactly_once._fenced.clear()  # a new driver process
     writer._commit(options, run(), 0)
 
     lines = [json.loads(line) for line in report.read_text().splitlines()]

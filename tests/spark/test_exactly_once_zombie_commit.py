@@ -31,6 +31,17 @@ def _zombie(bootstrap: str, tid: str, topic: str) -> KafkaProducer:
     return zombie
 
 
+def _batch_write_of_two_tasks(bootstrap: str, prefix: str, topic: str) -> tuple[ExactlyOnce, list]:
+    """An unnamed exactly-once batch write whose two tasks have reported (five rows each)."""
+    messages = []
+    for p in range(2):
+        producer, message = _prepare(bootstrap, exactly_once.transactional_id(prefix, p), topic,
+                                     [b"%d-%d" % (p, i) for i in range(5)])
+        producer.close()
+        messages.append(message)
+    return ExactlyOnce(prefix, topic, one_write=True, batch=True), messages
+
+
 def _abort_as_spark_does(config: dict, eo: ExactlyOnce, messages: list) -> None:
     """The writer's abort after a failed commit; Spark keeps its error as a suppressed one
     of the commit's and goes on failing the write."""
@@ -56,11 +67,7 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
     topic = create_topic(kafka.bootstrap, unique_topic("eos-zcommit"), partitions=2)
     prefix = unique_topic("zc")
     config = {"bootstrap.servers": kafka.bootstrap}
-    eo = ExactlyOnce(prefix, topic, one_write=True, batch=True)
-    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
-                                         [b"%d-%d" % (p, i) for i in range(5)]) for p in range(2)))
-    for p in producers:
-        p.close()
+    eo, messages = _batch_write_of_two_tasks(kafka.bootstrap, prefix, topic)
     zombies = []
     real_end = AdminClient.end_transactions
 
@@ -72,9 +79,9 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
     monkeypatch.setattr(AdminClient, "end_transactions", zombie_then_end)
     try:
         with pytest.raises(TransactionsEndedError):
-            exactly_once.commit(config, eo, list(messages), None)
+            exactly_once.commit(config, eo, messages, None)
         monkeypatch.setattr(AdminClient, "end_transactions", real_end)
-        _abort_as_spark_does(config, eo, list(messages))
+        _abort_as_spark_does(config, eo, messages)
         visible = [v for v in _committed_values(kafka.bootstrap, topic, 0, settle=2.0) if v != "zombie"]
         assert visible == [], f"the failed batch write is visible in part: {sorted(visible)}"
     finally:
@@ -100,19 +107,15 @@ def test_a_second_attempt_of_a_reported_task_leaves_no_transaction_open(kafka, s
     topic = create_topic(kafka.bootstrap, unique_topic("eos-zkill"), partitions=1)
     prefix = unique_topic("zk")
     config = {"bootstrap.servers": kafka.bootstrap}
-    eo = ExactlyOnce(prefix, topic, one_write=True, batch=True)
-    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
-                                         [b"%d-%d" % (p, i) for i in range(5)]) for p in range(2)))
-    for p in producers:
-        p.close()
+    eo, messages = _batch_write_of_two_tasks(kafka.bootstrap, prefix, topic)
     zombie = _zombie(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic)
     try:
         if second == "finished":
             zombie.prepare_transaction()
             zombie.close()
         with pytest.raises(TransactionsEndedError, match="spark.speculation"):
-            exactly_once.commit(config, eo, list(messages), None)
-        _abort_as_spark_does(config, eo, list(messages))
+            exactly_once.commit(config, eo, messages, None)
+        _abort_as_spark_does(config, eo, messages)
         assert_nothing_left_open(kafka.bootstrap, topic, 1)
     finally:
         zombie.close()
