@@ -55,6 +55,7 @@ PROBE_LIMIT = 1 << 16
 # How long the directory is kept after its last commit (the markers: the broker's
 # offsets.retention.minutes): it tells a query's next microbatch from a replay.
 DIRECTORY_RETENTION_MS = 365 * 24 * 3600 * 1000
+_CLOCK_MARGIN_MS = 3600 * 1000
 # How long the driver's abort waits before it fences the tasks' ids again.
 REFENCE_AFTER_S = 3.0
 # How long a failing task waits for its abort: the task is failing anyway, and what is
@@ -220,24 +221,23 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         _fenced.add(prefix)
     already: set[int] = set()
     replay = started_batch >= batch_id
-    # The last earlier microbatch whose commit wrote markers (-1: none known): a replay that
-    # finds no marker of any id then knows Kafka dropped them.
-    marked = record.get("marked", -1) if replay else (
-        started_batch if record.get("fresh", 0) > 0 else record.get("marked", -1))
+    if replay and eo.missing_markers == "fail" and _markers_may_have_expired(admin, prefix, record):
+        raise MarkersMissingError(_missing_text(batch_id, f"markers of microbatch {started_batch}", eo))
     # A replay (the directory names this microbatch), or a first microbatch whose directory
     # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
     if replay or started_batch < 0:
-        markers, any_marker = _markers(admin, prefix, eo, range(ids), batch_id, query)
-        if replay and not any_marker and isinstance(marked, int) and marked >= 0 and eo.missing_markers == "fail":
-            raise MarkersMissingError(_missing_text(batch_id, f"markers of microbatch {marked} and later", eo))
+        markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
         already = _committed_before(markers, batch_id, tasks=tasks, rows=_rows_digests(messages))
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
     # Kept a year (not offsets.retention.minutes): a query idle for weeks still knows its
-    # next microbatch from a replay.
+    # next microbatch from a replay. "at": when its markers began to be written (a replay
+    # after they may have expired is refused).
+    at = record.get("at") if replay else None
     admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(
-        {"query": query, "ids": ids, "fresh": len(fresh), "marked": marked}))}, retention_ms=DIRECTORY_RETENTION_MS)
+        {"query": query, "ids": ids, "at": at if isinstance(at, int) else int(time.time() * 1000)}))},
+        retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
     if skipped:
         log.warning("kprod microbatch %d: partition(s) %s were committed by an earlier run of it; their rows are "
@@ -462,27 +462,38 @@ def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *,
         f"rows of the committed tasks would be written twice{unstable}")
 
 
+def _markers_may_have_expired(admin: AdminClient, prefix: str, record: dict) -> bool:
+    """Whether Kafka may have dropped the markers of the microbatch whose commit the
+    directory ``record`` says started: its markers were committed after it, and each is
+    kept offsets.retention.minutes (the cluster's, read from a broker) after its commit. An
+    hour of margin covers the driver's clock against the brokers'."""
+    at = record.get("at")
+    if not isinstance(at, int):
+        return False  # written by an older kprod: not known
+    minutes = admin.coordinator_config(transactional_id(prefix, 0), ["offsets.retention.minutes"]).get(
+        "offsets.retention.minutes")
+    retention_ms = int(minutes) * 60_000 if minutes else 7 * 24 * 3600 * 1000
+    return time.time() * 1000 - at > retention_ms - _CLOCK_MARGIN_MS
+
+
 def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range, batch_id: int,
-             query: str | None) -> tuple[dict[int, tuple[int, dict]], bool]:
+             query: str | None) -> dict[int, tuple[int, dict]]:
     """Per partition, the offset and marker of an earlier commit of this microbatch or a
-    later one (same query); and whether any partition holds a marker of this query at all."""
+    later one (same query)."""
     tp = (eo.marker_topic, MARKER_PARTITION)
     offsets = admin.committed_offsets({transactional_id(prefix, p): [tp] for p in partitions})
     found = {}
-    any_marker = False
     for p in partitions:
         offset, metadata = offsets[transactional_id(prefix, p)].get(tp, (-1, None))
-        if offset < 0 or not metadata:
+        if offset < batch_id or not metadata:
             continue
         try:
             marker = json.loads(metadata)
         except ValueError:
             continue  # not ours
         if isinstance(marker, dict) and marker.get("query") == query:
-            any_marker = True
-            if offset >= batch_id:
-                found[p] = (offset, marker)
-    return found, any_marker
+            found[p] = (offset, marker)
+    return found
 
 
 def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:

@@ -49,6 +49,18 @@ def _commit(bootstrap: str, eo: ExactlyOnce, topic: str, batch: int, *, crash: b
         exactly_once._fenced.clear()  # a new driver process
 
 
+def days_later(days: float) -> object:
+    """A stand-in for exactly_once's ``time`` module whose wall clock is ``days`` ahead."""
+    class Later:
+        def time(self) -> float:
+            return time.time() + days * 86400
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+    return Later()
+
+
 def _drop_markers(bootstrap: str, eo: ExactlyOnce) -> None:
     """What offsets.retention.minutes does to the marker groups of an idle query."""
     from confluent_kafka.admin import AdminClient as ConfluentAdmin
@@ -68,19 +80,31 @@ def test_a_query_idle_longer_than_the_markers_retention_goes_on(kafka):
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
 
 
-def test_a_replay_whose_markers_are_gone_is_still_refused(kafka):
+def test_a_replay_whose_markers_may_have_expired_is_refused(kafka, monkeypatch):
     """Microbatch 1's driver died after recording in the directory that its commit started;
-    the query is restarted after the markers expired: whether microbatch 1 was committed in
-    part cannot be known, so it is refused, naming the way on."""
+    the query is restarted 8 days later, after the markers expired: whether microbatch 1
+    was committed in part cannot be known, so it is refused, naming the way on."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-idle"), partitions=1)
     eo = ExactlyOnce(unique_topic("idle"), topic)
     _commit(kafka.bootstrap, eo, topic, 0)
     _commit(kafka.bootstrap, eo, topic, 1, crash=True)
     _drop_markers(kafka.bootstrap, eo)
-    with pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
+    with monkeypatch.context() as later, pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
+        later.setattr(exactly_once, "time", days_later(8))
         _commit(kafka.bootstrap, eo, topic, 1)
     ignoring = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
     _commit(kafka.bootstrap, ignoring, topic, 1)
+    assert sorted(_committed_values(kafka.bootstrap, topic, 2)) == ["0", "1"]
+
+
+def test_a_replay_within_the_markers_retention_finds_nothing_committed_and_commits(kafka):
+    """The same replay a day later: the markers cannot have expired, none is there, so
+    nothing of microbatch 1 was committed, and the replay commits it."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-idle"), partitions=1)
+    eo = ExactlyOnce(unique_topic("idle"), topic)
+    _commit(kafka.bootstrap, eo, topic, 0)
+    _commit(kafka.bootstrap, eo, topic, 1, crash=True)
+    _commit(kafka.bootstrap, eo, topic, 1)
     assert sorted(_committed_values(kafka.bootstrap, topic, 2)) == ["0", "1"]
 
 
