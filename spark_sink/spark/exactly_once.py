@@ -42,16 +42,13 @@ from typing import NamedTuple
 
 from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
 from spark_sink.producer import KafkaProducer, ProducerConfig
+from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce, SinkOptions
 
 log = logging.getLogger(__name__)
 
 MARKER_PARTITION = 0
-# Ids beyond those recorded that a restarted query's first commit asks about at once, and
-# the highest it asks about (see _open_beyond).
-PROBE_WINDOW = 128
-PROBE_LIMIT = 1 << 16
 # How long the directory is kept after its last commit (the markers: the broker's
 # offsets.retention.minutes): it tells a query's next microbatch from a replay.
 DIRECTORY_RETENTION_MS = 365 * 24 * 3600 * 1000
@@ -253,21 +250,19 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
 
 
 def _open_beyond(admin: AdminClient, prefix: str, start: int) -> list[int]:
-    """The ids from ``start`` on that hold an open transaction: a run whose driver died
-    before its commit (so that no directory recorded its task count) may have had more
-    tasks than this one. Asked of the coordinators in windows of ``PROBE_WINDOW`` ids,
-    until a window whose ids no coordinator has heard of (tasks without rows open no
-    transaction, so a run's ids may have gaps, but not that wide)."""
-    found: list[int] = []
-    while start < PROBE_LIMIT:
-        window = range(start, start + PROBE_WINDOW)
-        states = admin.describe_transactions(transactional_id(prefix, p) for p in window)
-        known = [p for p in window if states[transactional_id(prefix, p)].state is not None]
-        if not known:
-            return found
-        found += [p for p in known if states[transactional_id(prefix, p)].state == "Ongoing"]
-        start += PROBE_WINDOW
-    return found
+    """The ids from ``start`` on that hold an open transaction, as every broker's
+    coordinator lists them (ListTransactions): a run whose driver died before its commit
+    (so that no directory recorded its task count) may have had more tasks than this one,
+    as far apart as an aggregation's shuffle partitions. A cluster older than Kafka 3.0
+    cannot list them: those stay open until their timeout."""
+    try:
+        listed = admin.list_transactions(("Ongoing",))
+    except UnsupportedVersionError as exc:
+        log.warning("kprod: the cluster cannot list open transactions (%s); any a crashed run of %s left under "
+                    "ids beyond %d stay open until transaction.timeout.ms", exc, prefix, start)
+        return []
+    ids = (tid[len(prefix) + 1:] for tid in listed if tid.startswith(prefix + "-"))
+    return sorted(p for p in (int(i) for i in ids if i.isdigit() and i.isascii()) if p >= start)
 
 
 def commit_margin_ms(timeout_ms: int) -> float:

@@ -14,16 +14,14 @@ is not refused. But the ids of the dead run's tasks beyond the rerun's task coun
 never fenced: their transactions stay open until transaction.timeout.ms, which for a
 batch write is the broker's maximum (15 minutes by default), holding back every
 read_committed consumer of their partitions. Fixed: a restarted query's (or rerun's)
-first commit asks the coordinators about the ids beyond those recorded and fences those
-with a transaction open.
+first commit lists the open transactions of every coordinator (ListTransactions) and
+fences those of its prefix beyond the ids recorded.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-
-import pytest
 
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import ExactlyOnce
@@ -49,15 +47,13 @@ def test_a_rerun_with_fewer_tasks_after_a_death_before_the_commit_leaves_nothing
     assert_nothing_left_open(kafka.bootstrap, topic, 4)
 
 
-@pytest.mark.xfail(strict=True, reason="ids a dead run used far beyond the rerun's task count (an aggregation's "
-                                       "200 shuffle partitions, few of them with rows) are not fenced")
 def test_a_rerun_after_a_death_of_a_run_with_sparse_tasks_leaves_nothing_open(kafka):
     """The same with the dead run's tasks with rows far apart, as an aggregation over 200
     shuffle partitions with a few groups gives (only partitions 0 and 150 hold rows): the
     rerun (2 tasks, shuffle partitions lowered, or coalesced by adaptive execution) must
-    fence id 150 too. A known gap: the restart asks the coordinators about the ids beyond
-    those recorded in windows of 128 and stops at a window of ids none has heard of
-    (2-129); listing the open transactions (ListTransactions) would find them all."""
+    fence id 150 too. (A probe of the ids beyond those recorded in windows of 128, stopping
+    at a window of ids no coordinator had heard of, stopped at 2-129; the restart now lists
+    the open transactions of every coordinator.)"""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-sparse"), partitions=4)
     eo = ExactlyOnce(unique_topic("orders"), topic, batch=True)
     rows = [b"s%02d" % i for i in range(16)]
