@@ -16,7 +16,8 @@ the write outlasted transaction.timeout.ms, or another attempt of a task fenced 
 A microbatch replayed after a driver crash may have been committed in part before the
 crash. So the driver commits, with each partition's transaction, a marker: the offset
 ``batchId`` (metadata: the query id, the microbatch's task count, how many of its tasks
-had a transaction and the task's rows digest) of the consumer group ``<prefix>-<partition>`` on ``(markerTopic, 0)``.
+had a transaction and the task's rows digest) of the consumer group
+``<prefix>-<partition>`` on ``(markerTopic, 0)``.
 And before it ends any transaction of a microbatch, it records in the group
 ``<prefix>-dir`` (a plain offset commit on the same partition; the *directory*) that this
 microbatch's commit has started
@@ -217,6 +218,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         admin.fence_transactions([transactional_id(prefix, p) for p in idle])
         _fenced.add(prefix)
     already: set[int] = set()
+    rows = _rows_digests(messages)
     replay = started_batch >= batch_id
     if replay and eo.missing_markers == "fail" and _markers_may_have_expired(admin, prefix, record):
         raise MarkersMissingError(_missing_text(batch_id, f"markers of microbatch {started_batch}", eo))
@@ -224,7 +226,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
     if replay or started_batch < 0:
         markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
-        already = _committed_before(markers, batch_id, tasks=tasks, rows=_rows_digests(messages))
+        already = _committed_before(markers, batch_id, tasks=tasks, rows=rows)
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
@@ -241,7 +243,6 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
                     "already in Kafka, so this run's transactions for them are aborted",
                     batch_id, ", ".join(map(str, sorted(skipped))))
         admin.end_transactions(skipped.values(), commit=False)
-    rows = _rows_digests(messages)
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
         for p, t in fresh.items())
