@@ -18,9 +18,10 @@
 
 After one untimed write through each sink, every round writes the frame once through
 each sink, in a rotating order, each write to a topic of its own. Before any figure is
-printed every timed write is read back: each row exactly once. Prints each sink's best
-rows/s, the ratios of kprod to the others with their spread within rounds, and CPU
-seconds per million rows of Spark's JVM, its Python workers and the broker. Without
+printed every timed write is read back: each row exactly once. Prints each sink's median
+and best rows/s, the median CPU seconds per million rows of Spark's JVM, its Python
+workers and the broker, and the ratios of kprod to the others round by round with their
+median (each ratio taken within one round). Without
 --bootstrap-servers an Apache Kafka node is started for the run (--broker).
 """
 
@@ -32,6 +33,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from statistics import median
 
 import _common
 from _common import say
@@ -131,9 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--value-size", type=int, default=100, help="value bytes (default: %(default)s)")
     parser.add_argument("--key-size", type=int, default=10, help="key bytes, 0 for no key (default: %(default)s)")
     parser.add_argument("--tasks", type=int, default=2, help="write tasks (default: %(default)s)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds; each writes once through every sink, in a rotating order; best kept "
-                             "(default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="rounds; each writes once through every sink, in a rotating order; medians "
+                             "reported (default: %(default)s)")
     parser.add_argument("--skip-confluent", action="store_true", help="leave out the confluent-kafka sink")
     parser.add_argument("--skip-spark-kafka", action="store_true", help="leave out Spark's own Kafka sink")
     parser.add_argument("--skip-exactly-once", action="store_true", help="leave out kprod in exactly-once mode")
@@ -344,19 +346,20 @@ def main(argv: list[str] | None = None) -> int:
         rates, cpu, compression = run(args, bootstrap)
     broker = args.bootstrap_servers or "a local Apache Kafka node"
     print(f"\nsink benchmark on {broker}: {args.rows} rows, {args.key_size}-byte keys, {args.value_size}-byte values, "
-          f"{args.tasks} tasks, kprod's compression {compression}, best of {args.repeat} round(s)")
-    print(f"  {'':<40} {'rows/s':>12}   CPU s per million rows: {'JVM':>5} {'workers':>8} {'broker':>7}")
+          f"{args.tasks} tasks, {args.partitions} partitions, kprod's compression {compression}, "
+          f"{args.repeat} round(s), medians")
+    print(f"  {'':<40} {'rows/s':>12} {'best':>12}   CPU s per million rows: {'JVM':>5} {'workers':>8} {'broker':>7}")
     for label, per_round in rates.items():
-        best = per_round.index(max(per_round))
-        jvm, workers, broker_cpu = (c * 1e6 / args.rows for c in cpu[label][best])
-        print(f"  {label:<40} {per_round[best]:>12,.0f}   {'':>24}{jvm:>5.2f} {workers:>8.2f} {broker_cpu:>7.2f}")
+        jvm, workers, broker_cpu = (median(c[i] for c in cpu[label]) * 1e6 / args.rows for i in range(3))
+        print(f"  {label:<40} {median(per_round):>12,.0f} {max(per_round):>12,.0f}   {'':>24}"
+              f"{jvm:>5.2f} {workers:>8.2f} {broker_cpu:>7.2f}")
     pairs = [("kprod", peer) for peer in rates if peer not in ("kprod", EXACTLY_ONCE)]
     if EXACTLY_ONCE in rates:
         pairs.append((EXACTLY_ONCE, "kprod"))
     for sink, peer in pairs:
         per_round = [k / p for k, p in zip(rates[sink], rates[peer])]
-        spread = f"   (per round {min(per_round):.2f}-{max(per_round):.2f})" if len(per_round) > 1 else ""
-        print(f"  {sink + ' / ' + peer:<48} {max(rates[sink]) / max(rates[peer]):>6.2f}x{spread}")
+        rounds = " ".join(f"{r:.2f}" for r in per_round)
+        print(f"  {sink + ' / ' + peer:<48} median {median(per_round):>5.2f}x   per round {rounds}")
     return 0
 
 
