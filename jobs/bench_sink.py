@@ -222,9 +222,10 @@ def _compression(kprod_options: dict[str, str]) -> str:
 
 
 def _wait_for_leaders(bootstrap: str, topic: str, partitions: int) -> None:
-    """Until the broker names a leader for every partition of a new topic: a write that
-    starts before may meet NOT_LEADER_OR_FOLLOWER (Spark's Kafka sink once expired its
-    batches over it, failing the run)."""
+    """Until the broker names a leader for every partition of a new topic, so that no
+    write starts before. (Two runs failed when Spark's Kafka sink met
+    NOT_LEADER_OR_FOLLOWER on a new topic and expired its batches; one of them had this
+    wait, so it is not the whole cause: bench/RESULTS.md, 2026-11-28.)"""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
