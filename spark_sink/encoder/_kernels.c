@@ -746,9 +746,10 @@ PyDoc_STRVAR(PlainAppender_append_doc,
 "it, or the producer has stopped).");
 
 /* append() below, for arguments already checked: key and value exact bytes. */
+/* ts: timestamp as an int (borrowed), or NULL to make one. */
 static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *partition, long long timestamp,
-                              PyObject *key_o, PyObject *value_o, PyObject *callback, PyObject *key_size,
-                              PyObject *value_size) {
+                              PyObject *ts, PyObject *key_o, PyObject *value_o, PyObject *callback,
+                              PyObject *key_size, PyObject *value_size) {
     char *key, *value;
     Py_ssize_t key_len, value_len;
     if (PyBytes_AsStringAndSize(key_o, &key, &key_len) < 0 || PyBytes_AsStringAndSize(value_o, &value, &value_len) < 0)
@@ -768,7 +769,8 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     if (found <= 0) goto unlock;
     /* The future first: once the record is written, nothing may fail but the callback list. */
     long long index = records->record_count;
-    PyObject *ix = PyLong_FromLongLong(index), *ts = PyLong_FromLongLong(timestamp);
+    PyObject *ix = PyLong_FromLongLong(index);
+    ts = ts ? Py_NewRef(ts) : PyLong_FromLongLong(timestamp);
     future = ix && ts ? self->future_alloc((PyTypeObject *)self->future_type, 5) : NULL;
     if (!future) {
         Py_XDECREF(ix);
@@ -844,7 +846,7 @@ static PyObject *PlainAppender_append(PlainAppender *self, PyObject *const *args
         PyErr_SetString(PyExc_TypeError, "append_plain(): key and value must be bytes");
         return NULL;
     }
-    return append_plain(self, args[0], args[1], timestamp, args[3], args[4], args[5], args[6], args[7]);
+    return append_plain(self, args[0], args[1], timestamp, args[2], args[3], args[4], args[5], args[6], args[7]);
 }
 
 static PyMethodDef PlainAppender_methods[] = {
@@ -870,39 +872,56 @@ static PyType_Spec PlainAppender_spec = {
     .slots = PlainAppender_slots,
 };
 
-/* send()'s common case whole: PlainSender(appender, metadata, max_payload, seed,
-   ProducerRecord).send(record, callback) is KafkaProducer._send_plain (producer.py has it
-   in Python too). */
-static PyObject *str_topic, *str_key, *str_value, *str_partition, *str_timestamp, *str_headers, *str_leaders;
+/* send() whole: PlainSender(appender, metadata, max_payload, seed, ProducerRecord,
+   long_way, new_batch).send(record, callback=None) is KafkaProducer.send (producer.py has
+   the short way in Python too, _send_plain_py). The common record is appended here; one
+   that needs a new batch goes to new_batch(topic, partition, timestamp, key, value,
+   callback, key_size, value_size) with everything already worked out; every other record,
+   and every record once close() was called, to long_way(record, callback). */
+static PyObject *str_topic, *str_key, *str_value, *str_partition, *str_timestamp, *str_headers, *str_leaders,
+    *str_callback;
 
 typedef struct {
     PyObject_HEAD
     PyObject *appender; /* PlainAppender */
     PyObject *metadata; /* its leaders: {topic: [leader per partition]}, replaced when metadata changes */
+    PyObject *long_way, *new_batch;
     long long max_payload;
     uint32_t seed;
+    int closed;
+    long long last_ms;   /* the last record's timestamp, */
+    PyObject *last_ts;   /* as an int: most records share their millisecond with the previous one */
     Slot topic, key, value, partition, timestamp, headers; /* of ProducerRecord */
 } PlainSender;
 
 static PyObject *PlainAppender_type;
 
 static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *appender, *metadata, *record_type;
+    PyObject *appender, *metadata, *record_type, *long_way, *new_batch;
     long long max_payload, seed;
     if (kwargs && PyObject_Length(kwargs) > 0) {
         PyErr_SetString(PyExc_TypeError, "PlainSender() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OLLO!", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload,
-                          &seed, &PyType_Type, &record_type))
+    if (!PyArg_ParseTuple(args, "O!OLLO!OO", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload,
+                          &seed, &PyType_Type, &record_type, &long_way, &new_batch))
         return NULL;
+    if (!PyCallable_Check(long_way) || !PyCallable_Check(new_batch)) {
+        PyErr_SetString(PyExc_TypeError, "PlainSender: long_way and new_batch must be callable");
+        return NULL;
+    }
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     PlainSender *self = (PlainSender *)alloc(type, 0);
     if (!self) return NULL;
     self->appender = Py_NewRef(appender);
     self->metadata = Py_NewRef(metadata);
+    self->long_way = Py_NewRef(long_way);
+    self->new_batch = Py_NewRef(new_batch);
     self->max_payload = max_payload;
     self->seed = (uint32_t)seed;
+    self->closed = 0;
+    self->last_ms = -1;
+    self->last_ts = NULL;
     if (!slot_init(&self->topic, record_type, str_topic) || !slot_init(&self->key, record_type, str_key) ||
         !slot_init(&self->value, record_type, str_value) || !slot_init(&self->partition, record_type, str_partition) ||
         !slot_init(&self->timestamp, record_type, str_timestamp) ||
@@ -917,6 +936,8 @@ static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE((PyObject *)self));
     Py_VISIT(self->appender);
     Py_VISIT(self->metadata);
+    Py_VISIT(self->long_way);
+    Py_VISIT(self->new_batch);
     Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         int visited = slot_traverse(slots[i], visit, arg);
@@ -928,6 +949,9 @@ static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
 static int PlainSender_clear(PlainSender *self) {
     Py_CLEAR(self->appender);
     Py_CLEAR(self->metadata);
+    Py_CLEAR(self->long_way);
+    Py_CLEAR(self->new_batch);
+    Py_CLEAR(self->last_ts);
     Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_clear(slots[i]);
     return 0;
@@ -943,17 +967,24 @@ static void PlainSender_dealloc(PlainSender *self) {
 }
 
 PyDoc_STRVAR(PlainSender_send_doc,
-"send(record, callback) -> future or None\n--\n\n"
-"The record appended to its partition's open batch when it is send()'s common case (bytes\n"
-"key and value; no partition, timestamp or headers; a topic with known leaders; room in the\n"
-"open batch): its future. None for every other record, which send() then takes the long way.");
+"send(record, callback=None) -> FutureRecordMetadata\n--\n\n"
+"Queue one record; callback(metadata, exception) runs once it is acknowledged or failed.\n"
+"The common record (bytes key and value; no partition, timestamp or headers; a topic with\n"
+"known leaders) is appended here, or handed to new_batch when its partition's open batch\n"
+"has no room for it; every other record goes to long_way.");
 
-static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "send() takes 2 arguments, got %zd", nargs);
+static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *record, *callback = Py_None;
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    if (nargs + nkw < 1 || nargs + nkw > 2 || nargs < 1 ||
+        (nkw && PyUnicode_Compare(PyTuple_GetItem(kwnames, 0), str_callback) != 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "send() takes a record and an optional callback");
         return NULL;
     }
-    PyObject *record = args[0], *callback = args[1];
+    record = args[0];
+    if (nargs + nkw == 2) callback = args[1];
+    if (self->closed) return PyObject_CallFunctionObjArgs(self->long_way, record, callback, NULL);
     PyObject *key = NULL, *value = NULL, *topic = NULL, *other = NULL, *leaders = NULL, *partition = NULL,
              *key_size = NULL, *value_size = NULL, *future = NULL;
     /* Anything unusual, or an error on the way, is the long way's to handle (and to report). */
@@ -980,15 +1011,29 @@ static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_s
     struct timespec now;
     timespec_get(&now, TIME_UTC); /* C11: the wall clock, as time.time_ns() reads it */
     long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time.time_ns() // 10**6 */
+    if (timestamp != self->last_ms || !self->last_ts) {
+        PyObject *ts = PyLong_FromLongLong(timestamp);
+        if (!ts) goto done;
+        Py_XDECREF(self->last_ts);
+        self->last_ts = ts;
+        self->last_ms = timestamp;
+    }
     if (!(partition = PyLong_FromLong((long)((h & 0x7FFFFFFF) % (uint32_t)n))) ||
         !(key_size = PyLong_FromSsize_t(key_len)) || !(value_size = PyLong_FromSsize_t(value_len)))
         goto done;
-    future = append_plain((PlainAppender *)self->appender, topic, partition, timestamp, key, value, callback,
+    PyObject *ts = Py_NewRef(self->last_ts); /* held: a finalizer run below may send, and replace it */
+    future = append_plain((PlainAppender *)self->appender, topic, partition, timestamp, ts, key, value, callback,
                           key_size, value_size);
+    if (future == Py_None) { /* no room: a new batch, the rest worked out already */
+        Py_DECREF(future);
+        future = PyObject_CallFunctionObjArgs(self->new_batch, topic, partition, ts, key, value, callback, key_size,
+                                              value_size, NULL);
+    }
+    Py_DECREF(ts);
     goto done;
 long_way:
     PyErr_Clear();
-    future = Py_NewRef(Py_None);
+    future = PyObject_CallFunctionObjArgs(self->long_way, record, callback, NULL);
 done:
     Py_XDECREF(key);
     Py_XDECREF(value);
@@ -1000,8 +1045,17 @@ done:
     return future;
 }
 
+PyDoc_STRVAR(PlainSender_close_doc,
+"close()\n--\n\nEvery later record goes to long_way (which refuses it once the producer is closed).");
+
+static PyObject *PlainSender_close(PlainSender *self, PyObject *unused) {
+    self->closed = 1;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef PlainSender_methods[] = {
-    {"send", (PyCFunction)(void (*)(void))PlainSender_send, METH_FASTCALL, PlainSender_send_doc},
+    {"send", (PyCFunction)(void (*)(void))PlainSender_send, METH_FASTCALL | METH_KEYWORDS, PlainSender_send_doc},
+    {"close", (PyCFunction)PlainSender_close, METH_NOARGS, PlainSender_close_doc},
     {NULL},
 };
 
@@ -1011,7 +1065,7 @@ static PyType_Slot PlainSender_slots[] = {
     {Py_tp_traverse, PlainSender_traverse},
     {Py_tp_clear, PlainSender_clear},
     {Py_tp_methods, PlainSender_methods},
-    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed, record_type): send()'s common record, in C."},
+    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed, record_type, long_way, new_batch): send() in C."},
     {0, NULL},
 };
 
@@ -1107,7 +1161,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
         {&str_stopped, "_stopped"}, {&str_on_ready, "on_ready"}, {&str_closed, "closed"}, {&str_records, "records"},
         {&str_callbacks, "callbacks"}, {&str_topic, "topic"}, {&str_key, "key"}, {&str_value, "value"},
         {&str_partition, "partition"}, {&str_timestamp, "timestamp"}, {&str_headers, "headers"},
-        {&str_leaders, "leaders"},
+        {&str_leaders, "leaders"}, {&str_callback, "callback"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].name = PyUnicode_InternFromString(names[i].text))) goto fail;
