@@ -214,10 +214,11 @@ class RecordAccumulator:
 
     # -- sender side ----------------------------------------------------------
 
-    def ready(self, leader_of: LeaderOf, now: float, can_send: Callable[[TopicPartition], bool]
-              ) -> tuple[set[int], float, set[str]]:
+    def ready(self, leader_of: LeaderOf, now: float, can_send: Callable[[TopicPartition], bool], *,
+              refused: set[TopicPartition] | None = None) -> tuple[set[int], float, set[str]]:
         """(leaders with a sendable batch, ms until the next batch may become ready,
-        topics whose leader is unknown)."""
+        topics whose leader is unknown). ``refused`` gets the partitions holding batches
+        that ``can_send`` refused."""
         ready: set[int] = set()
         unknown: set[str] = set()
         next_ms = float("inf")
@@ -231,7 +232,11 @@ class RecordAccumulator:
                 if leader is None:
                     unknown.add(tp[0])
                     continue
-                if leader in ready or not can_send(tp):
+                if leader in ready:
+                    continue
+                if not can_send(tp):
+                    if refused is not None:
+                        refused.add(tp)
                     continue
                 batch = dq[0]
                 if batch.attempts:

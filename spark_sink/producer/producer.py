@@ -274,12 +274,13 @@ class KafkaProducer:
         the partition's first): a new batch for it, then a round of the sender's work on
         this thread (see Sender.run_in_caller). Everything _send would check is known."""
         try:
-            future, _, new_batch = self._accumulator.append(
+            future, batch_ready, new_batch = self._accumulator.append(
                 topic, partition, timestamp, key, value, None, callback, key_size, value_size, 0, self._max_block_ms())
         except BufferExhaustedError as exc:
             raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
         if new_batch:
-            self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
+            # once per batch: send what filled up, on this thread
+            self._sender.run_in_caller((topic, partition), batch_ready)
         else:
             self._sender.batch_ready()  # another thread made a batch meanwhile
         return future
@@ -349,7 +350,8 @@ class KafkaProducer:
             self._sticky.appended(topic, count, key_size + value_size + h_size, batch_ready)
         if batch_ready or new_batch:
             if new_batch:
-                self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
+                # once per batch: send what filled up, on this thread
+                self._sender.run_in_caller((topic, partition), batch_ready)
             else:
                 self._sender.batch_ready()
         return future
