@@ -597,7 +597,7 @@ static PyType_Spec RecordBuffer_spec = {
 };
 
 /* Attribute names, interned once. */
-static PyObject *str_stopped, *str_on_ready, *str_closed, *str_records, *str_callbacks;
+static PyObject *str_on_ready, *str_closed, *str_records, *str_callbacks;
 
 /* An attribute of objects of one exact class with __slots__ (ProducerRecord,
    ProducerBatch), read through its member descriptor: without the class lookup a
@@ -636,12 +636,14 @@ static void slot_clear(Slot *slot) {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *accumulator;  /* for _stopped and on_ready, read when needed */
+    PyObject *accumulator;  /* for on_ready, read when needed */
     PyObject *by_topic;     /* {topic: {partition: deque of batches}} */
     PyObject *acquire, *release; /* the accumulator lock's */
     PyObject *future_type;  /* FutureRecordMetadata, a tuple subclass */
     allocfunc future_alloc;
     Slot closed, records, callbacks; /* of ProducerBatch */
+    int stopped; /* the accumulator's stop() was called */
+    PyObject *last_topic, *last_partitions; /* by_topic's last entry used: most records go to one topic */
 } PlainAppender;
 
 static PyObject *PlainAppender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -669,6 +671,8 @@ static PyObject *PlainAppender_new(PyTypeObject *type, PyObject *args, PyObject 
     }
     self->accumulator = Py_NewRef(accumulator);
     self->by_topic = Py_NewRef(by_topic);
+    self->stopped = 0;
+    self->last_topic = self->last_partitions = NULL;
     self->future_type = Py_NewRef(future_type);
     self->future_alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)future_type, Py_tp_alloc);
     return (PyObject *)self;
@@ -681,6 +685,8 @@ static int PlainAppender_traverse(PlainAppender *self, visitproc visit, void *ar
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->future_type);
+    Py_VISIT(self->last_topic);
+    Py_VISIT(self->last_partitions);
     return slot_traverse(&self->closed, visit, arg) || slot_traverse(&self->records, visit, arg) ||
            slot_traverse(&self->callbacks, visit, arg);
 }
@@ -691,6 +697,8 @@ static int PlainAppender_clear(PlainAppender *self) {
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->future_type);
+    Py_CLEAR(self->last_topic);
+    Py_CLEAR(self->last_partitions);
     slot_clear(&self->closed);
     slot_clear(&self->records);
     slot_clear(&self->callbacks);
@@ -711,8 +719,17 @@ static void PlainAppender_dealloc(PlainAppender *self) {
    the batches in the partition's deque. Called with the lock held. */
 static int open_batch(PlainAppender *self, PyObject *topic, PyObject *partition, PyObject **batch,
                       RecordBuffer **records, Py_ssize_t *queued) {
-    PyObject *partitions = PyDict_GetItemWithError(self->by_topic, topic); /* borrowed */
-    if (!partitions) return PyErr_Occurred() ? -1 : 0;
+    /* by_topic's entries are never replaced or removed (the accumulator's _deque): the
+       last one found holds for the same topic. */
+    PyObject *partitions = self->last_partitions;
+    if (topic != self->last_topic || !partitions) {
+        partitions = PyDict_GetItemWithError(self->by_topic, topic); /* borrowed */
+        if (!partitions) return PyErr_Occurred() ? -1 : 0;
+        Py_XDECREF(self->last_topic);
+        Py_XDECREF(self->last_partitions);
+        self->last_topic = Py_NewRef(topic);
+        self->last_partitions = Py_NewRef(partitions);
+    }
     PyObject *dq = PyDict_GetItemWithError(partitions, partition);
     if (!dq) return PyErr_Occurred() ? -1 : 0;
     Py_ssize_t n = PyObject_Length(dq);
@@ -757,15 +774,13 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     PyObject *locked = PyObject_CallNoArgs(self->acquire);
     if (!locked) return NULL;
     Py_DECREF(locked);
-    PyObject *batch = NULL, *future = NULL, *stopped;
+    PyObject *batch = NULL, *future = NULL;
     RecordBuffer *records = NULL;
     Py_ssize_t queued = 0;
     int found = -1, ready = 0;
     /* Nothing below releases the GIL or runs Python code but a finalizer the cyclic GC
        may run on an allocation, as in Python's append_plain. */
-    if (!(stopped = PyObject_GetAttr(self->accumulator, str_stopped))) goto unlock;
-    found = stopped == Py_None ? open_batch(self, topic, partition, &batch, &records, &queued) : 0;
-    Py_DECREF(stopped);
+    found = self->stopped ? 0 : open_batch(self, topic, partition, &batch, &records, &queued);
     if (found <= 0) goto unlock;
     /* The future first: once the record is written, nothing may fail but the callback list. */
     long long index = records->record_count;
@@ -835,6 +850,15 @@ unlock:
     return future;
 }
 
+PyDoc_STRVAR(PlainAppender_stop_doc,
+"stop()\n--\n\nThe accumulator has stopped: append() returns None from now on (as its\n"
+"_stopped set does for Python's append_plain). Called with the accumulator's lock held.");
+
+static PyObject *PlainAppender_stop(PlainAppender *self, PyObject *unused) {
+    self->stopped = 1;
+    Py_RETURN_NONE;
+}
+
 static PyObject *PlainAppender_append(PlainAppender *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8) {
         PyErr_Format(PyExc_TypeError, "append_plain() takes 8 arguments, got %zd", nargs);
@@ -851,6 +875,7 @@ static PyObject *PlainAppender_append(PlainAppender *self, PyObject *const *args
 
 static PyMethodDef PlainAppender_methods[] = {
     {"append", (PyCFunction)(void (*)(void))PlainAppender_append, METH_FASTCALL, PlainAppender_append_doc},
+    {"stop", (PyCFunction)PlainAppender_stop, METH_NOARGS, PlainAppender_stop_doc},
     {NULL},
 };
 
@@ -1158,7 +1183,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     PyObject *m = PyModule_Create(&module), *sender = NULL;
     if (!m) return NULL;
     struct { PyObject **name; const char *text; } names[] = {
-        {&str_stopped, "_stopped"}, {&str_on_ready, "on_ready"}, {&str_closed, "closed"}, {&str_records, "records"},
+        {&str_on_ready, "on_ready"}, {&str_closed, "closed"}, {&str_records, "records"},
         {&str_callbacks, "callbacks"}, {&str_topic, "topic"}, {&str_key, "key"}, {&str_value, "value"},
         {&str_partition, "partition"}, {&str_timestamp, "timestamp"}, {&str_headers, "headers"},
         {&str_leaders, "leaders"}, {&str_callback, "callback"},

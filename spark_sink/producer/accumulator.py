@@ -346,6 +346,8 @@ class RecordAccumulator:
         """The Sender has stopped: appends fail from now on, naming ``reason``."""
         with self._lock:
             self._stopped = reason
+            if self.compiled_appender is not None:
+                self.compiled_appender.stop()  # its own flag: no attribute read per record
 
     def _raise_stopped(self) -> None:
         raise ProducerClosedError(f"the producer has stopped sending: {self._stopped}")
