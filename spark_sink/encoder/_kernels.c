@@ -638,7 +638,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *accumulator;  /* for on_ready, read when needed */
     PyObject *by_topic;     /* {topic: {partition: deque of batches}} */
-    PyObject *acquire, *release; /* the accumulator lock's */
+    PyObject *acquire, *release, *locked; /* the accumulator lock's */
     PyObject *future_type;  /* FutureRecordMetadata, a tuple subclass */
     allocfunc future_alloc;
     Slot closed, records, callbacks; /* of ProducerBatch */
@@ -664,7 +664,8 @@ static PyObject *PlainAppender_new(PyTypeObject *type, PyObject *args, PyObject 
     if (!self) return NULL;
     self->acquire = PyObject_GetAttrString(lock, "acquire");
     self->release = self->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
-    if (!self->release || !slot_init(&self->closed, batch_type, str_closed) ||
+    self->locked = self->release ? PyObject_GetAttrString(lock, "locked") : NULL;
+    if (!self->locked || !slot_init(&self->closed, batch_type, str_closed) ||
         !slot_init(&self->records, batch_type, str_records) || !slot_init(&self->callbacks, batch_type, str_callbacks)) {
         Py_DECREF(self);
         return NULL;
@@ -684,6 +685,7 @@ static int PlainAppender_traverse(PlainAppender *self, visitproc visit, void *ar
     Py_VISIT(self->by_topic);
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
+    Py_VISIT(self->locked);
     Py_VISIT(self->future_type);
     Py_VISIT(self->last_topic);
     Py_VISIT(self->last_partitions);
@@ -696,6 +698,7 @@ static int PlainAppender_clear(PlainAppender *self) {
     Py_CLEAR(self->by_topic);
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
+    Py_CLEAR(self->locked);
     Py_CLEAR(self->future_type);
     Py_CLEAR(self->last_topic);
     Py_CLEAR(self->last_partitions);
@@ -771,34 +774,51 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     Py_ssize_t key_len, value_len;
     if (PyBytes_AsStringAndSize(key_o, &key, &key_len) < 0 || PyBytes_AsStringAndSize(value_o, &value, &value_len) < 0)
         return NULL;
-    PyObject *locked = PyObject_CallNoArgs(self->acquire);
-    if (!locked) return NULL;
-    Py_DECREF(locked);
-    PyObject *batch = NULL, *future = NULL;
+    /* The future before the section below: an allocation of an object the cyclic GC
+       tracks may run a collection, and with it finalizers (Python code). */
+    PyObject *future = self->future_alloc((PyTypeObject *)self->future_type, 5);
+    if (!future) return NULL;
+    /* The accumulator's lock is taken only if some thread holds it. Otherwise no thread
+       can take it before this call returns: the section below holds the GIL throughout
+       (it runs no Python code and allocates nothing the GC tracks), and a thread that
+       takes the lock meanwhile, blocked in acquire() without the GIL, goes on only once
+       it has the GIL again, after the section: the same order as if this call had taken
+       the lock first. Checking costs a sixth of acquire() (which parses its arguments). */
+    PyObject *held = PyObject_CallNoArgs(self->locked);
+    int locked = held ? PyObject_IsTrue(held) : -1;
+    Py_XDECREF(held);
+    if (locked > 0) {
+        PyObject *acquired = PyObject_CallNoArgs(self->acquire);
+        if (!acquired) locked = -1;
+        Py_XDECREF(acquired);
+    }
+    if (locked < 0) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    PyObject *batch = NULL;
     RecordBuffer *records = NULL;
-    Py_ssize_t queued = 0;
-    int found = -1, ready = 0;
-    /* Nothing below releases the GIL or runs Python code but a finalizer the cyclic GC
-       may run on an allocation, as in Python's append_plain. */
-    found = self->stopped ? 0 : open_batch(self, topic, partition, &batch, &records, &queued);
+    Py_ssize_t queued = 0, size = -1;
+    int ready = 0;
+    int found = self->stopped ? 0 : open_batch(self, topic, partition, &batch, &records, &queued);
     if (found <= 0) goto unlock;
-    /* The future first: once the record is written, nothing may fail but the callback list. */
     long long index = records->record_count;
-    PyObject *ix = PyLong_FromLongLong(index);
+    PyObject *ix = PyLong_FromLongLong(index); /* an int: not tracked by the GC */
     ts = ts ? Py_NewRef(ts) : PyLong_FromLongLong(timestamp);
-    future = ix && ts ? self->future_alloc((PyTypeObject *)self->future_type, 5) : NULL;
-    if (!future) {
+    if (!ix || !ts) {
         Py_XDECREF(ix);
         Py_XDECREF(ts);
         found = -1;
         goto unlock;
     }
-    PyTuple_SetItem(future, 0, Py_NewRef(batch));
-    PyTuple_SetItem(future, 1, Py_NewRef(ix));
-    PyTuple_SetItem(future, 2, Py_NewRef(ts));
-    PyTuple_SetItem(future, 3, Py_NewRef(key_size));
-    PyTuple_SetItem(future, 4, Py_NewRef(value_size));
-    Py_ssize_t size = put_record(records, timestamp, key, key_len, value, value_len, NULL, 0);
+    size = put_record(records, timestamp, key, key_len, value, value_len, NULL, 0);
+    if (size > 0) { /* once the record is written, nothing may fail but the callback list */
+        PyTuple_SetItem(future, 0, Py_NewRef(batch));
+        PyTuple_SetItem(future, 1, Py_NewRef(ix));
+        PyTuple_SetItem(future, 2, Py_NewRef(ts));
+        PyTuple_SetItem(future, 3, Py_NewRef(key_size));
+        PyTuple_SetItem(future, 4, Py_NewRef(value_size));
+    }
     if (size > 0 && callback != Py_None) {
         PyObject *callbacks = slot_read(&self->callbacks, batch);
         int ok = callbacks && PyList_Append(callbacks, callback) == 0 && PyList_Append(callbacks, ix) == 0 &&
@@ -807,18 +827,14 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
         Py_XDECREF(callbacks);
         if (!ok) size = -1; /* out of memory: the record is in the batch without its callback */
     }
-    Py_DECREF(ix);
+    Py_DECREF(ix); /* both held by the future or the batch, or (no room) by no one: not Python */
     Py_DECREF(ts);
-    if (size <= 0) {
-        Py_CLEAR(future); /* no room (None), or an error */
-        found = size < 0 ? -1 : 0;
-        goto unlock;
-    }
-    ready = records->estimated_size >= records->batch_size || queued > 1;
+    if (size < 0) found = -1;
+    else ready = records->estimated_size >= records->batch_size || queued > 1;
 unlock:
-    Py_XDECREF(batch);
+    Py_XDECREF(batch); /* both still held by the accumulator */
     Py_XDECREF((PyObject *)records);
-    {
+    if (locked) {
         PyObject *err_type, *err_value, *err_tb;
         PyErr_Fetch(&err_type, &err_value, &err_tb);
         PyObject *released = PyObject_CallNoArgs(self->release);
@@ -826,17 +842,20 @@ unlock:
             Py_XDECREF(err_type);
             Py_XDECREF(err_value);
             Py_XDECREF(err_tb);
-            Py_XDECREF(future);
+            Py_DECREF(future);
             return NULL;
         }
         Py_DECREF(released);
         PyErr_Restore(err_type, err_value, err_tb);
     }
     if (found < 0) {
-        Py_XDECREF(future);
+        Py_DECREF(future);
         return NULL;
     }
-    if (!future) Py_RETURN_NONE;
+    if (found == 0 || size == 0) { /* no open batch with room for it */
+        Py_DECREF(future);
+        Py_RETURN_NONE;
+    }
     if (ready) {
         PyObject *on_ready = PyObject_GetAttr(self->accumulator, str_on_ready);
         PyObject *done = on_ready ? PyObject_CallNoArgs(on_ready) : NULL;

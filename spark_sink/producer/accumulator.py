@@ -71,22 +71,26 @@ class RecordAccumulator:
 
     def append(self, topic: str, partition: int, timestamp: int, key: bytes | None, value: bytes | None,
                headers: list | None, callback: SendCallback | None, key_size: int, value_size: int,
-               headers_size: int, max_block_ms: float) -> tuple[FutureRecordMetadata, bool, bool]:
-        """Append one record; returns (future, a batch is ready to send, a new batch was made)."""
+               headers_size: int, max_block_ms: float, *, full: bool = False
+               ) -> tuple[FutureRecordMetadata, bool, bool]:
+        """Append one record; returns (future, a batch is ready to send, a new batch was made).
+        ``full``: the caller found no room for it in the partition's open batch just now
+        (append_plain did), so it goes straight to a new one."""
         tp = (topic, partition)
-        # acquire/release rather than ``with``: half the cost on the per-record path.
-        self._lock.acquire()
-        try:
-            if self._stopped is not None:
-                self._raise_stopped()
-            dq = self._batches.get(tp)
-            if dq:
-                last = dq[-1]
-                future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size)
-                if future is not None:
-                    return future, last.estimated_size >= last.batch_size or len(dq) > 1, False
-        finally:
-            self._lock.release()
+        if not full:
+            # acquire/release rather than ``with``: half the cost on the per-record path.
+            self._lock.acquire()
+            try:
+                if self._stopped is not None:
+                    self._raise_stopped()
+                dq = self._batches.get(tp)
+                if dq:
+                    last = dq[-1]
+                    future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size)
+                    if future is not None:
+                        return future, last.estimated_size >= last.batch_size or len(dq) > 1, False
+            finally:
+                self._lock.release()
         # A new batch needs memory, which may block: never wait while holding the lock.
         size = max(self._config.batch_size,
                    key_size + value_size + headers_size + MAX_RECORD_OVERHEAD + RECORD_BATCH_OVERHEAD)

@@ -275,7 +275,8 @@ class KafkaProducer:
         this thread (see Sender.run_in_caller). Everything _send would check is known."""
         try:
             future, batch_ready, new_batch = self._accumulator.append(
-                topic, partition, timestamp, key, value, None, callback, key_size, value_size, 0, self._max_block_ms())
+                topic, partition, timestamp, key, value, None, callback, key_size, value_size, 0, self._max_block_ms(),
+                full=True)
         except BufferExhaustedError as exc:
             raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
         if new_batch:

@@ -4,6 +4,8 @@ and without a JVM (``make unit``). What a broker decides is tested on real Kafka
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
@@ -76,3 +78,46 @@ def test_every_acks_setting_completes_every_future(acks):
         producer.flush(10)
     assert all(f.done() for f in futures)
     assert len(cluster.values((TOPIC, 0))) == 100
+
+
+def test_threads_sending_at_once_lose_and_reorder_nothing():
+    """send()'s short way (compiled: without the accumulator's lock while no thread holds
+    it) from several threads at once while batches fill, are drained and complete: every
+    record lands once, each thread's records of a key in send order, and every callback
+    says where its record is."""
+    cluster = FakeCluster(topics={TOPIC: [0, 0, 0]})
+    senders, per_sender = 4, 3000
+    where: dict[bytes, tuple[int, int]] = {}
+    errors: list[Exception] = []
+
+    def on_ack(value: bytes):
+        def callback(md, err):
+            if err is not None:
+                errors.append(err)
+            else:
+                where[value] = (md.partition, md.offset)
+        return callback
+
+    with _producer(cluster, **{"batch.size": 512, "linger.ms": 1}) as producer:
+        def send_all(sender: int) -> None:
+            for i in range(per_sender):
+                value = b"%d-%d" % (sender, i)
+                producer.send(ProducerRecord(TOPIC, value, key=b"k%d" % (i % 5)), on_ack(value))
+
+        threads = [threading.Thread(target=send_all, args=(n,)) for n in range(senders)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        producer.flush(30)
+    logs = {p: cluster.values((TOPIC, p)) for p in range(3)}
+    assert not errors
+    assert sorted(v for log in logs.values() for v in log) == sorted(where)
+    assert len(where) == senders * per_sender
+    assert all(where[v] == (p, offset) for p, log in logs.items() for offset, v in enumerate(log))
+    for p, log in logs.items():  # one key's records go to one partition, in send order per sender
+        for sender in range(senders):
+            numbers = [int(v.split(b"-")[1]) for v in log if v.startswith(b"%d-" % sender)]
+            for key in range(5):
+                of_key = [i for i in numbers if i % 5 == key]
+                assert of_key == sorted(of_key)
