@@ -1143,30 +1143,42 @@ static PyObject *run_callbacks(PyObject *module, PyObject *const *args, Py_ssize
         return NULL;
     }
     allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)metadata_type, Py_tp_alloc);
+    /* One metadata object serves record after record while no callback keeps it (its only
+       reference is this loop's again once the callback returns): its fields are replaced
+       in place, as a tuple no one else holds may be. One a callback keeps is left as it
+       was, and the next record gets a new one. */
+    PyObject *md = NULL;
     /* Read afresh each round: a callback may (wrongly) change the list; never past its end. */
     for (Py_ssize_t i = 0; i + 5 <= PyList_Size(entries); i += 5) {
         PyObject *callback = PyList_GetItem(entries, i), *index = PyList_GetItem(entries, i + 1);
         long long offset = PyLong_AsLongLong(index);
-        if (offset == -1 && PyErr_Occurred()) return NULL;
-        PyObject *md = alloc((PyTypeObject *)metadata_type, 6), *offset_o = PyLong_FromLongLong(base + offset);
-        if (!md || !offset_o) {
+        PyObject *offset_o = offset == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(base + offset);
+        if (!offset_o) {
             Py_XDECREF(md);
-            Py_XDECREF(offset_o);
             return NULL;
         }
-        PyTuple_SetItem(md, 0, Py_NewRef(topic));
-        PyTuple_SetItem(md, 1, Py_NewRef(partition));
+        if (md && Py_REFCNT(md) != 1) Py_CLEAR(md); /* kept by the last callback */
+        if (!md) {
+            if (!(md = alloc((PyTypeObject *)metadata_type, 6))) {
+                Py_DECREF(offset_o);
+                return NULL;
+            }
+            PyTuple_SetItem(md, 0, Py_NewRef(topic));
+            PyTuple_SetItem(md, 1, Py_NewRef(partition));
+        }
         PyTuple_SetItem(md, 2, offset_o);
         for (int k = 0; k < 3; k++) PyTuple_SetItem(md, 3 + k, Py_NewRef(PyList_GetItem(entries, i + 2 + k)));
         Py_INCREF(callback); /* the list may drop it meanwhile */
         PyObject *done = PyObject_CallFunctionObjArgs(callback, md, Py_None, NULL);
         Py_DECREF(callback);
-        Py_DECREF(md);
         if (done) {
             Py_DECREF(done);
             continue;
         }
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* KeyboardInterrupt and the like go on up */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) { /* KeyboardInterrupt and the like go on up */
+            Py_DECREF(md);
+            return NULL;
+        }
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
         PyErr_NormalizeException(&type, &value, &traceback);
@@ -1175,9 +1187,13 @@ static PyObject *run_callbacks(PyObject *module, PyObject *const *args, Py_ssize
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(traceback);
-        if (!handled) return NULL;
+        if (!handled) {
+            Py_DECREF(md);
+            return NULL;
+        }
         Py_DECREF(handled);
     }
+    Py_XDECREF(md);
     Py_RETURN_NONE;
 }
 

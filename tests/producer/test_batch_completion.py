@@ -152,3 +152,28 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch, capl
     assert all(type(md) is RecordMetadata for md, _ in seen)
     (logged,) = caplog.records
     assert logged.getMessage() == "send callback raised" and str(logged.exc_info[1]) == "boom"
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch, compiled):
+    """The compiled loop reuses a RecordMetadata that no callback kept for the next
+    record: one a callback did keep is never changed afterwards."""
+    if not compiled:
+        monkeypatch.setattr(batch_module, "run_callbacks", None)
+    batch = ProducerBatch("t", 1, 0.0, 0, 0, 16384, records=None if compiled else PyRecordBuffer(16384))
+    kept: list[RecordMetadata] = []
+    told: list[tuple] = []
+
+    def keep(md, err):
+        kept.append(md)
+
+    def glance(md, err):
+        told.append(tuple(md))
+
+    for i in range(40):
+        batch.try_append(100 + i, b"k", b"v" * i, None, keep if i % 3 == 0 else glance, 1, i)
+    batch.complete(1000, -1, None)
+    expected = [RecordMetadata("t", 1, 1000 + i, 100 + i, 1, i) for i in range(40)]
+    assert kept == [md for i, md in enumerate(expected) if i % 3 == 0]
+    assert len({id(md) for md in kept}) == len(kept)
+    assert told == [tuple(md) for i, md in enumerate(expected) if i % 3]
