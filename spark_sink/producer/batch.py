@@ -267,13 +267,14 @@ class ProducerBatch:
     def _run_callbacks(self, error: Exception | None) -> None:
         # Once per acknowledged record: FutureRecordMetadata.metadata() inlined.
         topic, partition, base, append_time = self.topic, self.partition, self.base_offset, self.log_append_time
+        common = error is None and base >= 0 and append_time < 0
+        if common and run_callbacks is not None:
+            run_callbacks(self.callbacks, topic, partition, base, RecordMetadata, _callback_raised)
+            return
         entries = iter(self.callbacks)
         records = zip(entries, entries, entries, entries, entries)
-        if error is None and base >= 0 and append_time < 0:
+        if common:
             # The common case without a branch per record: offsets known, create time kept.
-            if run_callbacks is not None:
-                run_callbacks(self.callbacks, topic, partition, base, RecordMetadata, _callback_raised)
-                return
             for callback, index, timestamp, key_size, value_size in records:
                 try:
                     callback(_new_metadata(RecordMetadata, (
