@@ -224,7 +224,7 @@ class KafkaProducer:
                                              ProducerRecord, self._send, self._send_new_batch)
             short_way = self._plain_sender.send
             if type(self).send is KafkaProducer.send:  # not a subclass's own send()
-                self.send = short_way  # type: ignore[method-assign]  # without send()'s Python frame
+                self.send = self._plain_sender.send  # type: ignore[method-assign]  # without send()'s Python frame
         else:
             short_way = self._send_plain_py
         self._send_plain = short_way

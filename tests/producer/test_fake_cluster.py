@@ -115,7 +115,9 @@ def test_threads_sending_at_once_lose_and_reorder_nothing():
     assert sorted(v for log in logs.values() for v in log) == sorted(where)
     assert len(where) == senders * per_sender
     assert all(where[v] == (p, offset) for p, log in logs.items() for offset, v in enumerate(log))
-    for p, log in logs.items():  # one key's records go to one partition, in send order per sender
+    for key in range(5):  # one key's records go to one partition, each sender's in send order
+        assert len({where[v][0] for v in where if int(v.split(b"-")[1]) % 5 == key}) == 1
+    for log in logs.values():
         for sender in range(senders):
             numbers = [int(v.split(b"-")[1]) for v in log if v.startswith(b"%d-" % sender)]
             for key in range(5):
