@@ -718,10 +718,10 @@ static void PlainAppender_dealloc(PlainAppender *self) {
 }
 
 /* The partition's open batch and its RecordBuffer (new references), 0 if there is none to
-   append to (no batch, a closed one, one without a RecordBuffer), -1 on error; *queued:
-   the batches in the partition's deque. Called with the lock held. */
+   append to (no batch, a closed one, one without a RecordBuffer), -1 on error. Called
+   with the lock held (or, see append_plain, while no thread holds it). */
 static int open_batch(PlainAppender *self, PyObject *topic, PyObject *partition, PyObject **batch,
-                      RecordBuffer **records, Py_ssize_t *queued) {
+                      RecordBuffer **records) {
     /* by_topic's entries are never replaced or removed (the accumulator's _deque): the
        last one found holds for the same topic. */
     PyObject *partitions = self->last_partitions;
@@ -754,7 +754,6 @@ static int open_batch(PlainAppender *self, PyObject *topic, PyObject *partition,
     }
     *batch = last;
     *records = (RecordBuffer *)buffer;
-    *queued = n;
     return 1;
 }
 
@@ -762,7 +761,7 @@ PyDoc_STRVAR(PlainAppender_append_doc,
 "append(topic, partition, timestamp, key, value, callback, key_size, value_size)\n--\n\n"
 "RecordAccumulator.append_plain: a header-less record with bytes key and value appended to\n"
 "its partition's open batch, returning its future (having called the accumulator's on_ready\n"
-"if a batch is now ready to send); None when it needs append() (no open batch with room for\n"
+"if the record filled its batch); None when it needs append() (no open batch with room for\n"
 "it, or the producer has stopped).");
 
 /* append() below, for arguments already checked: key and value exact bytes. */
@@ -798,9 +797,9 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     }
     PyObject *batch = NULL;
     RecordBuffer *records = NULL;
-    Py_ssize_t queued = 0, size = -1;
+    Py_ssize_t size = -1;
     int ready = 0;
-    int found = self->stopped ? 0 : open_batch(self, topic, partition, &batch, &records, &queued);
+    int found = self->stopped ? 0 : open_batch(self, topic, partition, &batch, &records);
     if (found <= 0) goto unlock;
     long long index = records->record_count;
     PyObject *ix = PyLong_FromLongLong(index); /* an int: not tracked by the GC */
@@ -830,7 +829,9 @@ static PyObject *append_plain(PlainAppender *self, PyObject *topic, PyObject *pa
     Py_DECREF(ix); /* both held by the future or the batch, or (no room) by no one: not Python */
     Py_DECREF(ts);
     if (size < 0) found = -1;
-    else ready = records->estimated_size >= records->batch_size || queued > 1;
+    /* Only a batch this record filled is news: one with batches after it was announced
+       when the next was made (the Sender's round for a new batch). */
+    else ready = records->estimated_size >= records->batch_size;
 unlock:
     Py_XDECREF(batch); /* both still held by the accumulator */
     Py_XDECREF((PyObject *)records);

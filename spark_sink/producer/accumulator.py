@@ -57,7 +57,7 @@ class RecordAccumulator:
         self._drain_start = 0  # where in _batches' order the next drain starts
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
-        self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
+        self.on_ready: Callable[[], None] = lambda: None  # append_plain filled a batch
         self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
         self._record_buffer: type = RecordBuffer if compiled else PyRecordBuffer
         # append_plain below, in C: the same steps without a Python frame per record (and
@@ -115,7 +115,7 @@ class RecordAccumulator:
     def append_plain(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
                      callback: SendCallback | None, key_size: int, value_size: int) -> FutureRecordMetadata | None:
         """append() for a header-less record that fits the open batch of its partition:
-        returns its future (having called ``on_ready`` if a batch is now ready to send), or
+        returns its future (having called ``on_ready`` if the record filled its batch), or
         None when it needs append() (no open batch with room for it, or the producer has
         stopped).
 
@@ -150,7 +150,9 @@ class RecordAccumulator:
             if callback is not None:
                 last.callbacks += (callback, index, timestamp, key_size, value_size)
             future = new_future(FutureRecordMetadata, (last, index, timestamp, key_size, value_size))
-            if size < records.batch_size and len(dq) == 1:
+            if size < records.batch_size:
+                # Only a batch this record filled is news: one with batches after it was
+                # announced when the next was made (the Sender's round for a new batch).
                 return future
         finally:
             lock.release()
