@@ -177,3 +177,21 @@ def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch, compiled):
     assert kept == [md for i, md in enumerate(expected) if i % 3 == 0]
     assert len({id(md) for md in kept}) == len(kept)
     assert told == [tuple(md) for i, md in enumerate(expected) if i % 3]
+
+
+def test_futures_kept_are_not_reused_and_answer_for_their_record():
+    """Compiled, futures freed by the application are kept for the next records: one the
+    application holds answers for its own record whatever was freed and made since."""
+    batch = ProducerBatch("t", 2, 0.0, 0, 0, 16384)
+    kept = []
+    for i in range(200):
+        future = batch.try_append(100 + i, b"k", b"v", None, None, 1, i)
+        if i % 7 == 0:
+            kept.append((i, future))
+        del future  # the others are freed at once
+    batch.complete(500, -1, None)
+    assert [f.result(0) for _, f in kept] == [RecordMetadata("t", 2, 500 + i, 100 + i, 1, i) for i, _ in kept]
+    i, future = kept[1]
+    assert future.done() and future.exception(0) is None and tuple(future)[1:] == (i, 100 + i, 1, i)
+    assert repr(future) == f"FutureRecordMetadata(t-2, index={i}, done=True)"
+    assert isinstance(future, batch_module.FutureRecordMetadata)
