@@ -1019,6 +1019,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *appender; /* PlainAppender */
     PyObject *metadata; /* its leaders: {topic: [leader per partition]}, replaced when metadata changes */
+    PyObject *metadata_dict; /* metadata's __dict__, where `leaders` is read (NULL: read by name) */
     PyObject *long_way, *new_batch;
     long long max_payload;
     uint32_t seed;
@@ -1049,6 +1050,11 @@ static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *k
     if (!self) return NULL;
     self->appender = Py_NewRef(appender);
     self->metadata = Py_NewRef(metadata);
+    /* leaders is a plain instance attribute (nothing of that name on its class): read it
+       from the instance's dict, without the class lookup a getattr makes each time. */
+    int on_class = PyObject_HasAttr((PyObject *)Py_TYPE(metadata), str_leaders);
+    self->metadata_dict = on_class ? NULL : PyObject_GenericGetDict(metadata, NULL);
+    if (!self->metadata_dict) PyErr_Clear();
     self->long_way = Py_NewRef(long_way);
     self->new_batch = Py_NewRef(new_batch);
     self->max_payload = max_payload;
@@ -1070,6 +1076,7 @@ static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE((PyObject *)self));
     Py_VISIT(self->appender);
     Py_VISIT(self->metadata);
+    Py_VISIT(self->metadata_dict);
     Py_VISIT(self->long_way);
     Py_VISIT(self->new_batch);
     Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
@@ -1083,6 +1090,7 @@ static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
 static int PlainSender_clear(PlainSender *self) {
     Py_CLEAR(self->appender);
     Py_CLEAR(self->metadata);
+    Py_CLEAR(self->metadata_dict);
     Py_CLEAR(self->long_way);
     Py_CLEAR(self->new_batch);
     Py_CLEAR(self->last_ts);
@@ -1135,7 +1143,9 @@ static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_s
     if (!(other = slot_read(&self->headers, record)) || (other != Py_None && PyObject_IsTrue(other) != 0))
         goto long_way;
     Py_CLEAR(other);
-    if (!(other = PyObject_GetAttr(self->metadata, str_leaders)) || !PyDict_CheckExact(other)) goto long_way;
+    other = self->metadata_dict ? Py_XNewRef(PyDict_GetItemWithError(self->metadata_dict, str_leaders))
+                                : PyObject_GetAttr(self->metadata, str_leaders);
+    if (!other || !PyDict_CheckExact(other)) goto long_way;
     leaders = PyDict_GetItemWithError(other, topic); /* borrowed: `other` holds it */
     Py_ssize_t n = leaders && PyList_CheckExact(leaders) ? PyList_Size(leaders) : 0;
     if (n <= 0) goto long_way;
