@@ -351,8 +351,10 @@ class KafkaProducer:
             self._sticky.appended(topic, count, key_size + value_size + h_size, batch_ready)
         if batch_ready or new_batch:
             if new_batch:
-                # once per batch: send what filled up, on this thread
-                self._sender.run_in_caller((topic, partition), batch_ready)
+                # once per batch: send what filled up, on this thread. In a transaction
+                # always a full round: the partition may be new to it, and only a full
+                # round asks the coordinator to add it.
+                self._sender.run_in_caller(None if self._txn.transactional else (topic, partition), batch_ready)
             else:
                 self._sender.batch_ready()
         return future
