@@ -817,7 +817,7 @@ static int open_batch(PlainAppender *self, PyObject *topic, PyObject *partition,
     if (topic != self->last_topic || !partitions) {
         partitions = PyDict_GetItemWithError(self->by_topic, topic); /* borrowed */
         if (!partitions) return PyErr_Occurred() ? -1 : 0;
-        Py_XDECREF(self->last_topic);
+        Py_XDECREF(self->last_topic); /* a str, and a dict by_topic still holds: no Python code */
         Py_XDECREF(self->last_partitions);
         self->last_topic = Py_NewRef(topic);
         self->last_partitions = Py_NewRef(partitions);
@@ -977,6 +977,12 @@ static PyObject *PlainAppender_append(PlainAppender *self, PyObject *const *args
     if (timestamp == -1 && PyErr_Occurred()) return NULL;
     if (!PyBytes_CheckExact(args[3]) || !PyBytes_CheckExact(args[4])) {
         PyErr_SetString(PyExc_TypeError, "append_plain(): key and value must be bytes");
+        return NULL;
+    }
+    /* Exact types: looking them up in the accumulator's dicts then runs no Python code
+       (see append_plain). */
+    if (!PyUnicode_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "append_plain(): topic must be a str, partition and timestamp ints");
         return NULL;
     }
     return append_plain(self, args[0], args[1], timestamp, args[2], args[3], args[4], args[5], args[6], args[7]);
