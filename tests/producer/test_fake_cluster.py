@@ -9,7 +9,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
 from spark_sink.protocol.messages import ApiKey
 from tests.producer.fake_cluster import FakeCluster
@@ -123,3 +123,24 @@ def test_threads_sending_at_once_lose_and_reorder_nothing():
             for key in range(5):
                 of_key = [i for i in numbers if i % 5 == key]
                 assert of_key == sorted(of_key)
+
+
+def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
+    """send()'s calling conventions (compiled: PlainSender.send in send()'s place)."""
+    cluster = FakeCluster(topics={TOPIC: [0]})
+    heard: list[int] = []
+    record = ProducerRecord(TOPIC, b"v", key=b"k")
+    with _producer(cluster) as producer:
+        futures = [producer.send(record), producer.send(record, lambda md, err: heard.append(md.offset)),
+                   producer.send(record, callback=lambda md, err: heard.append(md.offset))]
+        with pytest.raises(TypeError):
+            producer.send()
+        with pytest.raises(TypeError):
+            producer.send(record, None, None)
+        with pytest.raises(TypeError):
+            producer.send(record, on_ack=None)
+        producer.flush(10)
+    assert [f.result(0).offset for f in futures] == [0, 1, 2]
+    assert heard == [1, 2]
+    with pytest.raises(ProducerClosedError):
+        producer.send(record)
