@@ -235,6 +235,7 @@ class Sender(threading.Thread):
         """Send what is ready and handle the I/O that is ready, without blocking; returns
         how long the Sender may wait before the next round. Only with ``io_lock`` held."""
         now = now_ms()
+        self._quiet_until = -1e18  # set again only by a round that gets to its end
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if self._txn.transactional:
@@ -246,7 +247,6 @@ class Sender(threading.Thread):
             return min(poll_ms, 50.0, self._client.next_timeout_ms(now))
         leader_of = self._metadata.leader
         can_send = self._txn.can_send
-        self._quiet_until = -1e18
         held: set[tuple[str, int]] = set()
         ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send, refused=held)
         if unknown:
