@@ -389,12 +389,17 @@ typedef struct {
     uint8_t *data;
     Py_ssize_t len, cap;
     long long record_count, base_timestamp, max_timestamp, estimated_size, batch_size;
+    int sealed; /* take() was called: the bytes are final, read through the buffer protocol */
 } RecordBuffer;
 
 static PyObject *RecordBuffer_type; /* set in PyInit */
 
 /* Room for `more` bytes; grown by doubling, up to batch.size first (most batches end there). */
 static int reserve(RecordBuffer *self, Py_ssize_t more) {
+    if (self->sealed) {
+        PyErr_SetString(PyExc_BufferError, "RecordBuffer: no record can follow take()");
+        return 0;
+    }
     if (self->len + more <= self->cap) return 1;
     Py_ssize_t cap = self->cap ? self->cap * 2 : 1024;
     if (cap < self->batch_size && self->batch_size <= (1 << 20)) cap = (Py_ssize_t)self->batch_size;
@@ -425,6 +430,7 @@ static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *
     self->base_timestamp = self->max_timestamp = -1;
     self->estimated_size = RECORD_BATCH_OVERHEAD;
     self->batch_size = batch_size;
+    self->sealed = 0;
     return (PyObject *)self;
 }
 
@@ -544,15 +550,25 @@ done:
 }
 
 PyDoc_STRVAR(RecordBuffer_take_doc,
-"take() -> bytes\n--\n\nThe records section written so far; the buffer is emptied and its memory freed.");
+"take() -> memoryview\n--\n\nThe records section: a read-only view of the buffer's bytes, not a copy (the\n"
+"buffer lives as long as the view). No record can be added after it.");
 
 static PyObject *RecordBuffer_take(RecordBuffer *self, PyObject *unused) {
-    PyObject *section = PyBytes_FromStringAndSize((const char *)self->data, self->len);
-    if (!section) return NULL;
-    PyMem_Free(self->data);
-    self->data = NULL;
-    self->len = self->cap = 0;
-    return section;
+    self->sealed = 1;
+    return PyMemoryView_FromObject((PyObject *)self);
+}
+
+/* The buffer protocol, once take() has made the bytes final: they never move or change
+   again, and are freed with the buffer, which every view holds. */
+static int RecordBuffer_getbuffer(RecordBuffer *self, Py_buffer *view, int flags) {
+    static char empty;
+    if (!self->sealed) {
+        PyErr_SetString(PyExc_BufferError, "RecordBuffer: its bytes are read after take()");
+        view->obj = NULL;
+        return -1;
+    }
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? (void *)self->data : (void *)&empty, self->len, 1,
+                             flags);
 }
 
 #define GETTER(name)                                                                        \
@@ -585,6 +601,7 @@ static PyType_Slot RecordBuffer_slots[] = {
     {Py_tp_dealloc, RecordBuffer_dealloc},
     {Py_tp_getset, RecordBuffer_getset},
     {Py_tp_methods, RecordBuffer_methods},
+    {Py_bf_getbuffer, RecordBuffer_getbuffer},
     {Py_tp_doc, "RecordBuffer(batch_size): the records section of an open producer batch, written as records come."},
     {0, NULL},
 };

@@ -237,7 +237,7 @@ class ProducerBatch:
         """Take (and compress) the records section, once."""
         if self.encoded is None:
             records = self.records
-            section = records.take()
+            section = records.take()  # compiled: a view of the buffer's bytes, not a copy
             payload = compress(codec, section, level) if codec else section
             self.encoded = EncodedRecords(payload, codec, records.record_count, records.base_timestamp,
                                           records.max_timestamp, len(section))
