@@ -57,7 +57,7 @@ class RecordAccumulator:
         self._drain_start = 0  # where in _batches' order the next drain starts
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
-        self.on_ready: Callable[[], None] = lambda: None  # append_plain made a batch ready to send
+        self.on_ready: Callable[[], None] = lambda: None  # append_plain filled a batch
         self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
         self._record_buffer: type = RecordBuffer if compiled else PyRecordBuffer
         # append_plain below, in C: the same steps without a Python frame per record (and
@@ -71,22 +71,26 @@ class RecordAccumulator:
 
     def append(self, topic: str, partition: int, timestamp: int, key: bytes | None, value: bytes | None,
                headers: list | None, callback: SendCallback | None, key_size: int, value_size: int,
-               headers_size: int, max_block_ms: float) -> tuple[FutureRecordMetadata, bool, bool]:
-        """Append one record; returns (future, a batch is ready to send, a new batch was made)."""
+               headers_size: int, max_block_ms: float, *, full: bool = False
+               ) -> tuple[FutureRecordMetadata, bool, bool]:
+        """Append one record; returns (future, a batch is ready to send, a new batch was made).
+        ``full``: the caller found no room for it in the partition's open batch just now
+        (append_plain did), so it goes straight to a new one."""
         tp = (topic, partition)
-        # acquire/release rather than ``with``: half the cost on the per-record path.
-        self._lock.acquire()
-        try:
-            if self._stopped is not None:
-                self._raise_stopped()
-            dq = self._batches.get(tp)
-            if dq:
-                last = dq[-1]
-                future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size)
-                if future is not None:
-                    return future, last.estimated_size >= last.batch_size or len(dq) > 1, False
-        finally:
-            self._lock.release()
+        if not full:
+            # acquire/release rather than ``with``: half the cost on the per-record path.
+            self._lock.acquire()
+            try:
+                if self._stopped is not None:
+                    self._raise_stopped()
+                dq = self._batches.get(tp)
+                if dq:
+                    last = dq[-1]
+                    future = last.try_append(timestamp, key, value, headers, callback, key_size, value_size)
+                    if future is not None:
+                        return future, last.estimated_size >= last.batch_size or len(dq) > 1, False
+            finally:
+                self._lock.release()
         # A new batch needs memory, which may block: never wait while holding the lock.
         size = max(self._config.batch_size,
                    key_size + value_size + headers_size + MAX_RECORD_OVERHEAD + RECORD_BATCH_OVERHEAD)
@@ -111,7 +115,7 @@ class RecordAccumulator:
     def append_plain(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
                      callback: SendCallback | None, key_size: int, value_size: int) -> FutureRecordMetadata | None:
         """append() for a header-less record that fits the open batch of its partition:
-        returns its future (having called ``on_ready`` if a batch is now ready to send), or
+        returns its future (having called ``on_ready`` if the record filled its batch), or
         None when it needs append() (no open batch with room for it, or the producer has
         stopped).
 
@@ -146,7 +150,9 @@ class RecordAccumulator:
             if callback is not None:
                 last.callbacks += (callback, index, timestamp, key_size, value_size)
             future = new_future(FutureRecordMetadata, (last, index, timestamp, key_size, value_size))
-            if size < records.batch_size and len(dq) == 1:
+            if size < records.batch_size:
+                # Only a batch this record filled is news: one with batches after it was
+                # announced when the next was made (the Sender's round for a new batch).
                 return future
         finally:
             lock.release()
@@ -214,10 +220,11 @@ class RecordAccumulator:
 
     # -- sender side ----------------------------------------------------------
 
-    def ready(self, leader_of: LeaderOf, now: float, can_send: Callable[[TopicPartition], bool]
-              ) -> tuple[set[int], float, set[str]]:
+    def ready(self, leader_of: LeaderOf, now: float, can_send: Callable[[TopicPartition], bool], *,
+              refused: set[TopicPartition] | None = None) -> tuple[set[int], float, set[str]]:
         """(leaders with a sendable batch, ms until the next batch may become ready,
-        topics whose leader is unknown)."""
+        topics whose leader is unknown). ``refused`` gets the partitions holding batches
+        that ``can_send`` refused."""
         ready: set[int] = set()
         unknown: set[str] = set()
         next_ms = float("inf")
@@ -231,7 +238,11 @@ class RecordAccumulator:
                 if leader is None:
                     unknown.add(tp[0])
                     continue
-                if leader in ready or not can_send(tp):
+                if leader in ready:
+                    continue
+                if not can_send(tp):
+                    if refused is not None:
+                        refused.add(tp)
                     continue
                 batch = dq[0]
                 if batch.attempts:
@@ -341,6 +352,8 @@ class RecordAccumulator:
         """The Sender has stopped: appends fail from now on, naming ``reason``."""
         with self._lock:
             self._stopped = reason
+            if self.compiled_appender is not None:
+                self.compiled_appender.stop()  # its own flag: no attribute read per record
 
     def _raise_stopped(self) -> None:
         raise ProducerClosedError(f"the producer has stopped sending: {self._stopped}")

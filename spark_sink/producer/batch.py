@@ -66,9 +66,10 @@ class PyRecordBuffer:
 
 
 try:
+    from spark_sink.encoder._kernels import FutureRecordMetadata as _CompiledFuture
     from spark_sink.encoder._kernels import PlainAppender, PlainSender, RecordBuffer, run_callbacks
 except ImportError:  # running from source files: Python's
-    PlainAppender = PlainSender = run_callbacks = None
+    PlainAppender = PlainSender = run_callbacks = _CompiledFuture = None
     RecordBuffer = PyRecordBuffer
 
 
@@ -86,8 +87,11 @@ SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
 class FutureRecordMetadata(tuple):
     """The result of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises.
 
-    A tuple (batch, index in it, timestamp, key size, value size) underneath: send() makes
-    one per record, and ``tuple.__new__`` costs half of a slotted ``__init__``.
+    A sequence (batch, index in it, timestamp, key size, value size) underneath: send()
+    makes one per record. With kprod's extension built, this name is the extension's
+    FutureRecordMetadata type (which keeps freed ones for the next records) with these
+    methods; without it, a tuple subclass (``tuple.__new__`` costs half of a slotted
+    ``__init__``).
     """
 
     __slots__ = ()
@@ -119,7 +123,24 @@ class FutureRecordMetadata(tuple):
         return f"FutureRecordMetadata({self[0].topic}-{self[0].partition}, index={self[1]}, done={self.done()})"
 
 
-new_future = _new_metadata = tuple.__new__  # tuple subclasses made without __init__
+_new_metadata = tuple.__new__  # a tuple subclass made without __init__
+
+
+def _tuple_future(cls: type, fields: tuple) -> FutureRecordMetadata:
+    return tuple.__new__(cls, fields)
+
+
+def _compiled_future(cls: type, fields: tuple) -> FutureRecordMetadata:
+    return cls(*fields)
+
+
+new_future = _tuple_future
+if _CompiledFuture is not None:
+    for _name in ("done", "result", "exception", "metadata", "__repr__"):
+        setattr(_CompiledFuture, _name, FutureRecordMetadata.__dict__[_name])
+    _CompiledFuture.__doc__ = FutureRecordMetadata.__doc__
+    FutureRecordMetadata = _CompiledFuture  # type: ignore[misc]
+    new_future = _compiled_future
 
 
 class SharedReservation:
@@ -216,7 +237,7 @@ class ProducerBatch:
         """Take (and compress) the records section, once."""
         if self.encoded is None:
             records = self.records
-            section = records.take()
+            section = records.take()  # compiled: a view of the buffer's bytes, not a copy
             payload = compress(codec, section, level) if codec else section
             self.encoded = EncodedRecords(payload, codec, records.record_count, records.base_timestamp,
                                           records.max_timestamp, len(section))
@@ -267,13 +288,14 @@ class ProducerBatch:
     def _run_callbacks(self, error: Exception | None) -> None:
         # Once per acknowledged record: FutureRecordMetadata.metadata() inlined.
         topic, partition, base, append_time = self.topic, self.partition, self.base_offset, self.log_append_time
+        common = error is None and base >= 0 and append_time < 0
+        if common and run_callbacks is not None:
+            run_callbacks(self.callbacks, topic, partition, base, RecordMetadata, _callback_raised)
+            return
         entries = iter(self.callbacks)
         records = zip(entries, entries, entries, entries, entries)
-        if error is None and base >= 0 and append_time < 0:
+        if common:
             # The common case without a branch per record: offsets known, create time kept.
-            if run_callbacks is not None:
-                run_callbacks(self.callbacks, topic, partition, base, RecordMetadata, _callback_raised)
-                return
             for callback, index, timestamp, key_size, value_size in records:
                 try:
                     callback(_new_metadata(RecordMetadata, (

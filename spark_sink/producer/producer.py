@@ -215,11 +215,16 @@ class KafkaProducer:
                      or c.transactional_id or self._partitioner)
         appender = self._accumulator.compiled_appender
         short_way: Callable[[ProducerRecord, SendCallback | None], FutureRecordMetadata | None]
+        self._plain_sender = None
         if not plain:
             short_way = self._no_short_way
         elif appender is not None:
-            short_way = PlainSender(appender, self._metadata, self._max_record_payload, MURMUR2_SEED,
-                                    ProducerRecord).send
+            # send() whole in C: the short way, and the long way called from there.
+            self._plain_sender = PlainSender(appender, self._metadata, self._max_record_payload, MURMUR2_SEED,
+                                             ProducerRecord, self._send, self._send_new_batch)
+            short_way = self._plain_sender.send
+            if type(self).send is KafkaProducer.send:  # not a subclass's own send()
+                self.send = self._plain_sender.send  # type: ignore[method-assign]  # without send()'s Python frame
         else:
             short_way = self._send_plain_py
         self._send_plain = short_way
@@ -237,7 +242,8 @@ class KafkaProducer:
     def send(self, record: ProducerRecord, callback: SendCallback | None = None) -> FutureRecordMetadata:
         """Queue one record; ``callback(metadata, exception)`` runs once it is acknowledged or failed."""
         # The common record goes the short way (_send_plain: None if it cannot), every other
-        # record, and every error, through _send.
+        # record, and every error, through _send. With kprod's extension built, __init__
+        # puts PlainSender.send, which does all of this, in this method's place.
         return self._send_plain(record, callback) or self._send(record, callback)
 
     def _send_plain_py(self, record: ProducerRecord, callback: SendCallback | None) -> FutureRecordMetadata | None:
@@ -254,10 +260,31 @@ class KafkaProducer:
             key_size = len(key)
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
-                return self._accumulator.append_plain(
-                    topic, (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders),
-                    time.time_ns() // 1_000_000, key, value, callback, key_size, value_size)
+                partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)
+                timestamp = time.time_ns() // 1_000_000
+                return (self._accumulator.append_plain(topic, partition, timestamp, key, value, callback, key_size,
+                                                       value_size)
+                        or self._send_new_batch(topic, partition, timestamp, key, value, callback, key_size,
+                                                value_size))
         return None
+
+    def _send_new_batch(self, topic: str, partition: int, timestamp: int, key: bytes, value: bytes,
+                        callback: SendCallback | None, key_size: int, value_size: int) -> FutureRecordMetadata:
+        """send()'s short way for a record its partition's open batch has no room for (or
+        the partition's first): a new batch for it, then a round of the sender's work on
+        this thread (see Sender.run_in_caller). Everything _send would check is known."""
+        try:
+            future, batch_ready, new_batch = self._accumulator.append(
+                topic, partition, timestamp, key, value, None, callback, key_size, value_size, 0, self._max_block_ms(),
+                full=True)
+        except BufferExhaustedError as exc:
+            raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
+        if new_batch:
+            # once per batch: send what filled up, on this thread
+            self._sender.run_in_caller((topic, partition), batch_ready)
+        else:
+            self._sender.batch_ready()  # another thread made a batch meanwhile
+        return future
 
     @staticmethod
     def _no_short_way(record: ProducerRecord, callback: SendCallback | None) -> None:
@@ -314,15 +341,20 @@ class KafkaProducer:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
             callback = self._wrap_callback(callback)
-        with self._no_wait_in_callback():
+        try:
             future, batch_ready, new_batch = self._accumulator.append(
                 topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
                 self._max_block_ms())
+        except BufferExhaustedError as exc:
+            raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
         if sticky:
             self._sticky.appended(topic, count, key_size + value_size + h_size, batch_ready)
         if batch_ready or new_batch:
             if new_batch:
-                self._sender.run_in_caller()  # once per batch: send what filled up, on this thread
+                # once per batch: send what filled up, on this thread. In a transaction
+                # always a full round: the partition may be new to it, and only a full
+                # round asks the coordinator to add it.
+                self._sender.run_in_caller(None if self._txn.transactional else (topic, partition), batch_ready)
             else:
                 self._sender.batch_ready()
         return future
@@ -520,6 +552,8 @@ class KafkaProducer:
             return
         self._closed = True
         self._send_plain = self._no_short_way  # send() then goes the long way, which refuses it
+        if self._plain_sender is not None:
+            self._plain_sender.close()  # the same for the compiled send()
         if self._in_callback():
             # As Java does: waiting here would wait for the round running this callback.
             log.warning("close() called from a send callback: closing without waiting (close(0))")
@@ -545,12 +579,20 @@ class KafkaProducer:
         try:
             yield
         except BufferExhaustedError as exc:
-            if not self._in_callback():
-                raise
-            raise BufferExhaustedError(
-                f"send() from a send callback found buffer.memory ({self.config.buffer_memory} bytes) full: a "
-                "callback runs on the producer's I/O thread, which frees memory as records are acknowledged, so "
-                "it cannot wait for memory; send from another thread, or raise buffer.memory") from exc
+            raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
+
+    def _exhausted_in_callback(self, exc: BufferExhaustedError) -> BufferExhaustedError:
+        """What to raise for ``exc``: itself, or from a callback, an error saying why it could
+        not wait for memory (rather than max.block.ms 0). A function, not only the context
+        manager above: send() takes no ``with`` block per batch."""
+        if not self._in_callback():
+            return exc
+        error = BufferExhaustedError(
+            f"send() from a send callback found buffer.memory ({self.config.buffer_memory} bytes) full: a "
+            "callback runs on the producer's I/O thread, which frees memory as records are acknowledged, so "
+            "it cannot wait for memory; send from another thread, or raise buffer.memory")
+        error.__cause__ = exc
+        return error
 
     @property
     def usable(self) -> bool:

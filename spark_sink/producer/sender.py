@@ -110,6 +110,14 @@ class Sender(threading.Thread):
         self._stopped = False
         self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
         self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
+        # What the last full round could not send: the partitions whose batches the
+        # in-flight limits held back, and the leaders it had batches ready for that could
+        # take no request (at their in-flight limit or still writing one); and until when
+        # only an answer can change what a round would do (the round's own wait: linger,
+        # backoffs, metadata, timeouts). See run_in_caller.
+        self._held: set[tuple[str, int]] = set()
+        self._stalled: set[int] = set()
+        self._quiet_until = -1e18
         self._metrics = metrics
 
     # -- lifecycle ------------------------------------------------------------
@@ -118,6 +126,7 @@ class Sender(threading.Thread):
         """Have this thread look at once (flush, close, a new topic): no sending thread is
         going to do the work meanwhile."""
         self._caller_ran_ms = -1e18
+        self._quiet_until = -1e18  # something changed that a poll would not show
         self._client.wakeup()
 
     def batch_ready(self) -> None:
@@ -170,13 +179,21 @@ class Sender(threading.Thread):
                     self._fail(batch, error)
                 self._client.close()
 
-    def run_in_caller(self) -> None:
-        """Do one round of the sender's work on the calling (sending) thread.
+    def run_in_caller(self, tp: tuple[str, int] | None = None, batch_ready: bool = True) -> None:
+        """Do one round of the sender's work on the calling (sending) thread. ``tp``: the
+        partition of the batch just made, if that is why, and ``batch_ready``: whether
+        that made a batch of it ready (the one before it, still queued, or a full one).
 
         With the GIL, two threads sharing per-record work are slower than one: each handover
         of the GIL between cores costs more than the work it hands over. So while the
         application sends, its own thread seals and sends the batches it fills and handles
         the responses, and this thread sleeps until the application stops sending.
+
+        Most new batches change nothing a round would act on: the batch before went out
+        already and the new one lingers, or the partition's batches wait for the in-flight
+        limits or for their leader, which only an answer can change. Until the last full
+        round's wait is over, such a round only polls, and goes on as a full round if the
+        poll brought anything.
         """
         if self.io_lock.holder == threading.get_ident():
             return  # a send() from a callback of the round this thread is already doing
@@ -184,6 +201,15 @@ class Sender(threading.Thread):
             if self._stopped:
                 return
             try:
+                now = now_ms()
+                if tp is not None and now < self._quiet_until:
+                    lingering = not batch_ready and self._config.linger_ms > 0
+                    if ((lingering or tp in self._held or self._metadata.leader(tp) in self._stalled)
+                            and not self._client.poll(0)):
+                        if lingering:  # the next full round when the new batch is due, at the latest
+                            self._quiet_until = min(self._quiet_until, now + self._config.linger_ms)
+                        self._caller_ran_ms = now
+                        return
                 wait_ms = self.run_once()
             except BaseException as exc:
                 # The round may have left a batch half sent: stop the producer and fail
@@ -209,6 +235,7 @@ class Sender(threading.Thread):
         """Send what is ready and handle the I/O that is ready, without blocking; returns
         how long the Sender may wait before the next round. Only with ``io_lock`` held."""
         now = now_ms()
+        self._quiet_until = -1e18  # set again only by a round that gets to its end
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if self._txn.transactional:
@@ -220,17 +247,22 @@ class Sender(threading.Thread):
             return min(poll_ms, 50.0, self._client.next_timeout_ms(now))
         leader_of = self._metadata.leader
         can_send = self._txn.can_send
-        ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send)
+        held: set[tuple[str, int]] = set()
+        ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send, refused=held)
         if unknown:
             self._metadata.request_update()
         poll_ms = min(poll_ms, next_ms)
         sendable = set()
+        stalled = set()
         unreachable = False
         for node in ready:
             if self._client.ready(node, now):
                 sendable.add(node)
             else:
-                unreachable = unreachable or self._client.connection_failed(node)
+                if self._client.connection_failed(node):
+                    unreachable = True
+                else:
+                    stalled.add(node)
                 poll_ms = min(poll_ms, max(5.0, self._client.connection_delay_ms(node, now)))
         if unreachable:
             # A leader we cannot reach may be dead, its partitions led by another node by
@@ -250,7 +282,11 @@ class Sender(threading.Thread):
         self._fail_expired(now)
         if self._client.poll(0):
             return 0.0  # responses or a ready connection may have made more sendable: look again
-        return min(poll_ms, self._client.next_timeout_ms(now_ms()))
+        wait_ms = min(poll_ms, self._client.next_timeout_ms(now_ms()))
+        if not unknown and not unreachable:  # see run_in_caller
+            self._held, self._stalled = held, stalled
+            self._quiet_until = now + wait_ms
+        return wait_ms
 
     def _fail_expired(self, now: float) -> None:
         timeout = self._config.delivery_timeout_ms

@@ -63,8 +63,9 @@ def _check_batches(acc: RecordAccumulator, records: list[Record], batch_size: in
         # A batch is as full as batch.size allows (one record may exceed it alone), and
         # its size was known exactly before it was sealed.
         assert encoded.record_count == 1 or RECORD_BATCH_OVERHEAD + len(section) <= batch_size
+        following = encode_records(records[pos + encoded.record_count:][:1], 0)
         assert pos + encoded.record_count == len(records) or \
-            RECORD_BATCH_OVERHEAD + len(section + encode_records(records[pos + encoded.record_count:][:1], 0)) > batch_size
+            RECORD_BATCH_OVERHEAD + len(section) + len(following) > batch_size
         pos += encoded.record_count
     assert pos == len(records)
 

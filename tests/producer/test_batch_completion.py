@@ -152,3 +152,46 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch, capl
     assert all(type(md) is RecordMetadata for md, _ in seen)
     (logged,) = caplog.records
     assert logged.getMessage() == "send callback raised" and str(logged.exc_info[1]) == "boom"
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch, compiled):
+    """The compiled loop reuses a RecordMetadata that no callback kept for the next
+    record: one a callback did keep is never changed afterwards."""
+    if not compiled:
+        monkeypatch.setattr(batch_module, "run_callbacks", None)
+    batch = ProducerBatch("t", 1, 0.0, 0, 0, 16384, records=None if compiled else PyRecordBuffer(16384))
+    kept: list[RecordMetadata] = []
+    told: list[tuple] = []
+
+    def keep(md, err):
+        kept.append(md)
+
+    def glance(md, err):
+        told.append(tuple(md))
+
+    for i in range(40):
+        batch.try_append(100 + i, b"k", b"v" * i, None, keep if i % 3 == 0 else glance, 1, i)
+    batch.complete(1000, -1, None)
+    expected = [RecordMetadata("t", 1, 1000 + i, 100 + i, 1, i) for i in range(40)]
+    assert kept == [md for i, md in enumerate(expected) if i % 3 == 0]
+    assert len({id(md) for md in kept}) == len(kept)
+    assert told == [tuple(md) for i, md in enumerate(expected) if i % 3]
+
+
+def test_futures_kept_are_not_reused_and_answer_for_their_record():
+    """Compiled, futures freed by the application are kept for the next records: one the
+    application holds answers for its own record whatever was freed and made since."""
+    batch = ProducerBatch("t", 2, 0.0, 0, 0, 16384)
+    kept = []
+    for i in range(200):
+        future = batch.try_append(100 + i, b"k", b"v", None, None, 1, i)
+        if i % 7 == 0:
+            kept.append((i, future))
+        del future  # the others are freed at once
+    batch.complete(500, -1, None)
+    assert [f.result(0) for _, f in kept] == [RecordMetadata("t", 2, 500 + i, 100 + i, 1, i) for i, _ in kept]
+    i, future = kept[1]
+    assert future.done() and future.exception(0) is None and tuple(future)[1:] == (i, 100 + i, 1, i)
+    assert repr(future) == f"FutureRecordMetadata(t-2, index={i}, done=True)"
+    assert isinstance(future, batch_module.FutureRecordMetadata)

@@ -4,10 +4,12 @@ and without a JVM (``make unit``). What a broker decides is tested on real Kafka
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
 from spark_sink.protocol.messages import ApiKey
 from tests.producer.fake_cluster import FakeCluster
@@ -76,3 +78,69 @@ def test_every_acks_setting_completes_every_future(acks):
         producer.flush(10)
     assert all(f.done() for f in futures)
     assert len(cluster.values((TOPIC, 0))) == 100
+
+
+def test_threads_sending_at_once_lose_and_reorder_nothing():
+    """send()'s short way (compiled: without the accumulator's lock while no thread holds
+    it) from several threads at once while batches fill, are drained and complete: every
+    record lands once, each thread's records of a key in send order, and every callback
+    says where its record is."""
+    cluster = FakeCluster(topics={TOPIC: [0, 0, 0]})
+    senders, per_sender = 4, 3000
+    where: dict[bytes, tuple[int, int]] = {}
+    errors: list[Exception] = []
+
+    def on_ack(value: bytes):
+        def callback(md, err):
+            if err is not None:
+                errors.append(err)
+            else:
+                where[value] = (md.partition, md.offset)
+        return callback
+
+    with _producer(cluster, **{"batch.size": 512, "linger.ms": 1}) as producer:
+        def send_all(sender: int) -> None:
+            for i in range(per_sender):
+                value = b"%d-%d" % (sender, i)
+                producer.send(ProducerRecord(TOPIC, value, key=b"k%d" % (i % 5)), on_ack(value))
+
+        threads = [threading.Thread(target=send_all, args=(n,)) for n in range(senders)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        producer.flush(30)
+    logs = {p: cluster.values((TOPIC, p)) for p in range(3)}
+    assert not errors
+    assert sorted(v for log in logs.values() for v in log) == sorted(where)
+    assert len(where) == senders * per_sender
+    assert all(where[v] == (p, offset) for p, log in logs.items() for offset, v in enumerate(log))
+    for key in range(5):  # one key's records go to one partition, each sender's in send order
+        assert len({where[v][0] for v in where if int(v.split(b"-")[1]) % 5 == key}) == 1
+    for log in logs.values():
+        for sender in range(senders):
+            numbers = [int(v.split(b"-")[1]) for v in log if v.startswith(b"%d-" % sender)]
+            for key in range(5):
+                of_key = [i for i in numbers if i % 5 == key]
+                assert of_key == sorted(of_key)
+
+
+def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
+    """send()'s calling conventions (compiled: PlainSender.send in send()'s place)."""
+    cluster = FakeCluster(topics={TOPIC: [0]})
+    heard: list[int] = []
+    record = ProducerRecord(TOPIC, b"v", key=b"k")
+    with _producer(cluster) as producer:
+        futures = [producer.send(record), producer.send(record, lambda md, err: heard.append(md.offset)),
+                   producer.send(record, callback=lambda md, err: heard.append(md.offset))]
+        with pytest.raises(TypeError):
+            producer.send()
+        with pytest.raises(TypeError):
+            producer.send(record, None, None)
+        with pytest.raises(TypeError):
+            producer.send(record, on_ack=None)
+        producer.flush(10)
+    assert [f.result(0).offset for f in futures] == [0, 1, 2]
+    assert heard == [1, 2]
+    with pytest.raises(ProducerClosedError):
+        producer.send(record)

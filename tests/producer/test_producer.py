@@ -108,6 +108,8 @@ def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatc
 
     with KafkaProducer({"bootstrap.servers": broker.bootstrap, "batch.size": 4096}) as p:
         assert (getattr(p._send_plain, "__func__", None) is KafkaProducer._send_plain_py) != compiled
+        # Compiled, send() itself is PlainSender's (no Python frame per record).
+        assert (getattr(p.send, "__func__", None) is KafkaProducer.send) != compiled
         for i in range(n):
             # Now and then a record of a subclass: read by attribute name, not by ProducerRecord's slots.
             kind = _RecordSubclass if i % 1000 == 999 else ProducerRecord
