@@ -235,12 +235,13 @@ class AdminClient:
             pending = [c for c in calls if not c.done]
             if not pending:
                 # Every call ran to its end, so one refusal left none of the others undone.
-                failed = [c for c in calls if c.result is None]
+                # A call without a result ended in _failed, which set its error.
+                failed = [(c.key, c.error) for c in calls if c.result is None and c.error is not None]
                 if failed:
-                    error = failed[0].error
+                    error = failed[0][1]
                     if len(failed) > 1:
                         error.add_note(f"{what}: {len(failed)} of {len(calls)} request(s) failed: " + "; ".join(
-                            f"{c.key}: {c.error}" for c in failed[:10]))
+                            f"{key}: {e}" for key, e in failed[:10]))
                     raise error
                 return
             if now >= deadline:

@@ -23,7 +23,7 @@ from spark_sink.protocol.error_codes import (
     DuplicateSequenceNumberError,
     KProdError,
     UnknownServerError,
-    error_for_code,
+    failure_for_code,
 )
 from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from spark_sink.protocol.messages import ApiKey
@@ -378,9 +378,10 @@ class Sender(threading.Thread):
         body: ProduceResponse = response.body
         for topic in body.responses:
             for part in topic.partition_responses:
-                batch = batches.pop((topic.name, part.index), None)
-                if batch is None:
+                found = batches.pop((topic.name, part.index), None)
+                if found is None:
                     continue
+                batch = found
                 code = part.error_code
                 if code == NO_ERROR:
                     self._succeed(batch, part.base_offset, part.log_append_time_ms)
@@ -392,7 +393,7 @@ class Sender(threading.Thread):
                     succeeded.append(batch)
                 else:
                     message = part.error_message or ""
-                    error = error_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
+                    error = failure_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
                     self._retry_or_fail(batch, error, now)
         self._acc.completed(succeeded)  # their memory, in one go
         for batch in batches.values():  # the broker did not mention these: treat as lost
