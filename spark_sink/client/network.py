@@ -25,7 +25,7 @@ from itertools import islice
 from typing import Any, cast
 
 from spark_sink.client import tls
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import (
     Callback,
@@ -60,8 +60,9 @@ _MAX_IOV = 64
 class NetworkClient:
     """Connections to every broker the producer talks to."""
 
-    def __init__(self, config: ClientConfig, max_in_flight: int = 5) -> None:
+    def __init__(self, config: ClientConfig, max_in_flight: int = 5, *, clock: Clock = now_ms) -> None:
         self._config = config
+        self._clock = clock  # what request and connection-setup timeouts are measured with
         self._max_in_flight = max_in_flight  # per connection: the producer's max.in.flight.requests.per.connection
         self._selector = selectors.DefaultSelector()
         self._conns: dict[int, Connection] = {}
@@ -210,7 +211,7 @@ class NetworkClient:
                  callback: Callback | None, expect_response: bool) -> None:
         _, protocol = conn.transport()
         correlation_id, parts = protocol.send_request_parts(api_key, version, body, expect_response)
-        now = now_ms()
+        now = self._clock()
         conn.last_used_ms = now
         on_written = None
         if expect_response:
@@ -235,7 +236,7 @@ class NetworkClient:
         next step may differ."""
         self._progressed = False
         if timeout_ms > 0:
-            timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
+            timeout_ms = min(timeout_ms, self.next_timeout_ms(self._clock()))
         for key, events in self._selector.select(max(0.0, timeout_ms) / 1000.0):
             conn = key.data
             if conn is None:
@@ -260,7 +261,7 @@ class NetworkClient:
             except Exception as exc:  # a decoding bug must not kill the I/O thread
                 log.exception("unexpected error on the connection to node %s", conn.node_id)
                 self._disconnect(conn, KafkaConnectionError(f"connection to node {conn.node_id} failed: {exc!r}"))
-        self._expire(now_ms())
+        self._expire(self._clock())
         if self._completed:
             self._progressed = True
             self._run_callbacks()
@@ -399,7 +400,7 @@ class NetworkClient:
         # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a
         # fleet of clients does not reconnect at once, well before the broker closes it.
         conn.setup = ConnectionSetup(protocol, exchange, random.uniform(0.85, 0.95))
-        now = now_ms()
+        now = self._clock()
         self._follow(conn, conn.setup.connected(now), now)
 
     def _follow(self, conn: Connection, outputs: list[Output], now: float) -> None:
@@ -455,7 +456,7 @@ class NetworkClient:
                 log.info("disconnected from node %s: %s", conn.node_id, error)
             else:
                 self._bring_up_failed(conn, str(error))
-        now = now_ms()
+        now = self._clock()
         if conn.state is not ConnState.DISCONNECTED and backoff:
             conn.note_failure(now, self._config)
         self._completed += conn.disconnected(error, now)
@@ -520,10 +521,10 @@ class NetworkClient:
                                                "(a TLS or SASL_SSL listener? check security.protocol)")
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
             if conn.state is ConnState.SETTING_UP:
-                now = now_ms()
+                now = self._clock()
                 self._follow(conn, conn.bring_up().receive_data(buf[:n], now), now)
             elif responses := conn.transport()[1].receive_data(buf[:n]):
-                now = now_ms()
+                now = self._clock()
                 conn.last_used_ms = now
                 for correlation_id, api_key, version, body in responses:
                     entry = conn.in_flight.popleft()

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.errors import AbortableTransactionError, KafkaTimeoutError
 from spark_sink.client.metadata import Metadata
@@ -90,9 +90,13 @@ class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers."""
 
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
-                 client: KafkaClient, transaction_manager: TransactionManager, metrics: ProducerMetrics) -> None:
+                 client: KafkaClient, transaction_manager: TransactionManager, metrics: ProducerMetrics, *,
+                 clock: Clock = now_ms) -> None:
         super().__init__(name=f"kprod-sender-{config.client_id}", daemon=True)
         self._config = config
+        # The time every round reads and hands on to the accumulator, metadata and the
+        # TransactionManager (which reads none of its own), as Java's Sender has its Time.
+        self._clock = clock
         self._acc = accumulator
         self._metadata = metadata
         self._client = client
@@ -122,7 +126,7 @@ class Sender(threading.Thread):
 
     def batch_ready(self) -> None:
         """A batch is ready to send: wake this thread, unless a sending thread does the work."""
-        if now_ms() - self._caller_ran_ms >= _HANDOVER_MS:
+        if self._clock() - self._caller_ran_ms >= _HANDOVER_MS:
             self._client.wakeup()
 
     def initiate_close(self) -> None:
@@ -139,7 +143,7 @@ class Sender(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                handover_left = _HANDOVER_MS - (now_ms() - self._caller_ran_ms)
+                handover_left = _HANDOVER_MS - (self._clock() - self._caller_ran_ms)
                 if handover_left > 0:
                     # A sending thread does the work (run_in_caller): keep off the GIL, and
                     # look again when it may have stopped.
@@ -150,7 +154,7 @@ class Sender(threading.Thread):
                             and (self._acc.has_undrained() or self._in_flight_batches)):
                         break
                     wait_ms = self.run_once()
-                    self._waiting_until = now_ms() + wait_ms
+                    self._waiting_until = self._clock() + wait_ms
                 if wait_ms > 0:
                     self._client.wait(wait_ms)  # without the lock: a sending thread may take over
                 self._waiting_until = 0.0
@@ -199,8 +203,8 @@ class Sender(threading.Thread):
                 if not isinstance(exc, Exception):
                     raise
                 return
-            self._caller_ran_ms = now_ms()
-        if now_ms() + wait_ms < self._waiting_until:
+            self._caller_ran_ms = self._clock()
+        if self._clock() + wait_ms < self._waiting_until:
             self._client.wakeup()  # this thread waits on the brokers beyond something now due
 
     # -- one loop -------------------------------------------------------------
@@ -208,7 +212,7 @@ class Sender(threading.Thread):
     def run_once(self) -> float:
         """Send what is ready and handle the I/O that is ready, without blocking; returns
         how long the Sender may wait before the next round. Only with ``io_lock`` held."""
-        now = now_ms()
+        now = self._clock()
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if self._txn.transactional:
@@ -250,7 +254,7 @@ class Sender(threading.Thread):
         self._fail_expired(now)
         if self._client.poll(0):
             return 0.0  # responses or a ready connection may have made more sendable: look again
-        return min(poll_ms, self._client.next_timeout_ms(now_ms()))
+        return min(poll_ms, self._client.next_timeout_ms(self._clock()))
 
     def _fail_expired(self, now: float) -> None:
         timeout = self._config.delivery_timeout_ms
@@ -287,7 +291,7 @@ class Sender(threading.Thread):
         node = txn.coordinators.node(self._client, request.coordinator, request.key, now)
         if node is None:
             if not txn.coordinators.find(self._client, request.coordinator, request.key, now,
-                                         lambda error: txn.handle_find_coordinator(request, error, now_ms())):
+                                         lambda error: txn.handle_find_coordinator(request, error, self._clock())):
                 return 10.0
             txn.request_sent()
             return _MAX_POLL_MS
@@ -295,7 +299,7 @@ class Sender(threading.Thread):
             return max(5.0, self._client.connection_delay_ms(node, now))
         txn.request_sent()
         self._client.send(node, request.api_key, request.body,
-                          lambda r: txn.handle_response(request, r.body, r.error, now_ms()),
+                          lambda r: txn.handle_response(request, r.body, r.error, self._clock()),
                           max_version=request.max_version)
         return _MAX_POLL_MS
 
@@ -317,9 +321,9 @@ class Sender(threading.Thread):
     def _on_metadata(self, response: ClientResponse) -> None:
         self._metadata_in_flight = False
         if response.error is not None:
-            self._metadata.failed_update(now_ms())
+            self._metadata.failed_update(self._clock())
             return
-        self._metadata.update(response.body, now_ms())
+        self._metadata.update(response.body, self._clock())
         self._client.set_nodes(self._metadata.nodes)
 
     def _ensure_producer_id(self, now: float) -> bool:
@@ -337,7 +341,7 @@ class Sender(threading.Thread):
         return False
 
     def _on_producer_id(self, response: ClientResponse) -> None:
-        self._txn.handle_init_producer_id_response(response.body, response.error, now_ms())
+        self._txn.handle_init_producer_id_response(response.body, response.error, self._clock())
         if self._txn.fatal_error is not None:
             self.fatal_error = self._txn.fatal_error
             self._running = False
@@ -353,7 +357,7 @@ class Sender(threading.Thread):
             self._in_flight_batches.add(batch)
         body = ProduceRequest(self._txn.transactional_id, self._config.acks, self._config.request_timeout_ms,
                               [TopicProduceData(t, p) for t, p in topics.items()])
-        self._metadata.touch(topics, now_ms())
+        self._metadata.touch(topics, self._clock())
         by_tp = {b.tp: b for b in batches}
         self._metrics.request_sent(batches)
         acks0 = self._config.acks == 0
@@ -361,7 +365,7 @@ class Sender(threading.Thread):
                           max_version=self._txn.produce_max_version())
 
     def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
-        now = now_ms()
+        now = self._clock()
         if response.error is None and response.body is not None:
             self._metrics.response_received(response.request_latency_ms)
         if response.error is not None:
