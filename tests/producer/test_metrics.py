@@ -99,7 +99,8 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
 
     # Waiting for memory: a buffer of four batches, filled while the broker is silent.
     small = {**config, "delivery.timeout.ms": 30_000, "buffer.memory": 4 * 16384, "batch.size": 16384}
-    with KafkaProducer(small) as p:
+    clock = MovedClock()
+    with KafkaProducer(small, clock=clock) as p:
         p.send(ProducerRecord(topic, b"warm")).result(30)
         proxy.stall()
         sent = threading.Event()
@@ -111,8 +112,11 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
 
         filler = threading.Thread(target=fill)
         filler.start()
-        time.sleep(0.4)
-        assert not sent.is_set(), "the sends did not block on buffer.memory"
+        deadline = time.monotonic() + 30
+        while not p._pool.exhausted:  # until a send waits for memory
+            assert time.monotonic() < deadline and not sent.is_set(), "the sends did not block on buffer.memory"
+            time.sleep(0.01)
+        clock.advance(400)  # how long it waits, by the producer's clock
         assert p.metrics()["buffer-available-bytes"] < 16384
         proxy.stall(False)
         filler.join(30)
