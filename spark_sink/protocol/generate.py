@@ -5,7 +5,8 @@ jar (``common/message/*.json``): versions, flexible versions, nullable and tagge
 defaults. This reads the definitions of the APIs kprod speaks (``VERSIONS`` in
 :mod:`spark_sink.protocol.messages`, read from its source so that a stale or missing
 ``kmsg.py`` cannot stop its own regeneration), clipped to the versions kprod implements,
-and writes typed classes and the codec's tables::
+and the request and response headers (``HEADERS``), and writes typed classes and the
+codec's tables::
 
     python -m spark_sink.protocol.generate path/to/kafka-clients-X.jar [-o out.py]
 
