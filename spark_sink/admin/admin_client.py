@@ -40,6 +40,7 @@ from spark_sink.protocol.transactions import (
     add_offsets_body,
     by_topic,
     end_txn_body,
+    ended_by,
     partition_error,
     txn_offset_commit_body,
 )
@@ -102,7 +103,7 @@ class AdminClient:
         ``timeout_ms`` (default request.timeout.ms x 2). Ending a transaction that is
         already ended the same way succeeds, so a lost answer is safe to retry. Under
         transaction protocol v2 the coordinator bumps the epoch as it ends each one
-        (:meth:`ended_epoch`)."""
+        (:meth:`ended_by_us`)."""
         calls = [_Call(TRANSACTION, t.transactional_id, ApiKey.END_TXN,
                        end_txn_body(t.transactional_id, t.producer_id, t.producer_epoch, commit)) for t in transactions]
         self._run(calls, timeout_ms, "commit" if commit else "abort")
@@ -113,11 +114,10 @@ class AdminClient:
         (0 before any connection)."""
         return self._client.transaction_version
 
-    def ended_epoch(self, transaction: PreparedTransaction) -> int:
-        """The epoch ``transaction``'s id holds once this client has ended it: its own
-        under protocol v1, the next under v2 (EndTxn v5 bumps it). (A producer id whose
-        epochs ran out gets a new id instead.)"""
-        return transaction.producer_epoch + (1 if self.transaction_version >= 2 else 0)
+    def ended_by_us(self, transaction: PreparedTransaction, state: TransactionState) -> bool:
+        """Whether ``state`` (from :meth:`describe_transactions`) is ``transaction``'s id as
+        this client's EndTxn left it (see :func:`ended_by`)."""
+        return ended_by(transaction, state, self.transaction_version)
 
     def fence_transactions(self, transactional_ids: Iterable[str], timeout_ms: float | None = None,
                            transaction_timeout_ms: int = 60000) -> None:

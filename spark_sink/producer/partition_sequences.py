@@ -38,12 +38,12 @@ from spark_sink.protocol.error_codes import (
     ProducerFencedError,
     UnknownProducerIdError,
 )
+from spark_sink.protocol.transactions import MAX_EPOCH
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT_PER_PARTITION = 5  # the batches per producer and partition a broker remembers
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap to 0 after the largest int32
-_MAX_EPOCH = 0x7FFF
 NO_IDENTITY = (-1, -1)
 # Errors saying the broker has no usable state for this producer id and epoch on the
 # partition: an idempotent producer goes on under a bumped epoch.
@@ -100,7 +100,7 @@ class PartitionSequences:
         dropped: a new producer id is needed)."""
         self.bump_required = False
         producer_id, epoch = self.identity
-        if epoch >= _MAX_EPOCH:
+        if epoch >= MAX_EPOCH:
             log.info("producer id %s has used every epoch: asking for a new one", producer_id)
             self.identity = NO_IDENTITY
             return False

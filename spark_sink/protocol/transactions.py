@@ -18,6 +18,7 @@ from spark_sink.protocol.error_codes import error_for_code
 TopicPartition = tuple[str, int]
 
 TRANSACTION_COORDINATOR, GROUP_COORDINATOR = 1, 0  # FindCoordinator key types
+MAX_EPOCH = 0x7FFF  # a producer id's epochs: the one that would reach it gets a new producer id instead
 
 
 @dataclass(frozen=True)
@@ -98,3 +99,18 @@ def find_coordinator_body(key_type: int, key: str) -> kmsg.FindCoordinatorReques
 def coordinator_error(body: kmsg.FindCoordinatorResponse, key: str) -> Exception | None:
     """The error of a FindCoordinator answer, if any."""
     return error_for_code(body.error_code, f"FindCoordinator for {key}: {body.error_message or ''}".rstrip(": "))
+
+
+def ended_by(transaction: PreparedTransaction, state: TransactionState, version: int) -> bool:
+    """Whether ``state`` is ``transaction``'s id as an EndTxn of ``transaction`` under
+    transaction protocol ``version`` left it: the same producer id and epoch under v1; under
+    v2 the next epoch (EndTxn v5 bumps it) or, when that bump exhausted the epochs, a new
+    producer id at epoch 0. Another producer's end comes after its own InitProducerId
+    bump (and under v2 its own EndTxn): at least two epochs later, or epoch 1 of a new
+    producer id."""
+    pid, epoch = state.producer_id, state.producer_epoch
+    if version < 2:
+        return (pid, epoch) == (transaction.producer_id, transaction.producer_epoch)
+    if transaction.producer_epoch + 1 >= MAX_EPOCH:
+        return pid != transaction.producer_id and epoch == 0
+    return (pid, epoch) == (transaction.producer_id, transaction.producer_epoch + 1)

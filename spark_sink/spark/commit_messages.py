@@ -38,6 +38,9 @@ class KProdCommitMessage(WriterCommitMessage):
     query_id: str | None = None
     # When the task opened its transaction (its wall clock, ms): how long it stayed open.
     transaction_began_ms: float | None = None
+    # Exactly-once: the task's rows as ``RowsDigest`` prints them (count:hash, any order),
+    # which a replay compares with the marker of the run that committed this task.
+    rows_digest: str | None = None
 
 
 def extend_ranges(into: PartitionRanges, later: PartitionRanges) -> None:

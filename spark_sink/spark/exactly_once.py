@@ -15,17 +15,18 @@ the write outlasted transaction.timeout.ms, or another attempt of a task fenced 
 
 A microbatch replayed after a driver crash may have been committed in part before the
 crash. So the driver commits, with each partition's transaction, a marker: the offset
-``batchId`` (metadata: the query id, the microbatch's task count and how many of its tasks
-had a transaction) of the consumer group ``<prefix>-<partition>`` on ``(markerTopic, 0)``.
+``batchId`` (metadata: the query id, the microbatch's task count, how many of its tasks
+had a transaction and the task's rows digest) of the consumer group ``<prefix>-<partition>`` on ``(markerTopic, 0)``.
 And before it ends any transaction of a microbatch, it records in the group
 ``<prefix>-dir`` (a plain offset commit on the same partition; the *directory*) that this
 microbatch's commit has started
 and how many task ids any run of the query has used. A replay whose microbatch is named
 there reads the markers of every one of those ids: a partition whose marker already holds
-this batch id has its rows in Kafka, and its new transaction is aborted instead. If a
-replay splits the microbatch into a different number of tasks, partitions cannot be
-matched; a batch committed whole is then still skipped whole, and one committed in part
-fails the query with an error that says so.
+this batch id has its rows in Kafka if its task count and rows digest are this run's, and
+its new transaction is aborted instead. If a replay splits the microbatch otherwise (a
+different number of tasks, or rows dealt otherwise), partitions cannot be matched; a
+batch committed whole is then still skipped whole, and one committed in part fails the
+query with an error that says so.
 """
 
 from __future__ import annotations
@@ -212,7 +213,8 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     # is gone: the directory is committed just before the markers, so it expires first,
     # and a replay of microbatch 0 cannot otherwise be told from a new query's start.
     if started_batch >= batch_id or started_batch < 0:
-        already = _committed_before(admin, prefix, eo, batch_id, query, tasks=tasks, ids=ids, txns=len(txns))
+        already = _committed_before(admin, prefix, eo, batch_id, query, tasks=tasks, ids=ids,
+                                    rows=_rows_digests(messages))
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
@@ -223,9 +225,10 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
                     "already in Kafka, so this run's transactions for them are aborted",
                     batch_id, ", ".join(map(str, sorted(skipped))))
         admin.end_transactions(skipped.values(), commit=False)
-    marker = json.dumps({"query": query, "tasks": tasks, "txns": len(txns)}, separators=(",", ":"))
+    rows = _rows_digests(messages)
     admin.send_offsets_to_transactions(
-        (t, transactional_id(prefix, p), {directory: (batch_id, marker)}) for p, t in fresh.items())
+        (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
+        for p, t in fresh.items())
     _end_checked(admin, config, fresh, began, what)
     return len(fresh)
 
@@ -235,6 +238,21 @@ def commit_margin_ms(timeout_ms: int) -> float:
     it: the commit's few round trips, clocks a little apart, and a driver that stalls
     (a garbage collection, a paused VM) between the check and its EndTxns."""
     return max(1_000.0, min(60_000.0, timeout_ms / 5))
+
+
+def _marker(query: str | None, tasks: int, txns: int, rows: str | None) -> str:
+    """A task's marker: the query, the run's task count, how many of its tasks had a
+    transaction, and the task's rows digest (what tells a replay split otherwise)."""
+    marker: dict[str, object] = {"query": query, "tasks": tasks, "txns": txns}
+    if rows is not None:
+        marker["rows"] = rows
+    return json.dumps(marker, separators=(",", ":"))
+
+
+def _rows_digests(messages: Sequence[object]) -> dict[int, str]:
+    """Each reporting task's rows digest (a task without rows reports the empty one)."""
+    return {m.partition_id: m.rows_digest for m in messages
+            if isinstance(m, KProdCommitMessage) and m.rows_digest is not None}
 
 
 def _began(messages: Sequence[object]) -> dict[int, float]:
@@ -280,11 +298,8 @@ def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[in
         admin.end_transactions(txns.values(), commit=True)
     except Exception as exc:
         states = admin.describe_transactions(t.transactional_id for t in txns.values())
-        # Committed by this EndTxn: its epoch is the task's, or under transaction protocol v2
-        # the next one (EndTxn v5 bumps it; another producer's commit would be later still).
         ok = {p for p, t in txns.items() if states[t.transactional_id].state in ("PrepareCommit", "CompleteCommit")
-              and states[t.transactional_id].producer_id == t.producer_id
-              and states[t.transactional_id].producer_epoch == admin.ended_epoch(t)}
+              and admin.ended_by_us(t, states[t.transactional_id])}
         lost = [(p, t) for p, t in sorted(txns.items()) if p not in ok]
         if not lost:
             return  # every one committed: the error was about an answer, not the outcome
@@ -348,32 +363,58 @@ def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int],
 
 
 def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id: int, query: str | None, *,
-                      tasks: int, ids: int, txns: int) -> set[int]:
+                      tasks: int, ids: int, rows: Mapping[int, str]) -> set[int]:
     """The partitions of this microbatch whose rows an earlier run already committed: all of
-    them if the earlier run split it differently and committed it whole."""
+    them if an earlier run split it otherwise and committed it whole.
+
+    A marker stands for this run's task of the same number when the earlier run had as
+    many tasks and that task's rows digest equals this one's (a marker or a task without
+    a digest, from an older kprod, is matched by the count alone). A marker of a later
+    microbatch means this one was committed before it."""
     markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
     if not markers:
         return set()
-    splits = {m.get("tasks") for m in markers.values()}
-    if splits == {tasks}:
+
+    def same_task(p: int, offset: int, marker: dict) -> bool:
+        if marker.get("tasks") != tasks:
+            return False
+        earlier, mine = marker.get("rows"), rows.get(p)
+        return offset > batch_id or earlier is None or mine is None or earlier == mine
+
+    if all(same_task(p, offset, m) for p, (offset, m) in markers.items()):
         return set(markers)
-    earlier = max((n for n in splits if isinstance(n, int) and n != tasks), default=tasks)
-    of_earlier = [m for m in markers.values() if m.get("tasks") == earlier]
-    expected = max((m.get("txns") for m in of_earlier if isinstance(m.get("txns"), int)), default=earlier)
-    if len(of_earlier) >= expected:
-        log.warning("kprod microbatch %d was committed whole by an earlier run (%d tasks); this run (%d tasks) "
-                    "writes nothing", batch_id, earlier, tasks)
-        return set(range(tasks))
+    # Split otherwise: whole if every transaction of some earlier split has its marker.
+    by_split: dict[object, list[dict]] = {}
+    for _, m in markers.values():
+        by_split.setdefault(m.get("tasks"), []).append(m)
+
+    def transactions(split: object, of_split: list[dict]) -> int:
+        return max((m["txns"] for m in of_split if isinstance(m.get("txns"), int)),
+                   default=split if isinstance(split, int) else len(of_split))
+
+    for earlier, of_earlier in by_split.items():
+        if len(of_earlier) >= transactions(earlier, of_earlier):
+            log.warning("kprod microbatch %d was committed whole by an earlier run (%s tasks) that split it "
+                        "otherwise; this run (%d tasks) writes nothing", batch_id, earlier, tasks)
+            return set(range(tasks))
+    earlier, of_earlier = max(by_split.items(), key=lambda item: len(item[1]))
+    expected = transactions(earlier, of_earlier)
+    same_count = earlier == tasks
+    how = (f"into {earlier} tasks, as this run does, but with other rows in them" if same_count
+           else f"into {earlier} tasks; this run has {tasks}")
+    unstable = ("; if the query's rows are not the same in every run (values computed with uuid(), rand() or "
+                "current_timestamp()), restart it with option kprod.replayMatch=tasks" if same_count else "")
     raise PartlyCommittedError(
         f"microbatch {batch_id} was committed in part ({len(of_earlier)} of {expected} transactions) by an earlier "
-        f"run that split it into {earlier} tasks; this run has {tasks}. Restart the query with the same "
-        f"partitioning (spark.sql.shuffle.partitions, the source's partitions, the cores) so that each task finds "
-        f"its own marker, or the rows of the committed tasks would be written twice")
+        f"run that split it {how}. Restart the query with the same partitioning (spark.sql.shuffle.partitions, "
+        f"the source's partitions, the cores, repartition()) so that each task holds the rows it held, or the "
+        f"rows of the committed tasks would be written twice{unstable}")
 
 
 def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range, batch_id: int,
-             query: str | None) -> dict[int, dict]:
-    """Per partition, the marker of an earlier commit of this microbatch (same query)."""
+             query: str | None) -> dict[int, tuple[int, dict]]:
+    """Per partition, the offset and marker of an earlier commit of this microbatch or a
+    later one (same query)."""
     tp = (eo.marker_topic, MARKER_PARTITION)
     offsets = admin.committed_offsets({transactional_id(prefix, p): [tp] for p in partitions})
     found = {}
@@ -385,8 +426,8 @@ def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range
             marker = json.loads(metadata)
         except ValueError:
             continue  # not ours
-        if marker.get("query") == query:
-            found[p] = marker
+        if isinstance(marker, dict) and marker.get("query") == query:
+            found[p] = (offset, marker)
     return found
 
 

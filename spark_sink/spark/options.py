@@ -52,6 +52,13 @@ SINK_OPTIONS: dict[str, str] = {
         "after the last commit) fails with an error, since a microbatch it replays could be written "
         "twice; ignore starts afresh (for the first run after a clean stop)"
     ),
+    "kprod.replaymatch": (
+        "kprod.replayMatch: exactly-once streaming only; rows (default) or tasks. How a microbatch "
+        "replayed after a driver crash finds the tasks an earlier run committed: by task number and "
+        "rows digest (a task whose rows moved to another task is told apart), or by task number "
+        "alone (for queries whose rows differ between runs, as values computed with uuid(), rand() "
+        "or current_timestamp() do)"
+    ),
     "kprod.markertopic": (
         "kprod.markerTopic: exactly-once only; an existing topic whose partition 0 holds the "
         "committed-microbatch markers, as offsets of consumer groups <prefix>-N (default: the "
@@ -193,6 +200,7 @@ class ExactlyOnce:
     # tasks record a prefix derived from the query id, which the driver cannot know.
     options_key: str = ""
     missing_markers: str = "fail"  # kprod.missingMarkers
+    replay_match: str = "rows"  # kprod.replayMatch
     batch: bool = False  # a batch write (with a prefix of its own, or one the user named)
 
     def prefix_for(self, query_id: str | None) -> str:
@@ -310,7 +318,8 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
     if guarantee not in _GUARANTEES:
         raise ConfigError(f"option 'kprod.deliveryGuarantee': expected one of {', '.join(_GUARANTEES)}, "
                           f"got {opts['kprod.deliveryguarantee']!r}")
-    eo_only = [k for k in ("kprod.transactionalidprefix", "kprod.markertopic", "kprod.missingmarkers") if k in opts]
+    eo_only = [k for k in ("kprod.transactionalidprefix", "kprod.markertopic", "kprod.missingmarkers",
+                           "kprod.replaymatch") if k in opts]
     if guarantee == "at-least-once":
         if eo_only:
             raise ConfigError(f"option {_display(eo_only[0])!r} applies only with kprod.deliveryGuarantee=exactly-once")
@@ -332,11 +341,14 @@ def _exactly_once(opts: Mapping[str, str], topic: str | None, config: ProducerCo
     missing = opts.get("kprod.missingmarkers", "fail").strip().lower()
     if missing not in ("fail", "ignore"):
         raise ConfigError(f"option 'kprod.missingMarkers': expected fail or ignore, got {opts['kprod.missingmarkers']!r}")
+    replay_match = opts.get("kprod.replaymatch", "rows").strip().lower()
+    if replay_match not in ("rows", "tasks"):
+        raise ConfigError(f"option 'kprod.replayMatch': expected rows or tasks, got {opts['kprod.replaymatch']!r}")
     # Secrets stay out of it: they tell no two queries apart.
     named = sorted((k, v) for k, v in opts.items() if not any(w in k for w in _SECRET_WORDS))
     key = hashlib.sha256(repr(named).encode()).hexdigest()[:24]
     return ExactlyOnce(prefix, marker_topic, one_write, "kafka.transaction.timeout.ms" in opts, key, missing,
-                       batch=not streaming)
+                       replay_match, batch=not streaming)
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}

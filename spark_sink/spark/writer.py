@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from spark_sink.producer import MetricTotals
+from spark_sink.producer import MetricTotals, RowsDigest
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.commit_messages import (
@@ -136,6 +136,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     records = nbytes = 0
     ranges: dict = {}
     pending: list = []
+    # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
+    digest = RowsDigest() if eo is not None and eo.replay_match == "rows" else None
 
     def settle(future: ArrowSendFuture) -> None:
         nonlocal records, nbytes
@@ -162,6 +164,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                         began_ms = time.time() * 1000
                         exactly_once.fence_and_begin(producer)
                         begun = True
+                if digest is not None:
+                    digest.add(table)
                 pending.append(producer.send_arrow(table, options.topic))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
@@ -187,7 +191,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
     return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
-                              began_ms if transaction is not None else None)
+                              began_ms if transaction is not None else None,
+                              str(digest) if digest is not None else None)
 
 
 def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False,

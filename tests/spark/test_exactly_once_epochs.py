@@ -1,16 +1,14 @@
 """The driver's count of committed transactions when a producer id's epochs run out
-(found by the skeptical review of branch ``break``).
+(found by the skeptical review of branch ``break``; kept as a regression test).
 
 Under transaction protocol v2 each EndTxn bumps the epoch; a transaction ended at epoch
 32766 is completed under a *new producer id* (KIP-890), which a streaming query's
 transactional ids reach after about 16,000 microbatches (InitProducerId and EndTxn each
 bump once). When an EndTxn of a commit is refused, the driver asks DescribeTransactions
-which transactions its EndTxns committed, taking only those whose producer id is the
-task's and whose epoch is the task's plus one: a transaction committed across the
-overflow is counted as not committed, and the error says nothing is visible when its rows
-are (README, Troubleshooting: "k of n transaction(s) were committed ... their rows are
-visible"), and blames transaction.timeout.ms. The markers still keep a rerun from writing
-task 0's rows twice: what is wrong is the error, not the data.
+which transactions its EndTxns committed. It took only those under the task's producer id
+at the task's epoch plus one, so a transaction committed across the overflow was counted
+as not committed, and the error said nothing was visible when its rows were. It now
+takes a new producer id at epoch 0 too (``protocol.transactions.ended_by``).
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ from spark_sink.spark.exactly_once import TransactionsEndedError
 from tests.brokers import create_topic, unique_topic
 from tests.spark.test_exactly_once_time import _committed_values, _prepare
 
-# A known gap (README, Guarantees), kept failing until it is closed.
-pytestmark = [pytest.mark.soak, pytest.mark.xfail(
-    strict=True, reason="a commit across an exhausted epoch (v2) is counted as not committed")]
+# 32,766 InitProducerId requests first: make soak runs it, not the suite.
+pytestmark = pytest.mark.soak
 
 MAX_EPOCH = 32767
 

@@ -12,11 +12,12 @@ import os
 import random
 import threading
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from spark_sink.admin import AdminClient
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, ProducerRecord, RowsDigest
 from spark_sink.spark import exactly_once
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once import PartlyCommittedError
@@ -186,16 +187,23 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
 
 def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str
                     ) -> list[KProdCommitMessage]:
-    """What a run's tasks return: each partition's rows sent in a prepared transaction."""
+    """What a run's tasks return: each partition's rows sent in a prepared transaction (none
+    for a partition without rows)."""
     messages = []
     for partition, values in rows.items():
+        if not values:  # an empty task opens no transaction
+            messages.append(KProdCommitMessage(partition, 0, 0, 0, query_id=query, rows_digest=str(RowsDigest())))
+            continue
         with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
                             "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
             exactly_once.fence_and_begin(p)
             for v in values:
                 p.send(ProducerRecord(topic, v, key=v))
             txn = p.prepare_transaction()
-        messages.append(KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id=query))
+        digest = RowsDigest()  # as a Spark task computes it from the rows it sends
+        digest.add(pa.table({"key": pa.array(values, pa.binary()), "value": pa.array(values, pa.binary())}))
+        messages.append(KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id=query,
+                                           rows_digest=str(digest)))
     return messages
 
 

@@ -101,6 +101,9 @@ def test_sink_default_batch_size_yields_to_the_option():
       "kafka.max.in.flight.requests.per.connection=6 (transactions need an idempotent producer, whose "
       "max.in.flight.requests.per.connection must be at most 5)"]),
     ({**BOOT, "kprod.clustercheck": "maybe"}, ["kprod.clusterCheck", "true or false"]),
+    ({**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once", "kprod.replaymatch": "keys"},
+     ["kprod.replayMatch", "rows or tasks", "'keys'"]),
+    ({**BOOT, "topic": "t", "kprod.replaymatch": "tasks"}, ["kprod.replayMatch", "exactly-once"]),
     ({**BOOT, "kafka.interceptor.classes": "com.acme.Audit"}, ["kafka.interceptor.classes", "change or drop records"]),
     ({**BOOT, "kafka.partitioner.class": "com.acme.MyPartitioner"},
      ["kafka.partitioner.class", "'com.acme.MyPartitioner'", "No module named 'com'", "module:function"]),
