@@ -52,16 +52,21 @@ _PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.O
 # Answers that carry their one resource's error inside a list: (list attribute).
 _LISTED_ERRORS = {ApiKey.DESCRIBE_TRANSACTIONS: "transaction_states", ApiKey.DESCRIBE_CONFIGS: "results"}
 _BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's settings
+_ANY_BROKER = -1  # a _Call's key type for a request any broker answers (or the one it names)
+
+
+_LAST_OFFSET_COMMIT_WITH_RETENTION = 4  # OffsetCommit's RetentionTimeMs is in v2-v4
 
 
 class _Call:
-    """One request to a coordinator, sent again until it is answered for good."""
+    """One request to a coordinator (or a broker), sent again until it is answered for good."""
 
     __slots__ = ("key_type", "key", "api_key", "body", "result", "error", "not_before", "in_flight", "done",
-                 "accept")
+                 "accept", "max_version", "node")
 
     def __init__(self, key_type: int, key: str, api_key: ApiKey,
-                 body: Any | Callable[[int], Any], accept: frozenset[type] = frozenset()) -> None:
+                 body: Any | Callable[[int], Any], accept: frozenset[type] = frozenset(),
+                 max_version: int | None = None, node: int | None = None) -> None:
         # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
         self.result: Any = None  # the response, an instance of its kmsg class
@@ -70,6 +75,8 @@ class _Call:
         self.in_flight = False
         self.done = False
         self.accept = accept  # errors that are answers: the call is done, its result kept
+        self.max_version = max_version  # the newest version the body may go in (None: any)
+        self.node = node  # the broker it goes to (key type _ANY_BROKER; None: the least loaded)
 
 
 class AdminClient:
@@ -131,16 +138,26 @@ class AdminClient:
             producer_id=-1, producer_epoch=-1)) for tid in transactional_ids]
         self._run(calls, timeout_ms, "fence transactional ids")
 
-    def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None) -> None:
+    def commit_offsets(self, group_id: str, offsets: Offsets, timeout_ms: float | None = None, *,
+                       retention_ms: int | None = None) -> None:
         """Commit ``offsets`` for ``group_id`` at once, outside any transaction, as a client
-        that is no member of the group (the group must have no active members)."""
+        that is no member of the group (the group must have no active members).
+
+        ``retention_ms``: keep them that long rather than the broker's
+        offsets.retention.minutes after this commit (OffsetCommit v2-v4 carry a retention
+        of their own, which Kafka's group coordinators still honour; the request is then
+        sent at v4 at most)."""
         topics: dict[str, list[kmsg.OffsetCommitRequestPartition]] = {}
         for (topic, partition), (offset, metadata) in offsets.items():
             topics.setdefault(topic, []).append(kmsg.OffsetCommitRequestPartition(
                 partition_index=partition, committed_offset=offset, committed_metadata=metadata))
         body = kmsg.OffsetCommitRequest(group_id=group_id, topics=[
             kmsg.OffsetCommitRequestTopic(t, ps) for t, ps in topics.items()])
-        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, body)], timeout_ms, f"commit offsets of {group_id}")
+        max_version = None
+        if retention_ms is not None:
+            body.retention_time_ms, max_version = retention_ms, _LAST_OFFSET_COMMIT_WITH_RETENTION
+        self._run([_Call(GROUP, group_id, ApiKey.OFFSET_COMMIT, body, max_version=max_version)], timeout_ms,
+                  f"commit offsets of {group_id}")
 
     def committed_offsets(self, partitions_by_group: Mapping[str, Iterable[tuple[str, int]]],
                           timeout_ms: float | None = None) -> dict[str, Offsets]:
@@ -193,6 +210,20 @@ class AdminClient:
                 tid, s.transaction_state, s.producer_id, s.producer_epoch, s.transaction_timeout_ms,
                 s.transaction_start_time_ms)
         return states
+
+    def list_transactions(self, states: Iterable[str] = ("Ongoing",), timeout_ms: float | None = None
+                          ) -> set[str]:
+        """The transactional ids whose transaction is in one of ``states``, on every
+        broker's transaction coordinator (ListTransactions to each broker of the cluster,
+        found with a Metadata request)."""
+        brokers = _Call(_ANY_BROKER, "cluster", ApiKey.METADATA, kmsg.MetadataRequest(topics=[]))
+        self._run([brokers], timeout_ms, "list the brokers")
+        nodes = {b.node_id: (b.host, b.port) for b in brokers.result.brokers}
+        self._client.set_nodes(nodes)
+        calls = [_Call(_ANY_BROKER, f"broker {node}", ApiKey.LIST_TRANSACTIONS,
+                       kmsg.ListTransactionsRequest(state_filters=list(states)), node=node) for node in sorted(nodes)]
+        self._run(calls, timeout_ms, "list transactions")
+        return {t.transactional_id for call in calls for t in call.result.transaction_states}
 
     def coordinator_config(self, transactional_id: str, names: Iterable[str], timeout_ms: float | None = None
                            ) -> dict[str, str | None]:
@@ -265,6 +296,8 @@ class AdminClient:
                     body = call.body(node) if callable(call.body) else call.body
                     # Protocol v1 stops below v2's versions (EndTxn v5, TxnOffsetCommit v5).
                     limit = V1_MAX_VERSIONS.get(call.api_key) if client.transaction_version < 2 else None
+                    if call.max_version is not None:
+                        limit = call.max_version if limit is None else min(limit, call.max_version)
                     client.send(node, call.api_key, body, partial(self._answered, call), max_version=limit)
                 else:
                     wait = min(wait, 20.0)  # connecting, or its coordinator being found
@@ -272,7 +305,9 @@ class AdminClient:
 
     def _coordinator(self, call: _Call, now: float) -> int | None:
         """The coordinator's node id for ``call`` if known, else asks for it (once at a
-        time per key) and returns None."""
+        time per key) and returns None. A call to a broker of its own: that broker."""
+        if call.key_type == _ANY_BROKER:
+            return call.node if call.node is not None else self._client.least_loaded_node(now)
         node = self._coordinators.node(self._client, call.key_type, call.key, now)
         if node is None:
             self._coordinators.find(self._client, call.key_type, call.key, now, partial(self._found, call))

@@ -230,25 +230,33 @@ fail:
 }
 
 PyDoc_STRVAR(write_records_doc,
-"write_records(out, group_starts, opens, groups, keys, values, headers, timestamps)\n--\n\n"
-"Write every row's record into out, each group's records from its start in group_starts\n"
-"on, split into batches where opens (from plan_batches) says. headers: (first_entry,\n"
-"end_entry, sizes, keys, values), each row's range of entries, the bytes of its header\n"
-"section (empty sizes: no headers), and the entries' key and value columns.");
+"write_records(outs, opens, groups, keys, values, headers, timestamps)\n--\n\n"
+"Write every row's record into its group's buffer (outs: one writable uint8 buffer, or\n"
+"None, per group, each at least that group's bytes as plan_batches sized them), split\n"
+"into batches where opens (from plan_batches) says. headers: (first_entry, end_entry,\n"
+"sizes, keys, values), each row's range of entries, the bytes of its header section\n"
+"(empty sizes: no headers), and the entries' key and value columns. Returns the bytes\n"
+"written into each group's buffer (int64 list).");
 
 static PyObject *write_records(PyObject *self, PyObject *args) {
-    PyObject *out_o, *starts_o, *opens_o, *groups_o, *keys_o, *values_o, *first_o, *end_o, *sizes_o, *hkeys_o,
-        *hvalues_o, *ts_o;
+    PyObject *outs_o, *opens_o, *groups_o, *keys_o, *values_o, *first_o, *end_o, *sizes_o, *hkeys_o, *hvalues_o,
+        *ts_o, *written = NULL;
     Views views = {.count = 0};
     Column keys, values, hkeys, hvalues;
-    Py_ssize_t n_out, group_count, n_opens, n_groups, n_first, n_end, n_sizes, n_ts;
-    int64_t *cursor = NULL, *in_batch = NULL, *base = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOOO(OOOOO)O", &out_o, &starts_o, &opens_o, &groups_o, &keys_o, &values_o,
-                          &first_o, &end_o, &sizes_o, &hkeys_o, &hvalues_o, &ts_o))
+    Py_ssize_t group_count = 0, acquired = 0, n_opens, n_groups, n_first, n_end, n_sizes, n_ts;
+    Py_buffer *out_views = NULL;
+    uint8_t **out = NULL;
+    int64_t *cursor = NULL, *cap = NULL, *in_batch = NULL, *base = NULL;
+    Py_ssize_t bad_row = -1; /* the row whose group is out of range or whose buffer is full, if any */
+    if (!PyArg_ParseTuple(args, "OOOOO(OOOOO)O", &outs_o, &opens_o, &groups_o, &keys_o, &values_o, &first_o,
+                          &end_o, &sizes_o, &hkeys_o, &hvalues_o, &ts_o))
         return NULL;
-    uint8_t *out = items(&views, out_o, 1, 1, &n_out, "out");
-    const int64_t *group_starts = out ? items(&views, starts_o, 8, 0, &group_count, "group_starts") : NULL;
-    const uint8_t *opens = group_starts ? items(&views, opens_o, 1, 0, &n_opens, "opens") : NULL;
+    if (!PyList_Check(outs_o)) {
+        PyErr_SetString(PyExc_TypeError, "write_records: outs must be a list (a buffer or None per group)");
+        return NULL;
+    }
+    group_count = PyList_Size(outs_o);
+    const uint8_t *opens = items(&views, opens_o, 1, 0, &n_opens, "opens");
     const int64_t *groups = opens ? items(&views, groups_o, 8, 0, &n_groups, "groups") : NULL;
     const int32_t *first_entry = groups ? items(&views, first_o, 4, 0, &n_first, "headers") : NULL;
     const int32_t *end_entry = first_entry ? items(&views, end_o, 4, 0, &n_end, "headers") : NULL;
@@ -263,17 +271,31 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "write_records: arrays of %zd rows and at least one group expected", n);
         goto fail;
     }
-    cursor = PyMem_Malloc(group_count * sizeof(int64_t));
+    out_views = PyMem_Calloc(group_count, sizeof(Py_buffer));
+    out = PyMem_Calloc(group_count, sizeof(uint8_t *));
+    cursor = PyMem_Calloc(group_count, sizeof(int64_t));   /* bytes written into each group's buffer */
+    cap = PyMem_Calloc(group_count, sizeof(int64_t));      /* and its size */
     in_batch = PyMem_Calloc(group_count, sizeof(int64_t)); /* records so far in each group's batch */
     base = PyMem_Calloc(group_count, sizeof(int64_t));     /* and its first timestamp */
-    if (!cursor || !in_batch || !base) {
+    if (!out_views || !out || !cursor || !cap || !in_batch || !base) {
         PyErr_NoMemory();
         goto fail;
     }
-    memcpy(cursor, group_starts, group_count * sizeof(int64_t));
+    for (; acquired < group_count; acquired++) {
+        PyObject *buffer = PyList_GetItem(outs_o, acquired); /* borrowed */
+        if (buffer == Py_None) continue; /* a group without rows */
+        Py_buffer *view = &out_views[acquired];
+        if (PyObject_GetBuffer(buffer, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
+        out[acquired] = view->buf;
+        cap[acquired] = view->len;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t group = n_groups ? groups[i] : 0;
+        if (group < 0 || group >= group_count) {
+            bad_row = i;
+            break;
+        }
         if (opens[i]) {
             in_batch[group] = 0;
             base[group] = timestamps[i];
@@ -282,8 +304,13 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
         int64_t timestamp_delta = timestamps[i] - base[group];
         int64_t key_length = keys.rows ? keys.lengths[i] : -1, value_length = values.lengths[i];
         int64_t fixed = 1 + field_size(key_length) + field_size(value_length) + (n_sizes ? header_sizes[i] : 1);
-        uint8_t *pos = out + cursor[group];
-        pos = put_varint(pos, fixed + varint_size(timestamp_delta) + varint_size(offset_delta));
+        int64_t body = fixed + varint_size(timestamp_delta) + varint_size(offset_delta);
+        if (cursor[group] + varint_size(body) + body > cap[group]) {
+            bad_row = i;
+            break;
+        }
+        uint8_t *pos = out[group] + cursor[group];
+        pos = put_varint(pos, body);
         *pos++ = 0; /* attributes */
         pos = put_varint(pos, timestamp_delta);
         pos = put_varint(pos, offset_delta);
@@ -299,20 +326,34 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
                 pos = put_field(pos, hvalues.data + hvalues.starts[e], hvalues.lengths[e]);
             }
         }
-        cursor[group] = pos - out;
+        cursor[group] = pos - out[group];
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(cursor);
-    PyMem_Free(in_batch);
-    PyMem_Free(base);
-    release(&views);
-    Py_RETURN_NONE;
+    if (bad_row >= 0) {
+        PyErr_Format(PyExc_ValueError, "write_records: row %zd: its group is outside outs or its buffer is full",
+                     bad_row);
+        goto fail;
+    }
+    if (!(written = PyList_New(group_count))) goto fail;
+    for (Py_ssize_t g = 0; g < group_count; g++) {
+        PyObject *count = PyLong_FromLongLong(cursor[g]);
+        if (!count) goto fail;
+        PyList_SetItem(written, g, count); /* steals count */
+    }
+    goto done;
 fail:
+    Py_CLEAR(written);
+done:
+    for (Py_ssize_t g = 0; g < acquired; g++)
+        if (out_views[g].obj) PyBuffer_Release(&out_views[g]);
+    PyMem_Free(out_views);
+    PyMem_Free(out);
     PyMem_Free(cursor);
+    PyMem_Free(cap);
     PyMem_Free(in_batch);
     PyMem_Free(base);
     release(&views);
-    return NULL;
+    return written;
 }
 
 /* Kafka's murmur2 (MurmurHash2) of one value, unsigned. */

@@ -11,6 +11,7 @@ by record as they fill: see :func:`spark_sink.protocol.records.record_parts`.)
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,6 +184,69 @@ def _scratch(size: int) -> np.ndarray:
     return buffer
 
 
+class _RecycledBuffers:
+    """Buffers for uncompressed records, each used again once no payload views it.
+
+    An uncompressed payload lives until its batch is acknowledged, then its buffer is
+    freed, and a new one faults its pages in afresh: the kernel's page faults and page
+    clearing cost more than writing the records. A buffer taken here comes back when the
+    last view of it dies (in whichever thread drops it) and is handed out again, up to
+    ``idle_bytes`` of them held while unused; smaller buffers come from the allocator,
+    which reuses those itself.
+    """
+
+    MIN_BYTES = 256 << 10
+
+    def __init__(self, idle_bytes: int) -> None:
+        self._idle_max = idle_bytes
+        self._idle = 0
+        self._free: dict[int, list[np.ndarray]] = {}  # by capacity
+        self._lent: dict[int, tuple[weakref.ref, np.ndarray]] = {}  # by id of the weak reference
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def capacity(size: int) -> int:
+        """``size`` rounded up to the next eighth of its power of two: few sizes, so that
+        buffers match again, at most an eighth of each unused."""
+        step = max(1, (1 << (size - 1).bit_length()) // 8)
+        return -(-size // step) * step
+
+    def take(self, size: int) -> np.ndarray:
+        """A writable uint8 array of ``size`` bytes."""
+        if size < self.MIN_BYTES:
+            return np.empty(size, np.uint8)
+        capacity = self.capacity(size)
+        backing = None
+        with self._lock:
+            # Its own size, else the next larger one (rows of one size spread a partition's
+            # share of a chunk over two neighbouring sizes).
+            for fits in (capacity, self.capacity(capacity + 1)):
+                free = self._free.get(fits)
+                if free:
+                    backing = free.pop()
+                    self._idle -= fits
+                    break
+        if backing is None:
+            backing = np.empty(capacity, np.uint8)
+        lent = backing[:size]
+        ref = weakref.ref(lent, self._returned)
+        self._lent[id(ref)] = (ref, backing)
+        return lent
+
+    def _returned(self, ref: weakref.ref) -> None:
+        _, backing = self._lent.pop(id(ref))
+        with self._lock:
+            if self._idle + len(backing) <= self._idle_max:
+                self._free.setdefault(len(backing), []).append(backing)
+                self._idle += len(backing)
+
+
+# Unused buffers kept for reuse: half of buffer.memory's default. Measured with 1 MB
+# batches over 6 partitions (bench/RESULTS.md): 9,000 page faults per million rows with
+# none kept, about 1,000 with 8 MiB, a few hundred with 16 MiB.
+_buffers = _RecycledBuffers(16 << 20)
+
+
 def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None,
                   groups: np.ndarray | None, group_count: int, *, batch_size: int, codec: int = 0,
                   level: int | None = None) -> list[list[EncodedRecords]]:
@@ -194,7 +258,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     row's group, 0 up to ``group_count`` (None: all in group 0). Rows are read in input
     order, and each group's batches keep it: grouping rows per partition needs no copy of
     the columns. A group's uncompressed payloads are views of one buffer of its own, which
-    lives as long as any of them.
+    lives as long as any of them (and is then reused: see :class:`_RecycledBuffers`).
     """
     loops = kernels.compiled()
     values = as_binary(values)
@@ -213,32 +277,29 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     batches = loops.plan_batches(columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count,
                                  limit, opens, plan)
     batch_group, counts, sizes, base_ts, max_ts = plan[:, :batches]
-    # The buffer holds group 0's records, then group 1's, ...; each group's batches in the
-    # order they were opened, which is input order.
-    group_bytes = np.bincount(batch_group, weights=sizes, minlength=group_count).astype(np.int64)
-    group_starts = np.zeros(group_count, np.int64)
-    np.cumsum(group_bytes[:-1], out=group_starts[1:])
-    total = int(group_bytes.sum())
-    # Each group's payloads are views of a buffer of its own, so that one partition's unsent
-    # batches never keep another's bytes alive. Several groups are written into this
-    # thread's scratch buffer and copied out, which costs a copy but never faults in a
-    # fresh buffer per call; compressed payloads are copies anyway.
-    apart = not codec and int(np.count_nonzero(group_bytes)) > 1
-    buffer = _scratch(total) if apart else np.empty(total, np.uint8)
-    loops.write_records(buffer, _frozen(group_starts), opens, group_ids, *columns)
-    order = np.argsort(batch_group, kind="stable")
-    ends = np.cumsum(sizes[order]).tolist()
-    data, base = buffer.data, 0
-    start = 0
-    for end, group, count, first_ts, largest in zip(ends, batch_group[order].tolist(), counts[order].tolist(),
-                                                    base_ts[order].tolist(), max_ts[order].tolist()):
-        if apart and not out[group]:  # the group's first batch: its bytes into a buffer of their own
-            base = int(group_starts[group])
-            data = buffer[base:base + int(group_bytes[group])].copy().data
-        section = data[start - base:end - base]
+    group_bytes = np.bincount(batch_group, weights=sizes, minlength=group_count).astype(np.int64).tolist()
+    # Each group's records go straight into a buffer of its own, so that one partition's
+    # unsent batches never keep another's bytes alive; compressed payloads are copies, so
+    # their records are written into this thread's scratch buffer instead.
+    if codec:
+        scratch, offset, buffers = _scratch(sum(group_bytes)), 0, []
+        for size in group_bytes:
+            buffers.append(scratch[offset:offset + size] if size else None)
+            offset += size
+    else:
+        buffers = [_buffers.take(size) if size else None for size in group_bytes]
+    written = loops.write_records(buffers, opens, group_ids, *columns)
+    if written != group_bytes:  # the loops check that no write overruns; this, that none falls short
+        raise RuntimeError(f"the encoder wrote {written} bytes per partition where it planned {group_bytes}")
+    # Each group's batches in the order they were opened, which is input order.
+    starts = [0] * group_count
+    for group, count, size, first_ts, largest in zip(batch_group.tolist(), counts.tolist(), sizes.tolist(),
+                                                     base_ts.tolist(), max_ts.tolist()):
+        start = starts[group]
+        starts[group] = start + size
+        section = buffers[group].data[start:start + size]
         payload = compress(codec, section, level) if codec else section
-        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, end - start))
-        start = end
+        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, size))
     return out
 
 

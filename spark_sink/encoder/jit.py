@@ -126,10 +126,31 @@ def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, g
     return batches
 
 
+def write_records(outs, opens, groups, keys, values, headers, timestamps):
+    """Write every row's record into its group's buffer in ``outs`` (None for a group
+    without rows), split into batches where ``opens`` says; returns the bytes written per
+    group. numba's loop writes all groups into one array, each from its start on, which
+    is then copied into the groups' buffers."""
+    capacity = np.array([0 if b is None else memoryview(b).nbytes for b in outs], np.int64)
+    ends = np.cumsum(capacity)
+    starts = ends - capacity
+    out = np.empty(int(ends[-1]) if len(ends) else 0, np.uint8)
+    cursor = _write_records(out, starts, ends, opens, groups, keys, values, headers, timestamps)
+    if cursor[0] < 0:
+        raise ValueError(f"write_records: row {-1 - cursor[0]}: its group is outside outs or its buffer is full")
+    written = (cursor - starts).tolist()
+    for group, buffer in enumerate(outs):
+        if written[group]:
+            np.frombuffer(buffer, np.uint8)[:written[group]] = out[starts[group]:starts[group] + written[group]]
+    return written
+
+
 @njit(**_JIT)
-def write_records(out, group_starts, opens, groups, keys, values, headers, timestamps):
+def _write_records(out, group_starts, group_ends, opens, groups, keys, values, headers, timestamps):
     """Write every row's record into ``out``, each group's records from its start in
-    ``group_starts`` on, split into batches where ``opens`` says.
+    ``group_starts`` on and before its end in ``group_ends``, split into batches where
+    ``opens`` says; returns where each group's records end, or [-1 - row, ...] for the
+    first row whose group is out of range or has no room left.
 
     The four field copies are written out: through a helper that takes the data array the
     loop runs 45% slower (reference counting, see the module docstring)."""
@@ -145,6 +166,10 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
     base = np.zeros(len(group_starts), np.int64)  # and its first timestamp
     for i in range(len(value_lengths)):
         group = groups[i] if has_groups else 0
+        if group < 0 or group >= len(group_starts):
+            cursor[:] = -1
+            cursor[0] = -1 - i
+            return cursor
         if opens[i]:
             in_batch[group] = 0
             base[group] = timestamps[i]
@@ -154,8 +179,13 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
         key_length = key_lengths[i] if has_keys else -1
         value_length = value_lengths[i]
         fixed = 1 + _field_size(key_length) + _field_size(value_length) + (header_sizes[i] if has_headers else 1)
+        body = fixed + _varint_size(timestamp_delta) + _varint_size(offset_delta)
+        if cursor[group] + _varint_size(body) + body > group_ends[group]:
+            cursor[:] = -1
+            cursor[0] = -1 - i
+            return cursor
         pos = cursor[group]
-        pos = _put_varint(out, pos, fixed + _varint_size(timestamp_delta) + _varint_size(offset_delta))
+        pos = _put_varint(out, pos, body)
         out[pos] = 0  # attributes
         pos = _put_varint(out, pos + 1, timestamp_delta)
         pos = _put_varint(out, pos, offset_delta)
@@ -197,6 +227,7 @@ def write_records(out, group_starts, opens, groups, keys, values, headers, times
                     dst[k] = src[k]
                 pos += length
         cursor[group] = pos
+    return cursor
 
 
 # MurmurHash2's multiplier (Kafka's seed is the partitioner's: it is passed in).

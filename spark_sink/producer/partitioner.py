@@ -136,8 +136,9 @@ def _binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return cast(pa.Array, as_binary(arr))
 
 
-def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32."""
+def murmur2_array(keys: pa.Array | pa.ChunkedArray, seed: int = SEED) -> np.ndarray:
+    """murmur2 of every value of a binary-like array (nulls hash as empty), as int32; the
+    partitioner's with Kafka's seed."""
     keys = _binary(keys)
     if len(keys) == 0:
         return np.zeros(0, np.int32)
@@ -148,7 +149,7 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     for a in (data, offsets, nulls):
         a.flags.writeable = False  # one compiled build for any input (see columnar._frozen)
     hashes = np.empty(len(keys), np.uint32)
-    kernels.compiled().murmur2_rows(data, offsets, nulls, SEED, hashes)
+    kernels.compiled().murmur2_rows(data, offsets, nulls, seed, hashes)
     return hashes.view(np.int32)
 
 

@@ -596,7 +596,7 @@ class TopicData:
 
 
 @dataclass(slots=True)
-class TransactionState:
+class DescribeTransactionsResponseTransactionState:
     """TransactionState in DescribeTransactionsResponse."""
 
     error_code: int = 0
@@ -614,7 +614,35 @@ class DescribeTransactionsResponse:
     """DescribeTransactionsResponse (API key 65): kprod speaks v0 of Kafka's v0."""
 
     throttle_time_ms: int = 0
-    transaction_states: list[TransactionState] = field(default_factory=list)
+    transaction_states: list[DescribeTransactionsResponseTransactionState] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListTransactionsRequest:
+    """ListTransactionsRequest (API key 66): kprod speaks v0-v1 of Kafka's v0-v2."""
+
+    state_filters: list[str] = field(default_factory=list)
+    producer_id_filters: list[int] = field(default_factory=list)
+    duration_filter: int = -1
+
+
+@dataclass(slots=True)
+class ListTransactionsResponseTransactionState:
+    """TransactionState in ListTransactionsResponse."""
+
+    transactional_id: str = ""
+    producer_id: int = 0
+    transaction_state: str = ""
+
+
+@dataclass(slots=True)
+class ListTransactionsResponse:
+    """ListTransactionsResponse (API key 66): kprod speaks v0-v1 of Kafka's v0-v2."""
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transaction_states: list[ListTransactionsResponseTransactionState] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -988,7 +1016,7 @@ DESCRIBE_TRANSACTIONS_REQUEST = Schema(DescribeTransactionsRequest, (
 
 DESCRIBE_TRANSACTIONS_RESPONSE = Schema(DescribeTransactionsResponse, (
     F("throttle_time_ms", "int32", 0, 0),
-    F("transaction_states", "[]struct", 0, 0, default=[], schema=Schema(TransactionState, (
+    F("transaction_states", "[]struct", 0, 0, default=[], schema=Schema(DescribeTransactionsResponseTransactionState, (
         F("error_code", "int16", 0, 0),
         F("transactional_id", "string", 0, 0, default=""),
         F("transaction_state", "string", 0, 0, default=""),
@@ -1002,6 +1030,25 @@ DESCRIBE_TRANSACTIONS_RESPONSE = Schema(DescribeTransactionsResponse, (
         ))),
     ))),
 ), flexible_from=0, versions=(0, 0))
+
+
+LIST_TRANSACTIONS_REQUEST = Schema(ListTransactionsRequest, (
+    F("state_filters", "[]string", 0, 1, default=[]),
+    F("producer_id_filters", "[]int64", 0, 1, default=[]),
+    F("duration_filter", "int64", 1, 1, default=-1),
+), flexible_from=0, versions=(0, 1))
+
+
+LIST_TRANSACTIONS_RESPONSE = Schema(ListTransactionsResponse, (
+    F("throttle_time_ms", "int32", 0, 1),
+    F("error_code", "int16", 0, 1),
+    F("unknown_state_filters", "[]string", 0, 1, default=[]),
+    F("transaction_states", "[]struct", 0, 1, default=[], schema=Schema(ListTransactionsResponseTransactionState, (
+        F("transactional_id", "string", 0, 1, default=""),
+        F("producer_id", "int64", 0, 1),
+        F("transaction_state", "string", 0, 1, default=""),
+    ))),
+), flexible_from=0, versions=(0, 1))
 
 
 REQUEST_HEADER = Schema(RequestHeader, (
@@ -1034,4 +1081,5 @@ SCHEMAS: dict[int, tuple[Schema, Schema]] = {
     32: (DESCRIBE_CONFIGS_REQUEST, DESCRIBE_CONFIGS_RESPONSE),  # DESCRIBE_CONFIGS
     36: (SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE),  # SASL_AUTHENTICATE
     65: (DESCRIBE_TRANSACTIONS_REQUEST, DESCRIBE_TRANSACTIONS_RESPONSE),  # DESCRIBE_TRANSACTIONS
+    66: (LIST_TRANSACTIONS_REQUEST, LIST_TRANSACTIONS_RESPONSE),  # LIST_TRANSACTIONS
 }

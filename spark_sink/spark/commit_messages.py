@@ -76,16 +76,21 @@ class WriteSummary:
     # Tasks given no row: each still costs Spark a Python task (tens of ms on a small
     # machine), which is what a write of a few rows over many shuffle partitions pays.
     empty_tasks: int = 0
+    # Exactly-once replays: tasks whose rows an earlier run of the microbatch committed (this
+    # run's transactions for them were aborted), left out of the counts and ranges above.
+    already_committed: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, messages: Iterable[WriterCommitMessage | None]) -> WriteSummary:
-        done = [m for m in messages if isinstance(m, KProdCommitMessage)]
+    def of(cls, messages: Iterable[WriterCommitMessage | None], already_committed: Iterable[int] = ()
+           ) -> WriteSummary:
+        skipped = tuple(sorted(already_committed))
+        done = [m for m in messages if isinstance(m, KProdCommitMessage) and m.partition_id not in skipped]
         ranges: PartitionRanges = {}
         for m in done:
             merge_ranges(ranges, m.partitions)
         return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())),
                    max((m.seconds for m in done), default=0.0), MetricTotals.combine(m.producer for m in done),
-                   sum(1 for m in done if m.records == 0))
+                   sum(1 for m in done if m.records == 0), skipped)
 
     def describe(self) -> str:
         topics = sorted({t for t, _ in self.partitions})
@@ -93,11 +98,13 @@ class WriteSummary:
             f"{self.records} records, {self.bytes} bytes of keys and values, {len(self.partitions)} partition(s) "
             f"of {len(topics)} topic(s) [{', '.join(topics)}], from {self.tasks} task(s)"
             f"{f' ({self.empty_tasks} without rows)' if self.empty_tasks else ''}; {self.producer.describe()}"
+            + (f"; task(s) {', '.join(map(str, self.already_committed))} left out: an earlier run of this "
+               f"microbatch committed their rows" if self.already_committed else "")
         )
 
     def report_line(self, batch_id: int | None) -> str:
         """One JSON line for the delivery report."""
-        return json.dumps({
+        line: dict[str, object] = {
             "batchId": batch_id,
             "committedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "tasks": self.tasks,
@@ -116,7 +123,11 @@ class WriteSummary:
                 {"topic": t, "partition": p, "count": c, "firstOffset": first, "lastOffset": last}
                 for (t, p), (c, first, last) in self.partitions.items()
             ],
-        }, separators=(",", ":"))
+        }
+        if self.already_committed:
+            # Their rows are in Kafka from an earlier run, whose report line was never written.
+            line["alreadyCommittedTasks"] = list(self.already_committed)
+        return json.dumps(line, separators=(",", ":"))
 
 
 def append_report(path: str, line: str) -> None:

@@ -6,7 +6,7 @@ flushes and returns the transaction's identity without committing it; a task wit
 rows opens no producer and no transaction (the driver fences its id at a query's first
 commit, for what a crashed run may have left under it). A task that fails aborts its own. The
 driver's commit ends them all; its abort ends those of the tasks that finished and fences
-the ids of those that did not, so that nothing stays open until transaction.timeout.ms.
+the ids of every task, so that nothing stays open until transaction.timeout.ms.
 
 Before it commits, the driver asks each transaction's coordinator whether it is still open
 under the epoch its task reported, with time left before its timeout; if any is not, it
@@ -16,7 +16,8 @@ the write outlasted transaction.timeout.ms, or another attempt of a task fenced 
 A microbatch replayed after a driver crash may have been committed in part before the
 crash. So the driver commits, with each partition's transaction, a marker: the offset
 ``batchId`` (metadata: the query id, the microbatch's task count, how many of its tasks
-had a transaction and the task's rows digest) of the consumer group ``<prefix>-<partition>`` on ``(markerTopic, 0)``.
+had a transaction and the task's rows digest) of the consumer group
+``<prefix>-<partition>`` on ``(markerTopic, 0)``.
 And before it ends any transaction of a microbatch, it records in the group
 ``<prefix>-dir`` (a plain offset commit on the same partition; the *directory*) that this
 microbatch's commit has started
@@ -38,16 +39,22 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
 from spark_sink.producer import KafkaProducer, ProducerConfig
+from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce, SinkOptions
 
 log = logging.getLogger(__name__)
 
 MARKER_PARTITION = 0
-# How long the driver's abort waits before it fences the unreported tasks' ids again.
+# How long the directory is kept after its last commit (the markers: the broker's
+# offsets.retention.minutes): it tells a query's next microbatch from a replay.
+DIRECTORY_RETENTION_MS = 365 * 24 * 3600 * 1000
+_CLOCK_MARGIN_MS = 3600 * 1000
+# How long the driver's abort waits before it fences the tasks' ids again.
 REFENCE_AFTER_S = 3.0
 # How long a failing task waits for its abort: the task is failing anyway, and what is
 # left open is aborted by the next attempt or by the driver's abort.
@@ -170,16 +177,24 @@ def _query(messages: Sequence[object]) -> str | None:
     return next((m.query_id for m in messages if isinstance(m, KProdCommitMessage) and m.query_id), None)
 
 
-def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object], batch_id: int | None) -> int:
-    """Commit every task's transaction (a batch write: ``batch_id`` None). Returns how many
-    were committed (not skipped as already committed by an earlier run of this microbatch)."""
+class Committed(NamedTuple):
+    """What the driver's commit did: how many transactions it committed, and the tasks it
+    skipped because an earlier run of the microbatch committed their rows."""
+
+    transactions: int
+    skipped: frozenset[int] = frozenset()
+
+
+def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
+           batch_id: int | None) -> Committed:
+    """Commit every task's transaction (a batch write: ``batch_id`` None)."""
     admin = _admin(config)
     txns = _transactions(messages)
     began = _began(messages)
     if batch_id is None and eo.one_write:
         _check_open(admin, config, txns, began, "batch write")
         _end_checked(admin, config, txns, began, "batch write")
-        return len(txns)
+        return Committed(len(txns))
     # A batch write under a prefix the user named is that name's one microbatch: a rerun
     # (after a driver death in the middle of its commit) completes it instead of writing
     # what was committed again.
@@ -189,16 +204,9 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     prefix = eo.prefix_for(query)
     tasks = len(messages)
     directory = (eo.marker_topic, MARKER_PARTITION)
-    started_batch, ids = _read_directory(admin, prefix, directory, query)
+    started_batch, ids, record = _read_directory(admin, prefix, directory, query)
     if started_batch < 0 and batch_id > 0 and eo.missing_markers == "fail":
-        raise MarkersMissingError(
-            f"microbatch {batch_id}: the exactly-once markers of this query (group {directory_group(prefix)!r} on "
-            f"{eo.marker_topic}-{MARKER_PARTITION}) are gone, so a replay of a microbatch that was committed in "
-            "part cannot be told from a new one and could be written twice. Kafka keeps them "
-            "offsets.retention.minutes (7 days by default) after the last commit; they are also missing when the "
-            "checkpoint was written by another sink or an older kprod, or when kprod.transactionalIdPrefix or "
-            "kprod.markerTopic changed. If the last run stopped without failing in a commit, restart once with "
-            "option kprod.missingMarkers=ignore")
+        raise MarkersMissingError(_missing_text(batch_id, f"group {directory_group(prefix)!r}", eo))
     ids = max(ids, tasks)
     if prefix not in _fenced:
         # Ids an earlier run used that hold no transaction of this one (this run has
@@ -206,31 +214,56 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
         # crash left open: aborted now, not at transaction.timeout.ms, and their pending
         # markers settled before they are read.
         idle = [p for p in range(ids) if p >= tasks or p not in txns]
+        idle += _open_beyond(admin, prefix, ids)
         admin.fence_transactions([transactional_id(prefix, p) for p in idle])
         _fenced.add(prefix)
-    already = set()
+    already: set[int] = set()
+    rows = _rows_digests(messages)
+    replay = started_batch >= batch_id
+    if replay and eo.missing_markers == "fail" and _markers_may_have_expired(admin, prefix, record):
+        raise MarkersMissingError(_missing_text(batch_id, f"markers of microbatch {started_batch}", eo))
     # A replay (the directory names this microbatch), or a first microbatch whose directory
-    # is gone: the directory is committed just before the markers, so it expires first,
-    # and a replay of microbatch 0 cannot otherwise be told from a new query's start.
-    if started_batch >= batch_id or started_batch < 0:
-        already = _committed_before(admin, prefix, eo, batch_id, query, tasks=tasks, ids=ids,
-                                    rows=_rows_digests(messages))
+    # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
+    if replay or started_batch < 0:
+        markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
+        already = _committed_before(markers, batch_id, tasks=tasks, rows=rows)
     fresh = {p: t for p, t in txns.items() if p not in already}
     _check_open(admin, config, fresh, began, what)
     # Before any transaction of this microbatch commits: a replay must look for markers.
-    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({"query": query, "ids": ids}))})
+    # Kept a year (not offsets.retention.minutes): a query idle for weeks still knows its
+    # next microbatch from a replay. "at": when its markers began to be written (a replay
+    # after they may have expired is refused).
+    at = record.get("at") if replay else None
+    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(
+        {"query": query, "ids": ids, "at": at if isinstance(at, int) else int(time.time() * 1000)}))},
+        retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
     if skipped:
         log.warning("kprod microbatch %d: partition(s) %s were committed by an earlier run of it; their rows are "
                     "already in Kafka, so this run's transactions for them are aborted",
                     batch_id, ", ".join(map(str, sorted(skipped))))
         admin.end_transactions(skipped.values(), commit=False)
-    rows = _rows_digests(messages)
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
         for p, t in fresh.items())
     _end_checked(admin, config, fresh, began, what)
-    return len(fresh)
+    return Committed(len(fresh), frozenset(skipped))
+
+
+def _open_beyond(admin: AdminClient, prefix: str, start: int) -> list[int]:
+    """The ids from ``start`` on that hold an open transaction, as every broker's
+    coordinator lists them (ListTransactions): a run whose driver died before its commit
+    (so that no directory recorded its task count) may have had more tasks than this one,
+    as far apart as an aggregation's shuffle partitions. A cluster older than Kafka 3.0
+    cannot list them: those stay open until their timeout."""
+    try:
+        listed = admin.list_transactions(("Ongoing",))
+    except UnsupportedVersionError as exc:
+        log.warning("kprod: the cluster cannot list open transactions (%s); any a crashed run of %s left under "
+                    "ids beyond %d stay open until transaction.timeout.ms", exc, prefix, start)
+        return []
+    ids = (tid[len(prefix) + 1:] for tid in listed if tid.startswith(prefix + "-"))
+    return sorted(p for p in (int(i) for i in ids if i.isdigit() and i.isascii()) if p >= start)
 
 
 def commit_margin_ms(timeout_ms: int) -> float:
@@ -347,31 +380,43 @@ def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partit
             f"or make the write shorter. {outcome}")
 
 
+def _missing_text(batch_id: int, what: str, eo: ExactlyOnce) -> str:
+    """Why a microbatch is refused when the markers it would be checked against are gone."""
+    return (f"microbatch {batch_id}: the exactly-once markers of this query ({what} on "
+            f"{eo.marker_topic}-{MARKER_PARTITION}) are gone, so a replay of a microbatch that was committed in "
+            "part cannot be told from a new one and could be written twice. Kafka keeps the markers "
+            "offsets.retention.minutes (7 days by default) after their last commit, and the directory a year; "
+            "they are also missing when the checkpoint was written by another sink or an older kprod, or when "
+            "kprod.transactionalIdPrefix or kprod.markerTopic changed. If the last run stopped without failing in "
+            "a commit, restart once with option kprod.missingMarkers=ignore")
+
+
 def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int], query: str | None
-                    ) -> tuple[int, int]:
-    """(the last microbatch whose commit started, the task ids any run has used) as the
-    directory records them; (-1, 0) if it records nothing of this query."""
+                    ) -> tuple[int, int, dict]:
+    """(the last microbatch whose commit started, the task ids any run has used, the whole
+    record) as the directory holds them; (-1, 0, {}) if it records nothing of this query."""
     group = directory_group(prefix)
     offset, metadata = admin.committed_offsets({group: [directory]})[group].get(directory, (-1, None))
     try:
         record = json.loads(metadata) if metadata else {}
     except ValueError:
         record = {}
-    if offset < 0 or record.get("query") != query or not isinstance(record.get("ids"), int):
-        return -1, 0
-    return offset, record["ids"]
+    if offset < 0 or not isinstance(record, dict) or record.get("query") != query \
+            or not isinstance(record.get("ids"), int):
+        return -1, 0, {}
+    return offset, record["ids"], record
 
 
-def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id: int, query: str | None, *,
-                      tasks: int, ids: int, rows: Mapping[int, str]) -> set[int]:
+def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *, tasks: int,
+                      rows: Mapping[int, str]) -> set[int]:
     """The partitions of this microbatch whose rows an earlier run already committed: all of
     them if an earlier run split it otherwise and committed it whole.
 
     A marker stands for this run's task of the same number when the earlier run had as
-    many tasks and that task's rows digest equals this one's (a marker or a task without
-    a digest, from an older kprod, is matched by the count alone). A marker of a later
+    many tasks and that task's rows digest equals this one's (under kprod.replayMatch=tasks,
+    where tasks report no digest, the count alone; a marker without a digest, from a run
+    under tasks or an older kprod, matches no task with one). A marker of a later
     microbatch means this one was committed before it."""
-    markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
     if not markers:
         return set()
 
@@ -379,7 +424,7 @@ def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id
         if marker.get("tasks") != tasks:
             return False
         earlier, mine = marker.get("rows"), rows.get(p)
-        return offset > batch_id or earlier is None or mine is None or earlier == mine
+        return offset > batch_id or mine is None or earlier == mine
 
     if all(same_task(p, offset, m) for p, (offset, m) in markers.items()):
         return set(markers)
@@ -403,12 +448,28 @@ def _committed_before(admin: AdminClient, prefix: str, eo: ExactlyOnce, batch_id
     how = (f"into {earlier} tasks, as this run does, but with other rows in them" if same_count
            else f"into {earlier} tasks; this run has {tasks}")
     unstable = ("; if the query's rows are not the same in every run (values computed with uuid(), rand() or "
-                "current_timestamp()), restart it with option kprod.replayMatch=tasks" if same_count else "")
+                "current_timestamp()), or the earlier run wrote markers without rows digests (under "
+                "kprod.replayMatch=tasks, or an older kprod) and the partitioning is unchanged, restart it with "
+                "option kprod.replayMatch=tasks" if same_count else "")
     raise PartlyCommittedError(
         f"microbatch {batch_id} was committed in part ({len(of_earlier)} of {expected} transactions) by an earlier "
         f"run that split it {how}. Restart the query with the same partitioning (spark.sql.shuffle.partitions, "
         f"the source's partitions, the cores, repartition()) so that each task holds the rows it held, or the "
         f"rows of the committed tasks would be written twice{unstable}")
+
+
+def _markers_may_have_expired(admin: AdminClient, prefix: str, record: dict) -> bool:
+    """Whether Kafka may have dropped the markers of the microbatch whose commit the
+    directory ``record`` says started: its markers were committed after it, and each is
+    kept offsets.retention.minutes (the cluster's, read from a broker) after its commit. An
+    hour of margin covers the driver's clock against the brokers'."""
+    at = record.get("at")
+    if not isinstance(at, int):
+        return False  # written by an older kprod: not known
+    minutes = admin.coordinator_config(transactional_id(prefix, 0), ["offsets.retention.minutes"]).get(
+        "offsets.retention.minutes")
+    retention_ms = int(minutes) * 60_000 if minutes else 7 * 24 * 3600 * 1000
+    return time.time() * 1000 - at > retention_ms - _CLOCK_MARGIN_MS
 
 
 def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range, batch_id: int,
@@ -432,10 +493,12 @@ def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range
 
 
 def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:
-    """Abort the transactions of the tasks that finished, and fence the ids of those that
-    did not: a task that died with its worker (or whose own abort failed) leaves its
+    """Abort the transactions of the tasks that finished, and fence the ids of every task
+    of the write: a task that died with its worker (or whose own abort failed) leaves its
     transaction open, holding back every later record of its partitions from
-    read_committed consumers until transaction.timeout.ms."""
+    read_committed consumers until transaction.timeout.ms; so does another attempt of a
+    finished task (a speculative copy, an executor thought lost) that opened one under
+    the same id, at an epoch the finished task's EndTxn cannot end."""
     admin = _admin(config)
     txns = _transactions(messages)
     try:
@@ -443,20 +506,19 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
             admin.end_transactions(txns.values(), commit=False)
     finally:
         # Even when ending a reported one is refused (its coordinator already ended it at
-        # its timeout): the unreported tasks' transactions are still open.
-        _fence_unreported(admin, eo, messages)
+        # its timeout, or another attempt fenced it): the others may still be open.
+        _fence_all(admin, eo, messages)
 
 
-def _fence_unreported(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:
-    """Fence the ids of the tasks that never reported, aborting what they left open."""
-    unfinished = [p for p, m in enumerate(messages) if not isinstance(m, KProdCommitMessage)]
-    if not unfinished:
-        return
+def _fence_all(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:
+    """Fence the ids of every task of the write, aborting what is left open under them."""
     prefix = _abort_prefix(admin, eo, messages)
     if prefix is None:
         return
-    ids = [transactional_id(prefix, p) for p in unfinished]
+    ids = [transactional_id(prefix, p) for p in range(len(messages))]
     admin.fence_transactions(ids)
+    if all(isinstance(m, KProdCommitMessage) for m in messages):
+        return
     # Spark aborts as soon as the job fails or is cancelled, without waiting for its
     # running tasks: one that opens its transaction after the fence above (a small task
     # sends at the end of its input) would leave it open. Those tasks are being killed

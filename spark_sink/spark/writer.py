@@ -226,7 +226,9 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
         committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
-        what += f" (exactly-once, {committed} transaction(s) committed)"
+        what += f" (exactly-once, {committed.transactions} transaction(s) committed)"
+        if committed.skipped:
+            summary = WriteSummary.of(messages, already_committed=committed.skipped)
     log.info("kprod %s committed: %s", what, summary.describe())
     if options.delivery_report_path:
         append_report(options.delivery_report_path, summary.report_line(batch_id))

@@ -197,3 +197,52 @@ def test_as_numpy_reads_sliced_arrays_and_fills_nulls(items, cut, arrow_type):
     if arr.null_count:
         with pytest.raises(ValueError, match="null"):
             as_numpy(arr)
+
+
+def test_write_records_refuses_a_short_buffer_or_a_group_outside_outs(loops):
+    """The loops check every write against its group's buffer: a wrong plan raises
+    instead of writing past the end."""
+    from spark_sink.encoder.columnar import _ABSENT, _NO_HEADERS, _column
+
+    values = pa.array([b"v" * 10, b"w" * 10], pa.binary())
+    ts = np.zeros(2, np.int64)
+    opens = np.array([1, 1], np.bool_)
+    args = (_ABSENT, _column(values), _NO_HEADERS, ts)
+    groups = np.array([0, 1], np.int64)
+    assert loops.write_records([np.zeros(64, np.uint8), np.zeros(64, np.uint8)], opens, groups, *args) == [17, 17]
+    with pytest.raises(ValueError, match="row 1"):
+        loops.write_records([np.zeros(64, np.uint8), np.zeros(16, np.uint8)], opens, groups, *args)
+    with pytest.raises(ValueError, match="row 1"):
+        loops.write_records([np.zeros(64, np.uint8), None], opens, groups, *args)
+    with pytest.raises(ValueError, match="row 1"):
+        loops.write_records([np.zeros(64, np.uint8)], opens, groups, *args)
+
+
+def test_a_large_partitions_buffer_is_reused_only_once_its_payloads_are_gone():
+    """Payloads of a partition's share large enough to be recycled keep their bytes while
+    any view of them lives; once all are gone, the next call writes into the same memory."""
+    n = 4_000  # about 450 KB of records: past the recycled buffers' smallest size
+
+    def encode(fill: bytes):
+        values = pa.array([fill * 100 + b"%06d" % i for i in range(n)], pa.binary())
+        ts = np.arange(n, dtype=np.int64)
+        expected = encode_records([Record(None, values[i].as_py(), i) for i in range(n)], 0)
+        (batch,) = encode_columns(None, values, ts, None, batch_size=0)
+        assert batch.payload == expected
+        return batch, expected
+
+    def address(payload) -> int:
+        return np.frombuffer(payload, np.uint8).ctypes.data
+
+    first, first_bytes = encode(b"a")
+    second, _ = encode(b"b")
+    assert address(second.payload) != address(first.payload)
+    assert first.payload == first_bytes  # untouched by the second call
+    kept = first.payload[10:20]  # a view of a view keeps the buffer lent
+    freed_at = address(first.payload)
+    del first
+    third, _ = encode(b"c")
+    assert address(third.payload) != freed_at and kept == first_bytes[10:20]
+    del kept
+    fourth, _ = encode(b"d")
+    assert address(fourth.payload) == freed_at

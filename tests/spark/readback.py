@@ -62,7 +62,7 @@ class CommittedView:
         while time.monotonic() < end:
             for m in self.consumer.consume(num_messages=10000, timeout=0.05):
                 if not m.error():
-                    self.keys.append(m.key().decode())
+                    self.keys.append((m.key() or b"").decode())  # a null key as empty
         return len(self.keys)
 
     def close(self) -> None:

@@ -61,7 +61,7 @@ def test_microbatches_across_a_transaction_version_change_are_written_once(befor
             with KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0,
                                 "transactional.id": exactly_once.transactional_id(eo.prefix, 1)}) as fresh:
                 messages = [_task(kept, topic, 0, values[0]), _task(fresh, topic, 1, values[1])]
-            assert exactly_once.commit(config, eo, [dataclasses.replace(m) for m in messages], batch) == 2
+            assert exactly_once.commit(config, eo, [dataclasses.replace(m) for m in messages], batch).transactions == 2
             expected.update(v.decode() for vs in values.values() for v in vs)
         with AdminClient(config) as admin:
             groups = {exactly_once.transactional_id(eo.prefix, p): [(topic, 0)] for p in range(2)}

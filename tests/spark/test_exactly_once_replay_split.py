@@ -12,20 +12,17 @@ its task's rows digest too.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import random
 
 import pytest
 
-from spark_sink.admin import AdminClient
 from spark_sink.spark import exactly_once
 from spark_sink.spark.exactly_once import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
-from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_shapes import _committed_keys_by_value, _Crash, _prepared_tasks
+from tests.spark.test_exactly_once_shapes import _prepared_tasks, assert_visible_once, driver_dies_committing
 
 ROWS = [b"r%02d" % i for i in range(20)]
 # The run that dies: task 0 the first half, task 1 the second.
@@ -39,29 +36,17 @@ REPLAYS = {
 SEEDS = int(os.environ.get("KPROD_SOAK", "0")) or 2
 
 
-def _crash(kafka, monkeypatch, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[str, ExactlyOnce, str]:
+def _crash(kafka, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[str, ExactlyOnce, str]:
     """Run 1 of microbatch 0 dies after committing the transactions of the tasks in
     ``committed``. Returns its topic, settings and query id; the next commit is a new
     driver process's."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-resplit"), partitions=2)
     query = unique_topic("query")
     eo = ExactlyOnce(None, topic)
-    ends = tuple(f"-{p}" for p in committed)
-    real_end = AdminClient.end_transactions
 
-    def end_some_then_crash(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith(ends)], commit)
-            raise _Crash()
-        real_end(self, transactions, commit, timeout_ms)
-
-    monkeypatch.setattr(AdminClient, "end_transactions", end_some_then_crash)
-    with pytest.raises(_Crash):
+    with driver_dies_committing(*committed):
         exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo,
                             _prepared_tasks(kafka.bootstrap, eo.prefix_for(query), topic, run1, query), 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
-    exactly_once._fenced.clear()  # a new driver process
     return topic, eo, query
 
 
@@ -81,64 +66,54 @@ def _replay(kafka, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list
     return None
 
 
-def _assert_visible_once(kafka, topic: str, rows: list[bytes]) -> None:
-    expected = collections.Counter(v.decode() for v in rows)
-    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(rows)))
-    twice = sorted(k for k, n in got.items() if n > 1)
-    lost = sorted(set(expected) - set(got))
-    assert not twice and not lost, f"visible twice: {twice}; never visible: {lost}"
-    assert got == expected
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
-
-
-def _crash_then_replay(kafka, monkeypatch, run1: dict[int, list[bytes]], committed: set[int],
+def _crash_then_replay(kafka, run1: dict[int, list[bytes]], committed: set[int],
                        run2: dict[int, list[bytes]]) -> bool:
     """Run 1 dies part-way through its commit, run 2 replays the same rows: no row visible
     twice or lost (every row once, or, if run 2 was refused with PartlyCommittedError, run
     1's committed rows once). Returns whether run 2 was refused."""
-    topic, eo, query = _crash(kafka, monkeypatch, run1, committed)
+    topic, eo, query = _crash(kafka, run1, committed)
     refused = _replay(kafka, topic, eo, query, run2) is not None
     shown = [v for p in committed for v in run1[p]] if refused else [v for rows in run1.values() for v in rows]
-    _assert_visible_once(kafka, topic, shown)
+    assert_visible_once(kafka, topic, shown)
     return refused
 
 
 @pytest.mark.parametrize("replay", sorted(REPLAYS))
-def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_loses_none(kafka, monkeypatch, replay):
+def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_loses_none(kafka, replay):
     """Run 1 (two tasks) dies after committing task 1's transaction; run 2 replays microbatch 0
     in two tasks holding the same rows dealt otherwise: it is refused, as the committed
     task's rows are not the ones run 2's task 1 holds."""
-    assert _crash_then_replay(kafka, monkeypatch, RUN1, {1}, REPLAYS[replay])
+    assert _crash_then_replay(kafka, RUN1, {1}, REPLAYS[replay])
 
 
 @pytest.mark.parametrize("replay", sorted(REPLAYS))
-def test_a_replay_split_into_as_many_tasks_otherwise_on_protocol_v1(kafka_tv1, monkeypatch, replay):
+def test_a_replay_split_into_as_many_tasks_otherwise_on_protocol_v1(kafka_tv1, replay):
     """The same on a cluster without transaction protocol v2."""
-    assert _crash_then_replay(kafka_tv1, monkeypatch, RUN1, {1}, REPLAYS[replay])
+    assert _crash_then_replay(kafka_tv1, RUN1, {1}, REPLAYS[replay])
 
 
-def test_a_replay_with_the_same_rows_in_another_order_completes_the_microbatch(kafka, monkeypatch):
+def test_a_replay_with_the_same_rows_in_another_order_completes_the_microbatch(kafka):
     """The digest does not depend on the rows' order within a task: a replay that reads
     each task's rows in another order still finds its marker, and commits only the rest."""
     reordered = {p: rows[::-1] for p, rows in RUN1.items()}
-    assert not _crash_then_replay(kafka, monkeypatch, RUN1, {1}, reordered)
+    assert not _crash_then_replay(kafka, RUN1, {1}, reordered)
 
 
-def test_a_replay_whose_rows_differ_is_refused_saying_how_to_go_on(kafka, monkeypatch):
+def test_a_replay_whose_rows_differ_is_refused_saying_how_to_go_on(kafka):
     """A query whose rows differ between runs (values computed with uuid() or
     current_timestamp()): its replay is refused, with the option that lets it go on; under
     that option (tasks report no digest) the replay skips the committed task by its number
     and commits the other, once."""
     again = {p: [v + b"-again" for v in rows] for p, rows in RUN1.items()}
-    topic, eo, query = _crash(kafka, monkeypatch, RUN1, {1})
+    topic, eo, query = _crash(kafka, RUN1, {1})
     refusal = _replay(kafka, topic, eo, query, again)
     assert refusal is not None and "kprod.replayMatch=tasks" in str(refusal)
     assert _replay(kafka, topic, eo, query, again, tasks_only=True) is None
-    _assert_visible_once(kafka, topic, RUN1[1] + again[0])
+    assert_visible_once(kafka, topic, RUN1[1] + again[0])
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_random_splits_and_crashes_write_no_row_twice_and_lose_none(kafka, monkeypatch, seed):
+def test_random_splits_and_crashes_write_no_row_twice_and_lose_none(kafka, seed):
     """Random rows dealt over 2 to 4 tasks (some empty), run 1 dying after committing a
     random part; the replay deals them as run 1 did (then it must complete the microbatch)
     or anew over as many tasks."""
@@ -158,5 +133,5 @@ def test_random_splits_and_crashes_write_no_row_twice_and_lose_none(kafka, monke
     committed = set(rng.sample(with_rows, rng.randrange(len(with_rows) + 1)))
     same = rng.random() < 0.5
     run2 = {p: rng.sample(r, len(r)) for p, r in run1.items()} if same else deal()
-    refused = _crash_then_replay(kafka, monkeypatch, run1, committed, run2)
+    refused = _crash_then_replay(kafka, run1, committed, run2)
     assert not (same and refused), "a replay split as run 1 was must complete the microbatch"

@@ -7,10 +7,12 @@ visible at once (the last stable offset reached the high watermark)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import random
 import threading
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -185,6 +187,18 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
     _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
 
 
+def assert_visible_once(kafka, topic: str, rows: list[bytes], note: str = "", partitions: int = 2) -> None:
+    """Every one of ``rows`` visible to read_committed once (none twice, none lost), and
+    nothing left open on the topic's partitions."""
+    expected = collections.Counter(v.decode() for v in rows)
+    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(rows)))
+    twice = sorted(k for k, n in got.items() if n > 1)
+    lost = sorted(set(expected) - set(got))
+    assert not twice and not lost, f"visible twice: {twice}; never visible: {lost}{note}"
+    assert got == expected
+    assert_nothing_left_open(kafka.bootstrap, topic, partitions)
+
+
 def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str
                     ) -> list[KProdCommitMessage]:
     """What a run's tasks return: each partition's rows sent in a prepared transaction (none
@@ -211,7 +225,30 @@ class _Crash(BaseException):
     """The driver dies part-way through its commit."""
 
 
-def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka, monkeypatch):
+@contextlib.contextmanager
+def driver_dies_committing(*tasks: int) -> Iterator[None]:
+    """Within: the driver's commit ends (EndTxn) the transactions of ``tasks`` only, then
+    dies; its next commit is a new driver process's (which fences what it finds first)."""
+    real_end = AdminClient.end_transactions
+    ends = tuple(f"-{p}" for p in tasks)
+
+    def end_some_then_crash(self, transactions, commit, timeout_ms=None):
+        transactions = list(transactions)
+        if commit:
+            real_end(self, [t for t in transactions if t.transactional_id.endswith(ends)], commit)
+            raise _Crash()
+        real_end(self, transactions, commit, timeout_ms)
+
+    AdminClient.end_transactions = end_some_then_crash
+    try:
+        with pytest.raises(_Crash):
+            yield
+    finally:
+        AdminClient.end_transactions = real_end
+        exactly_once._fenced.clear()
+
+
+def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka):
     """Run 1 splits microbatch 0 into four tasks and dies after committing two of them;
     run 2 has two tasks: it must not commit everything again (it refuses, saying why);
     run 3, split as run 1 was, commits only the two missing tasks."""
@@ -222,20 +259,8 @@ def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka, monk
     prefix = eo.prefix_for(query)
     rows4 = {p: [b"%d-%d" % (p, i) for i in range(5)] for p in range(4)}
 
-    real_end = AdminClient.end_transactions
-
-    def end_two_then_crash(self, transactions, commit, timeout_ms=None):
-        transactions = list(transactions)
-        if commit:
-            real_end(self, [t for t in transactions if t.transactional_id.endswith(("-2", "-3"))], commit)
-            raise _Crash()
-        real_end(self, transactions, commit, timeout_ms)
-
-    monkeypatch.setattr(AdminClient, "end_transactions", end_two_then_crash)
-    with pytest.raises(_Crash):
+    with driver_dies_committing(2, 3):
         exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query), 0)
-    monkeypatch.setattr(AdminClient, "end_transactions", real_end)
-    exactly_once._fenced.clear()  # a new driver process
 
     rows2 = {0: rows4[0] + rows4[1], 1: rows4[2] + rows4[3]}
     run2 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows2, query)
@@ -244,7 +269,8 @@ def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka, monk
     exactly_once.abort(config, eo, run2)
     exactly_once._fenced.clear()
 
-    assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query), 0) == 2
+    run3 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query)
+    assert exactly_once.commit(config, eo, run3, 0).transactions == 2
     expected = {v.decode() for values in rows4.values() for v in values}
     got = _committed_keys_by_value(kafka.bootstrap, topic, len(expected))
     assert collections.Counter(got) == collections.Counter(expected)
@@ -335,9 +361,9 @@ def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
     _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
 
 
-def test_writes_on_protocol_v1(spark, kafka_tv1, kafka_tv1_proxy, monkeypatch):
+def test_writes_on_protocol_v1(spark, kafka_tv1, kafka_tv1_proxy):
     """On a cluster without transaction protocol v2 (AddPartitionsToTxn, AddOffsetsToTxn,
     EndTxn v4): a failing task, a replay's markers, and a random shape."""
     test_a_task_that_fails_after_sending_aborts_its_transaction(spark, kafka_tv1)
-    test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka_tv1, monkeypatch)
+    test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka_tv1)
     test_random_shapes_timings_and_failures(spark, kafka_tv1, kafka_tv1_proxy, 0)

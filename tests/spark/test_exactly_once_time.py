@@ -279,9 +279,9 @@ def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
         exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0)
     monkeypatch.undo()  # a new driver process
     exactly_once._fenced.clear()
-    assert exactly_once.commit(config, b, prepared(b, "query-b", 2, "b"), 0) == 2
+    assert exactly_once.commit(config, b, prepared(b, "query-b", 2, "b"), 0).transactions == 2
     exactly_once._fenced.clear()
-    assert exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0) == 1  # task 0 only
+    assert exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0).transactions == 1  # task 0 only
     values = _committed_values(kafka.bootstrap, topic, 200)
     assert collections.Counter(values) == collections.Counter(
         f"{tag}{p}-{i}" for tag in "ab" for p in range(2) for i in range(50))
@@ -343,7 +343,7 @@ def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka):
     resumed = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
     producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"2"])
     producer.close()
-    assert exactly_once.commit(config, resumed, [message], 2) == 1
+    assert exactly_once.commit(config, resumed, [message], 2).transactions == 1
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
 
 
@@ -368,7 +368,7 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
     for future in admin.delete_consumer_groups([exactly_once.directory_group(eo.prefix)]).values():
         future.result(30)
     exactly_once._fenced.clear()
-    assert exactly_once.commit(config, eo, prepared(), 0) == 1  # task 0 only
+    assert exactly_once.commit(config, eo, prepared(), 0).transactions == 1  # task 0 only
     values = _committed_values(kafka.bootstrap, topic, 40)
     assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
 
@@ -392,8 +392,8 @@ def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafk
         exactly_once.commit(config, eo, prepared(), None)
     monkeypatch.undo()  # a new driver process
     exactly_once._fenced.clear()
-    assert exactly_once.commit(config, eo, prepared(), None) == 1  # the rerun: task 0 only
-    assert exactly_once.commit(config, eo, prepared(), None) == 0  # once more: nothing
+    assert exactly_once.commit(config, eo, prepared(), None).transactions == 1  # the rerun: task 0 only
+    assert exactly_once.commit(config, eo, prepared(), None).transactions == 0  # once more: nothing
     values = _committed_values(kafka.bootstrap, topic, 40)
     assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
 

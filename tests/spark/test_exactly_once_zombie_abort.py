@@ -45,7 +45,7 @@ def _run(cluster) -> None:
         assert (state.state, state.producer_id, state.producer_epoch) == ("Ongoing", txn.producer_id,
                                                                            txn.producer_epoch)
         message = exactly_once.KProdCommitMessage(0, 1, 1, 0, transaction=txn, query_id="q")
-        assert exactly_once.commit(config, ExactlyOnce(prefix, topic, one_write=True), [message], None) == 1
+        assert exactly_once.commit(config, ExactlyOnce(prefix, topic, one_write=True), [message], None).transactions == 1
     finally:
         for c in (first, second, admin):
             c.close()
