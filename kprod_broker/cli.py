@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kprod-broker: Apache Kafka {args.kafka_version} (one KRaft node) at {cluster.bootstrap}; "
               f"{topics}; Ctrl-C stops it",
               file=sys.stderr, flush=True)
-        code = cluster.nodes[0].process.wait()
+        code = cluster.nodes[0].wait()
         print(f"kprod-broker: Kafka exited with code {code}; its log ends:\n{cluster.nodes[0].log_tail()}",
               file=sys.stderr)
         return 1

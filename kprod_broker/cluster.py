@@ -193,25 +193,45 @@ class KafkaNode:
         return False
 
     @property
+    def running(self) -> subprocess.Popen | None:
+        """The node's process while it runs, else None."""
+        process = self.process
+        return process if process is not None and process.poll() is None else None
+
+    @property
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return self.running is not None
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.alive else None
+        process = self.running
+        return process.pid if process is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """How the node's process ended; None while it runs or before it starts."""
+        return self.process.poll() if self.process is not None else None
+
+    def wait(self) -> int:
+        """Block until the node's process exits; its exit code."""
+        if self.process is None:
+            raise KafkaUnavailableError(f"Kafka node {self.node_id} was never started")
+        return self.process.wait()
 
     def kill(self) -> None:
         """SIGKILL: the node dies without a controlled shutdown, as in a crash."""
-        if self.alive:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
+        process = self.running
+        if process is not None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
 
     def stop(self, timeout: float = 30.0) -> None:
         """A controlled shutdown (SIGTERM), then SIGKILL if it takes longer than ``timeout``."""
-        if self.alive:
-            self.process.terminate()
+        process = self.running
+        if process is not None:
+            process.terminate()
             try:
-                self.process.wait(timeout)
+                process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
 
@@ -283,7 +303,7 @@ class KafkaCluster:
             for node in live:
                 if not node.alive:
                     raise KafkaUnavailableError(
-                        f"Kafka node {node.node_id} exited with code {node.process.returncode}; "
+                        f"Kafka node {node.node_id} exited with code {node.exit_code}; "
                         f"its log ({node.log_path}) ends:\n{node.log_tail()}")
             if time.monotonic() > deadline:
                 raise KafkaUnavailableError(
@@ -334,8 +354,8 @@ class KafkaCluster:
         nodes = getattr(self, "nodes", ())
         # All at once: stopped one by one, the last nodes wait out a lost controller quorum.
         for node in nodes:
-            if node.alive:
-                node.process.terminate()
+            if (process := node.running) is not None:
+                process.terminate()
         for node in nodes:
             node.stop()
         if self._own_dir:

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -442,7 +442,7 @@ def report(rounds: list[list[Result]]) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not the usage text as well
+    def error(self, message: str) -> NoReturn:  # one line, not the usage text as well
         raise UsageError(f"{message} (see kprod-perf --help)")
 
 
@@ -534,6 +534,7 @@ def _run(args: argparse.Namespace) -> int:
             if args.mode == "arrow":
                 result = run_kprod_arrow(bootstrap, topic, table, props)
             else:
+                assert rows is not None  # built for the record mode
                 result = run_kprod_record(bootstrap, topic, rows, props)
         if sampler.peak - sampler.start >= memory[1]:
             memory[:] = [sampler.peak, sampler.peak - sampler.start]
@@ -541,8 +542,10 @@ def _run(args: argparse.Namespace) -> int:
 
     clients: list[Callable[[str], Result]] = [kprod]
     if args.compare:
-        clients.append(lambda bootstrap: run_confluent(bootstrap, topic, rows, **batching))
-        clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, rows, **batching))
+        assert rows is not None  # built for the peers
+        peer_rows = rows
+        clients.append(lambda bootstrap: run_confluent(bootstrap, topic, peer_rows, **batching))
+        clients.append(lambda bootstrap: run_kafka_python(bootstrap, topic, peer_rows, **batching))
         clients.append(lambda bootstrap: run_java(bootstrap, topic, args.num_records, args.record_size, props,
                                                   **batching))
     rounds: list[list[Result]] = []

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.coordinators import Coordinators
@@ -86,9 +86,10 @@ class AdminClient:
     hold a producer's settings too, whose other keys the admin client leaves alone.
     """
 
-    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+    def __init__(self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock = now_ms) -> None:
         self._config = ClientConfig.of(config)
-        self._client = NetworkClient(self._config)
+        self._clock = clock  # of its deadlines and retry backoffs, and its NetworkClient's
+        self._client = NetworkClient(self._config, clock=clock)
         self._coordinators = Coordinators()
 
     def close(self) -> None:
@@ -241,9 +242,9 @@ class AdminClient:
         said yet (the request to send depends on it)."""
         client = self._client
         timeout_ms = 2 * self._config.request_timeout_ms if timeout_ms is None else timeout_ms
-        deadline = now_ms() + timeout_ms
+        deadline = self._clock() + timeout_ms
         while not client.features_known:
-            now = now_ms()
+            now = self._clock()
             if now >= deadline:
                 raise KafkaTimeoutError(f"no broker answered within {timeout_ms:.0f} ms: "
                                         f"{client.describe_bootstrap()}")
@@ -259,19 +260,20 @@ class AdminClient:
 
     def _run(self, calls: list[_Call], timeout_ms: float | None, what: str) -> None:
         timeout_ms = 2 * self._config.request_timeout_ms if timeout_ms is None else timeout_ms
-        deadline = now_ms() + timeout_ms
+        deadline = self._clock() + timeout_ms
         client = self._client
         while True:
-            now = now_ms()
+            now = self._clock()
             pending = [c for c in calls if not c.done]
             if not pending:
                 # Every call ran to its end, so one refusal left none of the others undone.
-                failed = [c for c in calls if c.result is None]
+                # A call without a result ended in _failed, which set its error.
+                failed = [(c.key, c.error) for c in calls if c.result is None and c.error is not None]
                 if failed:
-                    error = failed[0].error
+                    error = failed[0][1]
                     if len(failed) > 1:
                         error.add_note(f"{what}: {len(failed)} of {len(calls)} request(s) failed: " + "; ".join(
-                            f"{c.key}: {c.error}" for c in failed[:10]))
+                            f"{key}: {e}" for key, e in failed[:10]))
                     raise error
                 return
             if now >= deadline:
@@ -343,5 +345,5 @@ class AdminClient:
             call.done = True  # _run raises it: callbacks must not
             return
         log.debug("%s for %s: %s; retrying", call.api_key.name, call.key, error)
-        call.not_before = now_ms() + self._config.retry_backoff_ms
+        call.not_before = self._clock() + self._config.retry_backoff_ms
 

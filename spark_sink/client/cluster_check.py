@@ -18,7 +18,7 @@ from spark_sink.protocol.error_codes import (
     NO_ERROR,
     LeaderNotAvailableError,
     UnknownTopicOrPartitionError,
-    error_for_code,
+    failure_for_code,
 )
 from spark_sink.protocol.kmsg import MetadataRequest, MetadataRequestTopic, MetadataResponse
 from spark_sink.protocol.messages import ApiKey
@@ -75,7 +75,7 @@ def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str
         if code == UnknownTopicOrPartitionError.code:
             raise UnknownTopicError(unknown_topic_message(name, config))
         if code not in _TOPIC_EXISTS:
-            raise error_for_code(code, f"topic {name!r} on the cluster at {bootstrap_text(config)}")
+            raise failure_for_code(code, f"topic {name!r} on the cluster at {bootstrap_text(config)}")
         counts[name] = len(entry.partitions)
     return counts
 

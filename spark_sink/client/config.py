@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
@@ -275,6 +276,13 @@ def oauth_options(jaas: str | None, url: str | None, provider: Callable | str | 
                           "Kafka's unsecured tokens are not supported")
     if not url.lower().startswith(("https://", "http://")):
         raise ConfigError(f"sasl.oauthbearer.token.endpoint.url: expected an https:// (or http://) URL, got {url!r}")
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 -- raises on a port that is not a number
+    except ValueError:
+        raise ConfigError(f"sasl.oauthbearer.token.endpoint.url: the port of {url!r} is not a number") from None
+    if not parts.hostname:
+        raise ConfigError(f"sasl.oauthbearer.token.endpoint.url: expected a host name in {url!r}")
     if not jaas:
         raise ConfigError("sasl.jaas.config: required with sasl.oauthbearer.token.endpoint.url, e.g. "
                           "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "

@@ -97,6 +97,18 @@ class Connection:
     backoff_ms: float = 0.0
     writing: bool = False  # the socket is watched for writability
 
+    def transport(self) -> tuple[socket.socket, KafkaProtocol]:
+        """The socket and protocol of a connection that has them (CONNECTING and after)."""
+        if self.sock is None or self.protocol is None:
+            raise KafkaConnectionError(f"the connection to node {self.node_id} is not open ({self.state.name})")
+        return self.sock, self.protocol
+
+    def bring_up(self) -> ConnectionSetup:
+        """The connection's bring-up machine (SETTING_UP and after)."""
+        if self.setup is None:
+            raise KafkaConnectionError(f"the connection to node {self.node_id} has no bring-up ({self.state.name})")
+        return self.setup
+
     def may_connect(self, now: float) -> bool:
         """Disconnected, and the reconnect backoff has passed."""
         return self.state is ConnState.DISCONNECTED and now - self.last_failure_ms >= self.backoff_ms
@@ -146,12 +158,11 @@ class Connection:
     def oldest_request_ms(self) -> float | None:
         """When the oldest request still unanswered (or, for acks=0, unwritten) was queued,
         bring-up requests included; None if there is none."""
+        oldest: float | None = None
         if self.in_flight:
             oldest = self.in_flight[0].sent_ms
-        elif self.state is ConnState.SETTING_UP:
+        elif self.state is ConnState.SETTING_UP and self.setup is not None:
             oldest = self.setup.request_sent_ms
-        else:
-            oldest = None
         if self.outbox and (oldest is None or self.outbox[0].queued_ms < oldest):
             oldest = self.outbox[0].queued_ms  # an acks=0 write stuck behind a full socket
         return oldest

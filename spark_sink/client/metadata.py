@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import KafkaTimeoutError, UnknownTopicError
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
@@ -37,8 +37,10 @@ UNKNOWN_TOPIC_GRACE_MS = 2_000
 class Metadata:
     """What the producer knows about the cluster."""
 
-    def __init__(self, max_age_ms: int, refresh_backoff_ms: int, max_idle_ms: int = 300_000) -> None:
+    def __init__(self, max_age_ms: int, refresh_backoff_ms: int, max_idle_ms: int = 300_000, *,
+                 clock: Clock = now_ms) -> None:
         self._max_age_ms = max_age_ms
+        self._clock = clock  # read by wait_for_topic; the Sender passes its ``now`` to the rest
         self._refresh_backoff_ms = refresh_backoff_ms
         self._max_idle_ms = max_idle_ms
         # topic -> when a record for it was last drained or waited for (metadata.max.idle.ms)
@@ -53,7 +55,6 @@ class Metadata:
         self._unknown_since: dict[str, float] = {}
         self.version = 0
         self._need_update = True
-        self._last_refresh_ms = -1e18
         self._last_refresh_ms = 0.0  # when the last response was applied (now_ms)
         self._last_attempt_ms = -1e18
 
@@ -88,7 +89,7 @@ class Metadata:
         ``fatal()`` returning an error (failed authentication) ends the wait with it, and
         a topic the brokers kept answering unknown for UNKNOWN_TOPIC_GRACE_MS ends it with
         UnknownTopicError."""
-        deadline = now_ms() + max_block_ms
+        deadline = self._clock() + max_block_ms
         with self._cond:
             while True:
                 count = self.partition_count(topic)
@@ -111,10 +112,10 @@ class Metadata:
                     # producer's first one, without topics, at start-up): 100 ms on every
                     # new producer's first send.
                     self._last_attempt_ms = -1e18
-                self._last_used[topic] = now_ms()
+                self._last_used[topic] = self._clock()
                 self._need_update = True
                 wakeup()
-                remaining = deadline - now_ms()
+                remaining = deadline - self._clock()
                 if remaining <= 0:
                     detail = f" (last error: {error.name})" if error is not None else ""
                     raise KafkaTimeoutError(
@@ -190,7 +191,6 @@ class Metadata:
             self._last_refresh_ms = received
             self.version += 1
             self._need_update = need_update
-            self._last_refresh_ms = now
             self._cond.notify_all()
         log.debug("metadata v%s: %s brokers, topics %s", self.version, len(nodes), sorted(leaders))
 

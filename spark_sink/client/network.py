@@ -25,7 +25,7 @@ from itertools import islice
 from typing import Any, cast
 
 from spark_sink.client import tls
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import (
     Callback,
@@ -60,8 +60,9 @@ _MAX_IOV = 64
 class NetworkClient:
     """Connections to every broker the producer talks to."""
 
-    def __init__(self, config: ClientConfig, max_in_flight: int = 5) -> None:
+    def __init__(self, config: ClientConfig, max_in_flight: int = 5, *, clock: Clock = now_ms) -> None:
         self._config = config
+        self._clock = clock  # what request and connection-setup timeouts are measured with
         self._max_in_flight = max_in_flight  # per connection: the producer's max.in.flight.requests.per.connection
         self._selector = selectors.DefaultSelector()
         self._conns: dict[int, Connection] = {}
@@ -128,7 +129,8 @@ class NetworkClient:
         conn = self._conns.get(node_id)
         if conn is None:
             return False
-        if conn.state is ConnState.READY and conn.setup.renew_at_ms and conn.setup.session_ending(now):
+        setup = conn.setup
+        if conn.state is ConnState.READY and setup is not None and setup.renew_at_ms and setup.session_ending(now):
             if conn.in_flight or conn.outbox:
                 return False  # let the session's last requests finish
             self._disconnect(conn, KafkaConnectionError("SASL session lifetime ending; authenticating anew"),
@@ -207,8 +209,9 @@ class NetworkClient:
 
     def _enqueue(self, conn: Connection, api_key: int, version: int, body: Any,
                  callback: Callback | None, expect_response: bool) -> None:
-        correlation_id, parts = conn.protocol.send_request_parts(api_key, version, body, expect_response)
-        now = now_ms()
+        _, protocol = conn.transport()
+        correlation_id, parts = protocol.send_request_parts(api_key, version, body, expect_response)
+        now = self._clock()
         conn.last_used_ms = now
         on_written = None
         if expect_response:
@@ -233,7 +236,7 @@ class NetworkClient:
         next step may differ."""
         self._progressed = False
         if timeout_ms > 0:
-            timeout_ms = min(timeout_ms, self.next_timeout_ms(now_ms()))
+            timeout_ms = min(timeout_ms, self.next_timeout_ms(self._clock()))
         for key, events in self._selector.select(max(0.0, timeout_ms) / 1000.0):
             conn = key.data
             if conn is None:
@@ -258,7 +261,7 @@ class NetworkClient:
             except Exception as exc:  # a decoding bug must not kill the I/O thread
                 log.exception("unexpected error on the connection to node %s", conn.node_id)
                 self._disconnect(conn, KafkaConnectionError(f"connection to node {conn.node_id} failed: {exc!r}"))
-        self._expire(now_ms())
+        self._expire(self._clock())
         if self._completed:
             self._progressed = True
             self._run_callbacks()
@@ -348,13 +351,14 @@ class NetworkClient:
         conn.writing = True
 
     def _finish_connect(self, conn: Connection) -> None:
-        err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        sock, _ = conn.transport()
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             raise KafkaConnectionError(_errno_text(err))
         if self._ssl is not None:
             # The wrapped socket takes over the file descriptor: register it instead.
-            self._selector.unregister(conn.sock)
-            conn.sock = self._ssl.wrap_socket(conn.sock, server_hostname=conn.host, do_handshake_on_connect=False)
+            self._selector.unregister(sock)
+            conn.sock = self._ssl.wrap_socket(sock, server_hostname=conn.host, do_handshake_on_connect=False)
             self._selector.register(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
             conn.writing = True
             conn.state = ConnState.HANDSHAKING
@@ -364,13 +368,14 @@ class NetworkClient:
 
     def _handshake(self, conn: Connection) -> None:
         """One step of the TLS handshake; waits for whichever direction it needs next."""
+        sock, _ = conn.transport()
         try:
-            cast(ssl.SSLSocket, conn.sock).do_handshake()
+            cast(ssl.SSLSocket, sock).do_handshake()
         except ssl.SSLWantReadError:
-            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+            self._selector.modify(sock, selectors.EVENT_READ, conn)
             return
         except ssl.SSLWantWriteError:
-            self._selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            self._selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
             return
         except OSError as exc:  # ssl.SSLError included
             raise self._tls_failed(conn, exc) from None
@@ -383,8 +388,9 @@ class NetworkClient:
         return error
 
     def _start_setup(self, conn: Connection) -> None:
+        sock, protocol = conn.transport()
         conn.state = ConnState.SETTING_UP
-        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        self._selector.modify(sock, selectors.EVENT_READ, conn)
         conn.writing = False
         try:
             exchange = self._sasl_exchange(conn.host) if self._sasl_exchange is not None else None
@@ -393,17 +399,18 @@ class NetworkClient:
             raise
         # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a
         # fleet of clients does not reconnect at once, well before the broker closes it.
-        conn.setup = ConnectionSetup(conn.protocol, exchange, random.uniform(0.85, 0.95))
-        self._follow(conn, conn.setup.connected(now_ms()))
+        conn.setup = ConnectionSetup(protocol, exchange, random.uniform(0.85, 0.95))
+        now = self._clock()
+        self._follow(conn, conn.setup.connected(now), now)
 
-    def _follow(self, conn: Connection, outputs: list[Output]) -> None:
-        """Do what the connection's bring-up says."""
+    def _follow(self, conn: Connection, outputs: list[Output], now: float) -> None:
+        """Do what the connection's bring-up, fed at ``now``, says."""
         for output in outputs:
             if type(output) is Send:
-                conn.outbox.append(Outgoing(memoryview(output.data), None, conn.setup.request_sent_ms))
+                conn.outbox.append(Outgoing(memoryview(output.data), None, now))
                 self._write(conn)
             elif type(output) is Ready:
-                conn.note_ready(output.versions, now_ms())
+                conn.note_ready(output.versions, now)
                 if output.features_epoch > self._features_epoch:
                     self._features_epoch = output.features_epoch
                     self.transaction_version = transaction_version(output.features, output.versions)
@@ -449,7 +456,7 @@ class NetworkClient:
                 log.info("disconnected from node %s: %s", conn.node_id, error)
             else:
                 self._bring_up_failed(conn, str(error))
-        now = now_ms()
+        now = self._clock()
         if conn.state is not ConnState.DISCONNECTED and backoff:
             conn.note_failure(now, self._config)
         self._completed += conn.disconnected(error, now)
@@ -514,9 +521,10 @@ class NetworkClient:
                                                "(a TLS or SASL_SSL listener? check security.protocol)")
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
             if conn.state is ConnState.SETTING_UP:
-                self._follow(conn, conn.setup.receive_data(buf[:n], now_ms()))
-            elif responses := conn.protocol.receive_data(buf[:n]):
-                now = now_ms()
+                now = self._clock()
+                self._follow(conn, conn.bring_up().receive_data(buf[:n], now), now)
+            elif responses := conn.transport()[1].receive_data(buf[:n]):
+                now = self._clock()
                 conn.last_used_ms = now
                 for correlation_id, api_key, version, body in responses:
                     entry = conn.in_flight.popleft()

@@ -131,13 +131,13 @@ class TokenSource:
     def _fetch(self) -> BearerToken:
         self.fetches += 1
         if self._provider is not None:
-            return self._from_provider()
+            return self._from_provider(self._provider)
         return self._from_endpoint()
 
-    def _from_provider(self) -> BearerToken:
+    def _from_provider(self, provider: TokenProvider) -> BearerToken:
         origin = f"sasl.oauthbearer.token.provider {self._provider_name}"
         try:
-            value, expiry_ms = self._provider(dict(self._options))
+            value, expiry_ms = provider(dict(self._options))
             value, expires_at = str(value), float(expiry_ms) / 1000.0
         except Exception as exc:  # the provider is the user's code: say whose call failed
             raise SaslAuthenticationError(f"OAUTHBEARER: {origin} failed: {type(exc).__name__}: {exc}") from exc
@@ -196,12 +196,15 @@ class TokenSource:
     def _post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         c = self._config
         parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+        if host is None:  # oauth_options refuses such a URL
+            raise ConfigError(f"sasl.oauthbearer.token.endpoint.url: expected a host name in {url!r}")
         connect_s = c.sasl_login_connect_timeout_ms / 1000.0
         if parts.scheme.lower() == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                parts.hostname, parts.port, timeout=connect_s, context=self._ssl)
+                host, parts.port, timeout=connect_s, context=self._ssl)
         else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=connect_s)
+            conn = http.client.HTTPConnection(host, parts.port, timeout=connect_s)
         try:
             conn.connect()
             conn.sock.settimeout(c.sasl_login_read_timeout_ms / 1000.0)

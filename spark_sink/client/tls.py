@@ -35,7 +35,7 @@ def ssl_context(config: ClientConfig) -> ssl.SSLContext | None:
     else:
         context.load_default_certs()
     if config.ssl_keystore_location:
-        _load_keystore(context, config)
+        _load_keystore(context, config, config.ssl_keystore_location)
     return context
 
 
@@ -87,14 +87,14 @@ def _load_truststore(context: ssl.SSLContext, config: ClientConfig) -> None:
         raise ConfigError(f"{key}: cannot load it as {config.ssl_truststore_type}: {exc}") from None
 
 
-def _load_keystore(context: ssl.SSLContext, config: ClientConfig) -> None:
-    key, location = "ssl.keystore.location", config.ssl_keystore_location
+def _load_keystore(context: ssl.SSLContext, config: ClientConfig, location: str) -> None:
+    key = "ssl.keystore.location"
     try:
         fmt = _store_format(key, location, config.ssl_keystore_type, "ssl.keystore.type")
         if fmt == "PEM":
             context.load_cert_chain(location, password=config.ssl_key_password)
         else:
-            _load_private_key(context, *_key_and_chain(config, fmt))
+            _load_private_key(context, *_key_and_chain(config, fmt, location))
     except ConfigError:
         raise
     except (OSError, ssl.SSLError, ValueError) as exc:
@@ -171,14 +171,14 @@ def _trusted_certificates(key: str, location: str, fmt: str, password: str | Non
     return "".join(c.public_bytes(Encoding.PEM).decode() for c in certificates)
 
 
-def _key_and_chain(config: ClientConfig, fmt: str) -> tuple[Any, list[Any]]:
+def _key_and_chain(config: ClientConfig, fmt: str, location: str) -> tuple[Any, list[Any]]:
     """The private key and certificate chain of a JKS or PKCS12 keystore. The key's
     password is ssl.key.password, or else ssl.keystore.password, as in Kafka's Java
     client."""
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import load_der_private_key
 
-    key, location = "ssl.keystore.location", config.ssl_keystore_location
+    key = "ssl.keystore.location"
     if fmt == "PKCS12":
         # keytool refuses a key password that differs from the store's for PKCS12.
         p12 = _pkcs12(key, location, config.ssl_keystore_password or config.ssl_key_password)

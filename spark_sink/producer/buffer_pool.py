@@ -11,7 +11,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import BufferExhaustedError, RecordTooLargeError
 
 
@@ -31,8 +31,9 @@ class BufferPool:
     does not take the GIL from the sender) for every small batch that completes.
     """
 
-    def __init__(self, total_bytes: int) -> None:
+    def __init__(self, total_bytes: int, *, clock: Clock = now_ms) -> None:
         self.total = total_bytes
+        self._clock = clock  # of max.block.ms and of how long each wait took
         # Called when a caller is about to wait: the memory is in batches someone must send.
         self.on_block: Callable[[], None] | None = None
         # Told how long each blocked allocation waited (bufferpool-wait-time); only blocked
@@ -60,7 +61,7 @@ class BufferPool:
             if self._available >= size and not self._waiters:
                 self._available -= size
                 return
-            started = now_ms()
+            started = self._clock()
             deadline = started + max_block_ms
             waiter = _Waiter(size, self._lock)
             self._waiters.append(waiter)
@@ -68,7 +69,7 @@ class BufferPool:
                 self.on_block()
             try:
                 while self._available < size or self._waiters[0] is not waiter:
-                    remaining = deadline - now_ms()
+                    remaining = deadline - self._clock()
                     if remaining <= 0:
                         raise BufferExhaustedError(
                             f"failed to allocate {size} bytes within max.block.ms ({max_block_ms:.0f} ms): "
@@ -79,7 +80,7 @@ class BufferPool:
                 self._waiters.remove(waiter)
                 self._wake_first()
                 if self.on_waited is not None:
-                    self.on_waited((now_ms() - started) / 1000.0)
+                    self.on_waited((self._clock() - started) / 1000.0)
 
     def deallocate(self, size: int) -> None:
         """Return ``size`` bytes; wake the first waiter if it can now proceed."""

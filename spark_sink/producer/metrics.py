@@ -13,11 +13,11 @@ and responses, and the buffer pool records waits under its own lock; readers onl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 
 if TYPE_CHECKING:
     from spark_sink.producer.batch import ProducerBatch
@@ -75,7 +75,7 @@ class MetricTotals:
 class ProducerMetrics:
     """The Sender's and the buffer pool's counters; ``metrics()`` names them as Java does."""
 
-    def __init__(self, pool: BufferPool, clock: Callable[[], float] = now_ms) -> None:
+    def __init__(self, pool: BufferPool, clock: Clock = now_ms) -> None:
         self._pool = pool
         self._clock = clock  # milliseconds; a test moves its own
         now = self._seconds()

@@ -17,6 +17,7 @@ import bisect
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -130,10 +131,15 @@ def partition_for_hash(h: int | np.ndarray, num_partitions: int) -> int | np.nda
 _NO_NULLS = np.zeros(0, np.bool_)
 
 
+def _binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``as_binary`` of an array that is there (it returns None for None alone)."""
+    return cast(pa.Array, as_binary(arr))
+
+
 def murmur2_array(keys: pa.Array | pa.ChunkedArray, seed: int = SEED) -> np.ndarray:
     """murmur2 of every value of a binary-like array (nulls hash as empty), as int32; the
     partitioner's with Kafka's seed."""
-    keys = as_binary(keys)
+    keys = _binary(keys)
     if len(keys) == 0:
         return np.zeros(0, np.int32)
     offsets = binary_offsets(keys)
@@ -220,7 +226,7 @@ class RowPartitioner:
             return self._round_robin(topic, count, len(rows))
         # A Python call per row: a custom partitioner is Python code, as Java's is a class.
         key_list = keys.take(pa.array(rows)).to_pylist() if keys is not None else [None] * len(rows)
-        value_list = as_binary(values).take(pa.array(rows)).to_pylist()
+        value_list = _binary(values).take(pa.array(rows)).to_pylist()
         return np.fromiter((self._checked(topic, self._custom(topic, k, v, count), count)
                             for k, v in zip(key_list, value_list)), np.int64, len(rows))
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.cluster_check import unknown_topic_message
 from spark_sink.client.errors import (
     BrokersUnreachableError,
@@ -184,19 +184,24 @@ class KafkaProducer:
     future of RecordMetadata; ``send_arrow(table)`` sends a whole Arrow table.
     """
 
-    def __init__(self, config: Mapping[str, Any], *, network_client: KafkaClient | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any], *, network_client: KafkaClient | None = None,
+                 clock: Clock = now_ms) -> None:
         """``network_client``: the network for tests (an in-process fake cluster, as Java's
-        MockClient); by default a NetworkClient to ``bootstrap.servers``."""
+        MockClient); by default a NetworkClient to ``bootstrap.servers``. ``clock``: the
+        time of timeouts, backoffs and metrics, for tests (a clock they move, as Java's
+        MockTime)."""
         self.config = ProducerConfig.from_dict(config)
         c = self.config
-        self._pool = BufferPool(c.buffer_memory)
+        self._clock = clock
+        self._pool = BufferPool(c.buffer_memory, clock=clock)
         self._accumulator = RecordAccumulator(c, self._pool)
-        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
-        self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection)
+        self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=clock)
+        self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection, clock=clock)
         self._txn = TransactionManager(c)
-        self._metrics = ProducerMetrics(self._pool)
+        self._metrics = ProducerMetrics(self._pool, clock)
         self._pool.on_waited = self._metrics.buffer_waited
-        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn, self._metrics)
+        self._sender = Sender(c, self._accumulator, self._metadata, self._client, self._txn, self._metrics,
+                              clock=clock)
         self._pool.on_block = self._sender.wakeup  # only the Sender frees memory while send() waits
         self._accumulator.on_ready = self._sender.batch_ready
         self._sticky = StickyPartitions(self._metadata.available_partitions,
@@ -235,7 +240,7 @@ class KafkaProducer:
         leaders = self._metadata.leaders.get(topic)
         if not leaders or len(leaders) != num_partitions:
             return None
-        return self._accumulator.partition_load(topic, leaders, now_ms())
+        return self._accumulator.partition_load(topic, leaders, self._clock())
 
     # -- per record -----------------------------------------------------------
 
@@ -430,7 +435,7 @@ class KafkaProducer:
                         if txn is not None:
                             for partition, _ in chunk:
                                 txn.maybe_add_partition((rows.topic, partition))
-                        self._accumulator.append_encoded(rows.topic, chunk, now_ms(), self._max_block_ms(),
+                        self._accumulator.append_encoded(rows.topic, chunk, self._clock(), self._max_block_ms(),
                                                          future._on_batch, future._queued, self._sender.wakeup)
         except BaseException as exc:
             # What was queued is sent (or failed) all the same: hand its future over.

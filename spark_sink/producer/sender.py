@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.errors import AbortableTransactionError, KafkaTimeoutError
 from spark_sink.client.metadata import Metadata
@@ -23,7 +23,7 @@ from spark_sink.protocol.error_codes import (
     DuplicateSequenceNumberError,
     KProdError,
     UnknownServerError,
-    error_for_code,
+    failure_for_code,
 )
 from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from spark_sink.protocol.messages import ApiKey
@@ -90,9 +90,13 @@ class Sender(threading.Thread):
     """Moves batches from the accumulator to the brokers."""
 
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: Metadata,
-                 client: KafkaClient, transaction_manager: TransactionManager, metrics: ProducerMetrics) -> None:
+                 client: KafkaClient, transaction_manager: TransactionManager, metrics: ProducerMetrics, *,
+                 clock: Clock = now_ms) -> None:
         super().__init__(name=f"kprod-sender-{config.client_id}", daemon=True)
         self._config = config
+        # The time every round reads and hands on to the accumulator, metadata and the
+        # TransactionManager (which reads none of its own), as Java's Sender has its Time.
+        self._clock = clock
         self._acc = accumulator
         self._metadata = metadata
         self._client = client
@@ -131,7 +135,7 @@ class Sender(threading.Thread):
 
     def batch_ready(self) -> None:
         """A batch is ready to send: wake this thread, unless a sending thread does the work."""
-        if now_ms() - self._caller_ran_ms >= _HANDOVER_MS:
+        if self._clock() - self._caller_ran_ms >= _HANDOVER_MS:
             self._client.wakeup()
 
     def initiate_close(self) -> None:
@@ -148,7 +152,7 @@ class Sender(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                handover_left = _HANDOVER_MS - (now_ms() - self._caller_ran_ms)
+                handover_left = _HANDOVER_MS - (self._clock() - self._caller_ran_ms)
                 if handover_left > 0:
                     # A sending thread does the work (run_in_caller): keep off the GIL, and
                     # look again when it may have stopped.
@@ -159,7 +163,7 @@ class Sender(threading.Thread):
                             and (self._acc.has_undrained() or self._in_flight_batches)):
                         break
                     wait_ms = self.run_once()
-                    self._waiting_until = now_ms() + wait_ms
+                    self._waiting_until = self._clock() + wait_ms
                 if wait_ms > 0:
                     self._client.wait(wait_ms)  # without the lock: a sending thread may take over
                 self._waiting_until = 0.0
@@ -201,7 +205,7 @@ class Sender(threading.Thread):
             if self._stopped:
                 return
             try:
-                now = now_ms()
+                now = self._clock()
                 if tp is not None and now < self._quiet_until:
                     lingering = not batch_ready and self._config.linger_ms > 0
                     if ((lingering or tp in self._held or self._metadata.leader(tp) in self._stalled)
@@ -225,8 +229,8 @@ class Sender(threading.Thread):
                 if not isinstance(exc, Exception):
                     raise
                 return
-            self._caller_ran_ms = now_ms()
-        if now_ms() + wait_ms < self._waiting_until:
+            self._caller_ran_ms = self._clock()
+        if self._clock() + wait_ms < self._waiting_until:
             self._client.wakeup()  # this thread waits on the brokers beyond something now due
 
     # -- one loop -------------------------------------------------------------
@@ -234,7 +238,7 @@ class Sender(threading.Thread):
     def run_once(self) -> float:
         """Send what is ready and handle the I/O that is ready, without blocking; returns
         how long the Sender may wait before the next round. Only with ``io_lock`` held."""
-        now = now_ms()
+        now = self._clock()
         self._quiet_until = -1e18  # set again only by a round that gets to its end
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
@@ -282,7 +286,7 @@ class Sender(threading.Thread):
         self._fail_expired(now)
         if self._client.poll(0):
             return 0.0  # responses or a ready connection may have made more sendable: look again
-        wait_ms = min(poll_ms, self._client.next_timeout_ms(now_ms()))
+        wait_ms = min(poll_ms, self._client.next_timeout_ms(self._clock()))
         if not unknown and not unreachable:  # see run_in_caller
             self._held, self._stalled = held, stalled
             self._quiet_until = now + wait_ms
@@ -323,7 +327,7 @@ class Sender(threading.Thread):
         node = txn.coordinators.node(self._client, request.coordinator, request.key, now)
         if node is None:
             if not txn.coordinators.find(self._client, request.coordinator, request.key, now,
-                                         lambda error: txn.handle_find_coordinator(request, error, now_ms())):
+                                         lambda error: txn.handle_find_coordinator(request, error, self._clock())):
                 return 10.0
             txn.request_sent()
             return _MAX_POLL_MS
@@ -331,7 +335,7 @@ class Sender(threading.Thread):
             return max(5.0, self._client.connection_delay_ms(node, now))
         txn.request_sent()
         self._client.send(node, request.api_key, request.body,
-                          lambda r: txn.handle_response(request, r.body, r.error, now_ms()),
+                          lambda r: txn.handle_response(request, r.body, r.error, self._clock()),
                           max_version=request.max_version)
         return _MAX_POLL_MS
 
@@ -353,9 +357,9 @@ class Sender(threading.Thread):
     def _on_metadata(self, response: ClientResponse) -> None:
         self._metadata_in_flight = False
         if response.error is not None:
-            self._metadata.failed_update(now_ms())
+            self._metadata.failed_update(self._clock())
             return
-        self._metadata.update(response.body, now_ms())
+        self._metadata.update(response.body, self._clock())
         self._client.set_nodes(self._metadata.nodes)
 
     def _ensure_producer_id(self, now: float) -> bool:
@@ -373,7 +377,7 @@ class Sender(threading.Thread):
         return False
 
     def _on_producer_id(self, response: ClientResponse) -> None:
-        self._txn.handle_init_producer_id_response(response.body, response.error, now_ms())
+        self._txn.handle_init_producer_id_response(response.body, response.error, self._clock())
         if self._txn.fatal_error is not None:
             self.fatal_error = self._txn.fatal_error
             self._running = False
@@ -389,7 +393,7 @@ class Sender(threading.Thread):
             self._in_flight_batches.add(batch)
         body = ProduceRequest(self._txn.transactional_id, self._config.acks, self._config.request_timeout_ms,
                               [TopicProduceData(t, p) for t, p in topics.items()])
-        self._metadata.touch(topics, now_ms())
+        self._metadata.touch(topics, self._clock())
         by_tp = {b.tp: b for b in batches}
         self._metrics.request_sent(batches)
         acks0 = self._config.acks == 0
@@ -397,7 +401,7 @@ class Sender(threading.Thread):
                           max_version=self._txn.produce_max_version())
 
     def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
-        now = now_ms()
+        now = self._clock()
         if response.error is None and response.body is not None:
             self._metrics.response_received(response.request_latency_ms)
         if response.error is not None:
@@ -414,9 +418,10 @@ class Sender(threading.Thread):
         body: ProduceResponse = response.body
         for topic in body.responses:
             for part in topic.partition_responses:
-                batch = batches.pop((topic.name, part.index), None)
-                if batch is None:
+                found = batches.pop((topic.name, part.index), None)
+                if found is None:
                     continue
+                batch = found
                 code = part.error_code
                 if code == NO_ERROR:
                     self._succeed(batch, part.base_offset, part.log_append_time_ms)
@@ -428,7 +433,7 @@ class Sender(threading.Thread):
                     succeeded.append(batch)
                 else:
                     message = part.error_message or ""
-                    error = error_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
+                    error = failure_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
                     self._retry_or_fail(batch, error, now)
         self._acc.completed(succeeded)  # their memory, in one go
         for batch in batches.values():  # the broker did not mention these: treat as lost

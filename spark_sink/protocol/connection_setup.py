@@ -32,7 +32,7 @@ from spark_sink.protocol.error_codes import (
     KProdError,
     UnsupportedSaslMechanismError,
     UnsupportedVersionError,
-    error_for_code,
+    failure_for_code,
 )
 from spark_sink.protocol.framing import KafkaProtocol
 from spark_sink.protocol.messages import APIS, ApiKey, choose_version
@@ -169,10 +169,10 @@ class ConnectionSetup:
         """Bytes read from the connection during bring-up; what to do next."""
         outputs: list[Output] = []
         for _, api_key, version, body in self.protocol.receive_data(data):
-            expected, classify = self._RESPONSES.get(self.state, (None, None))
-            if api_key != expected:
+            awaited = self._RESPONSES.get(self.state)
+            if awaited is None or api_key != awaited[0]:
                 raise SetupError(f"unexpected {ApiKey(api_key).name} response in state {self.state.name}")
-            event, detail = classify(self, version, body)
+            event, detail = awaited[1](self, version, body)
             outputs += self._fire(event, detail, now)
         return outputs
 
@@ -248,7 +248,7 @@ class ConnectionSetup:
             theirs = [e.max_version for e in body.api_keys if e.api_key == ApiKey.API_VERSIONS]
             return Event.VERSION_TOO_NEW, min(sent - 1, max(theirs or [0]))
         if code:
-            return Event.VERSIONS_ERROR, f"ApiVersions failed: {error_for_code(code).name}"
+            return Event.VERSIONS_ERROR, f"ApiVersions failed: {failure_for_code(code).name}"
         versions = {}
         for entry in body.api_keys:
             try:
@@ -277,14 +277,14 @@ class ConnectionSetup:
             return Event.HANDSHAKE_ERROR, ("SaslHandshake failed: ILLEGAL_SASL_STATE (is this a SASL listener? "
                                            "a PLAINTEXT or SSL one answers so; check security.protocol)")
         if code:
-            return Event.HANDSHAKE_ERROR, f"SaslHandshake failed: {error_for_code(code).name}"
+            return Event.HANDSHAKE_ERROR, f"SaslHandshake failed: {failure_for_code(code).name}"
         return Event.MECHANISM_ACCEPTED, self._exchange.first_token()
 
     def _on_sasl_authenticate(self, version: int, body: kmsg.SaslAuthenticateResponse) -> tuple[Event, Any]:
         assert self._exchange is not None
         code = body.error_code
         if code:
-            reason = body.error_message or error_for_code(code).name
+            reason = body.error_message or failure_for_code(code).name
             return Event.CREDENTIALS_REFUSED, f"{reason} ({self._exchange.hint})"
         try:
             token = self._exchange.respond(body.auth_bytes)

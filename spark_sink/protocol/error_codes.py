@@ -230,7 +230,7 @@ ShareSessionLimitReachedError = _error(133, "SHARE_SESSION_LIMIT_REACHED", _RETR
 
 __all__ = [
     "ERRORS_BY_CODE", "NO_ERROR", "CorruptRecordError", "KProdError", "KafkaConnectionError", "KafkaError",
-    "UnknownErrorCode", "error_for_code", *(cls.__name__ for cls in ERRORS_BY_CODE.values()),
+    "UnknownErrorCode", "error_for_code", "failure_for_code", *(cls.__name__ for cls in ERRORS_BY_CODE.values()),
 ]
 
 
@@ -239,8 +239,13 @@ def error_for_code(code: int, message: str | None = None) -> KafkaError | None:
 
     A code the table does not know gives an :class:`UnknownErrorCode` carrying it.
     """
+    return None if code == NO_ERROR else failure_for_code(code, message)
+
+
+def failure_for_code(code: int, message: str | None = None) -> KafkaError:
+    """The exception for a broker error code the caller knows is not NO_ERROR."""
     if code == NO_ERROR:
-        return None
+        raise ValueError(f"error code {NO_ERROR} (NONE) is not a failure" + (f": {message}" if message else ""))
     cls = ERRORS_BY_CODE.get(code) or _UNKNOWN_CODES.get(code)
     if cls is None:
         cls = _UNKNOWN_CODES[code] = type(f"UnknownErrorCode{code}", (UnknownErrorCode,), {

@@ -1,5 +1,11 @@
 """Request/response headers, size-prefixed frames and a sans-IO connection object.
 
+The headers are Kafka's RequestHeader and ResponseHeader definitions (generated into
+:mod:`~spark_sink.protocol.kmsg`); which version goes with a message is decided here, as
+Kafka's ApiMessageType does: the flexible header with a flexible message, except that an
+ApiVersions response always has header v0 (a client must read it before it knows which
+versions the broker speaks).
+
 :class:`KafkaProtocol` follows h11's shape: the caller feeds it bytes it read and writes
 the bytes it returns; it keeps correlation ids and the (api, version) each response must
 be decoded with, and never touches a socket or a clock.
@@ -17,24 +23,31 @@ from typing import Any
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.error_codes import CorruptRecordError
-from spark_sink.protocol.kmsg import ApiVersionsResponse
+from spark_sink.protocol.kmsg import REQUEST_HEADER, RESPONSE_HEADER, ApiVersionsResponse, RequestHeader
 from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_parts, is_flexible
-from spark_sink.protocol.schema import Buffer
+from spark_sink.protocol.schema import Buffer, decode, encode
 
 # Correlation ids of requests sent expecting no response, remembered per connection; a
 # broker that answers them answers in order, so a few suffice.
 _MAX_UNANSWERED = 4096
 
 
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header v2 for a flexible request (it adds a tagged-field section; ClientId
+    keeps its two-byte length, so any broker can read an ApiVersions request), else v1."""
+    return 2 if is_flexible(api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header v1 for a flexible response, except ApiVersions', always v0."""
+    return 1 if api_key != ApiKey.API_VERSIONS and is_flexible(api_key, api_version, response=True) else 0
+
+
 def encode_request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> bytes:
-    """Request header v1 (non-flexible) or v2 (flexible: adds an empty tagged-field section)."""
-    header = p.INT16.pack(api_key) + p.INT16.pack(api_version) + p.INT32.pack(correlation_id) + p.write_string(client_id)
-    return header + b"\x00" if is_flexible(api_key, api_version) else header
+    """The request header for a request of ``api_key`` at ``api_version``."""
+    return encode(REQUEST_HEADER, request_header_version(api_key, api_version),
+                  RequestHeader(api_key, api_version, correlation_id, client_id))
 
-
-def response_header_is_flexible(api_key: int, api_version: int) -> bool:
-    """Response header v1 for flexible versions, except ApiVersions which always uses v0."""
-    return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, api_version, response=True)
 
 
 class KafkaProtocol:
@@ -90,8 +103,10 @@ class KafkaProtocol:
                 raise CorruptRecordError(f"response frame of {size} bytes is too short")
             if len(buf) - pos - 4 < size:
                 break
+            # Every version of the header starts with it (test_kafka_json checks), read before
+            # the request it answers, and so the header's version, is known.
             (correlation_id,) = p.INT32.unpack_from(buf, pos + 4)
-            start, end = pos + 8, pos + 4 + size
+            start, end = pos + 4, pos + 4 + size
             pos = end
             if self._unanswered and self._answers_unanswered(correlation_id):
                 continue
@@ -101,8 +116,7 @@ class KafkaProtocol:
             if correlation_id != expected:
                 raise CorruptRecordError(f"correlation id {correlation_id} does not match the expected {expected}")
             reader = p.Reader(memoryview(buf)[start:end])
-            if response_header_is_flexible(api_key, version):
-                reader.skip_tagged_fields()
+            decode(RESPONSE_HEADER, response_header_version(api_key, version), reader)
             if api_key == ApiKey.API_VERSIONS and p.INT16.unpack_from(reader.buf, reader.pos)[0] != 0:
                 version, body = _decode_api_versions_error(version, reader)
             else:

@@ -5,7 +5,8 @@ jar (``common/message/*.json``): versions, flexible versions, nullable and tagge
 defaults. This reads the definitions of the APIs kprod speaks (``VERSIONS`` in
 :mod:`spark_sink.protocol.messages`, read from its source so that a stale or missing
 ``kmsg.py`` cannot stop its own regeneration), clipped to the versions kprod implements,
-and writes typed classes and the codec's tables::
+and the request and response headers (``HEADERS``), and writes typed classes and the
+codec's tables::
 
     python -m spark_sink.protocol.generate path/to/kafka-clients-X.jar [-o out.py]
 
@@ -35,6 +36,10 @@ _PY_TYPES = {"int8": "int", "int16": "int", "uint16": "int", "int32": "int", "ui
              "uuid": "uuid.UUID"}
 
 Range = tuple[int, int]
+
+# The header versions kprod writes and reads (framing.py): request header v1 (v2 for a
+# flexible request), response header v0 (v1 for a flexible response but ApiVersions').
+HEADERS: dict[str, Range] = {"RequestHeader": (1, 2), "ResponseHeader": (0, 1)}
 
 
 class DefinitionError(ValueError):
@@ -130,6 +135,9 @@ class _Field:
     nullable: Range | None = None
     tag: int | None = None
     tagged: Range | None = None
+    ignorable: bool = False  # may be left out of a version that lacks it even when not at its default
+    own_flexible: bool = False  # has its own flexibleVersions (then ``flexible``)
+    flexible: Range | None = None
 
 
 @dataclass
@@ -141,9 +149,9 @@ class _Struct:
 
 @dataclass
 class _Message:
-    api: str  # ApiKey member name
-    key: int
-    kind: str  # "request" or "response"
+    api: str  # ApiKey member name (for a header, its constant: REQUEST_HEADER)
+    key: int  # -1 for a header
+    kind: str  # "request", "response" or "header"
     json_name: str
     valid: Range
     versions: Range
@@ -151,15 +159,18 @@ class _Message:
     root: _Struct
 
 
-def load_definitions(jar: Path) -> dict[tuple[int, str], dict]:
-    """Every request and response definition in ``jar``, by (api key, "request"/"response")."""
-    found = {}
+def load_definitions(jar: Path) -> dict[tuple[int | str, str], dict]:
+    """Every request and response definition in ``jar``, by (api key, "request"/"response"),
+    and every header's, by (name, "header")."""
+    found: dict[tuple[int | str, str], dict] = {}
     with zipfile.ZipFile(jar) as z:
         for name in z.namelist():
             if name.startswith("common/message/") and name.endswith(".json"):
                 data = json.loads(strip_comments(z.read(name).decode()))
                 if data.get("type") in ("request", "response"):
                     found[(data["apiKey"], data["type"])] = data
+                elif data.get("type") == "header":
+                    found[(data["name"], "header")] = data
     if not found:
         raise DefinitionError(f"{jar}: no common/message/*.json definitions in it")
     return found
@@ -197,8 +208,11 @@ def _struct(name: str, fields: list[dict], within: Range, commons: dict[str, dic
         versions = _clip(parse_versions(f["versions"], fwhat), within)
         if versions is None:
             continue
-        if "flexibleVersions" in f:
-            raise DefinitionError(f"{fwhat}: field-level flexibleVersions are not supported")
+        own_flexible = "flexibleVersions" in f
+        if own_flexible and f["type"] not in ("string", "bytes"):
+            # Kafka allows its own flexibleVersions on a string or bytes field only (the
+            # request header's ClientId keeps its two-byte length in flexible versions).
+            raise DefinitionError(f"{fwhat}: field-level flexibleVersions on a {f['type']} field")
         nullable = _clip(parse_versions(f.get("nullableVersions"), fwhat), versions)
         tagged = _clip(parse_versions(f.get("taggedVersions"), fwhat), versions)
         if tagged is not None and tagged != versions:
@@ -229,7 +243,9 @@ def _struct(name: str, fields: list[dict], within: Range, commons: dict[str, dic
         if default == "None" or nullable is not None:
             py += " | None"
         out.fields.append(_Field(snake(f["name"]), type_, versions, default, py, factory, struct, nullable,
-                                 f.get("tag"), tagged))
+                                 f.get("tag"), tagged, bool(f.get("ignorable", False)), own_flexible,
+                                 _clip(parse_versions(f.get("flexibleVersions"), fwhat), versions)
+                                 if own_flexible else None))
     return out
 
 
@@ -251,6 +267,18 @@ def build(jar: Path, messages_py: Path = MESSAGES_PY) -> list[_Message]:
             root = _struct(data["name"], data["fields"], wanted, commons, data["name"])
             messages.append(_Message(api, key, kind, data["name"], valid, wanted,
                                      _clip(parse_versions(data["flexibleVersions"], data["name"]), wanted), root))
+    for name, wanted in HEADERS.items():
+        data = definitions.get((name, "header"))
+        if data is None:
+            raise DefinitionError(f"{jar.name}: no {name} definition")
+        valid = parse_versions(data["validVersions"], name)
+        assert valid is not None
+        if not (valid[0] <= wanted[0] and wanted[1] <= valid[1]):
+            raise DefinitionError(f"{name}: kprod uses v{wanted[0]}-v{wanted[1]}, {jar.name} defines "
+                                  f"v{valid[0]}-v{valid[1]}")
+        root = _struct(name, data["fields"], wanted, {}, name)
+        messages.append(_Message(snake(name).upper(), -1, "header", name, valid, wanted,
+                                 _clip(parse_versions(data["flexibleVersions"], name), wanted), root))
     _name_classes(messages)
     return messages
 
@@ -308,6 +336,10 @@ def _fields_source(s: _Struct, indent: str) -> list[str]:
             args.append(f"nullable={f.nullable}")
         if f.tag is not None:
             args += [f"tag={f.tag}", f"tagged={f.tagged}"]
+        if f.ignorable:
+            args.append("ignorable=True")
+        if f.own_flexible:
+            args.append(f"flexible={f.flexible}")
         if f.struct is None:
             lines.append(f"{indent}F({', '.join(args)}),")
         else:
@@ -318,8 +350,8 @@ def _fields_source(s: _Struct, indent: str) -> list[str]:
 
 
 def constant(m: _Message) -> str:
-    """The module constant holding a message's schema: PRODUCE_REQUEST, ..."""
-    return f"{m.api}_{m.kind.upper()}"
+    """The module constant holding a message's schema: PRODUCE_REQUEST, ..., REQUEST_HEADER."""
+    return m.api if m.kind == "header" else f"{m.api}_{m.kind.upper()}"
 
 
 def render(messages: list[_Message], jar_name: str) -> str:
@@ -345,7 +377,9 @@ def render(messages: list[_Message], jar_name: str) -> str:
     ]
     for m in messages:
         for s in _walk(m.root):
-            if s is m.root:
+            if s is m.root and m.kind == "header":
+                doc = f"{m.json_name}: kprod uses {_span(m.versions)} of Kafka's {_span(m.valid)}."
+            elif s is m.root:
                 doc = f"{m.json_name} (API key {m.key}): kprod speaks {_span(m.versions)} of Kafka's {_span(m.valid)}."
             else:
                 doc = f"{s.name} in {m.json_name}."
@@ -358,7 +392,8 @@ def render(messages: list[_Message], jar_name: str) -> str:
         lines.append(f"){flexible})")
     lines += ["", "", "# The request and response schemas of each API, by API key.",
               "SCHEMAS: dict[int, tuple[Schema, Schema]] = {"]
-    for req, resp in zip(messages[::2], messages[1::2], strict=True):
+    apis = [m for m in messages if m.kind != "header"]
+    for req, resp in zip(apis[::2], apis[1::2], strict=True):
         lines.append(f"    {req.key}: ({constant(req)}, {constant(resp)}),  # {req.api}")
     lines.append("}")
     return "\n".join(lines) + "\n"

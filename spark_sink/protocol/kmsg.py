@@ -645,12 +645,29 @@ class ListTransactionsResponse:
     transaction_states: list[ListTransactionsResponseTransactionState] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class RequestHeader:
+    """RequestHeader: kprod uses v1-v2 of Kafka's v1-v2."""
+
+    request_api_key: int = 0
+    request_api_version: int = 0
+    correlation_id: int = 0
+    client_id: str | None = ""
+
+
+@dataclass(slots=True)
+class ResponseHeader:
+    """ResponseHeader: kprod uses v0-v1 of Kafka's v0-v1."""
+
+    correlation_id: int = 0
+
+
 PRODUCE_REQUEST = Schema(ProduceRequest, (
     F("transactional_id", "string", 3, 12, default=None, nullable=(3, 12)),
     F("acks", "int16", 3, 12),
     F("timeout_ms", "int32", 3, 12),
     F("topic_data", "[]struct", 3, 12, default=[], schema=Schema(TopicProduceData, (
-        F("name", "string", 3, 12, default=""),
+        F("name", "string", 3, 12, default="", ignorable=True),
         F("partition_data", "[]struct", 3, 12, default=[], schema=Schema(PartitionProduceData, (
             F("index", "int32", 3, 12),
             F("records", "records", 3, 12, default=None, nullable=(3, 12)),
@@ -661,25 +678,25 @@ PRODUCE_REQUEST = Schema(ProduceRequest, (
 
 PRODUCE_RESPONSE = Schema(ProduceResponse, (
     F("responses", "[]struct", 3, 12, default=[], schema=Schema(TopicProduceResponse, (
-        F("name", "string", 3, 12, default=""),
+        F("name", "string", 3, 12, default="", ignorable=True),
         F("partition_responses", "[]struct", 3, 12, default=[], schema=Schema(PartitionProduceResponse, (
             F("index", "int32", 3, 12),
             F("error_code", "int16", 3, 12),
             F("base_offset", "int64", 3, 12),
-            F("log_append_time_ms", "int64", 3, 12, default=-1),
-            F("log_start_offset", "int64", 5, 12, default=-1),
-            F("record_errors", "[]struct", 8, 12, default=[], schema=Schema(BatchIndexAndErrorMessage, (
+            F("log_append_time_ms", "int64", 3, 12, default=-1, ignorable=True),
+            F("log_start_offset", "int64", 5, 12, default=-1, ignorable=True),
+            F("record_errors", "[]struct", 8, 12, default=[], ignorable=True, schema=Schema(BatchIndexAndErrorMessage, (
                 F("batch_index", "int32", 8, 12),
                 F("batch_index_error_message", "string", 8, 12, default=None, nullable=(8, 12)),
             ))),
-            F("error_message", "string", 8, 12, default=None, nullable=(8, 12)),
+            F("error_message", "string", 8, 12, default=None, nullable=(8, 12), ignorable=True),
             F("current_leader", "struct", 10, 12, default=None, tag=0, tagged=(10, 12), schema=Schema(LeaderIdAndEpoch, (
                 F("leader_id", "int32", 10, 12, default=-1),
                 F("leader_epoch", "int32", 10, 12, default=-1),
             ))),
         ))),
     ))),
-    F("throttle_time_ms", "int32", 3, 12),
+    F("throttle_time_ms", "int32", 3, 12, ignorable=True),
     F("node_endpoints", "[]struct", 10, 12, default=[], tag=0, tagged=(10, 12), schema=Schema(NodeEndpoint, (
         F("node_id", "int32", 10, 12),
         F("host", "string", 10, 12, default=""),
@@ -691,7 +708,7 @@ PRODUCE_RESPONSE = Schema(ProduceResponse, (
 
 METADATA_REQUEST = Schema(MetadataRequest, (
     F("topics", "[]struct", 1, 12, default=[], nullable=(1, 12), schema=Schema(MetadataRequestTopic, (
-        F("topic_id", "uuid", 10, 12, default=ZERO_UUID),
+        F("topic_id", "uuid", 10, 12, default=ZERO_UUID, ignorable=True),
         F("name", "string", 1, 12, default="", nullable=(10, 12)),
     ))),
     F("allow_auto_topic_creation", "bool", 4, 12, default=True),
@@ -701,28 +718,28 @@ METADATA_REQUEST = Schema(MetadataRequest, (
 
 
 METADATA_RESPONSE = Schema(MetadataResponse, (
-    F("throttle_time_ms", "int32", 3, 12),
+    F("throttle_time_ms", "int32", 3, 12, ignorable=True),
     F("brokers", "[]struct", 1, 12, default=[], schema=Schema(MetadataResponseBroker, (
         F("node_id", "int32", 1, 12),
         F("host", "string", 1, 12, default=""),
         F("port", "int32", 1, 12),
-        F("rack", "string", 1, 12, default=None, nullable=(1, 12)),
+        F("rack", "string", 1, 12, default=None, nullable=(1, 12), ignorable=True),
     ))),
-    F("cluster_id", "string", 2, 12, default=None, nullable=(2, 12)),
-    F("controller_id", "int32", 1, 12, default=-1),
+    F("cluster_id", "string", 2, 12, default=None, nullable=(2, 12), ignorable=True),
+    F("controller_id", "int32", 1, 12, default=-1, ignorable=True),
     F("topics", "[]struct", 1, 12, default=[], schema=Schema(MetadataResponseTopic, (
         F("error_code", "int16", 1, 12),
         F("name", "string", 1, 12, default="", nullable=(12, 12)),
-        F("topic_id", "uuid", 10, 12, default=ZERO_UUID),
-        F("is_internal", "bool", 1, 12, default=False),
+        F("topic_id", "uuid", 10, 12, default=ZERO_UUID, ignorable=True),
+        F("is_internal", "bool", 1, 12, default=False, ignorable=True),
         F("partitions", "[]struct", 1, 12, default=[], schema=Schema(MetadataResponsePartition, (
             F("error_code", "int16", 1, 12),
             F("partition_index", "int32", 1, 12),
             F("leader_id", "int32", 1, 12),
-            F("leader_epoch", "int32", 7, 12, default=-1),
+            F("leader_epoch", "int32", 7, 12, default=-1, ignorable=True),
             F("replica_nodes", "[]int32", 1, 12, default=[]),
             F("isr_nodes", "[]int32", 1, 12, default=[]),
-            F("offline_replicas", "[]int32", 5, 12, default=[]),
+            F("offline_replicas", "[]int32", 5, 12, default=[], ignorable=True),
         ))),
         F("topic_authorized_operations", "int32", 8, 12, default=-2147483648),
     ))),
@@ -732,16 +749,16 @@ METADATA_RESPONSE = Schema(MetadataResponse, (
 
 OFFSET_COMMIT_REQUEST = Schema(OffsetCommitRequest, (
     F("group_id", "string", 2, 9, default=""),
-    F("generation_id_or_member_epoch", "int32", 2, 9, default=-1),
-    F("member_id", "string", 2, 9, default=""),
+    F("generation_id_or_member_epoch", "int32", 2, 9, default=-1, ignorable=True),
+    F("member_id", "string", 2, 9, default="", ignorable=True),
     F("group_instance_id", "string", 7, 9, default=None, nullable=(7, 9)),
-    F("retention_time_ms", "int64", 2, 4, default=-1),
+    F("retention_time_ms", "int64", 2, 4, default=-1, ignorable=True),
     F("topics", "[]struct", 2, 9, default=[], schema=Schema(OffsetCommitRequestTopic, (
-        F("name", "string", 2, 9, default=""),
+        F("name", "string", 2, 9, default="", ignorable=True),
         F("partitions", "[]struct", 2, 9, default=[], schema=Schema(OffsetCommitRequestPartition, (
             F("partition_index", "int32", 2, 9),
             F("committed_offset", "int64", 2, 9),
-            F("committed_leader_epoch", "int32", 6, 9, default=-1),
+            F("committed_leader_epoch", "int32", 6, 9, default=-1, ignorable=True),
             F("committed_metadata", "string", 2, 9, default="", nullable=(2, 9)),
         ))),
     ))),
@@ -749,9 +766,9 @@ OFFSET_COMMIT_REQUEST = Schema(OffsetCommitRequest, (
 
 
 OFFSET_COMMIT_RESPONSE = Schema(OffsetCommitResponse, (
-    F("throttle_time_ms", "int32", 3, 9),
+    F("throttle_time_ms", "int32", 3, 9, ignorable=True),
     F("topics", "[]struct", 2, 9, default=[], schema=Schema(OffsetCommitResponseTopic, (
-        F("name", "string", 2, 9, default=""),
+        F("name", "string", 2, 9, default="", ignorable=True),
         F("partitions", "[]struct", 2, 9, default=[], schema=Schema(OffsetCommitResponsePartition, (
             F("partition_index", "int32", 2, 9),
             F("error_code", "int16", 2, 9),
@@ -771,18 +788,18 @@ OFFSET_FETCH_REQUEST = Schema(OffsetFetchRequest, (
 
 
 OFFSET_FETCH_RESPONSE = Schema(OffsetFetchResponse, (
-    F("throttle_time_ms", "int32", 3, 7),
+    F("throttle_time_ms", "int32", 3, 7, ignorable=True),
     F("topics", "[]struct", 1, 7, default=[], schema=Schema(OffsetFetchResponseTopic, (
         F("name", "string", 1, 7, default=""),
         F("partitions", "[]struct", 1, 7, default=[], schema=Schema(OffsetFetchResponsePartition, (
             F("partition_index", "int32", 1, 7),
             F("committed_offset", "int64", 1, 7),
-            F("committed_leader_epoch", "int32", 5, 7, default=-1),
+            F("committed_leader_epoch", "int32", 5, 7, default=-1, ignorable=True),
             F("metadata", "string", 1, 7, default="", nullable=(1, 7)),
             F("error_code", "int16", 1, 7),
         ))),
     ))),
-    F("error_code", "int16", 2, 7),
+    F("error_code", "int16", 2, 7, ignorable=True),
 ), flexible_from=6, versions=(1, 7))
 
 
@@ -793,9 +810,9 @@ FIND_COORDINATOR_REQUEST = Schema(FindCoordinatorRequest, (
 
 
 FIND_COORDINATOR_RESPONSE = Schema(FindCoordinatorResponse, (
-    F("throttle_time_ms", "int32", 1, 3),
+    F("throttle_time_ms", "int32", 1, 3, ignorable=True),
     F("error_code", "int16", 0, 3),
-    F("error_message", "string", 1, 3, default="", nullable=(1, 3)),
+    F("error_message", "string", 1, 3, default="", nullable=(1, 3), ignorable=True),
     F("node_id", "int32", 0, 3),
     F("host", "string", 0, 3, default=""),
     F("port", "int32", 0, 3),
@@ -814,8 +831,8 @@ SASL_HANDSHAKE_RESPONSE = Schema(SaslHandshakeResponse, (
 
 
 API_VERSIONS_REQUEST = Schema(ApiVersionsRequest, (
-    F("client_software_name", "string", 3, 3, default=""),
-    F("client_software_version", "string", 3, 3, default=""),
+    F("client_software_name", "string", 3, 3, default="", ignorable=True),
+    F("client_software_version", "string", 3, 3, default="", ignorable=True),
 ), flexible_from=3, versions=(0, 3))
 
 
@@ -826,19 +843,19 @@ API_VERSIONS_RESPONSE = Schema(ApiVersionsResponse, (
         F("min_version", "int16", 0, 3),
         F("max_version", "int16", 0, 3),
     ))),
-    F("throttle_time_ms", "int32", 1, 3),
-    F("supported_features", "[]struct", 3, 3, default=[], tag=0, tagged=(3, 3), schema=Schema(SupportedFeatureKey, (
+    F("throttle_time_ms", "int32", 1, 3, ignorable=True),
+    F("supported_features", "[]struct", 3, 3, default=[], tag=0, tagged=(3, 3), ignorable=True, schema=Schema(SupportedFeatureKey, (
         F("name", "string", 3, 3, default=""),
         F("min_version", "int16", 3, 3),
         F("max_version", "int16", 3, 3),
     ))),
-    F("finalized_features_epoch", "int64", 3, 3, default=-1, tag=1, tagged=(3, 3)),
-    F("finalized_features", "[]struct", 3, 3, default=[], tag=2, tagged=(3, 3), schema=Schema(FinalizedFeatureKey, (
+    F("finalized_features_epoch", "int64", 3, 3, default=-1, tag=1, tagged=(3, 3), ignorable=True),
+    F("finalized_features", "[]struct", 3, 3, default=[], tag=2, tagged=(3, 3), ignorable=True, schema=Schema(FinalizedFeatureKey, (
         F("name", "string", 3, 3, default=""),
         F("max_version_level", "int16", 3, 3),
         F("min_version_level", "int16", 3, 3),
     ))),
-    F("zk_migration_ready", "bool", 3, 3, default=False, tag=3, tagged=(3, 3)),
+    F("zk_migration_ready", "bool", 3, 3, default=False, tag=3, tagged=(3, 3), ignorable=True),
 ), flexible_from=3, versions=(0, 3))
 
 
@@ -851,7 +868,7 @@ INIT_PRODUCER_ID_REQUEST = Schema(InitProducerIdRequest, (
 
 
 INIT_PRODUCER_ID_RESPONSE = Schema(InitProducerIdResponse, (
-    F("throttle_time_ms", "int32", 0, 5),
+    F("throttle_time_ms", "int32", 0, 5, ignorable=True),
     F("error_code", "int16", 0, 5),
     F("producer_id", "int64", 0, 5, default=-1),
     F("producer_epoch", "int16", 0, 5),
@@ -906,8 +923,8 @@ END_TXN_REQUEST = Schema(EndTxnRequest, (
 END_TXN_RESPONSE = Schema(EndTxnResponse, (
     F("throttle_time_ms", "int32", 0, 5),
     F("error_code", "int16", 0, 5),
-    F("producer_id", "int64", 5, 5, default=-1),
-    F("producer_epoch", "int16", 5, 5, default=-1),
+    F("producer_id", "int64", 5, 5, default=-1, ignorable=True),
+    F("producer_epoch", "int16", 5, 5, default=-1, ignorable=True),
 ), flexible_from=3, versions=(0, 5))
 
 
@@ -924,7 +941,7 @@ TXN_OFFSET_COMMIT_REQUEST = Schema(TxnOffsetCommitRequest, (
         F("partitions", "[]struct", 0, 5, default=[], schema=Schema(TxnOffsetCommitRequestPartition, (
             F("partition_index", "int32", 0, 5),
             F("committed_offset", "int64", 0, 5),
-            F("committed_leader_epoch", "int32", 2, 5, default=-1),
+            F("committed_leader_epoch", "int32", 2, 5, default=-1, ignorable=True),
             F("committed_metadata", "string", 0, 5, default="", nullable=(0, 5)),
         ))),
     ))),
@@ -965,15 +982,15 @@ DESCRIBE_CONFIGS_RESPONSE = Schema(DescribeConfigsResponse, (
             F("name", "string", 1, 4, default=""),
             F("value", "string", 1, 4, default="", nullable=(1, 4)),
             F("read_only", "bool", 1, 4, default=False),
-            F("config_source", "int8", 1, 4, default=-1),
+            F("config_source", "int8", 1, 4, default=-1, ignorable=True),
             F("is_sensitive", "bool", 1, 4, default=False),
-            F("synonyms", "[]struct", 1, 4, default=[], schema=Schema(DescribeConfigsSynonym, (
+            F("synonyms", "[]struct", 1, 4, default=[], ignorable=True, schema=Schema(DescribeConfigsSynonym, (
                 F("name", "string", 1, 4, default=""),
                 F("value", "string", 1, 4, default="", nullable=(1, 4)),
                 F("source", "int8", 1, 4),
             ))),
-            F("config_type", "int8", 3, 4),
-            F("documentation", "string", 3, 4, default="", nullable=(3, 4)),
+            F("config_type", "int8", 3, 4, ignorable=True),
+            F("documentation", "string", 3, 4, default="", nullable=(3, 4), ignorable=True),
         ))),
     ))),
 ), flexible_from=4, versions=(1, 4))
@@ -988,7 +1005,7 @@ SASL_AUTHENTICATE_RESPONSE = Schema(SaslAuthenticateResponse, (
     F("error_code", "int16", 0, 2),
     F("error_message", "string", 0, 2, default="", nullable=(0, 2)),
     F("auth_bytes", "bytes", 0, 2, default=b""),
-    F("session_lifetime_ms", "int64", 1, 2),
+    F("session_lifetime_ms", "int64", 1, 2, ignorable=True),
 ), flexible_from=2, versions=(0, 2))
 
 
@@ -1032,6 +1049,19 @@ LIST_TRANSACTIONS_RESPONSE = Schema(ListTransactionsResponse, (
         F("transaction_state", "string", 0, 1, default=""),
     ))),
 ), flexible_from=0, versions=(0, 1))
+
+
+REQUEST_HEADER = Schema(RequestHeader, (
+    F("request_api_key", "int16", 1, 2),
+    F("request_api_version", "int16", 1, 2),
+    F("correlation_id", "int32", 1, 2),
+    F("client_id", "string", 1, 2, default="", nullable=(1, 2), flexible=None),
+), flexible_from=2, versions=(1, 2))
+
+
+RESPONSE_HEADER = Schema(ResponseHeader, (
+    F("correlation_id", "int32", 0, 1),
+), flexible_from=1, versions=(0, 1))
 
 
 # The request and response schemas of each API, by API key.

@@ -158,11 +158,3 @@ class Reader:
 
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self.raw(16))
-
-    def skip_tagged_fields(self) -> dict[int, bytes]:
-        """Read a tagged-field section; unknown tags are kept raw, keyed by tag."""
-        fields = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            fields[tag] = self.raw(self.uvarint())
-        return fields

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any
 
 from spark_sink.protocol import primitives as p
-from spark_sink.protocol.error_codes import CorruptRecordError
+from spark_sink.protocol.error_codes import CorruptRecordError, UnsupportedVersionError
 
 _MAX = 32767
 
@@ -34,7 +34,11 @@ Records = Buffer | Sequence[Buffer]
 class Field:
     """One attribute: ``type`` is a primitive name, ``"[]"`` + a primitive, ``"[]struct"``
     or ``"struct"`` (then ``schema`` describes it). ``nullable`` and ``tagged`` are the
-    version ranges in which it may be null and in which it travels as tag ``tag``."""
+    version ranges in which it may be null and in which it travels as tag ``tag``.
+    Outside its versions a field that is not ``ignorable`` must be at its default to be
+    written (as in Kafka's generated code: the value would be lost). ``flexible``: where
+    a string or bytes field of its own keeps the old fixed-width length in a flexible
+    message, the versions in which it is compact (None: never)."""
 
     name: str
     type: str
@@ -45,6 +49,8 @@ class Field:
     nullable: tuple[int, int] | None = None
     tag: int | None = None
     tagged: tuple[int, int] | None = None
+    ignorable: bool = False
+    flexible: tuple[int, int] | None = (0, _MAX)
 
     def in_version(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -54,6 +60,11 @@ class Field:
 
     def tagged_in(self, version: int) -> bool:
         return self.tagged is not None and self.tagged[0] <= version <= self.tagged[1]
+
+    def compact_in(self, version: int, flexible: bool) -> bool:
+        """Whether its lengths are compact (varints) in ``version`` of a message that is
+        ``flexible`` there."""
+        return flexible and self.flexible is not None and self.flexible[0] <= version <= self.flexible[1]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -113,25 +124,31 @@ class _Plan:
     tagged_readers: dict[int, tuple[int, ReadFn]]  # tag -> (attribute index, reader)
     tagged_writers: tuple[tuple[int, str, Any, Writer], ...]  # (tag, name, default, writer) by tag
     flexible: bool
+    # Fields this version lacks that may not be dropped unless at their default: (name,
+    # default, first version, last version).
+    unwritable: tuple[tuple[str, Any, int, int], ...]
+    where: str  # the message and the path to this struct, for errors
+    version: int
 
 
 _PLANS: dict[tuple[int, int, bool], _Plan] = {}
 
 
-def _plan(schema: Schema, version: int, flexible: bool) -> _Plan:
+def _plan(schema: Schema, version: int, flexible: bool, where: str = "") -> _Plan:
     # Keyed by identity: schemas are module constants, and hashing their fields on every
-    # struct of every message would cost more than the decoding.
+    # struct of every message would cost more than the decoding. (A struct's schema is
+    # inside one message's: ``where`` is the same each time it is planned.)
     key = (id(schema), version, flexible)
     found = _PLANS.get(key)
     if found is None:
         if not schema.versions[0] <= version <= schema.versions[1]:
             raise ValueError(f"{schema.cls.__name__} v{version}: kprod speaks "
                              f"v{schema.versions[0]}-v{schema.versions[1]}")
-        found = _PLANS[key] = _make_plan(schema, version, flexible)
+        found = _PLANS[key] = _make_plan(schema, version, flexible, where or schema.cls.__name__)
     return found
 
 
-def _make_plan(schema: Schema, version: int, flexible: bool) -> _Plan:
+def _make_plan(schema: Schema, version: int, flexible: bool, where: str) -> _Plan:
     defaults = [f.default for f in schema.fields]
     readers: list[tuple[int, ReadFn]] = []
     writers: list[tuple[str, Writer]] = []
@@ -140,8 +157,8 @@ def _make_plan(schema: Schema, version: int, flexible: bool) -> _Plan:
     for i, f in enumerate(schema.fields):
         if not f.in_version(version):
             continue
-        read = _reader(f, f.type, version, flexible)
-        write = _writer(f, f.type, version, flexible)
+        read = _reader(f, f.type, version, flexible, where)
+        write = _writer(f, f.type, version, flexible, where)
         if flexible and f.tagged_in(version):
             assert f.tag is not None  # tagged_in says the field has one
             tagged_readers[f.tag] = (i, read)
@@ -153,17 +170,21 @@ def _make_plan(schema: Schema, version: int, flexible: bool) -> _Plan:
     on_wire = {i for i, _ in readers}
     fresh = tuple((i, factory) for i, f in enumerate(schema.fields)
                   if i not in on_wire and (factory := _fresh(f.default)) is not None)
+    unwritable = tuple((f.name, f.default, f.min_version, f.max_version) for f in schema.fields
+                       if not f.in_version(version) and not f.ignorable)
     return _Plan(schema.cls, defaults, fresh, tuple(readers), tuple(writers), tagged_readers,
-                 tuple(tagged_writers), flexible)
+                 tuple(tagged_writers), flexible, unwritable, where, version)
 
 
 def _not_null(field: Field, version: int) -> None:
     raise ValueError(f"{field.name} may not be null in version {version}")
 
 
-def _writer(field: Field, type_: str, version: int, flexible: bool) -> Writer:
-    """The function appending one value of ``field`` (of ``type_``) to the output."""
+def _writer(field: Field, type_: str, version: int, flexible: bool, where: str) -> Writer:
+    """The function appending one value of ``field`` (of ``type_``, in the struct at
+    ``where``) to the output."""
     nullable = field.nullable_in(version)
+    compact = field.compact_in(version, flexible)
     number = _NUMBERS.get(type_)
     if number is not None:
         pack = number.pack
@@ -173,7 +194,7 @@ def _writer(field: Field, type_: str, version: int, flexible: bool) -> Writer:
     if type_ == "uuid":
         return lambda out, v: out.append(v.bytes if v is not None else bytes(16))
     if type_ == "string":
-        write_string = p.write_compact_string if flexible else p.write_string
+        write_string = p.write_compact_string if compact else p.write_string
 
         def string(out: list[Buffer], v: str | None) -> None:
             if v is None and not nullable:
@@ -185,27 +206,27 @@ def _writer(field: Field, type_: str, version: int, flexible: bool) -> Writer:
             if v is None:
                 if not nullable:
                     _not_null(field, version)
-                out.append(b"\x00" if flexible else b"\xff\xff\xff\xff")
+                out.append(b"\x00" if compact else b"\xff\xff\xff\xff")
                 return
             pieces = (v,) if isinstance(v, (bytes, bytearray, memoryview)) else v
             size = sum(map(len, pieces))
-            out.append(p.write_uvarint(size + 1) if flexible else p.INT32.pack(size))
+            out.append(p.write_uvarint(size + 1) if compact else p.INT32.pack(size))
             out.extend(pieces)
         return bytes_
     if type_ == "struct":
         assert field.schema is not None
-        plan = _plan(field.schema, version, flexible)
+        plan = _plan(field.schema, version, flexible, f"{where}.{field.name}")
         return lambda out, v: _encode_struct(out, plan, v)
     if type_.startswith("[]"):
         item_type = type_[2:]
         if item_type == "struct":
             assert field.schema is not None
-            plan = _plan(field.schema, version, flexible)
+            plan = _plan(field.schema, version, flexible, f"{where}.{field.name}[]")
 
             def write_item(out: list[Buffer], item: Any) -> None:
                 _encode_struct(out, plan, item)
         else:  # a primitive's writer, of the same signature
-            write_item = _writer(field, item_type, version, flexible)  # type: ignore[assignment]
+            write_item = _writer(field, item_type, version, flexible, where)  # type: ignore[assignment]
 
         def array(out: list[Buffer], v: list | None) -> None:
             if v is None:
@@ -220,32 +241,33 @@ def _writer(field: Field, type_: str, version: int, flexible: bool) -> Writer:
     raise TypeError(f"unknown schema type {type_!r} for field {field.name}")
 
 
-def _reader(field: Field, type_: str, version: int, flexible: bool) -> ReadFn:
-    """The function reading one value of ``field`` (of ``type_``)."""
+def _reader(field: Field, type_: str, version: int, flexible: bool, where: str) -> ReadFn:
+    """The function reading one value of ``field`` (of ``type_``, in the struct at ``where``)."""
     number = _NUMBERS.get(type_)
     if number is not None:
         return partial(p.Reader.fixed, s=number)
+    compact = field.compact_in(version, flexible)
     simple = {"bool": p.Reader.boolean, "uuid": p.Reader.uuid,
-              "string": p.Reader.compact_string if flexible else p.Reader.string,
-              "bytes": p.Reader.compact_bytes if flexible else p.Reader.bytes_}.get(type_)
+              "string": p.Reader.compact_string if compact else p.Reader.string,
+              "bytes": p.Reader.compact_bytes if compact else p.Reader.bytes_}.get(type_)
     if simple is not None:
         return simple
     if type_ == "records":
-        return p.Reader.compact_bytes if flexible else p.Reader.bytes_
+        return p.Reader.compact_bytes if compact else p.Reader.bytes_
     if type_ == "struct":
         assert field.schema is not None
-        plan = _plan(field.schema, version, flexible)
+        plan = _plan(field.schema, version, flexible, f"{where}.{field.name}")
         return lambda r: _decode_struct(r, plan)
     if type_.startswith("[]"):
         item_type = type_[2:]
         if item_type == "struct":
             assert field.schema is not None
-            plan = _plan(field.schema, version, flexible)
+            plan = _plan(field.schema, version, flexible, f"{where}.{field.name}[]")
 
             def read_item(r: p.Reader) -> Any:
                 return _decode_struct(r, plan)
         else:
-            read_item = _reader(field, item_type, version, flexible)  # type: ignore[assignment]
+            read_item = _reader(field, item_type, version, flexible, where)  # type: ignore[assignment]
 
         nullable = field.nullable_in(version)
 
@@ -270,6 +292,11 @@ def encode(schema: Schema, version: int, value: Any) -> bytes:
 
 
 def _encode_struct(out: list[Buffer], plan: _Plan, value: Any) -> None:
+    for name, default, low, high in plan.unwritable:
+        if getattr(value, name) != default:
+            raise UnsupportedVersionError(
+                f"{plan.where}.{name} is set ({getattr(value, name)!r}, not its default {default!r}), but version "
+                f"{plan.version} has no such field (it is in v{low}-v{high}): the value would be lost")
     for name, write in plan.writers:
         write(out, getattr(value, name))
     if plan.flexible:

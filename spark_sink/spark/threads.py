@@ -29,7 +29,8 @@ def use_session_in_this_thread(spark: SparkSession | None = None) -> None:
 
     session = spark or SparkSession.getActiveSession() or SparkSession.active()
     jvm_session = getattr(session, "_jsparkSession", None)
-    if jvm_session is None:  # Spark Connect: no JVM in this process
+    jvm = getattr(session, "_jvm", None)
+    if jvm_session is None or jvm is None:  # Spark Connect: no JVM in this process
         return
     # The JVM thread-local that Spark's lookup of Python data sources reads.
-    session._jvm.SparkSession.setActiveSession(jvm_session)
+    jvm.SparkSession.setActiveSession(jvm_session)

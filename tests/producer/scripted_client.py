@@ -266,7 +266,8 @@ class ScriptedClient:
                 request.node, request.api_key, request.version, request.correlation_id, body, error, 0.0)))
 
     def _metadata_body(self, request: kmsg.MetadataRequest) -> kmsg.MetadataResponse:
-        names = [t.name for t in request.topics or ()] or list(self.topics)
+        # As a broker: null asks for every topic, an empty list for none.
+        names = list(self.topics) if request.topics is None else [t.name for t in request.topics]
         return kmsg.MetadataResponse(
             brokers=[kmsg.MetadataResponseBroker(node_id=n, host=h, port=p)
                      for n, (h, p) in sorted(self.nodes.items())],

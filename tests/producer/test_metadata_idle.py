@@ -7,7 +7,8 @@ import time
 
 from spark_sink.client.metadata import Metadata
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from tests.brokers import consume_all, create_topic, unique_topic
+from tests.clock import MovedClock
+from tests.producer.fake_cluster import FakeCluster
 
 
 def _requested(metadata: Metadata, now: float) -> list[str]:
@@ -26,18 +27,23 @@ def test_idle_topics_leave_the_request_and_used_ones_stay():
     assert _requested(metadata, 9_500.0) == []
 
 
-def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again(kafka):
-    first, second = (create_topic(kafka.bootstrap, unique_topic("idle"), 1) for _ in range(2))
-    config = {"bootstrap.servers": kafka.bootstrap, "metadata.max.idle.ms": 5000, "metadata.max.age.ms": 500}
-    with KafkaProducer(config) as p:
-        p.send(ProducerRecord(first, b"before")).result(30)
-        deadline = time.monotonic() + 7
-        while time.monotonic() < deadline:  # only the second topic from here on
-            p.send(ProducerRecord(second, b"x")).result(30)
-            time.sleep(0.2)
-        assert first not in p._metadata.topics and second in p._metadata.topics
-        p.send(ProducerRecord(first, b"after")).result(30)  # its metadata comes back on demand
-    assert [m.value() for m in consume_all(kafka.bootstrap, first, 2)] == [b"before", b"after"]
+def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again():
+    """A whole producer on the fake cluster, its clock moved past metadata.max.idle.ms
+    (the idle limit is the client's own: no broker, and no waiting for it)."""
+    cluster, clock = FakeCluster(topics={"first": [0], "second": [0], "third": [0]}), MovedClock()
+    config = {"bootstrap.servers": "fake:9092", "linger.ms": 0, "metadata.max.idle.ms": 5000}
+    with KafkaProducer(config, network_client=cluster, clock=clock) as p:
+        p.send(ProducerRecord("first", b"before")).result(10)
+        p.send(ProducerRecord("second", b"x")).result(10)
+        assert p._metadata.topics == {"first", "second"}
+        clock.advance(4000)
+        p.send(ProducerRecord("second", b"y")).result(10)  # only the second topic from here on
+        clock.advance(2000)
+        # A new topic's Metadata request leaves out the one idle for 6 s, not the one idle for 2.
+        p.send(ProducerRecord("third", b"z")).result(10)
+        assert p._metadata.topics == {"second", "third"}
+        p.send(ProducerRecord("first", b"after")).result(10)  # its metadata comes back on demand
+    assert cluster.values(("first", 0)) == [b"before", b"after"]
 
 
 def test_a_new_topic_is_asked_for_at_once_not_after_the_refresh_backoff():

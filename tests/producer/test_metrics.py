@@ -12,6 +12,7 @@ import pytest
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.metrics import WINDOW_S
 from tests.brokers import create_topic, unique_topic
+from tests.clock import MovedClock
 
 JAVA_NAMES = {"record-send-rate", "byte-rate", "batch-size-avg", "records-per-request-avg", "request-latency-avg",
               "request-latency-max", "record-retry-rate", "record-error-rate", "buffer-available-bytes",
@@ -54,19 +55,22 @@ def test_metrics_of_sends_that_succeed(kafka):
 def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
     """A silent broker (the proxy holds everything): a request past request.timeout.ms is
     retried (record-retry-*), records past delivery.timeout.ms fail (record-error-*), and
-    sends that find buffer.memory full wait (bufferpool-wait-time)."""
+    sends that find buffer.memory full wait (bufferpool-wait-time). The producer's clock
+    is moved past the timeouts rather than waited for."""
     proxy = kafka_proxy.proxy
     topic = create_topic(kafka_proxy.bootstrap, unique_topic("metrics-faults"), partitions=1)
-    config = {"bootstrap.servers": kafka_proxy.bootstrap, "linger.ms": 0, "request.timeout.ms": 500,
+    config = {"bootstrap.servers": kafka_proxy.bootstrap, "linger.ms": 0, "request.timeout.ms": 20_000,
               "retry.backoff.ms": 50, "max.in.flight.requests.per.connection": 1}
 
     # Retried, then delivered once the proxy flows again.
-    with KafkaProducer({**config, "delivery.timeout.ms": 30_000}) as p:
+    clock = MovedClock()
+    with KafkaProducer({**config, "delivery.timeout.ms": 120_000}, clock=clock) as p:
         p.send(ProducerRecord(topic, b"warm")).result(30)
         proxy.stall()
         futures = [p.send(ProducerRecord(topic, b"%d" % i)) for i in range(10)]
         # Past request.timeout.ms the request in flight is given up and its batch retried.
-        deadline = time.monotonic() + 30
+        clock.advance(20_000)
+        deadline = time.monotonic() + 10  # well within request.timeout.ms of real time
         while not p.metrics()["record-retry-total"] and time.monotonic() < deadline:
             time.sleep(0.05)
         proxy.stall(False)
@@ -76,15 +80,18 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
     assert m["record-retry-total"] >= 1 and m["record-retry-rate"] > 0
     assert m["record-error-total"] == 0
 
-    # Failed: delivery.timeout.ms passes while the proxy holds everything.
-    with KafkaProducer({**config, "delivery.timeout.ms": 1500}) as p:
+    # Failed: delivery.timeout.ms passes while the proxy holds everything (less than a
+    # metrics window: the rate is over one whole window).
+    clock = MovedClock()
+    with KafkaProducer({**config, "request.timeout.ms": 10_000, "delivery.timeout.ms": 12_000}, clock=clock) as p:
         p.send(ProducerRecord(topic, b"warm")).result(30)
         before = p.metric_totals()
         proxy.stall()
         futures = [p.send(ProducerRecord(topic, b"%d" % i)) for i in range(5)]
+        clock.advance(12_000)
         for f in futures:
             with pytest.raises(Exception, match="delivery.timeout.ms"):
-                f.result(30)
+                f.result(6)  # well within delivery.timeout.ms of real time
         proxy.stall(False)
         m, task = p.metrics(), p.metric_totals().since(before)
     assert m["record-error-total"] == 5 and m["record-error-rate"] == pytest.approx(5 / WINDOW_S, rel=0.01)
@@ -92,7 +99,8 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
 
     # Waiting for memory: a buffer of four batches, filled while the broker is silent.
     small = {**config, "delivery.timeout.ms": 30_000, "buffer.memory": 4 * 16384, "batch.size": 16384}
-    with KafkaProducer(small) as p:
+    clock = MovedClock()
+    with KafkaProducer(small, clock=clock) as p:
         p.send(ProducerRecord(topic, b"warm")).result(30)
         proxy.stall()
         sent = threading.Event()
@@ -104,8 +112,11 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
 
         filler = threading.Thread(target=fill)
         filler.start()
-        time.sleep(0.4)
-        assert not sent.is_set(), "the sends did not block on buffer.memory"
+        deadline = time.monotonic() + 30
+        while not p._pool.exhausted:  # until a send waits for memory
+            assert time.monotonic() < deadline and not sent.is_set(), "the sends did not block on buffer.memory"
+            time.sleep(0.01)
+        clock.advance(400)  # how long it waits, by the producer's clock
         assert p.metrics()["buffer-available-bytes"] < 16384
         proxy.stall(False)
         filler.join(30)
@@ -116,31 +127,21 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
     assert m["buffer-available-bytes"] == 4 * 16384
 
 
-class _Clock:
-    """Milliseconds that move only when the test says so."""
-
-    def __init__(self) -> None:
-        self.ms = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.ms
-
-
 def test_rates_span_two_windows_and_forget_older_samples_as_the_clock_moves():
     """Java's Rate over two 30 s samples, on a clock the test moves: no sleeping."""
     from spark_sink.producer.buffer_pool import BufferPool
     from spark_sink.producer.metrics import ProducerMetrics
 
-    clock = _Clock()
+    clock = MovedClock()
     metrics = ProducerMetrics(BufferPool(1 << 20), clock)
     metrics.response_received(10.0)
     assert metrics.metrics()["request-latency-avg"] == 10.0
-    clock.ms += WINDOW_S * 1000 + 1  # a second sample starts; the first still counts
+    clock.advance(WINDOW_S * 1000 + 1)  # a second sample starts; the first still counts
     metrics.response_received(30.0)
     assert metrics.metrics()["request-latency-avg"] == 20.0
     assert metrics.metrics()["request-latency-max"] == 30.0
-    clock.ms += WINDOW_S * 1000 + 1  # the first sample is two windows old: forgotten
+    clock.advance(WINDOW_S * 1000 + 1)  # the first sample is two windows old: forgotten
     assert metrics.metrics()["request-latency-max"] == 30.0  # the second is now the previous one
-    clock.ms += 2 * WINDOW_S * 1000 + 1  # nothing for two windows: every sample gone
+    clock.advance(2 * WINDOW_S * 1000 + 1)  # nothing for two windows: every sample gone
     assert metrics.metrics()["request-latency-max"] == 0.0
     assert metrics.checkpoint().responses == 2  # totals never age

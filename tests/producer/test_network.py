@@ -13,11 +13,12 @@ from spark_sink.protocol.error_codes import KafkaConnectionError
 from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.records import Record, build_record_batch
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
+from tests.clock import MovedClock
 
 
-def _client(bootstrap, **extra):
+def _client(bootstrap, clock=now_ms, **extra):
     config = ProducerConfig.from_dict({"bootstrap.servers": bootstrap, **extra})
-    return NetworkClient(config, config.max_in_flight_requests_per_connection)
+    return NetworkClient(config, config.max_in_flight_requests_per_connection, clock=clock)
 
 
 def _poll_until(client, predicate, timeout_s=15.0):
@@ -27,9 +28,9 @@ def _poll_until(client, predicate, timeout_s=15.0):
         client.poll(50)
 
 
-def _ready_node(client):
+def _ready_node(client, clock=now_ms):
     node = client.bootstrap_nodes()[0]
-    _poll_until(client, lambda: client.ready(node, now_ms()))
+    _poll_until(client, lambda: client.ready(node, clock()))
     return node
 
 
@@ -105,18 +106,24 @@ def test_poll_reports_a_ready_connection_and_a_completed_request(kafka):
 
 
 def test_stalled_broker_times_out_then_reconnects(kafka_proxy):
+    """request.timeout.ms is measured on the client's clock: moved past it, a request the
+    stalled broker holds fails at the next poll."""
     proxy, b = kafka_proxy.proxy, kafka_proxy
-    client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0})
+    clock = MovedClock()
+    client = _client(b.bootstrap, clock, **{"request.timeout.ms": 30_000})
     try:
-        node = _ready_node(client)
+        node = _ready_node(client, clock)
         proxy.stall(True)
         got = []
         client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), got.append)
+        client.poll(0)
+        assert not got  # not before its time
+        clock.advance(30_000)
         _poll_until(client, lambda: got, timeout_s=10)
         assert isinstance(got[0].error, KafkaTimeoutError)
         assert "request.timeout.ms" in str(got[0].error)
         proxy.stall(False)
-        node = _ready_node(client)
+        node = _ready_node(client, clock)
         client.send(node, ApiKey.METADATA, kmsg.MetadataRequest(topics=None), got.append)
         _poll_until(client, lambda: len(got) == 2)
         assert got[1].error is None
@@ -238,11 +245,14 @@ def test_connection_setup_timeout():
             fillers.append(s)
         time.sleep(0.2)
         host, port = listener.getsockname()
-        client = _client(f"{host}:{port}", **{"socket.connection.setup.timeout.ms": 300,
-                                               })
+        clock = MovedClock()
+        client = _client(f"{host}:{port}", clock, **{"socket.connection.setup.timeout.ms": 30_000})
         try:
             node = client.bootstrap_nodes()[0]
-            assert not client.ready(node, now_ms())
+            assert not client.ready(node, clock())
+            client.poll(0)
+            assert not client.connection_failed(node)  # not before its time
+            clock.advance(30_000)
             _poll_until(client, lambda: client.connection_failed(node), timeout_s=20)
             assert not client.is_connected(node)
         finally:
@@ -288,22 +298,25 @@ def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy):
     """acks=0 requests get no response, so only their write can time out: a frame stuck
     behind a stalled peer fails with KafkaTimeoutError; close() fails what is still queued."""
     proxy, b = kafka_proxy.proxy, kafka_proxy
-    client = _client(b.bootstrap, **{"request.timeout.ms": 500, "delivery.timeout.ms": 2000, "linger.ms": 0,
-                                     "send.buffer.bytes": 4096})
+    clock = MovedClock()
+    client = _client(b.bootstrap, clock, **{"request.timeout.ms": 30_000, "send.buffer.bytes": 4096})
     try:
         # More than loopback buffers and the stalled proxy can absorb.
         big = kmsg.ProduceRequest(transactional_id=None, acks=0, timeout_ms=1000, topic_data=[
             kmsg.TopicProduceData("x", [kmsg.PartitionProduceData(0, build_record_batch(
                 [Record(None, b"\0" * (32 << 20), 0)]))])])
-        node = _ready_node(client)
+        node = _ready_node(client, clock)
         proxy.stall(True)
         got = []
         client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
+        client.poll(0)
+        assert not got
+        clock.advance(30_000)
         _poll_until(client, lambda: got, timeout_s=20)
         assert isinstance(got[0].error, KafkaTimeoutError)
         assert not client.is_connected(node)
         proxy.stall(False)
-        _poll_until(client, lambda: client.ready(node, now_ms()), timeout_s=20)
+        _poll_until(client, lambda: client.ready(node, clock()), timeout_s=20)
         proxy.stall(True)
         client.send(node, ApiKey.PRODUCE, big, got.append, expect_response=False)
         client.poll(0)

@@ -132,6 +132,10 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
     ({"sasl.oauthbearer.token.endpoint.url": "https://idp/token",
       "sasl.jaas.config": f'{LOGIN_MODULE} required clientId="a" secret="hunter2";'}, "clientSecret option"),
     ({"sasl.oauthbearer.token.endpoint.url": "ftp://idp/token"}, "expected an https:// .*URL"),
+    # Once took the configuration check and failed at the first fetch, with an AttributeError
+    # (no host) or a ValueError (the port) from http.client.
+    ({"sasl.oauthbearer.token.endpoint.url": "https:///token"}, "expected a host name in 'https:///token'"),
+    ({"sasl.oauthbearer.token.endpoint.url": "https://idp:port/token"}, "the port of 'https://idp:port/token'"),
     ({"sasl.oauthbearer.token.provider": "not a name"}, "sasl.oauthbearer.token.provider: expected"),
     ({"sasl.oauthbearer.token.provider": "tests.oidc:no_such_function"}, "cannot import 'tests.oidc:no_such"),
     ({"sasl.oauthbearer.token.provider": "tests.oidc:AUDIENCE"}, "is not callable"),

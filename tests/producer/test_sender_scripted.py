@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.metadata import Metadata
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.buffer_pool import BufferPool
@@ -29,6 +30,7 @@ from spark_sink.protocol.error_codes import (
     UnknownProducerIdError,
 )
 from spark_sink.protocol.messages import ApiKey
+from tests.clock import MovedClock
 from tests.producer.scripted_client import Request, ScriptedClient
 
 TOPIC = "t"
@@ -49,7 +51,7 @@ class Sent:
 
 class Harness:
     """A Sender, its accumulator and TransactionManager, and a scripted client; the test
-    drives the rounds (no Sender thread)."""
+    drives the rounds (no Sender thread) and moves the Sender's clock."""
 
     def __init__(self, leaders: list[int] | None = None, nodes: int = 1, **config: object) -> None:
         self.config = ProducerConfig.from_dict({
@@ -60,11 +62,13 @@ class Harness:
                                      topics={TOPIC: leaders or [0]})
         pool = BufferPool(c.buffer_memory)
         self.accumulator = RecordAccumulator(c, pool)
-        self.metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms)
+        self.clock = MovedClock()
+        self.metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=self.clock)
         self.metadata.topics.add(TOPIC)
         self.txn = TransactionManager(c)
-        self.metrics = ProducerMetrics(pool)
-        self.sender = Sender(c, self.accumulator, self.metadata, self.client, self.txn, self.metrics)
+        self.metrics = ProducerMetrics(pool, self.clock)
+        self.sender = Sender(c, self.accumulator, self.metadata, self.client, self.txn, self.metrics,
+                             clock=self.clock)
         # (value, offset, error) in the order the callbacks ran
         self.callbacks: list[tuple[bytes, int, Exception | None]] = []
 
@@ -335,6 +339,45 @@ def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent):
     assert h.in_flight() == []
     ((value, offset, error),) = h.callbacks
     assert isinstance(error, NotEnoughReplicasError) and offset is None
+
+
+def test_a_retried_batch_waits_out_the_growing_backoff_on_the_senders_clock():
+    """retry.backoff.ms, doubling per attempt: the batch goes again only once the Sender's
+    clock has moved past each backoff."""
+    h = Harness(**{"retry.backoff.ms": 60_000, "retry.backoff.max.ms": 600_000, "delivery.timeout.ms": 3_600_000})
+    h.send(b"a")
+    h.run()
+    h.client.respond_produce(h.only_in_flight(), {TP0: NotEnoughReplicasError})
+    h.run()
+    assert h.in_flight() == []  # backing off
+    h.clock.advance(60_000)
+    h.run()
+    h.client.respond_produce(h.only_in_flight(), {TP0: NotEnoughReplicasError})
+    h.run()
+    h.clock.advance(60_000)
+    h.run()
+    assert h.in_flight() == []  # the second backoff is twice the first
+    h.clock.advance(60_000)
+    h.run()
+    h.client.respond_produce(h.only_in_flight())
+    h.run()
+    acked_in_order(h, b"a")
+    assert h.sequences() == [(0, 0, (b"a",))] * 3  # the same batch each time
+
+
+def test_a_batch_without_a_leader_expires_after_the_delivery_timeout():
+    h = Harness(leaders=[-1])
+    h.send(b"a")
+    h.run()
+    assert h.callbacks == [] and h.in_flight() == []
+    h.clock.advance(h.config.delivery_timeout_ms - 1000)
+    h.run()
+    assert h.callbacks == []
+    h.clock.advance(1000)
+    h.run()
+    ((value, offset, error),) = h.callbacks
+    assert isinstance(error, KafkaTimeoutError) and "delivery.timeout.ms=120000" in str(error)
+    assert "the partition has no known leader" in str(error)
 
 
 def _transaction_with(h: Harness, *values: bytes) -> None:

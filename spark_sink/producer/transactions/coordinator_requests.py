@@ -63,7 +63,7 @@ class TransactionalResult:
         self.error = error
         self._done.set()
 
-    def wait(self, timeout_s: float | None, what: str, why: Callable[[], str | None] = lambda: None) -> None:
+    def wait(self, timeout_s: float, what: str, why: Callable[[], str | None] = lambda: None) -> None:
         """Block until the outcome (raising its error), or ``timeout_s``; ``why`` says what
         held the call up, for the timeout's error."""
         if not self._done.wait(timeout_s):

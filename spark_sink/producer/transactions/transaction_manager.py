@@ -232,6 +232,14 @@ class TransactionManager:
 
     # -- transactions: the application's calls --------------------------------
 
+    @property
+    def _txn_id(self) -> str:
+        """The transactional.id, which every transaction request names (_check_call lets
+        no transaction call in without it)."""
+        if self.transactional_id is None:
+            raise IllegalStateError("transactions need transactional.id to be set")
+        return self.transactional_id
+
     def _check_call(self, call: str) -> None:
         """Raise unless ``call`` may start in the current state (with ``_lock`` held)."""
         if self.transactional_id is None:
@@ -286,9 +294,9 @@ class TransactionManager:
                       result: TransactionalResult | None = None) -> TransactionalResult:
         self._new_transaction()
         result = result or TransactionalResult()
-        self._requests.append(TxnRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self.transactional_id,
+        self._requests.append(TxnRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self._txn_id,
                                          kmsg.InitProducerIdRequest(
-                                             transactional_id=self.transactional_id,
+                                             transactional_id=self._txn_id,
                                              transaction_timeout_ms=self._transaction_timeout_ms,
                                              producer_id=producer_id, producer_epoch=epoch),
                                          self._on_init_producer_id, result))
@@ -339,7 +347,7 @@ class TransactionManager:
             result = TransactionalResult()
             pid, epoch = self._identity
             commit = TxnRequest(ApiKey.TXN_OFFSET_COMMIT, GROUP_COORDINATOR, group_id,
-                                txn_offset_commit_body(self.transactional_id, group_id, pid, epoch, offsets),
+                                txn_offset_commit_body(self._txn_id, group_id, pid, epoch, offsets),
                                 self._on_txn_offset_commit, result, max_version=self._v1_max(ApiKey.TXN_OFFSET_COMMIT))
             if self.v2:
                 # TxnOffsetCommit v5 adds the group's offsets partition itself (no AddOffsetsToTxn).
@@ -355,8 +363,8 @@ class TransactionManager:
 
             # Then the offsets themselves, to the group's coordinator: that answer settles ``result``.
             self._requests.append(TxnRequest(
-                ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
-                add_offsets_body(self.transactional_id, pid, epoch, group_id), added, result, then=commit))
+                ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTION_COORDINATOR, self._txn_id,
+                add_offsets_body(self._txn_id, pid, epoch, group_id), added, result, then=commit))
             return result
 
     def prepare_transaction(self) -> tuple[str, int, int] | None:
@@ -370,7 +378,7 @@ class TransactionManager:
                 self._ended(TransactionalResult())
                 return None
             self._transition(Event.PREPARE)
-            return self.transactional_id, self._identity[0], self._identity[1]
+            return self._txn_id, self._identity[0], self._identity[1]
 
     def end_transaction(self, commit: bool) -> TransactionalResult:
         """EndTxn: commit or abort the open transaction (its records already flushed).
@@ -391,8 +399,8 @@ class TransactionManager:
                 self._transition(Event.INIT_PRODUCER_ID_SENT)
                 return self._enqueue_init(*self._identity, result)
             # _ended() settles ``result``, after a new epoch if the transaction needs one.
-            self._requests.append(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
-                                             end_txn_body(self.transactional_id, *self._identity, commit),
+            self._requests.append(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self._txn_id,
+                                             end_txn_body(self._txn_id, *self._identity, commit),
                                              lambda body: self._on_end_txn(body, result), result, settles=False,
                                              max_version=self._v1_max(ApiKey.END_TXN)))
             return result
@@ -442,9 +450,9 @@ class TransactionManager:
         partitions, self._to_add = self._to_add, set()
         topics = by_topic(sorted(partitions))
         pid, epoch = self._identity
-        request = TxnRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self.transactional_id,
+        request = TxnRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self._txn_id,
                              kmsg.AddPartitionsToTxnRequest(
-                                 v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=pid,
+                                 v3_and_below_transactional_id=self._txn_id, v3_and_below_producer_id=pid,
                                  v3_and_below_producer_epoch=epoch,
                                  v3_and_below_topics=[kmsg.AddPartitionsToTxnTopic(t, ps) for t, ps in topics.items()]),
                              self._on_add_partitions)
@@ -535,9 +543,10 @@ class TransactionManager:
             self._ended(result)
         return error
 
-    def _ended(self, result: TransactionalResult) -> None:
-        """The transaction is over. After an abort that left a sequence gap, the coordinator
-        gives a new epoch first (KIP-360), so that sequences start again at 0."""
+    def _ended(self, result: TransactionalResult | None) -> None:
+        """The transaction is over; ``result`` is the call waiting for that, if any. After
+        an abort that left a sequence gap, the coordinator gives a new epoch first
+        (KIP-360), so that sequences start again at 0."""
         self._in_transaction.clear()
         aborting = self.state is State.ABORTING_TRANSACTION
         # (Under protocol v2, EndTxn gave the new epoch already.) A cluster that moved to
@@ -549,4 +558,5 @@ class TransactionManager:
             return
         self.abortable_error = None
         self._transition(Event.ENDED)
-        result.done()
+        if result is not None:
+            result.done()
