@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -221,7 +222,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
 
     topic_col = _column(data, "topic")
     if topic_col is None:
-        groups: list[tuple[str | None, np.ndarray | None]] = [(default_topic, None)]
+        # check_arrow_schema refused a write with neither a topic column nor a default.
+        groups: list[tuple[str, np.ndarray | None]] = [(cast(str, default_topic), None)]
     else:
         encoded = topic_col.cast(pa.string()).dictionary_encode()
         codes, names = as_numpy(encoded.indices, fill=-1), encoded.dictionary.to_pylist()
@@ -232,8 +234,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
             if default_topic not in names:
                 names.append(default_topic)
             codes[codes < 0] = names.index(default_topic)
-        groups = [(t, np.flatnonzero(codes == i)) for i, t in enumerate(names)]
-        groups = [(t, rows) for t, rows in groups if len(rows)]
+        found = ((t, np.flatnonzero(codes == i)) for i, t in enumerate(names))
+        groups = [(t, rows) for t, rows in found if len(rows)]
         if len(groups) == 1:
             groups = [(groups[0][0], None)]
 
@@ -273,9 +275,9 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
                 partitioner: RowPartitioner | None = None) -> np.ndarray:
     """Partition of every row: explicit, else partitioner.class's choice if one is set,
     else murmur2 of the key, else sticky runs."""
-    hashed = keys is not None and not ignore_keys and partitioner is None
-    if hashed and explicit is None and not keys.null_count:  # the common case: every row by its key
-        return np.asarray(partition_for_hash(murmur2_array(keys).astype(np.int64), count))
+    hashed = keys if keys is not None and not ignore_keys and partitioner is None else None
+    if hashed is not None and explicit is None and not hashed.null_count:  # the common case: every row by its key
+        return np.asarray(partition_for_hash(murmur2_array(hashed).astype(np.int64), count))
     n = len(values)
     parts = np.full(n, -1, dtype=np.int64)
     if explicit is not None:
@@ -291,10 +293,10 @@ def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Arra
         if len(todo):
             parts[todo] = partitioner.partition_rows(topic, count, keys, values, todo)
         return parts
-    if hashed:
-        todo = (parts < 0) & ~as_numpy(keys.is_null())
-        if todo.any():
-            parts[todo] = partition_for_hash(murmur2_array(keys).astype(np.int64)[todo], count)
+    if hashed is not None:
+        keyed = (parts < 0) & ~as_numpy(hashed.is_null())
+        if keyed.any():
+            parts[keyed] = partition_for_hash(murmur2_array(hashed).astype(np.int64)[keyed], count)
     todo = np.flatnonzero(parts < 0)
     if len(todo):
         # Sticky for keyless rows, as the Java partitioner does: a run of about one

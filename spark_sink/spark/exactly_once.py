@@ -544,8 +544,8 @@ def with_transaction_timeout(options: SinkOptions) -> SinkOptions:
     cluster allows (its transaction.max.timeout.ms), unless the user set one: a batch
     write's first tasks hold their transactions open until the last task is done."""
     eo = options.exactly_once
-    if eo is None or not eo.batch or eo.timeout_given:
-        return options
+    if eo is None or not eo.batch or eo.timeout_given or eo.prefix is None:
+        return options  # (a batch write always has its prefix, given or its own)
     config = options.producer_config
     value = _admin(config).coordinator_config(transactional_id(eo.prefix, 0), ["transaction.max.timeout.ms"]).get(
         "transaction.max.timeout.ms")

@@ -180,7 +180,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                 transaction = producer.prepare_transaction()
         ok = True
     finally:
-        if begun and not ok:
+        if begun and not ok and producer is not None:
             exactly_once.abort_in_task(producer)
         if producer is not None:
             # Back to the pool only after a flush that succeeded; on failure it is closed
