@@ -194,7 +194,7 @@ class KafkaProducer:
         c = self.config
         self._clock = clock
         self._pool = BufferPool(c.buffer_memory, clock=clock)
-        self._accumulator = RecordAccumulator(c, self._pool)
+        self._accumulator = RecordAccumulator(c, self._pool, clock=clock)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=clock)
         self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection, clock=clock)
         self._txn = TransactionManager(c)
@@ -280,8 +280,8 @@ class KafkaProducer:
         this thread (see Sender.run_in_caller). Everything _send would check is known."""
         try:
             future, batch_ready, new_batch = self._accumulator.append(
-                topic, partition, timestamp, key, value, None, callback, key_size, value_size, 0, self._max_block_ms(),
-                full=True)
+                topic, partition, timestamp, key, value, headers=None, callback=callback, key_size=key_size,
+                value_size=value_size, headers_size=0, max_block_ms=self._max_block_ms(), full=True)
         except BufferExhaustedError as exc:
             raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
         if new_batch:
@@ -348,8 +348,8 @@ class KafkaProducer:
             callback = self._wrap_callback(callback)
         try:
             future, batch_ready, new_batch = self._accumulator.append(
-                topic, partition, timestamp, key, value, headers, callback, key_size, value_size, h_size,
-                self._max_block_ms())
+                topic, partition, timestamp, key, value, headers=headers, callback=callback, key_size=key_size,
+                value_size=value_size, headers_size=h_size, max_block_ms=self._max_block_ms())
         except BufferExhaustedError as exc:
             raise self._exhausted_in_callback(exc)  # noqa: B904  # its cause set there
         if sticky:

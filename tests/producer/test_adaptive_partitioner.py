@@ -50,7 +50,8 @@ def _accumulator(**settings):
 
 def _fill(acc, topic, partition, batches):
     for _ in range(batches):
-        acc.append(topic, partition, 0, None, b"x" * 20000, None, None, 0, 20000, 0, 1000)  # one batch each
+        acc.append(topic, partition, 0, None, b"x" * 20000, headers=None, callback=None, key_size=0,  # one batch each
+                   value_size=20000, headers_size=0, max_block_ms=1000)
 
 
 def test_queue_sizes_per_partition_with_a_leader():

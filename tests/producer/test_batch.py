@@ -45,8 +45,9 @@ def _append_all(acc: RecordAccumulator, records: list[Record]) -> int:
             future = acc.append_plain("t", 0, r.timestamp, r.key, r.value, None, key_size, value_size)
             short += future is not None
         if future is None:
-            acc.append("t", 0, r.timestamp, r.key, r.value, list(r.headers) or None, None, key_size, value_size,
-                       headers_size(r.headers), 1000)
+            acc.append("t", 0, r.timestamp, r.key, r.value, headers=list(r.headers) or None, callback=None,
+                       key_size=key_size, value_size=value_size, headers_size=headers_size(r.headers),
+                       max_block_ms=1000)
     return short
 
 

@@ -76,7 +76,8 @@ class Harness:
         for value in values:
             def callback(md, error, value=value):
                 self.callbacks.append((value, md.offset if md is not None else None, error))
-            self.accumulator.append(TOPIC, partition, 0, None, value, None, callback, 0, len(value), 0, 1000)
+            self.accumulator.append(TOPIC, partition, 0, None, value, headers=None, callback=callback, key_size=0,
+                                    value_size=len(value), headers_size=0, max_block_ms=1000)
 
     def run(self, rounds: int = 4) -> None:
         """Sender rounds: enough for metadata, InitProducerId and every sendable batch."""
@@ -319,8 +320,9 @@ def test_a_failing_batch_runs_its_callbacks_before_it_leaves_the_incomplete_set(
     h = Harness()
     seen: list[int] = []
     started(h, b"a")
-    h.accumulator.append(TOPIC, 0, 0, None, b"b", None, lambda md, error: seen.append(len(h.accumulator.incomplete())),
-                         0, 1, 0, 1000)
+    h.accumulator.append(TOPIC, 0, 0, None, b"b", headers=None,
+                         callback=lambda md, error: seen.append(len(h.accumulator.incomplete())),
+                         key_size=0, value_size=1, headers_size=0, max_block_ms=1000)
     h.run()
     h.client.respond_produce(h.only_in_flight(), {TP0: InvalidRecordError})
     h.run()
