@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from spark_sink.client.clock import Clock, now_ms
-from spark_sink.client.errors import ProducerClosedError
+from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
@@ -112,6 +112,8 @@ class RecordAccumulator:
             batch = ProducerBatch(topic, partition, self._clock(), next(self._order), size, self._config.batch_size,
                                   records=self._record_buffer(self._config.batch_size))
             future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size)
+            if future is None:  # sized for the record above: cannot happen
+                raise RecordTooLargeError(f"a record of {size} bytes does not fit a batch made for it")
             dq.append(batch)
             self._incomplete.add(batch)
             return future, len(dq) > 1 or batch.is_full, True
@@ -138,9 +140,9 @@ class RecordAccumulator:
             if not dq or self._stopped is not None:
                 return None
             last = dq[-1]
-            if last.closed:
-                return None
             records = last.records
+            if records is None or last.closed:  # sealed (records None) or closed
+                return None
             index = records.record_count
             parts, size = record_parts(index, timestamp - records.base_timestamp, key, value)
             size += records.estimated_size
@@ -418,7 +420,7 @@ class RecordAccumulator:
                            if now - max(since, self._drained_ms.get(node, since)) > timeout}
             for partition, node in enumerate(leaders):
                 if node >= 0 and node not in overdue:
-                    dq = queues.get(partition)
-                    sizes.append(len(dq) if dq else 0)
+                    waiting = queues.get(partition)
+                    sizes.append(len(waiting) if waiting else 0)
                     ids.append(partition)
         return sizes, ids, len(leaders)

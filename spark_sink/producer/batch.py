@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.producer_record import RecordMetadata
 from spark_sink.protocol.compression import compress
@@ -204,13 +204,20 @@ class ProducerBatch:
     @property
     def record_count(self) -> int:
         records = self.records  # read once: the Sender may seal the batch meanwhile
-        return records.record_count if records is not None else self.encoded.record_count
+        return records.record_count if records is not None else self._sealed().record_count
 
     @property
     def estimated_size(self) -> int:
         """Bytes of the batch: exact once sealed, an upper bound of the compressed size before."""
         records = self.records
-        return records.estimated_size if records is not None else self.encoded.size_in_bytes
+        return records.estimated_size if records is not None else self._sealed().size_in_bytes
+
+    def _sealed(self) -> EncodedRecords:
+        """The encoded records of a batch whose records buffer is gone (set before it is)."""
+        encoded = self.encoded
+        if encoded is None:
+            raise IllegalStateError(f"batch of {self.topic}-{self.partition} has neither records nor encoded records")
+        return encoded
 
     @property
     def is_full(self) -> bool:
@@ -222,9 +229,9 @@ class ProducerBatch:
         """Encode and add a record, or return None if it would overflow batch.size (or the
         batch is closed). RecordAccumulator.append_plain does the same for send()'s common
         record."""
-        if self.closed:
-            return None
         records = self.records
+        if self.closed or records is None:
+            return None
         index = records.record_count
         if not records.append(timestamp, key, value, headers or None):
             return None
@@ -237,19 +244,21 @@ class ProducerBatch:
         """Take (and compress) the records section, once."""
         if self.encoded is None:
             records = self.records
+            if records is None:
+                return self._sealed()  # neither records nor encoded records: raises
             section = records.take()  # compiled: a view of the buffer's bytes, not a copy
             payload = compress(codec, section, level) if codec else section
             self.encoded = EncodedRecords(payload, codec, records.record_count, records.base_timestamp,
                                           records.max_timestamp, len(section))
             self.records = None  # after encoded: record_count and estimated_size read one or the other
         self.closed = True
-        return self.encoded
+        return self._sealed()
 
     def to_wire(self, transactional: bool = False) -> tuple[bytes, bytes | memoryview]:
         """The record batch as sent, as (header, payload): the header carries this attempt's
         producer id, epoch and sequence (and whether it belongs to a transaction); the
         payload is written as it is, never copied."""
-        e = self.encoded
+        e = self._sealed()
         header = record_batch_header(
             e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
             base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec,
