@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
-from spark_sink.producer import KafkaProducer, ProducerConfig
+from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerConfig
 from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce, SinkOptions
@@ -254,12 +254,13 @@ def _open_beyond(admin: AdminClient, prefix: str, start: int) -> list[int]:
     """The ids from ``start`` on that hold an open transaction, as every broker's
     coordinator lists them (ListTransactions): a run whose driver died before its commit
     (so that no directory recorded its task count) may have had more tasks than this one,
-    as far apart as an aggregation's shuffle partitions. A cluster older than Kafka 3.0
-    cannot list them: those stay open until their timeout."""
+    as far apart as an aggregation's shuffle partitions. Where they cannot be listed (a
+    cluster older than Kafka 3.0, a broker down), those stay open until their timeout:
+    the commit goes on."""
     try:
         listed = admin.list_transactions(("Ongoing",))
-    except UnsupportedVersionError as exc:
-        log.warning("kprod: the cluster cannot list open transactions (%s); any a crashed run of %s left under "
+    except (UnsupportedVersionError, KafkaTimeoutError) as exc:
+        log.warning("kprod: the open transactions could not be listed (%s); any a crashed run of %s left under "
                     "ids beyond %d stay open until transaction.timeout.ms", exc, prefix, start)
         return []
     ids = (tid[len(prefix) + 1:] for tid in listed if tid.startswith(prefix + "-"))

@@ -65,3 +65,23 @@ def test_a_rerun_after_a_death_of_a_run_with_sparse_tasks_leaves_nothing_open(ka
     got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(rows)))
     assert got == collections.Counter(r.decode() for r in rows)
     assert_nothing_left_open(kafka.bootstrap, topic, 4)
+
+
+def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka, monkeypatch, caplog):
+    """A broker down (or a cluster before Kafka 3.0) when a restarted query first commits:
+    the ids beyond those recorded are left to their timeout, with a WARNING, and the
+    commit goes on."""
+    from spark_sink.admin import AdminClient
+    from spark_sink.producer import KafkaTimeoutError
+
+    def unreachable(self, states=("Ongoing",), timeout_ms=None):
+        raise KafkaTimeoutError("list transactions: 1 of 2 request(s) unanswered after 60000 ms (for broker 2)")
+
+    monkeypatch.setattr(AdminClient, "list_transactions", unreachable)
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-unlisted"), partitions=2)
+    eo = ExactlyOnce(unique_topic("orders"), topic, batch=True)
+    exactly_once._fenced.clear()  # a new driver process
+    rerun = [dataclasses.replace(m, query_id=None) for m in
+             _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {0: [b"a"], 1: [b"b"]}, "")]
+    assert exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None).transactions == 2
+    assert "could not be listed" in caplog.text and "broker 2" in caplog.text
