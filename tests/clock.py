@@ -3,10 +3,9 @@ and KafkaProducer (as Java's tests pass MockTime): a timeout, backoff or idle li
 when the test says, not after the test has waited for it.
 
 It is client/clock.py's clock plus however far the test moved it, not a frozen one: the
-accumulator stamps ``send()``'s batches with ``now_ms`` itself, and a batch must not look
-younger than a clock that stood still. Moving it forward makes every such age grow at
-once; it also makes a batch ``send()`` starts after the move look older by as much, so a
-test that goes on sending moves it by less than delivery.timeout.ms in all.
+producer's own waits (flush, futures, a thread blocked for memory) pass in real time, and
+a clock that stood still would never end them. Moving it forward makes every age on it
+(a batch's linger and delivery timeout, a request's timeout) grow at once.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.batch import (
@@ -42,10 +42,14 @@ def retry_backoff_ms(config: ProducerConfig, attempts: int) -> float:
 class RecordAccumulator:
     """Batches waiting to be sent, per partition, in send order."""
 
-    def __init__(self, config: ProducerConfig, pool: BufferPool, compiled: bool = True) -> None:
+    def __init__(self, config: ProducerConfig, pool: BufferPool, compiled: bool = True, *,
+                 clock: Clock = now_ms) -> None:
         """``compiled``: send()'s records go through the compiled RecordBuffer and
-        append_plain where kprod's extension is built (False: Python's, as without it)."""
+        append_plain where kprod's extension is built (False: Python's, as without it).
+        ``clock``: what a new batch's creation time (its linger and delivery timeout) is
+        read from."""
         self._config = config
+        self._clock = clock
         self._pool = pool
         self._lock = threading.Lock()
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -105,7 +109,7 @@ class RecordAccumulator:
                 if future is not None:  # another thread made room meanwhile
                     self._pool.deallocate(size)
                     return future, len(dq) > 1 or dq[-1].is_full, False
-            batch = ProducerBatch(topic, partition, now_ms(), next(self._order), size, self._config.batch_size,
+            batch = ProducerBatch(topic, partition, self._clock(), next(self._order), size, self._config.batch_size,
                                   records=self._record_buffer(self._config.batch_size))
             future = batch.try_append(timestamp, key, value, headers, callback, key_size, value_size)
             if future is None:  # sized for the record above: cannot happen

@@ -194,7 +194,7 @@ class KafkaProducer:
         c = self.config
         self._clock = clock
         self._pool = BufferPool(c.buffer_memory, clock=clock)
-        self._accumulator = RecordAccumulator(c, self._pool)
+        self._accumulator = RecordAccumulator(c, self._pool, clock=clock)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=clock)
         self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection, clock=clock)
         self._txn = TransactionManager(c)

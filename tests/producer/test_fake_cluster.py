@@ -5,6 +5,7 @@ and without a JVM (``make unit``). What a broker decides is tested on real Kafka
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
 from spark_sink.protocol.messages import ApiKey
+from tests.clock import MovedClock
 from tests.producer.fake_cluster import FakeCluster
 
 TOPIC = "t"
@@ -145,3 +147,20 @@ def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
     with pytest.raises(ProducerClosedError):
         producer.send(record)
 
+
+def test_a_batch_lingers_on_the_producers_clock():
+    """The accumulator stamps a new batch with the producer's clock: a batch started after
+    the clock moved two minutes lingers its linger.ms from there (stamped with the real
+    time, it would look two minutes old and go at once)."""
+    cluster, clock = FakeCluster(topics={"t": [0]}), MovedClock()
+    config = {"bootstrap.servers": "fake:9092", "linger.ms": 60_000, "batch.size": 1 << 20}
+    with KafkaProducer(config, network_client=cluster, clock=clock) as p:
+        p.send(ProducerRecord("t", b"first"))
+        p.flush(10)  # the metadata, and one batch out
+        clock.advance(120_000)
+        future = p.send(ProducerRecord("t", b"lingering"))
+        time.sleep(0.5)  # rounds of the Sender: none may send the batch yet
+        assert not future.done(), "the batch went before its linger.ms on the producer's clock"
+        p.flush(10)
+        assert future.result(0).offset == 1
+    assert cluster.values(("t", 0)) == [b"first", b"lingering"]
