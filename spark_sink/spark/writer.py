@@ -222,13 +222,13 @@ def _driver_logging() -> None:
 
 def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
     _driver_logging()
-    summary = WriteSummary.of(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
+    skipped: frozenset[int] = frozenset()
     if options.exactly_once is not None:
         committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
         what += f" (exactly-once, {committed.transactions} transaction(s) committed)"
-        if committed.skipped:
-            summary = WriteSummary.of(messages, already_committed=committed.skipped)
+        skipped = committed.skipped
+    summary = WriteSummary.of(messages, already_committed=skipped)
     log.info("kprod %s committed: %s", what, summary.describe())
     if options.delivery_report_path:
         append_report(options.delivery_report_path, summary.report_line(batch_id))
