@@ -382,6 +382,16 @@ def test_a_batch_without_a_leader_expires_after_the_delivery_timeout():
     assert "the partition has no known leader" in str(error)
 
 
+def _send_offsets_and_commit(h: Harness) -> None:
+    """Add a consumer group's offsets to the open transaction, then commit it."""
+    offsets = h.txn.send_offsets_to_transaction({("in", 0): (5, None)}, "group")
+    h.run()
+    offsets.wait(0, "send_offsets_to_transaction")
+    committed = h.txn.end_transaction(commit=True)
+    h.run()
+    committed.wait(0, "commit")
+
+
 def _transaction_with(h: Harness, *values: bytes) -> None:
     h.txn.begin_transaction()
     h.txn.maybe_add_partition(TP0)
@@ -432,12 +442,7 @@ def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives
         h.client.respond_produce(h.only_in_flight())
         h.run()
         h.client.respond_produce(h.only_in_flight())
-        offsets = h.txn.send_offsets_to_transaction({("in", 0): (5, None)}, "group")
-        h.run()
-        offsets.wait(0, "send_offsets_to_transaction")
-        committed = h.txn.end_transaction(commit=True)
-        h.run()
-        committed.wait(0, "commit")
+        _send_offsets_and_commit(h)
         assert h.sequences()[-2:] == [(epoch, 0, (b"a",)), (epoch, 1, (b"b",))]
         assert h.txn.producer_epoch == epoch + 1
     assert not [r for r in h.client.requests
@@ -475,12 +480,7 @@ def test_protocol_v1_stays_below_v2s_versions():
     h.run()
     _transaction_with(h, b"a")
     h.client.respond_produce(h.only_in_flight())
-    offsets = h.txn.send_offsets_to_transaction({("in", 0): (5, None)}, "group")
-    h.run()
-    offsets.wait(0, "send_offsets_to_transaction")
-    committed = h.txn.end_transaction(commit=True)
-    h.run()
-    committed.wait(0, "commit")
+    _send_offsets_and_commit(h)
     assert [ApiKey(r.api_key) for r in h.client.requests if r.api_key in (
         ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.PRODUCE, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.TXN_OFFSET_COMMIT,
         ApiKey.END_TXN)] == [ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.PRODUCE, ApiKey.ADD_OFFSETS_TO_TXN,
