@@ -77,8 +77,8 @@ class Outgoing:
 
 @dataclass(slots=True)
 class Connection:
-    """One broker connection: its socket and protocol objects (used by network.py alone)
-    and its state."""
+    """One broker connection: its socket and protocol objects (used by the NetworkClient and
+    its Dialer alone) and its state."""
 
     node_id: int
     host: str

@@ -1,30 +1,25 @@
-"""NetworkClient: non-blocking connections to brokers, the only module with sockets.
+"""NetworkClient: non-blocking I/O with every broker, on one selector.
 
-One selector multiplexes every broker connection. A connection goes through TCP (and
-TLS), then its bring-up (ApiVersions, SASL: the sans-IO machine of
-:mod:`~spark_sink.protocol.connection_setup`, fed what is read), keeps its requests in
-flight in order, resumes partial writes on the next poll and is closed (failing what is
-in flight) on errors and request timeouts. What the client knows of each connection
-besides its socket (state, backoff, queues, deadlines) is in
-:mod:`~spark_sink.client.connections`. Only the thread doing the Sender's work (the
-one holding its I/O lock) calls it, except :meth:`NetworkClient.wakeup` and
-:meth:`NetworkClient.wait`.
+It keeps each connection's requests in flight in order, writes frames (several per
+syscall), resumes partial writes on the next poll, reads responses and closes a
+connection (failing what is in flight) on errors and request timeouts. Bringing a
+connection up (TCP, TLS, ApiVersions, SASL) is the :mod:`~spark_sink.client.dialer`'s
+job; what the client knows of each connection besides its socket (state, backoff,
+queues, deadlines) is in :mod:`~spark_sink.client.connections`. The client and the
+Dialer are the only modules with sockets. Only the thread doing the Sender's work (the one holding its I/O
+lock) calls the client, except :meth:`NetworkClient.wakeup` and :meth:`NetworkClient.wait`.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import random
 import selectors
 import socket
 import ssl
 from collections.abc import Mapping
 from itertools import islice
-from typing import Any, cast
+from typing import Any
 
-from spark_sink.client import tls
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import (
@@ -36,16 +31,14 @@ from spark_sink.client.connections import (
     Outgoing,
     least_loaded,
 )
-from spark_sink.client.errors import AuthenticationError, SaslAuthenticationError
-from spark_sink.client.oauth import sasl_exchanges
-from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
+from spark_sink.client.dialer import Dialer
+from spark_sink.client.errors import AuthenticationError
 from spark_sink.protocol.error_codes import (
     KafkaConnectionError,
     KProdError,
     UnsupportedVersionError,
 )
-from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import ApiKey, transaction_version
+from spark_sink.protocol.messages import ApiKey
 
 __all__ = ["Callback", "ClientResponse", "NetworkClient"]
 
@@ -68,19 +61,6 @@ class NetworkClient:
         self._conns: dict[int, Connection] = {}
         for i, (host, port) in enumerate(config.bootstrap_servers):
             self._conns[-(i + 1)] = Connection(-(i + 1), host, port)
-        self._ssl = tls.ssl_context(config)
-        # A fresh SASL exchange per connection (with OAUTHBEARER, the first token is
-        # fetched now: a refused client fails here, before anything is sent).
-        self._sasl_exchange = sasl_exchanges(config)
-        # The last authentication (TLS or SASL) that failed; cleared when a connection
-        # becomes ready. Read by threads waiting for metadata, which then fail at once, as
-        # in Java.
-        self.authentication_error: AuthenticationError | None = None
-        # Why the last attempt to bring up a connection to each address failed, in words
-        # ("connection refused"), until one succeeds: what an error saying that no broker
-        # answered names. An address is warned about at its first failure only.
-        self.connect_failures: dict[str, str] = {}
-        self._warned: set[str] = set()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -98,11 +78,9 @@ class NetworkClient:
         # Set once a wakeup byte is written, cleared when it is read: send() calls wakeup()
         # for every new or full batch, and most of those find the sender already woken.
         self._wakeup_pending = False
-        # The transaction protocol the cluster speaks with kprod (messages.transaction_version),
-        # from the connection whose finalized features are the newest (the highest features
-        # epoch, as Java's ApiVersions keeps them): 2 where transaction.version is 2 or more.
-        self.transaction_version = 0
-        self._features_epoch = -2  # below any broker's (-1: a broker that finalizes no feature)
+        # Brings connections up (TCP, TLS, ApiVersions, SASL); it writes through this client.
+        self._dialer = Dialer(config, self._selector, self._write, clock)
+        self._tls = self._dialer.uses_tls  # read per write and read: SSLSocket has no sendmsg
 
     # -- nodes ----------------------------------------------------------------
 
@@ -142,7 +120,7 @@ class NetworkClient:
             # flight, cannot queue without bound).
             return not conn.outbox and len(conn.in_flight) < self._max_in_flight
         if conn.may_connect(now):
-            self._connect(conn, now)
+            self._dialer.connect(conn, now)
         return False
 
     def is_connected(self, node_id: int) -> bool:
@@ -171,21 +149,28 @@ class NetworkClient:
     def describe_bootstrap(self) -> str:
         """Each bootstrap address with what happened when it was last tried, for errors
         saying why no broker answered: ``127.0.0.1:1: connection refused; ...``."""
-        parts = []
-        for node in self.bootstrap_nodes():
-            conn = self._conns[node]
-            address = f"{conn.host}:{conn.port}"
-            cause = self.connect_failures.get(address)
-            if cause is None:
-                cause = {ConnState.READY: "connected, but no metadata came back",
-                         ConnState.DISCONNECTED: "not tried yet"}.get(conn.state, "still connecting")
-            parts.append(f"{address}: {cause}")
-        return "; ".join(parts)
+        return self._dialer.describe(self._conns[node] for node in self.bootstrap_nodes())
+
+    @property
+    def authentication_error(self) -> AuthenticationError | None:
+        """The last authentication (TLS or SASL) that failed, until a connection is ready:
+        threads waiting for metadata fail with it at once, as in Java."""
+        return self._dialer.authentication_error
+
+    @property
+    def connect_failures(self) -> dict[str, str]:
+        """Why the last bring-up of each address failed, in words, until one succeeds."""
+        return self._dialer.connect_failures
+
+    @property
+    def transaction_version(self) -> int:
+        """The transaction protocol the cluster speaks with kprod (messages.transaction_version)."""
+        return self._dialer.transaction_version
 
     @property
     def features_known(self) -> bool:
         """A broker has told its finalized features (``transaction_version`` is its word)."""
-        return self._features_epoch > -2
+        return self._dialer.features_known
 
     def api_version(self, node_id: int, api_key: int) -> int | None:
         conn = self._conns.get(node_id)
@@ -246,11 +231,8 @@ class NetworkClient:
                 self._progressed = True
                 continue
             try:
-                if conn.state is ConnState.CONNECTING:
-                    self._finish_connect(conn)
-                    continue
-                if conn.state is ConnState.HANDSHAKING:
-                    self._handshake(conn)
+                if conn.state is ConnState.CONNECTING or conn.state is ConnState.HANDSHAKING:
+                    self._dialer.advance(conn)
                     continue
                 if events & selectors.EVENT_WRITE:
                     self._write(conn)
@@ -320,130 +302,6 @@ class NetworkClient:
 
     # -- connection lifecycle -------------------------------------------------
 
-    def _connect(self, conn: Connection, now: float) -> None:
-        log.debug("connecting to node %s at %s:%s", conn.node_id, conn.host, conn.port)
-        try:
-            family = socket.AF_INET6 if ":" in conn.host else socket.AF_INET
-            infos = socket.getaddrinfo(conn.host, conn.port, 0, socket.SOCK_STREAM)
-            family, _, _, _, address = infos[0] if infos else (family, None, None, None, (conn.host, conn.port))
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except socket.gaierror as exc:
-            self._fail_connect(conn, f"name not resolved ({exc.strerror})", now)
-            return
-        except OSError as exc:
-            self._fail_connect(conn, f"cannot open a socket: {exc}", now)
-            return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._config.send_buffer_bytes > 0:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._config.send_buffer_bytes)
-        if self._config.receive_buffer_bytes > 0:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._config.receive_buffer_bytes)
-        conn.sock, conn.state, conn.connect_started_ms = sock, ConnState.CONNECTING, now
-        conn.protocol = KafkaProtocol(self._config.client_id)
-        err = sock.connect_ex(address)
-        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK):
-            sock.close()
-            conn.sock = None
-            self._fail_connect(conn, _errno_text(err), now)
-            return
-        self._selector.register(sock, selectors.EVENT_WRITE, conn)
-        conn.writing = True
-
-    def _finish_connect(self, conn: Connection) -> None:
-        sock, _ = conn.transport()
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            raise KafkaConnectionError(_errno_text(err))
-        if self._ssl is not None:
-            # The wrapped socket takes over the file descriptor: register it instead.
-            self._selector.unregister(sock)
-            conn.sock = self._ssl.wrap_socket(sock, server_hostname=conn.host, do_handshake_on_connect=False)
-            self._selector.register(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-            conn.writing = True
-            conn.state = ConnState.HANDSHAKING
-            self._handshake(conn)
-            return
-        self._start_setup(conn)
-
-    def _handshake(self, conn: Connection) -> None:
-        """One step of the TLS handshake; waits for whichever direction it needs next."""
-        sock, _ = conn.transport()
-        try:
-            cast(ssl.SSLSocket, sock).do_handshake()
-        except ssl.SSLWantReadError:
-            self._selector.modify(sock, selectors.EVENT_READ, conn)
-            return
-        except ssl.SSLWantWriteError:
-            self._selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-            return
-        except OSError as exc:  # ssl.SSLError included
-            raise self._tls_failed(conn, exc) from None
-        self._start_setup(conn)
-
-    def _tls_failed(self, conn: Connection, exc: OSError) -> KProdError:
-        error = tls.handshake_error(exc, conn.host, conn.port, self._config)
-        if isinstance(error, AuthenticationError):
-            self.authentication_error = error  # threads waiting for metadata fail at once, as in Java
-        return error
-
-    def _start_setup(self, conn: Connection) -> None:
-        sock, protocol = conn.transport()
-        conn.state = ConnState.SETTING_UP
-        self._selector.modify(sock, selectors.EVENT_READ, conn)
-        conn.writing = False
-        try:
-            exchange = self._sasl_exchange(conn.host) if self._sasl_exchange is not None else None
-        except SaslAuthenticationError as error:  # no OAUTHBEARER token or Kerberos ticket to be had
-            self.authentication_error = error
-            raise
-        # Java's choice: renew a SASL session at a random 85-95% of its lifetime, so that a
-        # fleet of clients does not reconnect at once, well before the broker closes it.
-        conn.setup = ConnectionSetup(protocol, exchange, random.uniform(0.85, 0.95))
-        now = self._clock()
-        self._follow(conn, conn.setup.connected(now), now)
-
-    def _follow(self, conn: Connection, outputs: list[Output], now: float) -> None:
-        """Do what the connection's bring-up, fed at ``now``, says."""
-        for output in outputs:
-            if type(output) is Send:
-                conn.outbox.append(Outgoing(memoryview(output.data), None, now))
-                self._write(conn)
-            elif type(output) is Ready:
-                conn.note_ready(output.versions, now)
-                if output.features_epoch > self._features_epoch:
-                    self._features_epoch = output.features_epoch
-                    self.transaction_version = transaction_version(output.features, output.versions)
-                self._progressed = True
-                self.authentication_error = None
-                address = f"{conn.host}:{conn.port}"
-                self.connect_failures.pop(address, None)
-                self._warned.discard(address)
-                log.debug("node %s ready, versions %s", conn.node_id, conn.versions)
-            elif type(output) is Failed:
-                if output.authentication:
-                    error = SaslAuthenticationError(f"SASL {self._config.sasl_mechanism} authentication with "
-                                                    f"{conn.host}:{conn.port} failed: {output.reason}")
-                    self.authentication_error = error
-                    raise error
-                raise KafkaConnectionError(f"setting up the connection to node {conn.node_id} failed: "
-                                           f"{output.reason}")
-
-    def _fail_connect(self, conn: Connection, cause: str, now: float) -> None:
-        conn.state = ConnState.DISCONNECTED
-        conn.note_failure(now, self._config)
-        self._bring_up_failed(conn, cause)
-
-    def _bring_up_failed(self, conn: Connection, cause: str) -> None:
-        """Remember why the connection to an address could not be brought up; the first
-        failure is a warning (a wrong address or security.protocol shows at once), the
-        retries that follow are not."""
-        address = f"{conn.host}:{conn.port}"
-        self.connect_failures[address] = cause
-        level = logging.INFO if address in self._warned else logging.WARNING
-        self._warned.add(address)
-        log.log(level, "cannot connect to %s (node %s): %s", address, conn.node_id, cause)
-
     def _disconnect(self, conn: Connection, error: Exception, backoff: bool = True) -> None:
         if conn.sock is not None:
             try:
@@ -455,7 +313,7 @@ class NetworkClient:
             if conn.state is ConnState.READY or not backoff:
                 log.info("disconnected from node %s: %s", conn.node_id, error)
             else:
-                self._bring_up_failed(conn, str(error))
+                self._dialer.failed(conn, str(error))
         now = self._clock()
         if conn.state is not ConnState.DISCONNECTED and backoff:
             conn.note_failure(now, self._config)
@@ -469,7 +327,7 @@ class NetworkClient:
             return
         while outbox:
             try:
-                if len(outbox) == 1 or self._ssl is not None:  # SSLSocket has no sendmsg
+                if len(outbox) == 1 or self._tls:  # SSLSocket has no sendmsg
                     sent = sock.send(outbox[0].data)
                 else:
                     # Several queued frames go out in one syscall (writev), no joining copy.
@@ -507,11 +365,8 @@ class NetworkClient:
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as exc:
-                if conn.state is not ConnState.READY and tls.is_alert(exc):
-                    # With TLS 1.3 the client's side of the handshake ends before the broker
-                    # has checked the client's certificate: a refusal arrives as an alert on
-                    # the first read.
-                    raise self._tls_failed(conn, exc) from None
+                if conn.state is not ConnState.READY:
+                    raise self._dialer.read_failed(conn, exc) from None
                 raise KafkaConnectionError(f"read from node {conn.node_id} failed: {exc}") from exc
             if not n:
                 if conn.state is ConnState.SETTING_UP:
@@ -521,8 +376,8 @@ class NetworkClient:
                                                "(a TLS or SASL_SSL listener? check security.protocol)")
                 raise KafkaConnectionError(f"node {conn.node_id} closed the connection")
             if conn.state is ConnState.SETTING_UP:
-                now = self._clock()
-                self._follow(conn, conn.bring_up().receive_data(buf[:n], now), now)
+                if self._dialer.receive(conn, buf[:n], self._clock()):
+                    self._progressed = True
             elif responses := conn.transport()[1].receive_data(buf[:n]):
                 now = self._clock()
                 conn.last_used_ms = now
@@ -533,7 +388,7 @@ class NetworkClient:
                             conn.node_id, api_key, version, correlation_id, body, None, now - entry.sent_ms)))
             # A TLS socket may hold decrypted bytes that select() does not announce: read on
             # until it would block.
-            if n < _RECV_SIZE and self._ssl is None:
+            if n < _RECV_SIZE and not self._tls:
                 return
             sock = conn.sock
 
@@ -560,8 +415,3 @@ class NetworkClient:
             if expiry is not None:
                 self._disconnect(conn, expiry[0], backoff=expiry[1])
 
-
-def _errno_text(err: int) -> str:
-    """A connect() error in words: ``connection refused`` (ECONNREFUSED)."""
-    text = os.strerror(err)
-    return f"{text[:1].lower()}{text[1:]} ({errno.errorcode.get(err, err)})"

@@ -83,7 +83,9 @@ class KafkaClient(Protocol):
     def authentication_error(self) -> Exception | None:
         """The last failed authentication: threads waiting for metadata fail at once with it."""
 
-    transaction_version: int  # the cluster's transaction protocol (messages.transaction_version)
+    @property
+    def transaction_version(self) -> int:
+        """The cluster's transaction protocol (messages.transaction_version)."""
 
 
 class Sender(threading.Thread):
