@@ -45,6 +45,7 @@ from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
 from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerConfig
 from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark.last_will import LastWill
 from spark_sink.spark.options import ExactlyOnce, SinkOptions
 
 log = logging.getLogger(__name__)
@@ -187,12 +188,23 @@ class Committed(NamedTuple):
 
 def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
            batch_id: int | None) -> Committed:
-    """Commit every task's transaction (a batch write: ``batch_id`` None)."""
+    """Commit every task's transaction (a batch write: ``batch_id`` None). If this worker
+    is killed before the commit is done (Spark's abort then fails too), its last will
+    aborts the write, or ends the commits it had begun."""
+    with LastWill() as will:
+        will.set(_abort, config, eo, messages)
+        return _commit(will, config, eo, messages, batch_id)
+
+
+def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
+            batch_id: int | None) -> Committed:
     admin = _admin(config)
     txns = _transactions(messages)
     began = _began(messages)
     if batch_id is None and eo.one_write:
         _check_open(admin, config, txns, began, "batch write")
+        # From the first EndTxn on, a worker killed leaves some committed: the others follow.
+        will.set(_end_commits, config, list(txns.values()))
         _end_checked(admin, config, txns, began, "batch write")
         return Committed(len(txns))
     # A batch write under a prefix the user named is that name's one microbatch: a rerun
@@ -246,6 +258,7 @@ def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
         for p, t in fresh.items())
+    will.set(_end_commits, config, list(fresh.values()))
     _end_checked(admin, config, fresh, began, what)
     return Committed(len(fresh), frozenset(skipped))
 
@@ -499,7 +512,14 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
     transaction open, holding back every later record of its partitions from
     read_committed consumers until transaction.timeout.ms; so does another attempt of a
     finished task (a speculative copy, an executor thought lost) that opened one under
-    the same id, at an epoch the finished task's EndTxn cannot end."""
+    the same id, at an epoch the finished task's EndTxn cannot end. A worker killed in the
+    middle of it leaves the abort to its last will."""
+    with LastWill() as will:
+        will.set(_abort, config, eo, messages)
+        _abort(config, eo, messages)
+
+
+def _abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:
     admin = _admin(config)
     txns = _transactions(messages)
     try:
@@ -509,6 +529,12 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
         # Even when ending a reported one is refused (its coordinator already ended it at
         # its timeout, or another attempt fenced it): the others may still be open.
         _fence_all(admin, eo, messages)
+
+
+def _end_commits(config: Mapping[str, str], txns: Sequence[PreparedTransaction]) -> None:
+    """End the commits of a microbatch whose driver worker died after it began them (an
+    EndTxn of a transaction already committed is answered as done)."""
+    _admin(config).end_transactions(txns, commit=True)
 
 
 def _fence_all(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:

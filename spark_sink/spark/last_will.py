@@ -1,0 +1,111 @@
+"""LastWill: a call that another process makes if this one dies before it is done.
+
+The driver's commit and abort run in a Python worker that Spark kills (SIGKILL) when it
+interrupts them: ``query.stop()`` or a cancelled job in the middle of a commit. Spark's
+abort, called next in the same interrupted thread, then fails too, and the microbatch's
+transactions would stay open until ``transaction.timeout.ms``, holding back every
+read_committed reader of their partitions. So the commit names, at each step, what must
+happen if it dies there (abort everything, or end the commits it has begun), and a small
+process of its own, started with the commit, carries that out when the worker is gone.
+
+The will process reads frames from a pipe: a pickled ``(function, args)`` replaces the
+will, an empty frame says the worker is done. End of file before that (the worker's end
+of the pipe closed by its death) runs the last will. It is started in a session of its
+own, so that the Python daemon stopping with the Spark application does not end it with
+its workers; until the worker dies it imports nothing of kprod.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from types import TracebackType
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+_LENGTH = struct.Struct(">I")
+
+
+class LastWill:
+    """``with LastWill() as will: will.set(f, *args); ...``: ``f(*args)`` runs in another
+    process if this one dies inside the block (after the last ``set`` made)."""
+
+    def __init__(self) -> None:
+        # The worker's import path (with Spark's zips and --py-files), for the will's imports.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            env=env, start_new_session=True)
+
+    def set(self, function: Callable[..., object], *args: object) -> None:
+        """What to do if this process dies from now on: ``function(*args)`` (picklable)."""
+        self._send(pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL))
+
+    def close(self) -> None:
+        """Done: the will process exits without doing anything."""
+        self._send(b"")
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+        # Not waited for (it may still be starting): subprocess reaps it later.
+        self._proc = None
+
+    def _send(self, payload: bytes) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(_LENGTH.pack(len(payload)) + payload)
+            proc.stdin.flush()
+        except OSError as exc:
+            # It could not start or died: the commit goes on without it (what it guards
+            # against is then what a dead driver leaves: open until the timeout).
+            log.warning("kprod: the commit's last-will process is gone (%s); if this worker is killed before "
+                        "the commit ends, its transactions stay open until transaction.timeout.ms", exc)
+            self._proc = None
+
+    def __enter__(self) -> LastWill:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+def _read_frame(stream: IO[bytes]) -> bytes | None:
+    """The next frame, or None at end of file (the worker died)."""
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    body = stream.read(length)
+    return body if len(body) == length else None
+
+
+def main() -> int:
+    """The will process: wait for the frames; on end of file, run the last will."""
+    will: bytes | None = None
+    while (frame := _read_frame(sys.stdin.buffer)) is not None:
+        if not frame:
+            return 0
+        will = frame
+    if will is None:
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    function, args = pickle.loads(will)
+    log.warning("kprod: the driver's worker died in the middle of a commit or abort (query.stop()?); "
+                "doing what it left to do: %s", function.__qualname__)
+    function(*args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The driver's commit of an exactly-once microbatch cut short (found by a review).
+
+A user stops a query (a notebook's stop button, a scheduler shutting the job down) while
+the driver commits a microbatch: the commit's Python worker goes on and ends the commit.
+If that worker dies instead (the application exits, and Spark's Python daemon takes its
+workers with it; the kernel's OOM killer), the commit's last will
+(spark_sink/spark/last_will.py) aborts the microbatch, or ends the commits it had begun.
+Either way nothing is left open until transaction.timeout.ms to hold back read_committed
+readers (README, Guarantees), and a restart writes every row once. The commit's round
+trips are slowed (0.7 s each, replies only, through the fault proxy) so that the stop or
+the kill lands inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from tests import procs
+from tests.brokers import create_topic, unique_topic
+from tests.spark.readback import assert_nothing_left_open
+from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
+
+
+def _start(spark, source, bootstrap: str, topic: str, checkpoint: str):
+    rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
+            .repartition(2, "id").select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
+    return (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+
+def _wills() -> list[int]:
+    """The last-will processes of kprod's commits and aborts under this test process."""
+    found = []
+    for pid in procs.descendants(os.getpid()):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spark_sink.spark.last_will" in cmdline:
+            found.append(pid)
+    return found
+
+
+def _wait_for_the_commit(timeout: float = 120.0) -> int:
+    """Until the driver's commit has begun: the process of its last will, once armed."""
+    deadline = time.monotonic() + timeout
+    while not (found := _wills()):
+        assert time.monotonic() < deadline, "the driver's commit never began"
+        time.sleep(0.02)
+    return found[0]
+
+
+@pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), (1.0, "stop"), (None, None)])
+def test_a_commit_cut_short_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_path, into_commit_s, cut):
+    """Expected: once the query has stopped, nothing of its last microbatch holds
+    read_committed readers back (checked within 10 s; transaction.timeout.ms is 60 s);
+    restarted, the query writes every row once. ``into_commit_s`` after the commit began
+    (before its checks, among its offset commits, or among its EndTxns), the query is
+    stopped, or the commit's worker killed and then the query stopped (None: a moment
+    and a cut chosen at random)."""
+    if into_commit_s is None:
+        into_commit_s, cut = random.uniform(0.0, 3.0), random.choice(["stop", "kill"])
+        print("cut:", cut, into_commit_s, "s into the commit")
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-stopc"), partitions=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "0.json").write_text("\n".join(json.dumps({"id": i}) for i in range(100)) + "\n")
+    checkpoint = str(tmp_path / "chk")
+    kafka_proxy.proxy.set_delay(700, replies_only=True)
+    query = _start(spark, source, kafka_proxy.bootstrap, topic, checkpoint)
+    try:
+        worker = procs.parent(_wait_for_the_commit())
+        time.sleep(into_commit_s)
+        if cut == "kill" and worker is not None:
+            os.kill(worker, signal.SIGKILL)
+        query.stop()
+    finally:
+        kafka_proxy.proxy.set_delay(0)
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    query = _start(spark, source, kafka.bootstrap, topic, checkpoint)
+    query.awaitTermination(120)
+    assert query.exception() is None
+    _exactly(_committed_keys(kafka.bootstrap, topic, 102), {str(i) for i in range(100)})
