@@ -218,7 +218,7 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     directory = (eo.marker_topic, MARKER_PARTITION)
     started_batch, ids, record = _read_directory(admin, prefix, directory, query)
     if started_batch < 0 and batch_id > 0 and eo.missing_markers == "fail":
-        raise MarkersMissingError(_missing_text(batch_id, f"group {directory_group(prefix)!r}", eo))
+        raise MarkersMissingError(_missing_text(what, f"group {directory_group(prefix)!r}", eo))
     ids = max(ids, tasks)
     if prefix not in _fenced:
         # Ids an earlier run used that hold no transaction of this one (this run has
@@ -232,8 +232,16 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     already: set[int] = set()
     rows = _rows_digests(messages)
     replay = started_batch >= batch_id
+    if replay and started_batch == batch_id and record.get("done") is True:
+        # An earlier run's commit of it ended whole: every row is in Kafka, whether or not
+        # Kafka still keeps the markers (a named batch write run again weeks later).
+        if txns:
+            log.warning("kprod %s was committed whole by an earlier run; this run's transactions are aborted",
+                        what)
+            admin.end_transactions(txns.values(), commit=False)
+        return Committed(0, frozenset(txns))
     if replay and eo.missing_markers == "fail" and _markers_may_have_expired(admin, prefix, record):
-        raise MarkersMissingError(_missing_text(batch_id, f"markers of microbatch {started_batch}", eo))
+        raise MarkersMissingError(_missing_text(what, f"markers of microbatch {started_batch}", eo))
     # A replay (the directory names this microbatch), or a first microbatch whose directory
     # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
     if replay or started_batch < 0:
@@ -246,9 +254,9 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     # next microbatch from a replay. "at": when its markers began to be written (a replay
     # after they may have expired is refused).
     at = record.get("at") if replay else None
-    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(
-        {"query": query, "ids": ids, "at": at if isinstance(at, int) else int(time.time() * 1000)}))},
-        retention_ms=DIRECTORY_RETENTION_MS)
+    entry = {"query": query, "ids": ids, "at": at if isinstance(at, int) else int(time.time() * 1000)}
+    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(entry))},
+                         retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
     if skipped:
         log.warning("kprod microbatch %d: partition(s) %s were committed by an earlier run of it; their rows are "
@@ -260,6 +268,14 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
         for p, t in fresh.items())
     will.set(_end_commits, config, list(fresh.values()))
     _end_checked(admin, config, fresh, began, what)
+    # "done": a replay skips it whole without its markers, which Kafka keeps only
+    # offsets.retention.minutes. Without it (this commit failing), a replay reads them.
+    try:
+        admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({**entry, "done": True}))},
+                             retention_ms=DIRECTORY_RETENTION_MS)
+    except Exception as exc:
+        log.warning("kprod %s: committed, but recording that in group %r failed (%s); a replay of it reads its "
+                    "markers instead", what, directory_group(prefix), exc)
     return Committed(len(fresh), frozenset(skipped))
 
 
@@ -394,15 +410,18 @@ def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partit
             f"or make the write shorter. {outcome}")
 
 
-def _missing_text(batch_id: int, what: str, eo: ExactlyOnce) -> str:
-    """Why a microbatch is refused when the markers it would be checked against are gone."""
-    return (f"microbatch {batch_id}: the exactly-once markers of this query ({what} on "
-            f"{eo.marker_topic}-{MARKER_PARTITION}) are gone, so a replay of a microbatch that was committed in "
-            "part cannot be told from a new one and could be written twice. Kafka keeps the markers "
-            "offsets.retention.minutes (7 days by default) after their last commit, and the directory a year; "
-            "they are also missing when the checkpoint was written by another sink or an older kprod, or when "
-            "kprod.transactionalIdPrefix or kprod.markerTopic changed. If the last run stopped without failing in "
-            "a commit, restart once with option kprod.missingMarkers=ignore")
+def _missing_text(what: str, missing: str, eo: ExactlyOnce) -> str:
+    """Why a microbatch (or a named batch write) is refused when the markers it would be
+    checked against are gone."""
+    streaming = what.startswith("microbatch")
+    run, whose = ("last run", "this query") if streaming else ("last run of this name", "this write")
+    return (f"{what}: the exactly-once markers of {whose} ({missing} on {eo.marker_topic}-{MARKER_PARTITION}) "
+            f"are gone, and nothing records that its commit ended, so what the {run} committed in part cannot be "
+            "told apart and could be written twice. Kafka keeps the markers offsets.retention.minutes (7 days by "
+            "default) after their last commit, and the directory a year; they are also missing when the "
+            "checkpoint was written by another sink or an older kprod, or when kprod.transactionalIdPrefix or "
+            f"kprod.markerTopic changed. If the {run} did not fail in the middle of its commit, run once with "
+            "option kprod.missingMarkers=ignore")
 
 
 def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int], query: str | None

@@ -1,0 +1,91 @@
+"""A named exactly-once batch write run again after its markers expired (found by a review).
+
+README, Guarantees: "Name the write ... and a rerun completes it ... a write already
+committed whole writes nothing." A scheduler runs a named backfill again more than
+offsets.retention.minutes (7 days by default) after it succeeded. The markers are gone
+then, but the directory (kept a year) records that the commit ended: the rerun writes
+nothing. (Before, it failed with MarkersMissingError advising kprod.missingMarkers=ignore,
+which then wrote every row a second time.) The broker keeps offsets one minute here
+(offsets.retention.minutes=1, checked every second) instead of seven days.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from pyspark.sql import functions as F
+
+from spark_sink.admin import AdminClient
+from spark_sink.spark import exactly_once
+from spark_sink.spark.options import ExactlyOnce
+from tests.brokers import create_topic, start_kafka, unique_topic
+from tests.spark.readback import assert_nothing_left_open
+from tests.spark.test_exactly_once_idle import days_later
+from tests.spark.test_exactly_once_shapes import (
+    _committed_keys,
+    _committed_keys_by_value,
+    _exactly,
+    _prepared_tasks,
+)
+
+
+def _write(df, bootstrap: str, topic: str, prefix: str) -> None:
+    (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
+     .option("kprod.transactionalIdPrefix", prefix).save())
+
+
+@pytest.mark.parametrize("batch_id", [None, 1])
+def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, monkeypatch, batch_id):
+    """A named batch write (``batch_id`` None) or a microbatch committed whole, run again
+    after Kafka dropped its markers: nothing is written twice, nothing is left open."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-done"), partitions=2)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    query = None if batch_id is None else unique_topic("query")
+    eo = ExactlyOnce(unique_topic("orders") if batch_id is None else None, topic, batch=batch_id is None)
+    prefix = eo.prefix_for(query)
+    if batch_id:  # microbatch 0 had no rows
+        exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, {0: [], 1: []}, query), 0)
+    rows = {0: [b"a%d" % i for i in range(5)], 1: [b"b%d" % i for i in range(5)]}
+    assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query),
+                               batch_id).transactions == 2
+    admin = ConfluentAdmin(config)  # kept: its futures need it
+    for future in admin.delete_consumer_groups([exactly_once.transactional_id(prefix, p) for p in rows]).values():
+        future.result(30)
+    monkeypatch.setattr(exactly_once, "time", days_later(8))
+    again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id)
+    assert again == exactly_once.Committed(0, frozenset(rows))
+    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, 10))
+    assert got == collections.Counter(v.decode() for v in rows[0] + rows[1])
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+
+
+@pytest.mark.soak
+def test_a_named_write_run_again_after_its_markers_expired_writes_nothing(spark, tmp_path):
+    """The same through Spark, on a broker that drops offsets a minute after their commit."""
+    cluster = start_kafka(config={"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "1000"})
+    try:
+        topic = cluster.create_topic(unique_topic("eos-named"), 2)
+        prefix = unique_topic("orders-2026-11-27")
+        df = spark.range(100, numPartitions=2).select(F.col("id").cast("string").alias("key"),
+                                                      F.lit("v").alias("value"))
+        _write(df, cluster.bootstrap, topic, prefix)
+        # The markers (groups <prefix>-N) expire a minute after the commit; the directory
+        # (<prefix>-dir, kept a year) stays.
+        markers = [exactly_once.transactional_id(prefix, p) for p in range(2)]
+        with AdminClient({"bootstrap.servers": cluster.bootstrap}) as admin:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                found = admin.committed_offsets({g: [(topic, 0)] for g in markers})
+                if all(found[g][(topic, 0)][0] < 0 for g in markers):
+                    break
+                time.sleep(2)
+            directory = exactly_once.directory_group(prefix)
+            assert admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)][0] == 0
+        _write(df, cluster.bootstrap, topic, prefix)
+        _exactly(_committed_keys(cluster.bootstrap, topic, 100), {str(i) for i in range(100)})
+    finally:
+        cluster.stop()
