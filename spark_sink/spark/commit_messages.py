@@ -41,6 +41,9 @@ class KProdCommitMessage(WriterCommitMessage):
     # Exactly-once: the task's rows as ``RowsDigest`` prints them (count:hash, any order),
     # which a replay compares with the marker of the run that committed this task.
     rows_digest: str | None = None
+    # Exactly-once streaming: the run of the query (its runId, new at every start), which
+    # tells the driver's reused worker that a query was restarted.
+    run_id: str | None = None
 
 
 def extend_ranges(into: PartitionRanges, later: PartitionRanges) -> None:

@@ -136,12 +136,16 @@ def abort_in_task(producer: KafkaProducer) -> None:
         log.warning("kprod task could not abort its transaction (%s); it is aborted when its id is fenced", exc)
 
 
-def query_id() -> str | None:
-    """The streaming query's id (stable across restarts from its checkpoint), if any."""
+def query_run() -> tuple[str | None, str | None]:
+    """The streaming query's id (stable across restarts from its checkpoint) and its run's
+    (new at every start: Spark makes it the job group of the query's jobs), if any."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    if ctx is None or not query:
+        return None, None
+    return query, ctx.getLocalProperty("spark.jobGroup.id")
 
 
 # -- the driver -------------------------------------------------------------------
@@ -150,9 +154,9 @@ def query_id() -> str | None:
 _admins: OrderedDict[tuple[tuple[str, str], ...], AdminClient] = OrderedDict()
 _admins_lock = threading.Lock()
 _MAX_ADMINS = 4
-# The prefixes whose leftovers this process has fenced: needed at a query's first commit
-# after a (re)start only, not at every microbatch.
-_fenced: set[str] = set()
+# The runs (prefix, runId) whose leftovers this process has fenced: needed at a query's
+# first commit after a (re)start only, not at every microbatch.
+_fenced: set[tuple[str, str | None]] = set()
 
 
 def _admin(config: Mapping[str, str]) -> AdminClient:
@@ -176,6 +180,10 @@ def _transactions(messages: Sequence[object]) -> dict[int, PreparedTransaction]:
 
 def _query(messages: Sequence[object]) -> str | None:
     return next((m.query_id for m in messages if isinstance(m, KProdCommitMessage) and m.query_id), None)
+
+
+def _run(messages: Sequence[object]) -> str | None:
+    return next((m.run_id for m in messages if isinstance(m, KProdCommitMessage) and m.run_id), None)
 
 
 class Committed(NamedTuple):
@@ -220,7 +228,10 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     if started_batch < 0 and batch_id > 0 and eo.missing_markers == "fail":
         raise MarkersMissingError(_missing_text(what, f"group {directory_group(prefix)!r}", eo))
     ids = max(ids, tasks)
-    if prefix not in _fenced:
+    # Once per run of a query (a restart in the same application reuses the driver's
+    # worker), and at every batch write.
+    run = (prefix, _run(messages))
+    if run[1] is None or run not in _fenced:
         # Ids an earlier run used that hold no transaction of this one (this run has
         # fewer tasks, or their task was empty and opened none) may hold transactions a
         # crash left open: aborted now, not at transaction.timeout.ms, and their pending
@@ -228,7 +239,7 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
         idle = [p for p in range(ids) if p >= tasks or p not in txns]
         idle += _open_beyond(admin, prefix, ids)
         admin.fence_transactions([transactional_id(prefix, p) for p in idle])
-        _fenced.add(prefix)
+        _fenced.add(run)
     already: set[int] = set()
     rows = _rows_digests(messages)
     replay = started_batch >= batch_id

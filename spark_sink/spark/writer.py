@@ -123,7 +123,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     started = time.monotonic()
     partition_id, attempt = _task_identity()
     eo = options.exactly_once
-    query = exactly_once.query_id() if eo is not None else None
+    query, run = exactly_once.query_run() if eo is not None else (None, None)
     config = options.producer_config if eo is None else exactly_once.transactional_config(
         options.producer_config, eo.prefix_for(query), partition_id)
     # A batch write's own transactional ids: no later task could reuse the producer.
@@ -192,7 +192,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
              partition_id, attempt, records, nbytes, seconds, counts.describe())
     return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
                               began_ms if transaction is not None else None,
-                              str(digest) if digest is not None else None)
+                              str(digest) if digest is not None else None, run)
 
 
 def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False,

@@ -85,3 +85,29 @@ def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka, mo
              _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {0: [b"a"], 1: [b"b"]}, "")]
     assert exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None).transactions == 2
     assert "could not be listed" in caplog.text and "broker 2" in caplog.text
+
+
+def test_a_query_restarted_in_the_same_application_fences_what_its_last_run_left(kafka):
+    """A notebook stops a query and starts it again: Spark reuses the driver's Python
+    worker, which fenced the query's leftovers at the first run's start. The new run (a
+    new runId) with fewer tasks must fence them again: the last run's driver step died
+    before its commit with four tasks' transactions open (found by a review)."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-same-app"), partitions=4)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    query = unique_topic("query")
+    eo = ExactlyOnce(None, topic)
+    prefix = eo.prefix_for(query)
+
+    def run(run_id: str, rows: dict[int, list[bytes]]) -> list:
+        return [dataclasses.replace(m, run_id=run_id) for m in _prepared_tasks(kafka.bootstrap, prefix, topic, rows,
+                                                                               query)]
+
+    first = [b"f%d" % i for i in range(4)]
+    exactly_once.commit(config, eo, run("run-1", {p: first[p::4] for p in range(4)}), 0)
+    left = [b"l%d" % i for i in range(8)]
+    run("run-1", {p: left[p::4] for p in range(4)})  # microbatch 1: stopped before the commit
+    again = run("run-2", {p: left[p::2] for p in range(2)})  # restarted: microbatch 1 over 2 tasks
+    assert exactly_once.commit(config, eo, again, 1).transactions == 2
+    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(first) + len(left)))
+    assert got == collections.Counter(r.decode() for r in first + left)
+    assert_nothing_left_open(kafka.bootstrap, topic, 4)
