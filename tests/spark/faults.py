@@ -3,9 +3,11 @@ SIGKILL of the Python worker that runs kprod's writer."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+from pathlib import Path
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -16,6 +18,24 @@ def jvm_sleep(ms: int) -> Column:
     the JVM lets the sink have the rows before it meanwhile (a Python UDF's output reaches
     the sink only once the UDF is done)."""
     return F.substring(F.expr(f"reflect('java.lang.Thread', 'sleep', {ms}L)"), 1, 0)
+
+
+def json_input(directory: Path, files: int, rows_per_file: int) -> Path:
+    """``files`` JSON files of ``rows_per_file`` rows each (``{"id": n}``, ids 0 and up) in
+    ``directory/in``: a file source read one file per microbatch gives that many."""
+    source = directory / "in"
+    source.mkdir()
+    for f in range(files):
+        (source / f"{f:03d}.json").write_text(
+            "\n".join(json.dumps({"id": f * rows_per_file + i}) for i in range(rows_per_file)) + "\n")
+    return source
+
+
+def paused_value(rows_per_file: int, pause_ms: int) -> Column:
+    """A value column ("v") whose middle row of every file pauses the JVM ``pause_ms``:
+    each microbatch keeps its transactions open that much longer."""
+    return F.when(F.col("id") % rows_per_file == rows_per_file // 2,
+                  F.concat(F.lit("v"), jvm_sleep(pause_ms))).otherwise(F.lit("v"))
 
 
 def kprod_writers(port: int) -> list[int]:

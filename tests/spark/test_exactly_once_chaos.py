@@ -5,7 +5,6 @@ fails, as a scheduler would (written by the skeptical review of branch ``break``
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -15,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.brokers import create_topic, unique_topic
-from tests.spark.faults import jvm_sleep
+from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
 
@@ -56,15 +55,10 @@ def test_a_streaming_query_under_random_connection_faults_writes_every_row_once(
     print("shape:", dict(pause=pause_ms, files=files, rows=rows_per_file, tasks=tasks, partitions=partitions,
                          timeout=timeout_ms))
     topic = create_topic(kafka.bootstrap, unique_topic(f"eos-chaos{seed}"), partitions=partitions)
-    source = tmp_path / "in"
-    source.mkdir()
-    for f in range(files):
-        (source / f"{f:03d}.json").write_text(
-            "\n".join(json.dumps({"id": f * rows_per_file + i}) for i in range(rows_per_file)) + "\n")
+    source = json_input(tmp_path, files, rows_per_file)
     checkpoint = str(tmp_path / "chk")
 
-    value = F.when(F.col("id") % rows_per_file == rows_per_file // 2,
-                   F.concat(F.lit("v"), jvm_sleep(pause_ms))).otherwise(F.lit("v"))
+    value = paused_value(rows_per_file, pause_ms)
 
     def run(bootstrap: str) -> Exception | None:
         rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))

@@ -13,18 +13,20 @@ the kill lands inside it.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
 
 from tests import procs
 from tests.brokers import create_topic, unique_topic
+from tests.spark.faults import json_input
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
 
@@ -70,23 +72,36 @@ def test_a_commit_cut_short_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_p
     if into_commit_s is None:
         into_commit_s, cut = random.uniform(0.0, 3.0), random.choice(["stop", "kill"])
         print("cut:", cut, into_commit_s, "s into the commit")
-    topic = create_topic(kafka.bootstrap, unique_topic("eos-stopc"), partitions=2)
-    source = tmp_path / "in"
-    source.mkdir()
-    (source / "0.json").write_text("\n".join(json.dumps({"id": i}) for i in range(100)) + "\n")
-    checkpoint = str(tmp_path / "chk")
-    kafka_proxy.proxy.set_delay(700, replies_only=True)
-    query = _start(spark, source, kafka_proxy.bootstrap, topic, checkpoint)
-    try:
+
+    def cut_short(query) -> None:
         worker = procs.parent(_wait_for_the_commit())
         time.sleep(into_commit_s)
         if cut == "kill" and worker is not None:
             os.kill(worker, signal.SIGKILL)
         query.stop()
+
+    stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut_short)
+
+
+def stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut: Callable[[Any], None], *, files: int = 1,
+                          open_after_cut: bool = True) -> None:
+    """A query writing ``files`` microbatches of 100 rows through replies slowed to 0.7 s,
+    ``cut`` short, restarted without the delay: nothing is left open (``open_after_cut``:
+    once the query is cut, else once the restarted one is done) and every row is there once."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-stop"), partitions=2)
+    source = json_input(tmp_path, files, 100)
+    checkpoint = str(tmp_path / "chk")
+    kafka_proxy.proxy.set_delay(700, replies_only=True)
+    query = _start(spark, source, kafka_proxy.bootstrap, topic, checkpoint)
+    try:
+        cut(query)
     finally:
         kafka_proxy.proxy.set_delay(0)
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    if open_after_cut:
+        assert_nothing_left_open(kafka.bootstrap, topic, 2)
     query = _start(spark, source, kafka.bootstrap, topic, checkpoint)
-    query.awaitTermination(120)
+    query.awaitTermination(180)
     assert query.exception() is None
-    _exactly(_committed_keys(kafka.bootstrap, topic, 102), {str(i) for i in range(100)})
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    rows = 100 * files
+    _exactly(_committed_keys(kafka.bootstrap, topic, rows + 4), {str(i) for i in range(rows)})
