@@ -1,18 +1,20 @@
 """LastWill: a call that another process makes if this one dies before it is done.
 
-The driver's commit and abort run in a Python worker that Spark kills (SIGKILL) when it
-interrupts them: ``query.stop()`` or a cancelled job in the middle of a commit. Spark's
-abort, called next in the same interrupted thread, then fails too, and the microbatch's
-transactions would stay open until ``transaction.timeout.ms``, holding back every
-read_committed reader of their partitions. So the commit names, at each step, what must
-happen if it dies there (abort everything, or end the commits it has begun), and a small
-process of its own, started with the commit, carries that out when the worker is gone.
+The driver's commit and abort run in a Spark Python worker. A query.stop() in the middle
+of a commit interrupts Spark, not the worker, which ends the commit; but a worker that
+dies in the middle (the application exiting after the stop, when Spark's Python daemon
+takes its workers' process group with it; the OOM killer) would leave the microbatch's
+transactions open until ``transaction.timeout.ms``, holding back every read_committed
+reader of their partitions, and Spark's abort fails or never comes. So the commit names,
+at each step, what must happen if it dies there (abort everything, or end the commits it
+has begun), and a small process of its own, started with the commit, carries that out
+when the worker is gone.
 
 The will process reads frames from a pipe: a pickled ``(function, args)`` replaces the
 will, an empty frame says the worker is done. End of file before that (the worker's end
 of the pipe closed by its death) runs the last will. It is started in a session of its
-own, so that the Python daemon stopping with the Spark application does not end it with
-its workers; until the worker dies it imports nothing of kprod.
+own, so that the daemon's end does not end it too; until the worker dies it imports
+nothing of the producer.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import IO
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
+# Will processes told that their worker is done, until they are seen to exit.
+_done: list[subprocess.Popen[bytes]] = []
 
 
 class LastWill:
@@ -37,11 +41,15 @@ class LastWill:
     process if this one dies inside the block (after the last ``set`` made)."""
 
     def __init__(self) -> None:
+        _done[:] = [p for p in _done if p.poll() is None]  # reaps the wills that exited
         # The worker's import path (with Spark's zips and --py-files), for the will's imports.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            env=env, start_new_session=True)
+        self._proc: subprocess.Popen[bytes] | None = None
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                          stdout=subprocess.DEVNULL, env=env, start_new_session=True)
+        except OSError as exc:
+            self._gone(exc)
 
     def set(self, function: Callable[..., object], *args: object) -> None:
         """What to do if this process dies from now on: ``function(*args)`` (picklable)."""
@@ -55,7 +63,8 @@ class LastWill:
                 self._proc.stdin.close()
             except OSError:
                 pass
-        # Not waited for (it may still be starting): subprocess reaps it later.
+        if self._proc is not None:
+            _done.append(self._proc)  # not waited for: it may still be starting
         self._proc = None
 
     def _send(self, payload: bytes) -> None:
@@ -66,11 +75,14 @@ class LastWill:
             proc.stdin.write(_LENGTH.pack(len(payload)) + payload)
             proc.stdin.flush()
         except OSError as exc:
-            # It could not start or died: the commit goes on without it (what it guards
-            # against is then what a dead driver leaves: open until the timeout).
-            log.warning("kprod: the commit's last-will process is gone (%s); if this worker is killed before "
-                        "the commit ends, its transactions stay open until transaction.timeout.ms", exc)
-            self._proc = None
+            self._gone(exc)
+
+    def _gone(self, exc: OSError) -> None:
+        # It could not start or died: the commit goes on without it (what it guards
+        # against is then what a dead driver leaves: open until the timeout).
+        log.warning("kprod: the commit's last-will process is gone (%s); if this worker is killed before "
+                    "the commit ends, its transactions stay open until transaction.timeout.ms", exc)
+        self._proc = None
 
     def __enter__(self) -> LastWill:
         return self
