@@ -34,8 +34,8 @@ JAAS = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
         "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
         "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 # kprod renews a session at a random 85-95% of it, as Java: the 5-15% left must cover the
-# broker's answer reaching kprod and kprod's last request reaching the broker, which a
-# loaded 2-core machine has delayed past 75 ms (the margin of a 1.5 s session).
+# broker's answer reaching kprod and kprod's last request reaching the broker, which on
+# a heavily loaded 2-core machine can take longer than the 75 ms a 1.5 s session leaves.
 REAUTH_MS = 3000
 KERBEROS_SERVICE = "kafka"
 KERBEROS_CLIENT = "spark"
