@@ -136,9 +136,12 @@ def _kafka_session() -> Iterator[ProxiedKafka]:
     port = free_port()
     with FaultProxy("127.0.0.1", port) as proxy:
         # The coordinator looks for timed-out transactions every second (10 s by default):
-        # tests of transaction.timeout.ms wait for it.
+        # tests of transaction.timeout.ms wait for it. Expired offsets are looked for every
+        # 500 ms (10 minutes by default): test_exactly_once_idle.py waits for a commit's own
+        # short retention.
         cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)],
-                              config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
+                              config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+                                      "offsets.retention.check.interval.ms": "500"})
         try:
             yield ProxiedKafka(cluster, proxy)
         finally:

@@ -13,6 +13,7 @@ import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
+from tests.clock import MovedClock
 
 VALUE = b"v" * 1000
 PARTITIONS = 6
@@ -82,11 +83,12 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
     topic, leaders = _topic(kafka3_proxies, "availability")
     stalled = leaders[0]
     stalled_partitions = {p for p, node in leaders.items() if node == stalled}
-    timeout_ms = 300
+    others = {node: p for p, node in leaders.items() if node != stalled}  # a partition of each other leader
+    timeout_ms = 60_000  # never reached in real time: the clock is moved past it
     config = _config(kafka3_proxies, **{"partitioner.availability.timeout.ms": timeout_ms,
-                                        "request.timeout.ms": 60000})
-    sent: list[tuple[float, object]] = []
-    with KafkaProducer(config) as producer:
+                                        "request.timeout.ms": 300_000, "delivery.timeout.ms": 600_000})
+    clock = MovedClock()
+    with KafkaProducer(config, clock=clock) as producer:
         _warm_up(producer, topic)
         # Before the stall the node's partitions are chosen like any other: 1,000 records
         # of 1 kB move the sticky partition on about 60 times.
@@ -94,23 +96,34 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
         producer.flush(30)
         proxy = kafka3_proxies.proxies[stalled]
         proxy.stall(True)
-        stalled_at = time.monotonic()
+        queues = producer._accumulator._by_topic[topic]
         try:
-            while time.monotonic() < stalled_at + 2.0:
-                sent += [(time.monotonic(), producer.send(ProducerRecord(topic, VALUE))) for _ in range(20)]
-                time.sleep(0.005)
+            # Until the stalled node has a batch it cannot take (as many requests in flight
+            # as it may have, unanswered): then it is overdue once the timeout has passed.
+            during: list = []
+            while not (producer._client.in_flight_count(stalled) >= 5 and any(queues.get(p) for p in stalled_partitions)):
+                assert len(during) < 20_000, "the stalled node's partitions never queued a batch"
+                during += [producer.send(ProducerRecord(topic, VALUE)) for _ in range(20)]
+            clock.advance(2 * timeout_ms)
+            # The move ages every node's last batch taken at once: until a node takes one
+            # again it looks overdue too, and with every leader overdue the partitioner has
+            # none to prefer and picks among all partitions (as Java's does). So the other
+            # leaders each take a batch on the moved clock first (a record acknowledged).
+            taken = [producer.send(ProducerRecord(topic, VALUE, partition=p)) for p in others.values()]
+            for future in taken:
+                future.result(60)
+            after = [producer.send(ProducerRecord(topic, VALUE)) for _ in range(200)]
         finally:
             proxy.stall(False)
         producer.flush(120)
-    # The records chosen before the leader was overdue may go to it (its batches are
-    # queued, then written once it answers again); none chosen well after.
-    settled = stalled_at + timeout_ms / 1000 + 0.3
-    late = [f.result(0).partition for at, f in sent if at > settled]
-    assert late and not stalled_partitions & set(late)
+    # A sticky partition chosen before the node was overdue keeps its records until its
+    # batch is full (16 to 32 records of 1 kB); after that, none go to the stalled node.
+    late = {f.result(0).partition for f in after[50:]}
+    assert late and not stalled_partitions & late
     # It was a candidate before the stall. (Not checked in the stall's first moments: the
     # node's growing queue may already steer records away, before the timeout does.)
     assert stalled_partitions & {f.result(0).partition for f in before}
-    total = len(sent) + len(before) + PARTITIONS
+    total = len(before) + len(during) + len(taken) + len(after) + PARTITIONS
     assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, total, settle=0.5)) == total
 
 

@@ -11,9 +11,11 @@ import collections
 import dataclasses
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from kprod_broker.jars import java, kafka_classpath
 from spark_sink.admin import AdminClient
 from spark_sink.producer import KafkaProducer, ProducerRecord
@@ -41,11 +43,35 @@ def _task(producer: KafkaProducer, topic: str, partition: int, values: list[byte
                               transaction_began_ms=time.time() * 1000)
 
 
-@pytest.mark.parametrize(("before", "after", "verb"), [(1, 2, "upgrade"), (2, 1, "downgrade")])
-def test_microbatches_across_a_transaction_version_change_are_written_once(before, after, verb):
+@dataclasses.dataclass
+class _Node:
+    cluster: KafkaCluster
+    transaction_version: int
+
+    def set_transaction_version(self, level: int) -> None:
+        if level != self.transaction_version:
+            _set_transaction_version(self.cluster.bootstrap, level,
+                                     "upgrade" if level > self.transaction_version else "downgrade")
+            self.transaction_version = level
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[_Node]:
+    """One node for both changes, formatted with transaction.version 1: the upgrade's end
+    is where the downgrade starts (each test sets the level it starts from, if need be)."""
+    cluster = start_kafka(features={"transaction.version": 1})
+    try:
+        yield _Node(cluster, 1)
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1)], ids=["1-2-upgrade", "2-1-downgrade"])
+def test_microbatches_across_a_transaction_version_change_are_written_once(node, before, after):
     """Expected: every microbatch before and after the change visible exactly once to
     read_committed, each one's markers committed, and nothing left open."""
-    cluster = start_kafka(features={"transaction.version": before})
+    node.set_transaction_version(before)
+    cluster = node.cluster
     kept = None
     try:
         topic = create_topic(cluster.bootstrap, unique_topic("eos-feature"), partitions=2)
@@ -56,7 +82,7 @@ def test_microbatches_across_a_transaction_version_change_are_written_once(befor
         expected = collections.Counter()
         for batch in range(4):
             if batch == 2:
-                _set_transaction_version(cluster.bootstrap, after, verb)
+                node.set_transaction_version(after)
             values = {p: [b"%d-%d-%d" % (batch, p, i) for i in range(10)] for p in range(2)}
             with KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0,
                                 "transactional.id": exactly_once.transactional_id(eo.prefix, 1)}) as fresh:
@@ -73,4 +99,3 @@ def test_microbatches_across_a_transaction_version_change_are_written_once(befor
     finally:
         if kept is not None:
             kept.close()
-        cluster.stop()

@@ -6,8 +6,10 @@ MarkersMissingError and stopped the query.
 
 The directory is now committed with a retention of its own (a year), so the next
 microbatch is known for a new one; a replay whose markers are all gone is still refused.
-The first tests drop the marker groups as offsets.retention.minutes does (deleting them);
-the last lets a broker with offsets.retention.minutes=1 expire them (a minute's wait).
+The first tests drop the marker groups as offsets.retention.minutes does (deleting them),
+then the broker expires a directory committed with a short retention of its own; the
+last (make soak) lets a broker with offsets.retention.minutes=1 expire the markers (a
+minute's wait) and keep the directory.
 """
 
 from __future__ import annotations
@@ -108,10 +110,37 @@ def test_a_replay_within_the_markers_retention_finds_nothing_committed_and_commi
     assert sorted(_committed_values(kafka.bootstrap, topic, 2)) == ["0", "1"]
 
 
+def test_the_directory_is_kept_for_its_own_retention_not_the_brokers(kafka, monkeypatch):
+    """The suite's form of the next test (a minute's wait, in make soak): the directory's
+    commit gives a retention of its own, which the broker keeps in place of
+    offsets.retention.minutes. Made 2 s, it ends the directory within seconds on the
+    suite's broker, which keeps offsets 7 days (and looks for expired ones every 500 ms:
+    tests/conftest.py), while the markers, committed without one, stay. What expired
+    markers then mean for a query is tested above, with the groups deleted."""
+    topic = create_topic(kafka.bootstrap, unique_topic("eos-idle"), partitions=1)
+    eo = ExactlyOnce(unique_topic("idle"), topic)
+    monkeypatch.setattr(exactly_once, "DIRECTORY_RETENTION_MS", 2000)
+    _commit(kafka.bootstrap, eo, topic, 0)
+    directory, markers = exactly_once.directory_group(eo.prefix), exactly_once.transactional_id(eo.prefix, 0)
+    partition = (eo.marker_topic, exactly_once.MARKER_PARTITION)
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        def committed(group: str) -> int:
+            return admin.committed_offsets({group: [partition]})[group].get(partition, (-1,))[0]
+
+        assert committed(directory) == 0 and committed(markers) >= 0
+        deadline = time.monotonic() + 30
+        while committed(directory) >= 0:
+            assert time.monotonic() < deadline, "the directory outlived the retention its commit gave"
+            time.sleep(0.2)
+        assert committed(markers) >= 0, "the markers expired with the directory"
+
+
+@pytest.mark.soak
 def test_the_broker_keeps_the_directory_past_offsets_retention():
     """On a broker with offsets.retention.minutes=1, the marker groups expire a minute after
     their commit; the directory, committed with a retention of its own, does not: the idle
-    query goes on, and the replay is refused."""
+    query goes on, and the replay is refused. (About 80 s, most of it the minute: in make
+    soak; the test above is its quick form in the suite.)"""
     cluster = start_kafka(config={"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "500"})
     try:
         bootstrap = cluster.bootstrap
