@@ -48,12 +48,13 @@ TEST_WORKERS ?= 3
 # Class-data archives for the suite's JVMs (tests/jvms.py): Spark's, made once per venv,
 # takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
 # Made beside the suite's first minute, not before it: a JVM that starts before its
-# archive is there starts without one.
+# archive is there starts without one. The 20 slowest tests are listed at the end.
 test: venv kafka
 	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
 	$(PY) -m tests.bytecode
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms & archives=$$!; \
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder; \
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	    --durations=20; \
 	status=$$?; wait $$archives; exit $$status
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's,
