@@ -123,7 +123,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     started = time.monotonic()
     partition_id, attempt = _task_identity()
     eo = options.exactly_once
-    query, run = exactly_once.query_run() if eo is not None else (None, None)
+    # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
+    # stream's id): a named one run again outside the stream must find its own markers.
+    query, run = exactly_once.query_run() if eo is not None and not eo.batch else (None, None)
     config = options.producer_config if eo is None else exactly_once.transactional_config(
         options.producer_config, eo.prefix_for(query), partition_id)
     # A batch write's own transactional ids: no later task could reuse the producer.
