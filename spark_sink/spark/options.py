@@ -47,10 +47,10 @@ SINK_OPTIONS: dict[str, str] = {
         "committed"
     ),
     "kprod.missingmarkers": (
-        "kprod.missingMarkers: exactly-once streaming only; fail (default) or ignore. A query "
-        "restarted from a checkpoint whose markers are gone (Kafka keeps them offsets.retention.minutes "
-        "after the last commit) fails with an error, since a microbatch it replays could be written "
-        "twice; ignore starts afresh (for the first run after a clean stop)"
+        "kprod.missingMarkers: exactly-once streaming and named batch writes; fail (default) or ignore. A "
+        "query restarted from a checkpoint (or a named write run again) whose markers are gone (Kafka keeps "
+        "them offsets.retention.minutes after the last commit) fails with an error, since a commit that "
+        "did not end could be written twice; ignore starts afresh (for the first run after a clean stop)"
     ),
     "kprod.replaymatch": (
         "kprod.replayMatch: exactly-once streaming only; rows (default) or tasks. How a microbatch "
