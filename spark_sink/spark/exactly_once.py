@@ -246,10 +246,7 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     if replay and started_batch == batch_id and record.get("done") is True:
         # An earlier run's commit of it ended whole: every row is in Kafka, whether or not
         # Kafka still keeps the markers (a named batch write run again weeks later).
-        if txns:
-            log.warning("kprod %s was committed whole by an earlier run; this run's transactions are aborted",
-                        what)
-            admin.end_transactions(txns.values(), commit=False)
+        _abort_skipped(admin, what, txns)
         return Committed(0, frozenset(txns))
     if replay and eo.missing_markers == "fail" and _markers_may_have_expired(admin, prefix, record):
         raise MarkersMissingError(_missing_text(what, f"markers of microbatch {started_batch}", eo))
@@ -269,11 +266,7 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(entry))},
                          retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
-    if skipped:
-        log.warning("kprod microbatch %d: partition(s) %s were committed by an earlier run of it; their rows are "
-                    "already in Kafka, so this run's transactions for them are aborted",
-                    batch_id, ", ".join(map(str, sorted(skipped))))
-        admin.end_transactions(skipped.values(), commit=False)
+    _abort_skipped(admin, what, skipped)
     admin.send_offsets_to_transactions(
         (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
         for p, t in fresh.items())
@@ -288,6 +281,14 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
         log.warning("kprod %s: committed, but recording that in group %r failed (%s); a replay of it reads its "
                     "markers instead", what, directory_group(prefix), exc)
     return Committed(len(fresh), frozenset(skipped))
+
+
+def _abort_skipped(admin: AdminClient, what: str, skipped: Mapping[int, PreparedTransaction]) -> None:
+    """Abort this run's transactions of the partitions an earlier run already committed."""
+    if skipped:
+        log.warning("kprod %s: partition(s) %s were committed by an earlier run of it; their rows are already in "
+                    "Kafka, so this run's transactions for them are aborted", what, ", ".join(map(str, sorted(skipped))))
+        admin.end_transactions(skipped.values(), commit=False)
 
 
 def _open_beyond(admin: AdminClient, prefix: str, start: int) -> list[int]:

@@ -58,14 +58,15 @@ class LastWill:
     def close(self) -> None:
         """Done: the will process exits without doing anything."""
         self._send(b"")
-        if self._proc is not None and self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass
-        if self._proc is not None:
-            _done.append(self._proc)  # not waited for: it may still be starting
-        self._proc = None
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        _done.append(proc)  # not waited for: it may still be starting
 
     def _send(self, payload: bytes) -> None:
         proc = self._proc
@@ -113,7 +114,8 @@ def main() -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     function, args = pickle.loads(will)
-    log.warning("kprod: the driver's worker died in the middle of a commit or abort (query.stop()?); "
+    log.warning("kprod: the driver's worker died in the middle of a commit or abort (the application exited, "
+                "or the OOM killer?); "
                 "doing what it left to do: %s", function.__qualname__)
     function(*args)
     return 0
