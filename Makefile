@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 .PHONY: venv kafka kmsg lint unit test soak versions installs demo bench clean
 
 # The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
-# encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
-$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+# encoder (spark_sink/encoder/_kernels.*.so and _formats.*.so, built in place) whenever their sources do.
+$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c spark_sink/encoder/_formats.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[dev]'
