@@ -439,12 +439,10 @@ static int encode_json(Ctx *c, int id, int64_t i) {
         return put_text(c, "}");
     }
     case K_STRUCT:
-        /* children: (name constant, value) pairs */
+        /* children: (`"name":` constant, with a comma before all but the first, value) pairs */
         if (!put_text(c, "{")) return 0;
-        for (int k = 0; k < n->n_children; k += 2)
-            if ((k && !put_text(c, ",")) || !encode(c, c->children[n->first_child + k], i) ||
-                !encode(c, c->children[n->first_child + k + 1], i))
-                return 0;
+        for (int k = 0; k < n->n_children; k++)
+            if (!encode(c, c->children[n->first_child + k], i)) return 0;
         return put_text(c, "}");
     }
     return 0;

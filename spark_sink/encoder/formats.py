@@ -477,3 +477,173 @@ class AvroEncoder:
         """``prefix`` + the Avro body of each row (binary, large_binary past 2 GiB); a null
         row is null (a tombstone)."""
         return _run(self._plan, self.arrow_type, self.column, array, prefix, False, _value_error)
+
+
+# ---- JSON Schema ----------------------------------------------------------------------
+
+_DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+# Kafka Connect's JSON Schema converter reads these to give integers and bytes their width.
+_CONNECT_TYPES = {pa.int8(): "int8", pa.int16(): "int16", pa.int32(): "int32", pa.int64(): "int64",
+                  pa.float32(): "float32", pa.float64(): "float64"}
+_LOCAL_DATE_TIME = ("a date and time of day with no time zone (a Spark timestamp_ntz), as "
+                    "2024-05-01T12:00:00.000000")
+
+
+def json_schema_for(arrow_type: pa.DataType, nullable: bool = False, title: str | None = None,
+                    column: str = "value") -> dict:
+    """A JSON Schema (draft-07) for the JSON ``JsonEncoder`` writes from ``arrow_type``:
+    structs as objects of every field (all required, nulls written as null), arrays,
+    maps as objects, integers and numbers (decimals as numbers of their exact text),
+    binaries as base64 strings, dates as strings of format "date", timestamps as strings
+    of format "date-time" in UTC (a timestamp with no time zone: the same text without
+    "Z"), a nullable type as ``oneOf`` null and the type."""
+    body = _json_type(arrow_type, column)
+    return {"$schema": _DRAFT_07, **({"title": title} if title else {}),
+            **({"oneOf": [{"type": "null"}, body]} if nullable else body)}
+
+
+def _json_type(t: pa.DataType, column: str) -> dict:
+    def nullable(child: dict, is_nullable: bool) -> dict:
+        return {"oneOf": [{"type": "null"}, child]} if is_nullable else child
+
+    if pa.types.is_boolean(t):
+        return {"type": "boolean"}
+    if t in _CONNECT_TYPES:
+        return {"type": "integer" if pa.types.is_integer(t) else "number", "connect.type": _CONNECT_TYPES[t]}
+    if isinstance(t, pa.Decimal128Type):
+        return {"type": "number"}
+    if t in (pa.string(), pa.large_string()):
+        return {"type": "string"}
+    if t in (pa.binary(), pa.large_binary()):
+        return {"type": "string", "contentEncoding": "base64", "connect.type": "bytes"}
+    if t == pa.date32():
+        return {"type": "string", "format": "date"}
+    if pa.types.is_timestamp(t) and t.unit == "us":
+        return {"type": "string", "format": "date-time"} if t.tz else {"type": "string",
+                                                                        "description": _LOCAL_DATE_TIME}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return {"type": "array", "items": nullable(_json_type(t.value_type, f"{column}.element"),
+                                                   t.value_field.nullable)}
+    if pa.types.is_map(t) and t.key_type in (pa.string(), pa.large_string()):
+        return {"type": "object", "additionalProperties": nullable(_json_type(t.item_type, f"{column}.value"),
+                                                                   t.item_field.nullable)}
+    if pa.types.is_struct(t):
+        return {"type": "object",
+                "properties": {f.name: nullable(_json_type(f.type, f"{column}.{f.name}"), f.nullable) for f in t},
+                "required": [f.name for f in t]}
+    raise FormatSchemaError(f"column {column}: Arrow type {t} has no JSON Schema mapping (kprod's json format "
+                            "takes what its avro format takes: booleans, integers, floats, strings, binaries, "
+                            "decimals, dates, timestamps in microseconds, arrays, maps with string keys, structs)")
+
+
+def _json_resolve(s: Any, root: Any, path: str) -> Any:
+    seen = 0
+    while isinstance(s, dict) and "$ref" in s:
+        ref = s["$ref"]
+        if not isinstance(ref, str) or not ref.startswith("#") or seen > 32:
+            raise FormatSchemaError(f"column {path}: the JSON schema's $ref {ref!r} is not a reference inside it")
+        s, seen = root, seen + 1
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(s, dict) or part not in s:
+                raise FormatSchemaError(f"column {path}: the JSON schema's $ref {ref!r} points nowhere")
+            s = s[part]
+    return s
+
+
+def _json_plan(s: Any, t: pa.DataType, nullable: bool, path: str, root: Any) -> _Plan:
+    s = _json_resolve(s, root, path)
+    if s is True or s == {} or (isinstance(s, dict) and not {"type", "oneOf", "anyOf"} & s.keys()):
+        s = _json_type(t, path)  # any value: the derived schema's
+        if nullable:
+            s = {"oneOf": [{"type": "null"}, s]}
+    if not isinstance(s, dict):
+        raise FormatSchemaError(f"column {path}: the JSON schema there is {_describe(s)}, which refuses every value")
+    allows_null = False
+    branches = s.get("oneOf") or s.get("anyOf")
+    if branches is not None:
+        branches = [_json_resolve(b, root, path) for b in branches]
+        others = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null")]
+        if len(others) != 1:
+            raise FormatSchemaError(f"column {path}: the JSON schema has {_describe(s)} there; kprod writes a "
+                                    "type, or one type or null")
+        allows_null = len(others) < len(branches)
+        s = _json_resolve(others[0], root, path)
+        if s is True or s == {}:
+            s = _json_type(t, path)
+    types = s.get("type")
+    types = set(types) if isinstance(types, list) else {types}
+    allows_null = allows_null or "null" in types
+    if nullable and not allows_null:
+        raise FormatSchemaError(f"column {path} is nullable, but the JSON schema's {_describe(s)} there allows no "
+                                "null: make the column non-nullable (or fill its nulls), or allow null there")
+    plan = _Plan(-1, NULL_FIRST if allows_null else NULL_REFUSED, path, _describe(s))
+
+    def fits(*names: str) -> bool:
+        return bool(types & set(names))
+
+    if pa.types.is_boolean(t) and fits("boolean"):
+        plan.kind = K_BOOL
+    elif t in (pa.int8(), pa.int16(), pa.int32(), pa.int64()) and fits("integer", "number"):
+        plan.kind = {pa.int8(): K_INT8, pa.int16(): K_INT16, pa.int32(): K_INT32}.get(t, K_INT64)
+    elif t in (pa.float32(), pa.float64()) and fits("number"):
+        plan.kind = K_FLOAT32 if t == pa.float32() else K_FLOAT64
+    elif isinstance(t, pa.Decimal128Type) and fits("number"):
+        plan.kind, plan.param = K_DEC_BYTES, t.scale
+    elif t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()) and fits("string"):
+        plan.kind, plan.param = _bytes_kind(t), int(t in (pa.binary(), pa.large_binary()))
+    elif t == pa.date32() and fits("string"):
+        plan.kind = K_DATE32
+    elif pa.types.is_timestamp(t) and t.unit == "us" and fits("string"):
+        plan.kind, plan.param2 = K_TIMESTAMP, int(t.tz is not None)
+    elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and fits("array"):
+        plan.kind = K_LIST64 if pa.types.is_large_list(t) else K_LIST32
+        plan.children = [(0, _json_plan(s.get("items", {}), t.value_type, t.value_field.nullable,
+                                        f"{path}.element", root))]
+    elif pa.types.is_map(t) and t.key_type in (pa.string(), pa.large_string()) and fits("object"):
+        values = s.get("additionalProperties", {})
+        if values is False:
+            raise FormatSchemaError(f"column {path}: a map, but the JSON schema's object there takes no "
+                                    "properties beyond those it names (additionalProperties: false)")
+        plan.kind = K_MAP
+        plan.children = [(0, _Plan(_bytes_kind(t.key_type), NULL_REFUSED, f"{path}.key", "string")),
+                         (1, _json_plan(values, t.item_type, t.item_field.nullable, f"{path}.value", root))]
+    elif pa.types.is_struct(t) and fits("object"):
+        plan.kind = K_STRUCT
+        properties = s.get("properties", {})
+        for i, f in enumerate(t):
+            child = properties.get(f.name)
+            if child is None:
+                child = s.get("additionalProperties", {})
+                if child is False:
+                    raise FormatSchemaError(f"column {path}.{f.name} is not among the JSON schema's properties "
+                                            f"there ({', '.join(properties)}), which takes no others")
+            name = json.dumps(f.name, ensure_ascii=False).encode() + b":"
+            plan.children.append((-1, _Plan(K_CONST, NULL_REFUSED, f"{path}.{f.name}",
+                                            const=(b"," if i else b"") + name)))
+            plan.children.append((i, _json_plan(child, f.type, f.nullable, f"{path}.{f.name}", root)))
+        missing = [name for name in s.get("required", ()) if name not in t.names]
+        if missing:
+            raise FormatSchemaError(f"column {path}.{missing[0]} is missing: the JSON schema requires it")
+    else:
+        raise FormatSchemaError(f"column {path}: Arrow type {t} does not fit the JSON schema's {_describe(s)} there")
+    return plan
+
+
+class JsonEncoder:
+    """An Arrow column into JSON texts (UTF-8), one per row: objects with the fields in
+    the column's order, every field written (null as null). ``schema``: a JSON Schema
+    (text or data) the rows must fit, or None for ``json_schema_for(arrow_type)``;
+    checked against ``arrow_type`` here."""
+
+    def __init__(self, schema: Mapping | str | None, arrow_type: pa.DataType, column: str = "value") -> None:
+        _compiled()
+        self.schema = _load(schema) if schema is not None else json_schema_for(arrow_type, column=column)
+        self.arrow_type = arrow_type
+        self.column = column
+        self._plan = _json_plan(self.schema, arrow_type, False, column, self.schema)
+
+    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
+        """``prefix`` + the JSON text of each row; a null row is null (a tombstone). NaN
+        and infinities, which JSON has no numbers for, are refused naming the row."""
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, _value_error)
