@@ -6,6 +6,7 @@ Spark's own to_avro: tests/spark/test_formats_spark.py."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import io
@@ -14,6 +15,8 @@ import subprocess
 import sys
 
 import fastavro
+import jsonschema
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +26,9 @@ from spark_sink.encoder.formats import (
     AvroEncoder,
     FormatSchemaError,
     FormatValueError,
+    JsonEncoder,
     avro_schema_for,
+    json_schema_for,
 )
 
 UTC = datetime.UTC
@@ -44,8 +49,8 @@ def _decimals():
     return st.integers(1, 38).flatmap(lambda p: st.integers(0, p).map(lambda s: pa.decimal128(p, s)))
 
 
-def _types():
-    leaf = st.one_of(st.sampled_from(LEAVES), _decimals())
+def _types(leaves=LEAVES):
+    leaf = st.one_of(st.sampled_from(leaves), _decimals())
     return st.recursive(leaf, lambda inner: st.one_of(
         st.tuples(inner, st.booleans()).map(lambda a: pa.list_(pa.field("element", *a))),
         st.tuples(inner, st.booleans()).map(lambda a: pa.large_list(pa.field("element", *a))),
@@ -53,17 +58,18 @@ def _types():
         _fields(inner).map(pa.struct)), max_leaves=8)
 
 
-def _values(t: pa.DataType, nullable: bool):
-    """Python values of Arrow type ``t`` (None among them where ``nullable``)."""
+def _values(t: pa.DataType, nullable: bool, finite: bool = False):
+    """Python values of Arrow type ``t`` (None among them where ``nullable``; no infinities
+    where ``finite``)."""
     if pa.types.is_boolean(t):
         values = st.booleans()
     elif pa.types.is_integer(t):
         bits = t.bit_width
         values = st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     elif t == pa.float32():
-        values = st.floats(width=32, allow_nan=False)
+        values = st.floats(width=32, allow_nan=False, allow_infinity=not finite)
     elif t == pa.float64():
-        values = st.floats(allow_nan=False)
+        values = st.floats(allow_nan=False, allow_infinity=not finite)
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
         values = st.text(max_size=20)
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
@@ -78,12 +84,12 @@ def _values(t: pa.DataType, nullable: bool):
         limit = 10 ** t.precision - 1
         values = st.integers(-limit, limit).map(lambda n: _decimal(n, t.scale))
     elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        values = st.lists(_values(t.value_type, t.value_field.nullable), max_size=4)
+        values = st.lists(_values(t.value_type, t.value_field.nullable, finite), max_size=4)
     elif pa.types.is_map(t):
-        values = st.dictionaries(st.text(max_size=8), _values(t.item_type, t.item_field.nullable),
+        values = st.dictionaries(st.text(max_size=8), _values(t.item_type, t.item_field.nullable, finite),
                                  max_size=4).map(lambda d: list(d.items()))
     else:
-        values = st.tuples(*(_values(f.type, f.nullable) for f in t)).map(
+        values = st.tuples(*(_values(f.type, f.nullable, finite) for f in t)).map(
             lambda vs: {f.name: v for f, v in zip(t, vs)})
     return st.one_of(st.none(), values) if nullable else values
 
@@ -93,13 +99,14 @@ def _decimal(unscaled: int, scale: int) -> decimal.Decimal:
 
 
 @st.composite
-def columns(draw):
+def columns(draw, finite=False):
     """A struct column (a random type, nullable rows), as a sliced array or a chunked one,
     and its rows."""
     t = pa.struct(draw(_fields(_types())))
-    rows = draw(st.lists(_values(t, True), max_size=12))
+    rows = draw(st.lists(_values(t, True, finite), max_size=12))
     pad_before, pad_after = draw(st.integers(0, 3)), draw(st.integers(0, 3))
-    padding = draw(st.lists(_values(t, True), min_size=pad_before + pad_after, max_size=pad_before + pad_after))
+    padding = draw(st.lists(_values(t, True, finite), min_size=pad_before + pad_after,
+                            max_size=pad_before + pad_after))
     whole = pa.array(padding[:pad_before] + rows + padding[pad_before:], t)
     array = whole.slice(pad_before, len(rows))
     cuts = sorted(draw(st.lists(st.integers(0, len(rows)), max_size=2)))
@@ -341,3 +348,117 @@ def test_without_the_compiled_extension_the_encoder_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "need kprod's compiled encoder" in done.stderr and "pip install ." in done.stderr
+
+
+# ---- JSON -------------------------------------------------------------------------------
+
+def _json_expected(t: pa.DataType, value):
+    """A row as JsonEncoder writes it, in json.loads' terms (floats and decimals as
+    Decimals of their text, compared by value below)."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        return {k: _json_expected(t.item_type, v) for k, v in value}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_json_expected(t.value_type, v) for v in value]
+    if pa.types.is_struct(t):
+        return {f.name: _json_expected(f.type, value[f.name]) for f in t}
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return base64.b64encode(value).decode()
+    if t == pa.date32():
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    if pa.types.is_timestamp(t):
+        return (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
+                f"{value.second:02d}.{value.microsecond:06d}{'Z' if t.tz else ''}")
+    return value
+
+
+def _json_actual(t: pa.DataType, value):
+    """A value json.loads gave back (parse_float=Decimal), floats as Arrow's."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        return {k: _json_actual(t.item_type, v) for k, v in value.items()}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_json_actual(t.value_type, v) for v in value]
+    if pa.types.is_struct(t):
+        assert list(value) == t.names, "fields in the column's order"
+        return {f.name: _json_actual(f.type, value[f.name]) for f in t}
+    if t == pa.float32():
+        return float(np.float32(value))  # the shortest text that reads back as the same float32
+    if t == pa.float64():
+        return float(value)
+    return value
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(columns(finite=True), st.sampled_from([b"", b"\x00\x00\x00\x00\x07"]))
+def test_json_texts_read_back_as_the_rows_and_fit_the_schema(column, prefix):
+    t, array, rows = column
+    schema = json_schema_for(t, title="topLevelRecord")
+    validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+    validator.check_schema(schema)
+    texts = JsonEncoder(json.dumps(schema), t).encode(array, prefix).to_pylist()
+    assert len(texts) == len(rows)
+    for text, row in zip(texts, rows):
+        if row is None:
+            assert text is None
+            continue
+        assert text.startswith(prefix)
+        body = text[len(prefix):].decode()
+        validator.validate(json.loads(body))
+        assert _json_actual(t, json.loads(body, parse_float=decimal.Decimal)) == _json_expected(t, row)
+
+
+def test_json_text_golden():
+    t = pa.struct([pa.field("s", pa.string(), False), pa.field("f", pa.float64()), pa.field("g", pa.float32()),
+                   pa.field("d", pa.decimal128(6, 3)), pa.field("b", pa.binary()), pa.field("day", pa.date32()),
+                   pa.field("ts", pa.timestamp("us", "UTC")), pa.field("local", pa.timestamp("us")),
+                   pa.field("m", pa.map_(pa.string(), pa.int8())), pa.field("xs", pa.list_(pa.bool_()))])
+    when = datetime.datetime(1969, 12, 31, 23, 59, 59, 999_999)
+    row = {"s": 'a"\\\n\x01é', "f": 0.1, "g": 0.1, "d": decimal.Decimal("-0.005"), "b": b"\xff\x00",
+           "day": datetime.date(2024, 2, 29), "ts": when.replace(tzinfo=UTC), "local": when,
+           "m": [("k", -1), ("j", None)], "xs": [True, None]}
+    texts = JsonEncoder(None, t).encode(pa.array([row, {"s": ""}], t)).to_pylist()
+    assert texts[0].decode() == (
+        '{"s":"a\\"\\\\\\n\\u0001é","f":0.1,"g":0.1,"d":-0.005,"b":"/wA=","day":"2024-02-29",'
+        '"ts":"1969-12-31T23:59:59.999999Z","local":"1969-12-31T23:59:59.999999","m":{"k":-1,"j":null},'
+        '"xs":[true,null]}')
+    assert texts[1] == b'{"s":"","f":null,"g":null,"d":null,"b":null,"day":null,"ts":null,"local":null,"m":null,' \
+                       b'"xs":null}'
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_json_refuses_nan_and_infinities_naming_the_column_and_row(value):
+    t = pa.struct([pa.field("inner", pa.struct([pa.field("x", pa.float64())]))])
+    array = pa.array([{"inner": {"x": 1.0}}, {"inner": {"x": value}}], t)
+    with pytest.raises(FormatValueError, match=r"column value\.inner\.x, row 1: NaN or an infinity"):
+        JsonEncoder(None, t).encode(array)
+
+
+def test_json_refuses_years_rfc_3339_cannot_write():
+    t = pa.struct([pa.field("day", pa.date32())])
+    array = pa.StructArray.from_arrays([pa.array([0, 2932897], pa.int32()).view(pa.date32())], fields=list(t))
+    with pytest.raises(FormatValueError, match=r"column value\.day, row 1: a date in the year 10000"):
+        JsonEncoder(None, t).encode(array)
+
+
+def test_json_schema_checks():
+    t = pa.struct([pa.field("id", pa.int64(), False), pa.field("tags", pa.list_(pa.string()))])
+    derived = json_schema_for(t)
+    JsonEncoder(derived, t)
+    given = {"type": "object", "definitions": {"tag": {"type": ["string", "null"]}},
+             "properties": {"id": {"type": "number"}, "tags": {"anyOf": [
+                 {"type": "array", "items": {"$ref": "#/definitions/tag"}}, {"type": "null"}]}}}
+    assert JsonEncoder(given, t).encode(pa.array([{"id": 1, "tags": ["a", None]}], t)).to_pylist() == [
+        b'{"id":1,"tags":["a",null]}']
+    with pytest.raises(FormatSchemaError, match=r"column value\.id: Arrow type int64 does not fit"):
+        JsonEncoder({"type": "object", "properties": {"id": {"type": "string"}}}, t)
+    with pytest.raises(FormatSchemaError, match=r"column value\.tags is nullable"):
+        JsonEncoder({"type": "object", "properties": {"tags": {"type": "array"}}}, t)
+    with pytest.raises(FormatSchemaError, match=r"column value\.name is missing"):
+        JsonEncoder({**derived, "required": ["id", "name"]}, t)
+    with pytest.raises(FormatSchemaError, match=r"column value\.tags is not among"):
+        JsonEncoder({"type": "object", "properties": {"id": {}}, "additionalProperties": False}, t)
+    with pytest.raises(FormatSchemaError, match=r"column value\.u: Arrow type uint8 has no JSON Schema mapping"):
+        json_schema_for(pa.struct([pa.field("u", pa.uint8())]))
