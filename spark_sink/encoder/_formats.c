@@ -45,6 +45,7 @@ typedef struct {
     const void *offsets;     /* int32 or int64 offsets of strings, binaries, lists, maps */
     int64_t param;           /* timestamps: divisor; fixed: size; const: length */
     int64_t param2;          /* decimals: precision */
+    __int128 limit;          /* decimals: 10 ** precision, the first value out of range */
     int first_child, n_children;
 } Node;
 
@@ -215,9 +216,7 @@ static int encode_avro(Ctx *c, int id, int64_t i) {
         const uint8_t *le = n->data + 16 * p;
         __int128 v;
         memcpy(&v, le, 16);
-        __int128 limit = 1;
-        for (int k = 0; k < n->param2; k++) limit *= 10;
-        if (v >= limit || v <= -limit) return fail(c, E_PRECISION, id, 0);
+        if (v >= n->limit || v <= -n->limit) return fail(c, E_PRECISION, id, 0);
         uint8_t be[16];
         for (int k = 0; k < 16; k++) be[k] = le[15 - k];
         int start = 0;
@@ -509,6 +508,8 @@ static PyObject *encode_rows(PyObject *self, PyObject *args) {
         n->offset = off;
         n->param = param;
         n->param2 = param2;
+        n->limit = 1;
+        for (int p = 0; p < param2 && p < 38; p++) n->limit *= 10;
         if (n->kind < 0 || n->kind >= K_KINDS || n->first_child < 0 || n->n_children < 0 ||
             n->first_child + n->n_children > n_children) {
             PyErr_Format(PyExc_ValueError, "encode: node %zd is malformed", k);

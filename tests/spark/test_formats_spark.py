@@ -36,6 +36,7 @@ def _spark_types():
         T.StructField("ints", T.ArrayType(T.IntegerType())),
         T.StructField("strings", T.ArrayType(T.StringType(), False)),
         T.StructField("m", T.MapType(T.StringType(), T.LongType())),
+        T.StructField("labels", T.MapType(T.StringType(), T.StringType(), False)),
         # non-nullable: PySpark's toArrow refuses a null struct holding a non-nullable field
         T.StructField("nested", nested, False),
     ])
@@ -65,6 +66,7 @@ def _row(rng: random.Random, nulls: float):
         maybe([text() for _ in range(rng.randrange(4))]),
         # many keys: the order Java's HashMap gives them (and its resizes) is seen
         maybe({text() + str(k): maybe(rng.randrange(-10 ** 12, 10 ** 12)) for k in range(rng.randrange(30))}),
+        maybe({text(): text() for _ in range(rng.randrange(5))}),
         (maybe(rng.randrange(100)), maybe([maybe((maybe(text()), maybe(dec(5, 2)))) for _ in range(rng.randrange(3))]),
          datetime.date.fromordinal(rng.randrange(1, 3_000_000))),
     )
