@@ -400,7 +400,7 @@ def _bind(plan: _Plan, arr: pa.Array | None, nodes: list, children: list[int], p
 
 
 def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa.ChunkedArray, prefix: bytes,
-         json_text: bool, describe_error: Any) -> pa.Array:
+         json_text: bool) -> pa.Array:
     if array.type != arrow_type:
         raise FormatSchemaError(f"column {column}: this encoder was made for Arrow type {arrow_type}, given "
                                 f"{array.type}")
@@ -419,7 +419,7 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
             if len(exc.args) != 4:
                 raise
             error, node, row, detail = exc.args
-            raise FormatValueError(describe_error(error, paths[node], base + row, detail)) from None
+            raise FormatValueError(_value_error(error, paths[node], base + row, detail)) from None
         offsets = np.frombuffer(ends, np.int64)
         if len(data) < 2 ** 31:
             out.append(pa.Array.from_buffers(pa.binary(), len(chunk), [validity, pa.py_buffer(
@@ -476,7 +476,7 @@ class AvroEncoder:
     def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
         """``prefix`` + the Avro body of each row (binary, large_binary past 2 GiB); a null
         row is null (a tombstone)."""
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, _value_error)
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, False)
 
 
 # ---- JSON Schema ----------------------------------------------------------------------
@@ -646,4 +646,4 @@ class JsonEncoder:
     def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
         """``prefix`` + the JSON text of each row; a null row is null (a tombstone). NaN
         and infinities, which JSON has no numbers for, are refused naming the row."""
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, _value_error)
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True)

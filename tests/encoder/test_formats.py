@@ -159,7 +159,7 @@ def test_avro_bodies_read_back_as_the_rows(column, prefix):
 
 # ---- Avro: what Java's writer writes, byte for byte ------------------------------------
 
-def _body(schema, t, values, **fields):
+def _body(schema, t, values):
     return AvroEncoder(schema, t).encode(pa.array(values, t)).to_pylist()
 
 
