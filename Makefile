@@ -10,10 +10,10 @@ system-packages:
 	bash conf/system-packages.sh
 
 # The venvs are (re)built whenever pyproject.toml changes, and the editable install's
-# compiled encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source
-# does. The demo's needs only Python, Java and a C compiler; the suite's (dev) adds the
-# optional extras, Kerberos's among them, and the tools.
-$(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+# compiled encoder (spark_sink/encoder/_kernels.*.so and _formats.*.so, built in place)
+# whenever their sources do. The demo's needs only Python, Java and a C compiler; the
+# suite's (dev) adds the optional extras, Kerberos's among them, and the tools.
+$(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c spark_sink/encoder/_formats.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[demo]'
@@ -22,7 +22,7 @@ $(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c
 
 demo-venv: $(VENV)/.installed-demo
 
-$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c spark_sink/encoder/_formats.c
 	bash conf/system-packages.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

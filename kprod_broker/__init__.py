@@ -14,6 +14,7 @@ from kprod_broker.jars import (
     kafka_classpath,
     kafka_clients_jar,
     maven_jars,
+    spark_avro_jars,
     spark_kafka_jars,
 )
 from kprod_broker.tls import TlsFiles, make_tls_files, ssl_listener_config
@@ -21,5 +22,5 @@ from kprod_broker.tls import TlsFiles, make_tls_files, ssl_listener_config
 __all__ = [
     "KAFKA_VERSION", "KafkaCluster", "KafkaNode", "KafkaUnavailableError", "Listener", "TlsFiles", "cache_dir",
     "free_port", "java", "kafka_classpath", "kafka_clients_jar", "make_tls_files", "maven_jars", "running_kafka",
-    "spark_kafka_jars", "ssl_listener_config", "start_local_kafka",
+    "spark_avro_jars", "spark_kafka_jars", "ssl_listener_config", "start_local_kafka",
 ]

@@ -136,10 +136,20 @@ def kafka_clients_jar(version: str = KAFKA_VERSION) -> Path:
 def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
     """Spark's own Kafka sink (``spark-sql-kafka-0-10_2.13`` of the running Spark) and what
     it needs at run time that Spark does not already ship, for ``spark.jars``."""
+    return _spark_package_jars("spark-sql-kafka", "spark-sql-kafka-0-10_2.13", spark_version)
+
+
+def spark_avro_jars(spark_version: str | None = None) -> list[Path]:
+    """Spark's Avro functions (``spark-avro_2.13`` of the running Spark: ``to_avro`` and
+    ``from_avro``, against which the tests check kprod's Avro bodies), for ``spark.jars``."""
+    return _spark_package_jars("spark-avro", "spark-avro_2.13", spark_version)
+
+
+def _spark_package_jars(name: str, artifact_id: str, spark_version: str | None) -> list[Path]:
     import pyspark
 
     version = spark_version or pyspark.__version__
-    jars = maven_jars(f"spark-sql-kafka-{version}", [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"])
+    jars = maven_jars(f"{name}-{version}", [f"org.apache.spark:{artifact_id}:{version}"])
 
     def artifact(jar: Path) -> str:
         return re.sub(r"-\d[\w.]*\.jar$", "", jar.name)
