@@ -16,7 +16,7 @@ from typing import Any
 from spark_sink.client.config import parse_int, parse_optional_str
 from spark_sink.client.errors import ConfigError
 
-# key: (default, what it is); the README's Options table says the same.
+# key: (default, what it is).
 KEYS: dict[str, tuple[Any, str]] = {
     "url": (None, "the registry's base URL, or several separated by commas (tried in turn)"),
     "basic.auth.credentials.source": (None, "USER_INFO (basic.auth.user.info) or URL (the URL's user info); "
