@@ -123,7 +123,8 @@ def _fetch(target: Path, artifacts: Sequence[str], excludes: Sequence[str]) -> N
         f"<dependencies>{dependencies}</dependencies></ivy-module>\n")
     shutil.rmtree(target / "libs", ignore_errors=True)
     # Named artifact-version.jar, as in PySpark's own jars/ (spark_kafka_jars compares them).
-    _run_ivy(target, ", ".join(artifacts), "-retrieve", str(target / "libs" / "[artifact]-[revision](-[classifier]).[ext]"))
+    _run_ivy(target, ", ".join(artifacts),
+             "-retrieve", str(target / "libs" / "[artifact]-[revision](-[classifier]).[ext]"))
     if not any((target / "libs").glob("*.jar")):
         raise KafkaUnavailableError(f"Ivy fetched no jar of {', '.join(artifacts)} from {_MAVEN_CENTRAL}")
 
@@ -160,7 +161,6 @@ def _run_ivy(target: Path, what: str, *args: str) -> None:
     output = result.stdout + result.stderr
     if result.returncode != 0 or "UNRESOLVED DEPENDENCIES" in output:
         raise KafkaUnavailableError(f"Ivy could not fetch {what} from {_MAVEN_CENTRAL}:\n{output[-3000:]}")
-
 
 
 def kafka_artifacts(version: str = KAFKA_VERSION) -> tuple[str, ...]:

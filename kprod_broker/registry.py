@@ -59,6 +59,7 @@ class LocalRegistry:
         self.log_path = self.dir / "registry.log"
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
+                # One GC thread: the heap is small, and a test machine's cores are the tests'.
                 [java(), f"-Xmx{heap}", "-XX:+UseSerialGC", *jvm_args,
                  "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
                  "-Dregistry.ccompat.use-canonical-hash=true",
@@ -101,10 +102,6 @@ class LocalRegistry:
                                          headers={"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE})
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
 
     def log_tail(self, chars: int = 4000) -> str:
         """The end of what the server printed."""

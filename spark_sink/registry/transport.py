@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from spark_sink.client.clock import now_ms
+from spark_sink.client.tls import is_alert
 from spark_sink.registry.config import Endpoint, RegistryConfig
 from spark_sink.registry.errors import (
     IncompatibleSchemaError,
@@ -72,7 +73,7 @@ class Transport:
                     f"{what}: the TLS certificate of the Schema Registry at {endpoint.url} is not trusted: "
                     f"{exc.verify_message or exc} (check ssl.ca.location)", url=endpoint.url) from None
             except ssl.SSLError as exc:
-                if _is_alert(exc):
+                if is_alert(exc):
                     hint = ("the registry may require a client certificate: set ssl.certificate.location"
                             if config.ssl_certificate_location is None
                             else "check ssl.certificate.location and that the registry trusts its CA")
@@ -96,7 +97,7 @@ class Transport:
             if attempts > config.max_retries or wait_ms >= left_ms:
                 tried = "; ".join(f"{url}: {cause}" for url, cause in causes.items())
                 raise RegistryUnavailableError(
-                    f"{what}: the Schema Registry did not answer after {attempts} attempt(s) within timeout.ms="
+                    f"{what}: the Schema Registry is unavailable after {attempts} attempt(s) within timeout.ms="
                     f"{config.timeout_ms} (max.retries={config.max_retries}): {tried}",
                     url=endpoint.url, status=status)
             log.info("%s: %s: %s; retrying in %.0f ms", what, endpoint.url, causes.get(endpoint.url), wait_ms)
@@ -127,11 +128,6 @@ class Transport:
             return response.status, response.reason, response.read()
         finally:
             connection.close()
-
-
-def _is_alert(exc: ssl.SSLError) -> bool:
-    """A TLS alert or a failed check, not a connection that merely ended."""
-    return not isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError))
 
 
 def _describe(exc: BaseException, endpoint: Endpoint) -> str:
