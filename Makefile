@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo-venv system-packages kafka kmsg lint unit test soak versions installs demo bench clean
+.PHONY: venv demo-venv system-packages kafka registry kmsg lint unit test soak versions installs demo bench clean
 
 # The system packages the suite needs (conf/system-packages.sh: installed with apt-get as
 # root on Debian, else named with the command that installs them). make demo needs none.
@@ -42,6 +42,11 @@ kafka: venv
 	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
 	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
 
+# The suite's Schema Registry (Apicurio, 142 MB from Maven Central, unpacked into
+# ~/.cache/kprod once), fetched the same way, before the tests that start it.
+registry: venv
+	-$(PY) -c "from kprod_broker.registry import apicurio_jar; apicurio_jar()"
+
 # spark_sink/protocol/kmsg.py regenerated from the message definitions in the kafka-clients
 # jar of the Kafka the suite fetches (tests/protocol/test_kafka_json.py checks it matches).
 kmsg: venv kafka
@@ -66,7 +71,7 @@ TEST_WORKERS ?= 3
 # takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
 # Made beside the suite's first minute, not before it: a JVM that starts before its
 # archive is there starts without one. The 20 slowest tests are listed at the end.
-test: system-packages venv kafka
+test: system-packages venv kafka registry
 	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
 	$(PY) -m tests.bytecode
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms & archives=$$!; \
