@@ -93,11 +93,12 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "spark_sink.producer.transactions": (
         "spark_sink.protocol.", "spark_sink.client.", "spark_sink.producer.transactions.",
         "spark_sink.producer.batch", "spark_sink.producer.partition_sequences", "spark_sink.producer.config"),
+    # (serializers.py: the registry's client for the key and value formats.)
     "spark_sink.producer": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.client.",
-                            "spark_sink.producer."),
+                            "spark_sink.registry", "spark_sink.producer."),
     # The Spark adapter: the public API of the rooms below (kprod's error classes are public
     # too, imported from where they are defined so that the planner workers import no producer).
-    "spark_sink.spark": ("spark_sink.producer", "spark_sink.admin", "spark_sink.client",
+    "spark_sink.spark": ("spark_sink.producer", "spark_sink.admin", "spark_sink.client", "spark_sink.registry",
                          "spark_sink.protocol.error_codes", "spark_sink._exports", "spark_sink.spark."),
     # kprod-perf, beside the layers: times the producer's parts one by one.
     "spark_sink.perf": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.producer."),

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -46,6 +46,9 @@ from spark_sink.producer.transactions.coordinator_requests import TransactionalR
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
+
+if TYPE_CHECKING:
+    from spark_sink.producer.serializers import ArrowSerializer
 from spark_sink.protocol.transactions import PreparedTransaction
 
 log = logging.getLogger(__name__)
@@ -393,8 +396,14 @@ class KafkaProducer:
 
     # -- per table ------------------------------------------------------------
 
-    def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None) -> ArrowSendFuture:
+    def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None, *,
+                   key_serializer: ArrowSerializer | None = None,
+                   value_serializer: ArrowSerializer | None = None) -> ArrowSendFuture:
         """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns.
+
+        With a serializer (``ArrowSerializer("avro", {"url": ...})``) the ``key`` or
+        ``value`` column is a struct, sent in the Schema Registry's wire format (Avro or
+        JSON Schema); a row the schema cannot carry fails the call before any row is queued.
 
         All or nothing at validation: a bad column, a row whose record is larger than
         max.request.size (or buffer.memory) or a partition its topic does not have raises
@@ -407,6 +416,10 @@ class KafkaProducer:
         # The Sender thread reads responses while this thread encodes: hand it the GIL
         # within 0.5 ms instead of 5 (see switch_interval).
         with short_switch_interval():
+            if key_serializer is not None or value_serializer is not None:
+                from spark_sink.producer.serializers import serialize_columns
+
+                data = serialize_columns(data, topic, key_serializer, value_serializer)
             return self._send_arrow(data, topic)
 
     def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None) -> ArrowSendFuture:

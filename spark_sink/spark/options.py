@@ -16,6 +16,7 @@ from typing import Any
 
 from spark_sink.producer import CONFIG_KEYS as PRODUCER_KEYS
 from spark_sink.producer import ConfigError, ProducerConfig, idempotence_conflicts
+from spark_sink.spark.formats import FORMAT_OPTIONS, ColumnFormats, is_format_option, parse_formats
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,7 @@ class SinkOptions:
     buffer_memory: int  # the producer's buffer.memory, which bounds a send's size
     exactly_once: ExactlyOnce | None
     check_timeout_ms: int  # the driver's check of the cluster: its bound, 0 for no check
+    formats: ColumnFormats | None = None  # the key's and value's formats (None: both binary)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,12 +252,13 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     unknown = sorted(
         k for k in opts
         if not k.startswith(KAFKA_PREFIX) and k != "topic" and k not in SINK_OPTIONS and k not in _SPARK_OPTIONS
-        and k not in _SPARK_KAFKA_READ_OPTIONS
+        and k not in _SPARK_KAFKA_READ_OPTIONS and not is_format_option(k)
     )
     if unknown:
         raise ConfigError(
             f"unknown option(s) {', '.join(map(repr, unknown))}; kprod accepts kafka.bootstrap.servers, "
-            "topic, kafka.<producer setting> and " + ", ".join(_display(k) for k in SINK_OPTIONS)
+            "topic, kafka.<producer setting> and "
+            + ", ".join([*(_display(k) for k in SINK_OPTIONS), *(d.split(":")[0] for d in FORMAT_OPTIONS.values())])
         )
 
     topic = opts.get("topic")
@@ -286,7 +289,7 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     if jvm_only:
         _warn_jvm_only(jvm_only)
     return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, config.buffer_memory,
-                       exactly_once, check_timeout_ms)
+                       exactly_once, check_timeout_ms, parse_formats(opts))
 
 
 _GUARANTEES = ("at-least-once", "exactly-once")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from spark_sink.producer import MetricTotals, RowsDigest
+from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.commit_messages import (
@@ -23,6 +23,7 @@ from spark_sink.spark.commit_messages import (
     succeeded_tasks,
 )
 from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
+from spark_sink.spark.formats import prepare_formats
 from spark_sink.spark.options import SinkOptions, parse_options
 from spark_sink.spark.producer_pool import POOL
 
@@ -166,6 +167,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                         began_ms = time.time() * 1000
                         exactly_once.fence_and_begin(producer)
                         begun = True
+                if options.formats is not None:
+                    # Before the digest: a replay is told by the bytes it sends.
+                    table = serialize_columns(table, options.topic, options.formats.key, options.formats.value)
                 if digest is not None:
                     digest.add(table)
                 pending.append(producer.send_arrow(table, options.topic))
@@ -221,9 +225,12 @@ def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool =
     (unless ``check`` is false, or the same check passed moments ago) the cluster asked
     whether the write can work (see :mod:`spark_sink.spark.driver_check`)."""
     parsed = parse_options(options, streaming=streaming)
-    plan = plan_columns(schema, parsed.topic)
+    formats = parsed.formats
+    plan = plan_columns(schema, parsed.topic, formats.formatted() if formats is not None else frozenset())
     if check:
         check_write(parsed)
+    if formats is not None:
+        prepare_formats(formats, schema, parsed.topic)
     return exactly_once.with_transaction_timeout(parsed), plan
 
 
