@@ -1,6 +1,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# 0: the demo's venv without bytecode compiled ahead (tests/test_quickstart.py, which only
+# checks that it installs).
+BYTECODE ?= 1
 
 .PHONY: venv demo-venv system-packages kafka registry kmsg lint unit test soak versions installs demo bench clean
 
@@ -17,7 +20,7 @@ $(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c s
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[demo]'
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(if $(filter 1,$(BYTECODE)),$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")
 	touch $@
 
 demo-venv: $(VENV)/.installed-demo

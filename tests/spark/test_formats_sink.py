@@ -42,7 +42,9 @@ def _decode(url: str, fmt: str, messages, field: str = "value") -> list:
 
 
 def _plain(value):
-    """A Spark row's value as confluent's Avro deserializer gives it."""
+    """A Spark row's value, or a decoded one, in one form: dicts, lists, bytes, naive UTC
+    datetimes (Spark collects timestamps naive, in its session's zone: UTC in the suite),
+    NaN by name (NaN != NaN)."""
     if hasattr(value, "asDict"):
         return {k: _plain(v) for k, v in value.asDict().items()}
     if isinstance(value, dict):
@@ -52,19 +54,9 @@ def _plain(value):
     if isinstance(value, bytearray):
         return bytes(value)
     if isinstance(value, datetime.datetime) and value.tzinfo is not None:
-        return value.astimezone(datetime.UTC)
+        return value.astimezone(datetime.UTC).replace(tzinfo=None)
     if isinstance(value, float) and math.isnan(value):
         return "NaN"  # NaN != NaN: compared by name
-    return value
-
-
-def _nan_named(value):
-    if isinstance(value, dict):
-        return {k: _nan_named(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_nan_named(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"
     return value
 
 
@@ -102,7 +94,7 @@ def test_avro_keys_and_values_decode_with_confluents_deserializer(spark, kafka, 
         assert m.value()[:1] == b"\x00" and m.key()[:1] == b"\x00"  # the wire format's magic byte
     keys = _decode(schema_registry, "avro", messages, "key")
     values = _decode(schema_registry, "avro", messages)
-    got = {k["id"]: (k, _nan_named(v)) for k, v in zip(keys, values)}
+    got = {k["id"]: (_plain(k), _plain(v)) for k, v in zip(keys, values)}
     assert got.keys() == expected.keys()
     for n, (key, value) in expected.items():
         assert got[n] == (key, value), n
@@ -239,27 +231,29 @@ def test_errors_on_the_driver_name_what_is_wrong(spark, kafka, schema_registry, 
     assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []  # nothing was sent
 
 
-def test_a_null_in_a_non_nullable_field_fails_the_task_naming_the_row(spark, kafka, schema_registry):
-    """Spark says the field has no null (a mapInArrow's declared schema), a row has one:
-    the task fails naming the column and the row, and nothing of the write is sent."""
+def test_send_arrow_refuses_a_null_the_schema_has_no_room_for(kafka, schema_registry):
+    """The producer's own path (Spark refuses such a row itself, before kprod sees it): a
+    null in a field declared non-nullable fails the call naming the column and the row,
+    before any row is queued."""
     import pyarrow as pa
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from spark_sink.encoder.formats import FormatValueError
+    from spark_sink.producer import ArrowSerializer, KafkaProducer
 
     topic = create_topic(kafka.bootstrap, unique_topic("avro-null"), partitions=1)
-
-    def with_a_null(batches):
-        for batch in batches:
-            ids = batch.column("id").to_pylist()
-            yield pa.RecordBatch.from_pydict({"id": ids, "name": [None if i == 7 else "x" for i in ids]})
-
-    declared = StructType([StructField("id", LongType(), False), StructField("name", StringType(), False)])
-    df = spark.range(10, numPartitions=1).mapInArrow(with_a_null, declared).select(
-        F.struct("id", "name").alias("value"))
-    with pytest.raises(Exception, match="value.name") as failure:
-        _options(df.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
-                 **{"kprod.value.format": "avro"}).save()
-    assert "row 7" in str(failure.value) or "7" in str(failure.value)
-    assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []
+    fields = [pa.field("id", pa.int64(), False), pa.field("name", pa.string(), False)]
+    value = pa.StructArray.from_arrays(
+        [pa.array(range(10), pa.int64()), pa.array([None if i == 7 else "x" for i in range(10)])], fields=fields)
+    serializer = ArrowSerializer("avro", {"url": schema_registry})
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as producer:
+        with pytest.raises(FormatValueError, match="value.name") as failure:
+            producer.send_arrow(pa.table({"value": value}), topic, value_serializer=serializer)
+        assert "7" in str(failure.value)
+        good = pa.StructArray.from_arrays([pa.array(range(3), pa.int64()), pa.array(["a", "b", "c"])],
+                                          fields=fields)
+        producer.send_arrow(pa.table({"value": good}), topic, value_serializer=serializer).result(30)
+    values = _decode(schema_registry, "avro", consume_all(kafka.bootstrap, topic, 3, settle=0.5))
+    assert values == [{"id": 0, "name": "a"}, {"id": 1, "name": "b"}, {"id": 2, "name": "c"}]
 
 
 def test_exactly_once_writes_keep_their_guarantee_with_a_format(spark, kafka, schema_registry):
