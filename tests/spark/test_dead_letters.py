@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import random
+import time
 
 import pytest
 from pyspark.sql import functions as F
@@ -231,3 +232,53 @@ def test_tolerance_parsed():
     assert opts.errors is not None
     assert (opts.errors.dead_letter_topic, opts.errors.max_ratio) == ("dlq", 0.25)
     assert parse_options({"kafka.bootstrap.servers": "h:1", "topic": "t"}).errors is None
+
+
+def test_a_broker_killed_mid_write_makes_no_dead_letters(spark, kafka3, tmp_path):
+    """The leader of a partition SIGKILLed and restarted while a tolerance=all write runs
+    (a topic column too, whose metadata the kill disturbs): the producer retries through
+    the election as ever, every row arrives once, and not one becomes a dead letter."""
+    import threading
+
+    from confluent_kafka import TopicPartition
+
+    from tests.brokers import consumer
+    from tests.failover import FAILOVER_CONFIG, bounce_leader
+
+    topic = kafka3.create_topic(unique_topic("dlq-failover"), 3)
+    dead_topic = kafka3.create_topic(unique_topic("dlq"), 1)
+    rows = 100_000
+    report = tmp_path / "report.jsonl"
+    df = spark.range(rows, numPartitions=2).select(
+        (F.col("id") % 17).cast("string").alias("key"), F.col("id").cast("string").alias("value"),
+        F.lit(topic).alias("topic"))
+    writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka3.bootstrap)
+              .option("kafka.batch.size", "16384").option("kafka.max.in.flight.requests.per.connection", "1")
+              .option("kprod.errors.tolerance", "all").option("kprod.errors.deadLetterTopic", dead_topic)
+              .option("kprod.deliveryReport.path", str(report)))
+    for key, value in FAILOVER_CONFIG.items():
+        writer = writer.option(f"kafka.{key}", str(value))
+    killed_at: list[float] = []
+
+    def bounce_mid_write() -> None:
+        check = consumer(kafka3.bootstrap)
+        try:  # once the tasks are writing
+            while check.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] < 1000:
+                time.sleep(0.05)
+        finally:
+            check.close()
+        bounce_leader(kafka3, topic, times=1, pause=0.3, killed_at=killed_at)
+
+    bounce = threading.Thread(target=bounce_mid_write)
+    bounce.start()
+    try:
+        writer.save()
+        saved_at = time.monotonic()
+    finally:
+        bounce.join(180)
+    assert killed_at and saved_at > killed_at[0]  # the leader died mid-write
+    messages = consume_all(kafka3.bootstrap, topic, rows, timeout=120, settle=1.0)
+    assert sorted(int(m.value()) for m in messages) == list(range(rows))
+    assert consume_all(kafka3.bootstrap, dead_topic, 0, settle=1.0) == []
+    (line,) = [json.loads(x) for x in report.read_text().splitlines()]
+    assert (line["refusedRows"], line["deadLetters"]) == ({}, 0)
