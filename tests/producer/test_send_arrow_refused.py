@@ -2,6 +2,7 @@
 refused and listed, every other row arrives once, and cluster errors still raise."""
 
 import random
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -113,3 +114,47 @@ def test_cluster_errors_are_never_refused_rows():
     with KafkaProducer({"bootstrap.servers": "127.0.0.1:1", "max.block.ms": 500}) as p:
         with pytest.raises(BrokersUnreachableError):
             p.send_arrow(pa.table({"value": [b"a", b"b"]}), "any", on_error="skip")
+
+
+@pytest.fixture(scope="module")
+def acl_kafka():
+    """A node with Kafka's authorizer, allowing what no ACL names (so the clients, all
+    User:ANONYMOUS on PLAINTEXT, may do everything but what an ACL denies)."""
+    from tests.brokers import start_kafka
+
+    cluster = start_kafka(config={
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true"})
+    yield cluster
+    cluster.stop()
+
+
+def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    allowed = create_topic(acl_kafka.bootstrap, unique_topic("allowed"), partitions=1)
+    denied = create_topic(acl_kafka.bootstrap, unique_topic("denied"), partitions=1)
+    admin = AdminClient({"bootstrap.servers": acl_kafka.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, denied, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                         AclOperation.ALL, AclPermissionType.DENY)
+    admin.create_acls([binding])[binding].result(30)
+    deadline = time.monotonic() + 30
+    # Until the ACL is in force (an independent client is refused the topic's metadata).
+    while admin.list_topics(denied, timeout=10).topics[denied].error is None:
+        assert time.monotonic() < deadline, "the ACL never took effect"
+        time.sleep(0.1)
+    topics = [denied if i % 4 == 1 else allowed for i in range(100)]
+    table = pa.table({"value": [b"v%d" % i for i in range(100)], "topic": topics})
+    with KafkaProducer({"bootstrap.servers": acl_kafka.bootstrap}) as p:
+        result = p.send_arrow(table, on_error="skip").result(60)
+    (refused,) = result.refused
+    assert (refused.error, refused.topic) == ("TopicAuthorizationFailedError", denied)
+    assert list(refused.rows) == [i for i in range(100) if i % 4 == 1]
+    assert len(consume_all(acl_kafka.bootstrap, allowed, 75, settle=0.3)) == 75
