@@ -28,7 +28,7 @@ from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
 from spark_sink.producer.producer_record import ProducerRecord, RecordMetadata
-from spark_sink.producer.row_errors import ROW_ERRORS, RefusedRows
+from spark_sink.producer.row_errors import RefusedRows
 from spark_sink.producer.rows_digest import RowsDigest
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.protocol.transactions import PreparedTransaction
@@ -44,7 +44,7 @@ __all__ = [
     "InvalidPartitionError", "UnknownTopicError",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
-    "ROW_ERRORS", "RecordTooLargeError", "RefusedRows",
+    "RecordTooLargeError", "RefusedRows",
     "RowsDigest", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
     "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2", "short_switch_interval",
 ]

@@ -436,15 +436,15 @@ class KafkaProducer:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
         # Every check runs on the whole input before any row is queued.
-        refusals = None
+        refusals = topics = None
         if skip:
-            refusals = RowRefusals(data, skip=True)
-            data = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
-                                     limits=self._arrow_limits)
+            refusals = RowRefusals(data)
+            data, topics = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
+                                             limits=self._arrow_limits)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=int(time.time() * 1000), check_sizes=refusals is None)
+            now_ms=int(time.time() * 1000), check_sizes=refusals is None, topics=topics)
         future = ArrowSendFuture()
         if refusals is not None:
             future._refused = tuple(refusals.refused)

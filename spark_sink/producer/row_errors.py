@@ -1,13 +1,12 @@
 """Rows a ``send_arrow(..., on_error="skip")`` call refuses instead of failing: the
 errors that belong to one row, and the screen that finds them before anything is queued.
 
-A row's own error (too large, a topic it names that is missing, invalid or not its
-principal's to write, a partition or topic column that must have a valid value) is the
-row's; an error of the cluster or the connection (a broker down, authentication, a
+A row's own error (too large, a topic it names that is missing, invalid or that the
+principal may not describe, a null topic with no default, a partition its topic lacks) is
+the row's; an error of the cluster or the connection (a broker down, authentication, a
 timeout) is the call's and is raised as ever: it must never turn good rows into refused
-ones. To refuse rows for one more reason: add its class to ``ROW_ERRORS`` and, where the
-reason is found, call ``RowRefusals.refuse(rows, error)`` (it raises ``error`` itself
-unless rows are being skipped) and leave those rows out of what is sent.
+ones. To refuse rows for one more reason: where it is found, call
+``RowRefusals.refuse(rows, error)`` and leave those rows out of what is sent.
 """
 
 from __future__ import annotations
@@ -18,16 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from spark_sink.client.errors import ColumnError, InvalidPartitionError, RecordTooLargeError, UnknownTopicError
+from spark_sink.client.errors import UnknownTopicError
 from spark_sink.encoder.columnar import as_arrow_indices
 from spark_sink.protocol.error_codes import InvalidTopicException, TopicAuthorizationFailedError
-
-# The errors that belong to a row. UnknownTopicError is only ever raised once the brokers
-# answered that the topic does not exist (a cluster that cannot be reached raises
-# BrokersUnreachableError), so it is the row's too.
-ROW_ERRORS: tuple[type[Exception], ...] = (
-    RecordTooLargeError, UnknownTopicError, InvalidTopicException, TopicAuthorizationFailedError,
-    InvalidPartitionError, ColumnError)
 
 ON_ERROR = ("fail", "skip")
 
@@ -50,20 +42,16 @@ class RefusedRows:
 
 
 class RowRefusals:
-    """The rows one call refuses, gathered while its input is checked; raising the first
-    error at once instead when the call does not skip rows."""
+    """The rows one call refuses, gathered while its input is checked."""
 
-    def __init__(self, data: pa.Table | pa.RecordBatch, skip: bool) -> None:
+    def __init__(self, data: pa.Table | pa.RecordBatch) -> None:
         self._data = data
-        self.skip = skip
         self.refused: list[RefusedRows] = []
         self.mask = np.zeros(data.num_rows, dtype=bool)  # rows refused so far
 
     def refuse(self, rows: np.ndarray, error: Exception, topic: str | None = None,
                partition: int | None = None) -> None:
-        """Refuse ``rows`` (indices into the input) for ``error``; raise it if not skipping."""
-        if not self.skip:
-            raise error
+        """Refuse ``rows`` (indices into the input) for ``error``."""
         rows = np.asarray(rows, dtype=np.int64)
         rows = rows[~self.mask[rows]]  # a row is refused for its first reason only
         if not len(rows):
@@ -85,6 +73,8 @@ def screen_topics(refusals: RowRefusals, codes: np.ndarray, names: list[str],
             continue
         try:
             counts[topic] = partition_count(topic)
+        # UnknownTopicError comes only once the brokers answered that the topic does not
+        # exist (no broker reached is BrokersUnreachableError): the rows', not the cluster's.
         except (UnknownTopicError, InvalidTopicException, TopicAuthorizationFailedError) as exc:
             refusals.refuse(rows, exc, topic)
     return counts
