@@ -123,8 +123,9 @@ class WriteSummary:
                f"microbatch committed their rows" if self.already_committed else "")
         )
 
-    def report_line(self, batch_id: int | None, dead_letter_topic: str | None = None) -> str:
-        """One JSON line for the delivery report."""
+    def report_line(self, batch_id: int | None, tolerant: bool = False, dead_letter_topic: str | None = None) -> str:
+        """One JSON line for the delivery report (with ``tolerant``, kprod.errors.tolerance=all,
+        the refused rows and dead letters too)."""
         line: dict[str, object] = {
             "batchId": batch_id,
             "committedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -145,7 +146,7 @@ class WriteSummary:
                 for (t, p), (c, first, last) in self.partitions.items()
             ],
         }
-        if self.refused or dead_letter_topic:
+        if tolerant:
             line["refusedRows"] = {reason: count for reason, (count, _) in sorted(self.refused.items())}
             line["deadLetters"] = self.dead_letters
             line["deadLetterTopic"] = dead_letter_topic

@@ -249,7 +249,8 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     dead_letter_topic = options.errors.dead_letter_topic if options.errors is not None else None
     log.info("kprod %s committed: %s%s", what, summary.describe(), summary.describe_refused(dead_letter_topic))
     if options.delivery_report_path:
-        append_report(options.delivery_report_path, summary.report_line(batch_id, dead_letter_topic))
+        append_report(options.delivery_report_path,
+                      summary.report_line(batch_id, options.errors is not None, dead_letter_topic))
 
 
 def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
