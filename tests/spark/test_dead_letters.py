@@ -282,3 +282,25 @@ def test_a_broker_killed_mid_write_makes_no_dead_letters(spark, kafka3, tmp_path
     assert consume_all(kafka3.bootstrap, dead_topic, 0, settle=1.0) == []
     (line,) = [json.loads(x) for x in report.read_text().splitlines()]
     assert (line["refusedRows"], line["deadLetters"]) == ({}, 0)
+
+
+def test_a_named_exactly_once_write_run_again_writes_neither_twice(spark, kafka, tmp_path):
+    """A named batch write (kprod.transactionalIdPrefix) run a second time is a replay whose
+    tasks an earlier run committed: its good rows and its dead letters, sent again by the
+    second run's tasks, are aborted with their transactions."""
+    rng = random.Random(23)
+    good_topic, dead_topic = _topics(kafka.bootstrap)
+    kinds = _kinds(rng, 500)
+    _write_input(tmp_path / "in", kinds, 2)
+    report = tmp_path / "report.jsonl"
+    opts = {**_options(kafka.bootstrap, good_topic, dead_topic, report, "exactly-once"),
+            "kprod.transactionalIdPrefix": f"dlq-rerun-{rng.random():.8f}"}
+    df = _as_records(spark.read.schema("id bigint, kind string").json(str(tmp_path / "in")), good_topic)
+    for _ in range(2):
+        df.write.format("kprod").options(**opts).mode("append").save()
+    good = [i for i, k in enumerate(kinds) if k == "good"]
+    bad = [i for i, k in enumerate(kinds) if k != "good"]
+    got = consume_all(kafka.bootstrap, good_topic, len(good), settle=1.5, overrides=READ_COMMITTED)
+    assert sorted(m.value() for m in got) == sorted(b"row-%d" % i for i in good)
+    letters = consume_all(kafka.bootstrap, dead_topic, len(bad), settle=1.5, overrides=READ_COMMITTED)
+    assert sorted(int(m.key()) for m in letters) == bad
