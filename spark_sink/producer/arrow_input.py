@@ -218,7 +218,8 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
                       ) -> tuple[pa.RecordBatch | pa.Table, tuple[np.ndarray, list[str]] | None]:
     """``data`` without the rows that carry an error of their own (see ``row_errors``),
     each refused through ``refusals``: a record too large, a null topic with no default,
-    a topic missing, invalid or not writable, a partition its topic does not have; and
+    a topic missing, invalid or not the principal's to describe, a partition its topic
+    does not have; and
     the rows' topics (see ``_topic_codes``) if a column names them, for
     ``plan_arrow_send``. What is left passes its row checks (sizes need not be checked
     again)."""

@@ -408,8 +408,9 @@ class KafkaProducer:
         """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns.
 
         All or nothing at validation: a bad column, a row whose record is larger than
-        max.request.size (or buffer.memory), a topic that is missing, invalid or not
-        writable, or a partition its topic does not have raises before any row is queued.
+        max.request.size (or buffer.memory), a topic that is missing, invalid or that the
+        principal may not describe, or a partition its topic does not have raises before
+        any row is queued.
         With ``on_error="skip"`` the rows with such an error of their own (see
         ``row_errors``) are refused instead and the others sent: the result lists them
         (``ArrowSendResult.refused``). Errors of the columns themselves, of the cluster or

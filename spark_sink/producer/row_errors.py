@@ -65,7 +65,7 @@ class RowRefusals:
 def screen_topics(refusals: RowRefusals, codes: np.ndarray, names: list[str],
                   partition_count: Callable[[str], int]) -> dict[str, int]:
     """Each topic's partition count, refusing the rows of a topic that is missing, invalid
-    or not writable (``codes``: each row's index into ``names``, -1 for none)."""
+    or not to be described (``codes``: each row's index into ``names``, -1 for none)."""
     counts: dict[str, int] = {}
     for i, topic in enumerate(names):
         rows = np.flatnonzero(codes == i)
