@@ -74,8 +74,8 @@ SINK_OPTIONS: dict[str, str] = {
         "kprod.errors.tolerance: none (default) or all. none: a row with an error of its own fails its "
         "task, as ever; all: such rows (too large for max.request.size, a topic column naming a topic "
         "that is missing, invalid or that the principal may not describe, a null topic with no "
-        "'topic' option, a partition the topic lacks) are left out and counted, and written to kprod.errors.deadLetterTopic if set. "
-        "Errors of the cluster or the connection fail the task either way"
+        "'topic' option, a partition the topic lacks) are left out and counted, and written to "
+        "kprod.errors.deadLetterTopic if set. Errors of the cluster or the connection fail the task either way"
     ),
     "kprod.errors.deadlettertopic": (
         "kprod.errors.deadLetterTopic: with kprod.errors.tolerance=all, an existing topic that gets "
