@@ -87,6 +87,8 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "spark_sink.encoder": ("spark_sink.protocol.", "spark_sink.encoder."),
     "spark_sink.client": ("spark_sink.protocol.", "spark_sink.client."),
     "spark_sink.admin": ("spark_sink.protocol.", "spark_sink.client.", "spark_sink.admin."),
+    # The Schema Registry client, a client beside the admin client (HTTP, not Kafka's protocol).
+    "spark_sink.registry": ("spark_sink.protocol.", "spark_sink.client.", "spark_sink.registry."),
     # The producer's transactions read its batches, sequences and settings, nothing else.
     "spark_sink.producer.transactions": (
         "spark_sink.protocol.", "spark_sink.client.", "spark_sink.producer.transactions.",

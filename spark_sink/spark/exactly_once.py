@@ -3,8 +3,9 @@
 A task opens the transaction under ``<prefix>-<partition>`` with its first row (which
 fences an earlier attempt of the same partition and aborts what it left open), writes,
 flushes and returns the transaction's identity without committing it; a task without
-rows opens no producer and no transaction (the driver fences its id at a query's first
-commit, for what a crashed run may have left under it). A task that fails aborts its own. The
+rows opens no transaction (the driver fences its id at a query's first commit, for what a
+crashed run may have left under it), but a retried one without rows fences its id, for
+what its failed attempt left open. A task that fails aborts its own. The
 driver's commit ends them all; its abort ends those of the tasks that finished and fences
 the ids of every task, so that nothing stays open until transaction.timeout.ms.
 
@@ -119,10 +120,15 @@ def register_prefix(config: Mapping[str, str], eo: ExactlyOnce, prefix: str) -> 
     _registered[key] = time.monotonic()
 
 
-def fence_and_begin(producer: KafkaProducer) -> None:
-    """Fence earlier attempts of this partition (their open transaction is aborted) and
-    open the task's transaction."""
+def fence(producer: KafkaProducer) -> None:
+    """Fence earlier attempts of this partition: their open transaction is aborted (and
+    done with: init_transactions returns once its coordinator has ended it)."""
     producer.init_transactions()
+
+
+def fence_and_begin(producer: KafkaProducer) -> None:
+    """Fence earlier attempts of this partition and open the task's transaction."""
+    fence(producer)
     producer.begin_transaction()
 
 
@@ -402,9 +408,11 @@ def _ended_text(admin: AdminClient, config: Mapping[str, str], what: str, partit
     if fenced:
         return (f"kprod {what} (exactly-once): the transaction of task {partition} ({txn.transactional_id}) was "
                 f"ended by another producer with the same transactional id (epoch {state.producer_epoch}, the task "
-                f"reported {txn.producer_epoch}): another attempt of task {partition} ran after this one finished, as "
-                "a speculative copy (spark.speculation=true), a retried stage or an executor thought lost does. "
-                f"Exactly-once writes need spark.speculation=false. {outcome}")
+                f"reported {txn.producer_epoch}). Either another query or job writes under the same "
+                f"kprod.transactionalIdPrefix (each must have its own), or another "
+                f"attempt of task {partition} ran after this one finished, as a speculative copy "
+                "(spark.speculation=true), a retried stage or an executor thought lost does (exactly-once writes "
+                f"need spark.speculation=false). {outcome}")
     left = "" if state.deadline_ms is None else (
         f" and had {max(0.0, state.deadline_ms - now) / 1000:.1f} s left, less than the "
         f"{commit_margin_ms(state.timeout_ms) / 1000:.1f} s a commit needs")

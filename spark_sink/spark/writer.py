@@ -180,6 +180,12 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
                     settle(pending.pop(0))
+        if producer is None and eo is not None and attempt > 0:
+            # An earlier attempt may have opened a transaction under this id and died with it
+            # open (a SIGKILLed worker), and this one, given other input, has no row to
+            # open its own with: it fences the id all the same, or that transaction would
+            # hold read_committed readers back until its timeout.
+            _fence_earlier_attempts(config, keep_s)
         if producer is not None:
             producer.flush(options.flush_timeout_s)
             for future in pending:
@@ -206,6 +212,18 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                               began_ms if transaction is not None else None,
                               str(digest) if digest is not None else None, run,
                               {} if dead is None else dead.reasons, 0 if dead is None else dead.sent)
+
+
+def _fence_earlier_attempts(config: Mapping[str, str], keep_s: float) -> None:
+    """Fence the task's transactional id (aborting what an earlier attempt left open
+    under it) without opening a transaction: for a retried task with no rows."""
+    producer = POOL.acquire(config)
+    ok = False
+    try:
+        exactly_once.fence(producer)
+        ok = True
+    finally:
+        POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
 
 
 def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False,

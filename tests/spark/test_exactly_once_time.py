@@ -146,6 +146,7 @@ def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(
     finally:
         admin.close()
     assert "ended by another producer" in str(failure.value)
+    assert "kprod.transactionalIdPrefix" in str(failure.value) and "spark.speculation" in str(failure.value)
     assert _committed_values(kafka.bootstrap, topic, 1) == ["0"]
 
 # -- a microbatch that fails before any task reports ----------------------------------
