@@ -32,7 +32,7 @@ from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.client.network import NetworkClient
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator
-from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
+from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send, screen_arrow_rows
 from spark_sink.producer.batch import FutureRecordMetadata, PlainSender, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
@@ -40,6 +40,7 @@ from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
 from spark_sink.producer.producer_record import ProducerRecord
+from spark_sink.producer.row_errors import ON_ERROR, RefusedRows, RowRefusals
 from spark_sink.producer.sender import KafkaClient, Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
@@ -76,11 +77,18 @@ def _to_bytes(what: str, value: Any, serializer: Any) -> bytes | None:
 @dataclass(frozen=True)
 class ArrowSendResult:
     """What one ``send_arrow`` call wrote: records, bytes of keys and values, and per
-    topic-partition ``(count, first_offset, last_offset)``."""
+    topic-partition ``(count, first_offset, last_offset)``; with ``on_error="skip"``, the
+    rows it refused, grouped by reason (``refused``)."""
 
     records: int
     bytes: int
     partitions: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+    refused: tuple[RefusedRows, ...] = ()
+
+    @property
+    def refused_rows(self) -> int:
+        """How many rows were refused."""
+        return sum(len(r) for r in self.refused)
 
 
 class ArrowSendFuture:
@@ -100,6 +108,7 @@ class ArrowSendFuture:
         self._bytes = 0
         self._failed_records = 0
         self._error: Exception | None = None
+        self._refused: tuple[RefusedRows, ...] = ()  # rows refused before any was queued
         # per partition: [count, order of the first batch, its first offset, order of the
         # last batch, its last offset]
         self._ranges: dict[tuple[str, int], list[int]] = {}
@@ -177,7 +186,8 @@ class ArrowSendFuture:
             raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
                 if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
         return ArrowSendResult(self._records, self._bytes,
-                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())})
+                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
+                               self._refused)
 
 
 class KafkaProducer:
@@ -397,8 +407,8 @@ class KafkaProducer:
     # -- per table ------------------------------------------------------------
 
     def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None, *,
-                   key_serializer: ArrowSerializer | None = None,
-                   value_serializer: ArrowSerializer | None = None) -> ArrowSendFuture:
+                   key_serializer: ArrowSerializer | None = None, value_serializer: ArrowSerializer | None = None,
+                   on_error: str = "fail") -> ArrowSendFuture:
         """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns.
 
         With a serializer (``ArrowSerializer("avro", {"url": ...})``) the ``key`` or
@@ -406,13 +416,20 @@ class KafkaProducer:
         JSON Schema); a row the schema cannot carry fails the call before any row is queued.
 
         All or nothing at validation: a bad column, a row whose record is larger than
-        max.request.size (or buffer.memory) or a partition its topic does not have raises
-        before any row is queued. A failure only met on the way (buffer.memory still full
-        after max.block.ms, the producer stopped) raises with the rows queued so far in
-        flight: the error's ``future`` is their ArrowSendFuture.
+        max.request.size (or buffer.memory), a topic that is missing, invalid or that the
+        principal may not describe, or a partition its topic does not have raises before
+        any row is queued.
+        With ``on_error="skip"`` the rows with such an error of their own (see
+        ``row_errors``) are refused instead and the others sent: the result lists them
+        (``ArrowSendResult.refused``). Errors of the columns themselves, of the cluster or
+        of the connection raise either way. A failure only met on the way (buffer.memory
+        still full after max.block.ms, the producer stopped) raises with the rows queued so
+        far in flight: the error's ``future`` is their ArrowSendFuture.
         """
         if self._closed:
             raise ProducerClosedError("send_arrow() after close()")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"send_arrow's on_error is {on_error!r}; expected one of {', '.join(ON_ERROR)}")
         # The Sender thread reads responses while this thread encodes: hand it the GIL
         # within 0.5 ms instead of 5 (see switch_interval).
         with short_switch_interval():
@@ -420,9 +437,9 @@ class KafkaProducer:
                 from spark_sink.producer.serializers import serialize_columns
 
                 data = serialize_columns(data, topic, key_serializer, value_serializer)
-            return self._send_arrow(data, topic)
+            return self._send_arrow(data, topic, on_error == "skip")
 
-    def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None) -> ArrowSendFuture:
+    def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None, skip: bool) -> ArrowSendFuture:
         c = self.config
         txn = self._txn if self._txn.transactional else None
         if txn is not None:
@@ -432,11 +449,18 @@ class KafkaProducer:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
         # Every check runs on the whole input before any row is queued.
+        refusals = topics = None
+        if skip:
+            refusals = RowRefusals(data)
+            data, topics = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
+                                             limits=self._arrow_limits)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=int(time.time() * 1000))
+            now_ms=int(time.time() * 1000), check_sizes=refusals is None, topics=topics)
         future = ArrowSendFuture()
+        if refusals is not None:
+            future._refused = tuple(refusals.refused)
         # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
         # that the reservation never waits for more than a quarter of it.
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))

@@ -173,6 +173,8 @@ def _checked_topics(options: SinkOptions) -> list[str]:
     topics = [options.topic] if options.topic else []
     if options.exactly_once is not None:
         topics.append(options.exactly_once.marker_topic)
+    if options.errors is not None and options.errors.dead_letter_topic:
+        topics.append(options.errors.dead_letter_topic)
     return topics
 
 
@@ -219,8 +221,12 @@ def check_write(options: SinkOptions, cache: CheckCache | None = None) -> bool:
         cache.forget(key)
         raise BrokersUnreachableError(f"{exc} (checked on the driver before any task ran; kprod.clusterCheck=false "
                                       "skips the check where only the executors reach the brokers)") from None
-    except BaseException:
+    except BaseException as exc:
         cache.forget(key)
+        dead = options.errors.dead_letter_topic if options.errors is not None else None
+        if dead and isinstance(exc, KProdError) and repr(dead) in str(exc):
+            raise type(exc)(f"option 'kprod.errors.deadLetterTopic': the dead-letter topic {dead!r} cannot be "
+                            f"written: {exc}") from None
         raise
     cache.passed(key)
     log.info("kprod: the driver checked the cluster at %s (topics %s) in %.0f ms", options.producer_config.get(

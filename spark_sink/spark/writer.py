@@ -22,6 +22,7 @@ from spark_sink.spark.commit_messages import (
     extend_ranges,
     succeeded_tasks,
 )
+from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
 from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
 from spark_sink.spark.formats import prepare_formats
 from spark_sink.spark.options import SinkOptions, parse_options
@@ -117,7 +118,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     """Send every batch of one task and return only once all of it is acknowledged.
 
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
-    retries it or aborts the write, so nothing is swallowed.
+    retries it or aborts the write, so nothing is swallowed. With kprod.errors.tolerance=all
+    the rows with an error of their own are refused instead, counted, and sent to the
+    dead-letter topic through the same producer (see ``dead_letters``).
     """
     from spark_sink.producer import short_switch_interval
 
@@ -141,6 +144,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     pending: list = []
     # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
     digest = RowsDigest() if eo is not None and eo.replay_match == "rows" else None
+    tolerance = options.errors
+    on_error = "fail" if tolerance is None else "skip"
+    dead = None if tolerance is None else TaskDeadLetters(tolerance.dead_letter_topic, options.topic, task_context())
 
     def settle(future: ArrowSendFuture) -> None:
         nonlocal records, nbytes
@@ -148,6 +154,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         records += result.records
         nbytes += result.bytes
         extend_ranges(ranges, result.partitions)  # futures settle in send order
+        if result.refused and dead is not None and producer is not None:
+            dead.refused(producer, result.refused)
 
     ok = False
     try:
@@ -172,7 +180,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     table = serialize_columns(table, options.topic, options.formats.key, options.formats.value)
                 if digest is not None:
                     digest.add(table)
-                pending.append(producer.send_arrow(table, options.topic))
+                pending.append(producer.send_arrow(table, options.topic, on_error=on_error))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
                     settle(pending.pop(0))
@@ -186,6 +194,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
             producer.flush(options.flush_timeout_s)
             for future in pending:
                 settle(future)
+            if dead is not None:
+                dead.settle(options.flush_timeout_s)
             counts = producer.metric_totals().since(before)  # before the pool may hand it on
             if eo is not None:
                 # Committed by the driver, with the others.
@@ -204,7 +214,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
              partition_id, attempt, records, nbytes, seconds, counts.describe())
     return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
                               began_ms if transaction is not None else None,
-                              str(digest) if digest is not None else None, run)
+                              str(digest) if digest is not None else None, run,
+                              {} if dead is None else dead.reasons, 0 if dead is None else dead.sent)
 
 
 def _fence_earlier_attempts(config: Mapping[str, str], keep_s: float) -> None:
@@ -251,14 +262,20 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     _driver_logging()
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     skipped: frozenset[int] = frozenset()
+    if options.errors is not None:
+        # Before anything is committed: a failed check aborts the write (its transactions).
+        whole = WriteSummary.of(messages)
+        check_ratio(what, whole.records, whole.refused, options.errors.max_ratio)
     if options.exactly_once is not None:
         committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
         what += f" (exactly-once, {committed.transactions} transaction(s) committed)"
         skipped = committed.skipped
     summary = WriteSummary.of(messages, already_committed=skipped)
-    log.info("kprod %s committed: %s", what, summary.describe())
+    dead_letter_topic = options.errors.dead_letter_topic if options.errors is not None else None
+    log.info("kprod %s committed: %s%s", what, summary.describe(), summary.describe_refused(dead_letter_topic))
     if options.delivery_report_path:
-        append_report(options.delivery_report_path, summary.report_line(batch_id))
+        append_report(options.delivery_report_path,
+                      summary.report_line(batch_id, options.errors is not None, dead_letter_topic))
 
 
 def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
