@@ -33,7 +33,6 @@ query with an error that says so.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -45,6 +44,7 @@ from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
 from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerConfig
 from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark.exactly_once_state import DirectoryRecord, Marker, RegistryEntry
 from spark_sink.spark.last_will import LastWill
 from spark_sink.spark.options import ExactlyOnce, SinkOptions
 
@@ -115,7 +115,8 @@ def register_prefix(config: Mapping[str, str], eo: ExactlyOnce, prefix: str) -> 
     if eo.prefix is not None or (last is not None and time.monotonic() - last < REGISTER_AGAIN_AFTER_S):
         return
     with AdminClient(dict(config)) as admin:
-        admin.commit_offsets(registry_group(eo.options_key), {(eo.marker_topic, MARKER_PARTITION): (0, prefix)})
+        admin.commit_offsets(registry_group(eo.options_key),
+                             {(eo.marker_topic, MARKER_PARTITION): (RegistryEntry.OFFSET, RegistryEntry(prefix).encode())})
     _registered[key] = time.monotonic()
 
 
@@ -243,12 +244,13 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     already: set[int] = set()
     rows = _rows_digests(messages)
     replay = started_batch >= batch_id
-    if replay and started_batch == batch_id and record.get("done") is True:
+    if replay and started_batch == batch_id and record is not None and record.done:
         # An earlier run's commit of it ended whole: every row is in Kafka, whether or not
         # Kafka still keeps the markers (a named batch write run again weeks later).
         _abort_skipped(admin, what, txns)
         return Committed(0, frozenset(txns))
-    if replay and eo.missing_markers == "fail" and _markers_may_have_expired(admin, prefix, record):
+    if replay and eo.missing_markers == "fail" and record is not None \
+            and _markers_may_have_expired(admin, prefix, record):
         raise MarkersMissingError(_missing_text(what, f"markers of microbatch {started_batch}", eo))
     # A replay (the directory names this microbatch), or a first microbatch whose directory
     # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
@@ -261,21 +263,23 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
     # Kept a year (not offsets.retention.minutes): a query idle for weeks still knows its
     # next microbatch from a replay. "at": when its markers began to be written (a replay
     # after they may have expired is refused).
-    at = record.get("at") if replay else None
-    entry = {"query": query, "ids": ids, "at": at if isinstance(at, int) else int(time.time() * 1000)}
-    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps(entry))},
+    at = record.at if replay and record is not None else None
+    entry = DirectoryRecord(query=query, ids=ids, at=int(time.time() * 1000) if at is None else at)
+    admin.commit_offsets(directory_group(prefix), {directory: (batch_id, entry.encode())},
                          retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
     _abort_skipped(admin, what, skipped)
     admin.send_offsets_to_transactions(
-        (t, transactional_id(prefix, p), {directory: (batch_id, _marker(query, tasks, len(txns), rows.get(p)))})
+        (t, transactional_id(prefix, p),
+         {directory: (batch_id, Marker(query=query, tasks=tasks, txns=len(txns), rows=rows.get(p)).encode())})
         for p, t in fresh.items())
     will.set(_end_commits, config, list(fresh.values()))
     _end_checked(admin, config, fresh, began, what)
     # "done": a replay skips it whole without its markers, which Kafka keeps only
     # offsets.retention.minutes. Without it (this commit failing), a replay reads them.
     try:
-        admin.commit_offsets(directory_group(prefix), {directory: (batch_id, json.dumps({**entry, "done": True}))},
+        done = dataclasses.replace(entry, done=True)
+        admin.commit_offsets(directory_group(prefix), {directory: (batch_id, done.encode())},
                              retention_ms=DIRECTORY_RETENTION_MS)
     except Exception as exc:
         log.warning("kprod %s: committed, but recording that in group %r failed (%s); a replay of it reads its "
@@ -313,15 +317,6 @@ def commit_margin_ms(timeout_ms: int) -> float:
     it: the commit's few round trips, clocks a little apart, and a driver that stalls
     (a garbage collection, a paused VM) between the check and its EndTxns."""
     return max(1_000.0, min(60_000.0, timeout_ms / 5))
-
-
-def _marker(query: str | None, tasks: int, txns: int, rows: str | None) -> str:
-    """A task's marker: the query, the run's task count, how many of its tasks had a
-    transaction, and the task's rows digest (what tells a replay split otherwise)."""
-    marker: dict[str, object] = {"query": query, "tasks": tasks, "txns": txns}
-    if rows is not None:
-        marker["rows"] = rows
-    return json.dumps(marker, separators=(",", ":"))
 
 
 def _rows_digests(messages: Sequence[object]) -> dict[int, str]:
@@ -437,22 +432,18 @@ def _missing_text(what: str, missing: str, eo: ExactlyOnce) -> str:
 
 
 def _read_directory(admin: AdminClient, prefix: str, directory: tuple[str, int], query: str | None
-                    ) -> tuple[int, int, dict]:
+                    ) -> tuple[int, int, DirectoryRecord | None]:
     """(the last microbatch whose commit started, the task ids any run has used, the whole
-    record) as the directory holds them; (-1, 0, {}) if it records nothing of this query."""
+    record) as the directory holds them; (-1, 0, None) if it records nothing of this query."""
     group = directory_group(prefix)
     offset, metadata = admin.committed_offsets({group: [directory]})[group].get(directory, (-1, None))
-    try:
-        record = json.loads(metadata) if metadata else {}
-    except ValueError:
-        record = {}
-    if offset < 0 or not isinstance(record, dict) or record.get("query") != query \
-            or not isinstance(record.get("ids"), int):
-        return -1, 0, {}
-    return offset, record["ids"], record
+    record = DirectoryRecord.decode(metadata)
+    if offset < 0 or record is None or record.query != query:
+        return -1, 0, None
+    return offset, record.ids, record
 
 
-def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *, tasks: int,
+def _committed_before(markers: Mapping[int, tuple[int, Marker]], batch_id: int, *, tasks: int,
                       rows: Mapping[int, str]) -> set[int]:
     """The partitions of this microbatch whose rows an earlier run already committed: all of
     them if an earlier run split it otherwise and committed it whole.
@@ -465,22 +456,21 @@ def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *,
     if not markers:
         return set()
 
-    def same_task(p: int, offset: int, marker: dict) -> bool:
-        if marker.get("tasks") != tasks:
+    def same_task(p: int, offset: int, marker: Marker) -> bool:
+        if marker.tasks != tasks:
             return False
-        earlier, mine = marker.get("rows"), rows.get(p)
-        return offset > batch_id or mine is None or earlier == mine
+        mine = rows.get(p)
+        return offset > batch_id or mine is None or marker.rows == mine
 
     if all(same_task(p, offset, m) for p, (offset, m) in markers.items()):
         return set(markers)
     # Split otherwise: whole if every transaction of some earlier split has its marker.
-    by_split: dict[object, list[dict]] = {}
+    by_split: dict[int, list[Marker]] = {}
     for _, m in markers.values():
-        by_split.setdefault(m.get("tasks"), []).append(m)
+        by_split.setdefault(m.tasks, []).append(m)
 
-    def transactions(split: object, of_split: list[dict]) -> int:
-        return max((m["txns"] for m in of_split if isinstance(m.get("txns"), int)),
-                   default=split if isinstance(split, int) else len(of_split))
+    def transactions(split: int, of_split: list[Marker]) -> int:
+        return max((m.txns for m in of_split if m.txns is not None), default=split)
 
     for earlier, of_earlier in by_split.items():
         if len(of_earlier) >= transactions(earlier, of_earlier):
@@ -503,13 +493,13 @@ def _committed_before(markers: Mapping[int, tuple[int, dict]], batch_id: int, *,
         f"rows of the committed tasks would be written twice{unstable}")
 
 
-def _markers_may_have_expired(admin: AdminClient, prefix: str, record: dict) -> bool:
+def _markers_may_have_expired(admin: AdminClient, prefix: str, record: DirectoryRecord) -> bool:
     """Whether Kafka may have dropped the markers of the microbatch whose commit the
     directory ``record`` says started: its markers were committed after it, and each is
     kept offsets.retention.minutes (the cluster's, read from a broker) after its commit. An
     hour of margin covers the driver's clock against the brokers'."""
-    at = record.get("at")
-    if not isinstance(at, int):
+    at = record.at
+    if at is None:
         return False  # written by an older kprod: not known
     minutes = admin.coordinator_config(transactional_id(prefix, 0), ["offsets.retention.minutes"]).get(
         "offsets.retention.minutes")
@@ -518,7 +508,7 @@ def _markers_may_have_expired(admin: AdminClient, prefix: str, record: dict) -> 
 
 
 def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range, batch_id: int,
-             query: str | None) -> dict[int, tuple[int, dict]]:
+             query: str | None) -> dict[int, tuple[int, Marker]]:
     """Per partition, the offset and marker of an earlier commit of this microbatch or a
     later one (same query)."""
     tp = (eo.marker_topic, MARKER_PARTITION)
@@ -526,13 +516,8 @@ def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range
     found = {}
     for p in partitions:
         offset, metadata = offsets[transactional_id(prefix, p)].get(tp, (-1, None))
-        if offset < batch_id or not metadata:
-            continue
-        try:
-            marker = json.loads(metadata)
-        except ValueError:
-            continue  # not ours
-        if isinstance(marker, dict) and marker.get("query") == query:
+        marker = Marker.decode(metadata) if offset >= batch_id else None
+        if marker is not None and marker.query == query:
             found[p] = (offset, marker)
     return found
 
@@ -593,8 +578,9 @@ def _abort_prefix(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object
     if eo.prefix is not None or query:
         return eo.prefix_for(query)
     tp, group = (eo.marker_topic, MARKER_PARTITION), registry_group(eo.options_key)
-    offset, prefix = admin.committed_offsets({group: [tp]})[group].get(tp, (-1, None))
-    return prefix if offset >= 0 and prefix else None
+    offset, metadata = admin.committed_offsets({group: [tp]})[group].get(tp, (-1, None))
+    entry = RegistryEntry.decode(metadata) if offset >= 0 else None
+    return None if entry is None else entry.prefix
 
 
 def with_transaction_timeout(options: SinkOptions) -> SinkOptions:

@@ -192,9 +192,11 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
-                              began_ms if transaction is not None else None,
-                              str(digest) if digest is not None else None, run)
+    return KProdCommitMessage(
+        partition_id=partition_id, attempt=attempt, records=records, bytes=nbytes, partitions=ranges, seconds=seconds,
+        producer=counts, transaction=transaction, query_id=query,
+        transaction_began_ms=began_ms if transaction is not None else None,
+        rows_digest=str(digest) if digest is not None else None, run_id=run)
 
 
 def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False,

@@ -60,7 +60,8 @@ def _tasks(bootstrap: str, prefix: str, topic: str | None, tables: dict[int, pa.
     for partition, table in tables.items():
         digest = RowsDigest()
         if table.num_rows == 0:
-            messages.append(KProdCommitMessage(partition, 0, 0, 0, query_id=query, rows_digest=str(digest)))
+            messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=0, bytes=0,
+                                               query_id=query, rows_digest=str(digest)))
             continue
         with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
                             "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
@@ -70,7 +71,8 @@ def _tasks(bootstrap: str, prefix: str, topic: str | None, tables: dict[int, pa.
             p.flush(30)
             future.result(30)
             txn = p.prepare_transaction()
-        messages.append(KProdCommitMessage(partition, 0, table.num_rows, 0, transaction=txn, query_id=query,
+        messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=table.num_rows, bytes=0,
+                                           transaction=txn, query_id=query,
                                            rows_digest=str(digest)))
     return messages
 

@@ -39,7 +39,8 @@ def _task(producer: KafkaProducer, topic: str, partition: int, values: list[byte
     for v in values:
         producer.send(ProducerRecord(topic, v, key=v))
     txn = producer.prepare_transaction()
-    return KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id="q",
+    return KProdCommitMessage(partition_id=partition, attempt=0, records=len(values), bytes=0,
+                              transaction=txn, query_id="q",
                               transaction_began_ms=time.time() * 1000)
 
 

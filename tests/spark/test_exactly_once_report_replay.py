@@ -41,8 +41,9 @@ def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[
         p.flush(30)
         result = future.result(30)
         txn = p.prepare_transaction()
-    return KProdCommitMessage(partition, 0, result.records, result.bytes, result.partitions, 0.1,
-                              transaction=txn, query_id=query, rows_digest=str(digest))
+    return KProdCommitMessage(partition_id=partition, attempt=0, records=result.records, bytes=result.bytes,
+                              partitions=result.partitions, seconds=0.1, transaction=txn, query_id=query,
+                              rows_digest=str(digest))
 
 
 def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka, tmp_path):

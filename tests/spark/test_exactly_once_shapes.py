@@ -206,7 +206,8 @@ def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, lis
     messages = []
     for partition, values in rows.items():
         if not values:  # an empty task opens no transaction
-            messages.append(KProdCommitMessage(partition, 0, 0, 0, query_id=query, rows_digest=str(RowsDigest())))
+            messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=0, bytes=0,
+                                               query_id=query, rows_digest=str(RowsDigest())))
             continue
         with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
                             "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
@@ -216,7 +217,8 @@ def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, lis
             txn = p.prepare_transaction()
         digest = RowsDigest()  # as a Spark task computes it from the rows it sends
         digest.add(pa.table({"key": pa.array(values, pa.binary()), "value": pa.array(values, pa.binary())}))
-        messages.append(KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id=query,
+        messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=len(values), bytes=0,
+                                           transaction=txn, query_id=query,
                                            rows_digest=str(digest)))
     return messages
 

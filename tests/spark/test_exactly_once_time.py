@@ -43,7 +43,8 @@ def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config
         producer.send(ProducerRecord(topic, v, key=v))
     txn = producer.prepare_transaction()
     partition = int(tid.rsplit("-", 1)[1])
-    return producer, KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id="q",
+    return producer, KProdCommitMessage(partition_id=partition, attempt=0, records=len(values), bytes=0,
+                                        transaction=txn, query_id="q",
                                         transaction_began_ms=began)
 
 

@@ -44,7 +44,8 @@ def _run(cluster) -> None:
         state = admin.describe_transactions([tid])[tid]
         assert (state.state, state.producer_id, state.producer_epoch) == ("Ongoing", txn.producer_id,
                                                                            txn.producer_epoch)
-        message = exactly_once.KProdCommitMessage(0, 1, 1, 0, transaction=txn, query_id="q")
+        message = exactly_once.KProdCommitMessage(partition_id=0, attempt=1, records=1, bytes=0,
+                                                   transaction=txn, query_id="q")
         assert exactly_once.commit(config, ExactlyOnce(prefix, topic, one_write=True), [message], None).transactions == 1
     finally:
         for c in (first, second, admin):

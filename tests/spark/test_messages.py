@@ -32,8 +32,9 @@ def test_the_summary_counts_the_tasks_given_no_row():
     since each costs Spark a Python task whatever the sink does."""
     from spark_sink.spark.commit_messages import KProdCommitMessage, WriteSummary
 
-    messages = [KProdCommitMessage(0, 0, 3, 30, {TP: (3, 0, 2)}), KProdCommitMessage(1, 0, 0, 0),
-                KProdCommitMessage(2, 0, 0, 0), None]
+    messages = [KProdCommitMessage(partition_id=0, attempt=0, records=3, bytes=30, partitions={TP: (3, 0, 2)}),
+                KProdCommitMessage(partition_id=1, attempt=0, records=0, bytes=0),
+                KProdCommitMessage(partition_id=2, attempt=0, records=0, bytes=0), None]
     summary = WriteSummary.of(messages)
     assert (summary.tasks, summary.empty_tasks, summary.records) == (3, 2, 3)
     assert "from 3 task(s) (2 without rows);" in summary.describe()
