@@ -95,10 +95,13 @@ ROOMS: dict[str, tuple[str, ...]] = {
                             "spark_sink.producer."),
     # The Spark adapter: the public API of the rooms below (kprod's error classes are public
     # too, imported from where they are defined so that the planner workers import no producer).
+    # The clock likewise: the planner workers import it without the client's network.
     "spark_sink.spark": ("spark_sink.producer", "spark_sink.admin", "spark_sink.client",
-                         "spark_sink.protocol.error_codes", "spark_sink._exports", "spark_sink.spark."),
+                         "spark_sink.protocol.error_codes", "spark_sink.client.clock", "spark_sink._exports",
+                         "spark_sink.spark."),
     # kprod-perf, beside the layers: times the producer's parts one by one.
-    "spark_sink.perf": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.producer."),
+    "spark_sink.perf": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.producer.",
+                        "spark_sink.client.clock"),
     "spark_sink._exports": (),
     "spark_sink": ("spark_sink._exports", "spark_sink.producer", "spark_sink.admin", "spark_sink.spark.source",
                    "spark_sink.protocol.error_codes"),

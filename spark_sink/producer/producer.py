@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from spark_sink.client.clock import Clock, now_ms
+from spark_sink.client.clock import Clock, now_ms, wall_ns
 from spark_sink.client.cluster_check import unknown_topic_message
 from spark_sink.client.errors import (
     BrokersUnreachableError,
@@ -266,7 +265,7 @@ class KafkaProducer:
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
                 partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)
-                timestamp = time.time_ns() // 1_000_000
+                timestamp = wall_ns() // 1_000_000
                 return (self._accumulator.append_plain(topic, partition, timestamp, key, value, callback, key_size,
                                                        value_size)
                         or self._send_new_batch(topic, partition, timestamp, key, value, callback, key_size,
@@ -341,7 +340,7 @@ class KafkaProducer:
                 f"but the topic has {count} partitions (0..{count - 1})")
         timestamp = record.timestamp
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = wall_ns() // 1_000_000
         if self._txn.transactional:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
@@ -422,7 +421,7 @@ class KafkaProducer:
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=int(time.time() * 1000))
+            now_ms=wall_ns() // 1_000_000)
         future = ArrowSendFuture()
         # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
         # that the reservation never waits for more than a quarter of it.

@@ -35,12 +35,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from spark_sink.admin import AdminClient, PreparedTransaction, TransactionState
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerConfig
 from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.spark.commit_messages import KProdCommitMessage
@@ -100,24 +100,24 @@ def transactional_config(config: Mapping[str, str], prefix: str, partition_id: i
     return {**config, "transactional.id": transactional_id(prefix, partition_id)}
 
 
-# When this process last recorded each (registry group, prefix) pair (time.monotonic()).
+# When this process last recorded each (registry group, prefix) pair (its monotonic clock, s).
 _registered: dict[tuple[str, str], float] = {}
 # Kafka drops a group's offsets offsets.retention.minutes (7 days by default) after their
 # last commit: a worker that lives longer records its prefix again well before that.
 REGISTER_AGAIN_AFTER_S = 24 * 3600.0
 
 
-def register_prefix(config: Mapping[str, str], eo: ExactlyOnce, prefix: str) -> None:
+def register_prefix(config: Mapping[str, str], eo: ExactlyOnce, prefix: str, clock: Time = SYSTEM_TIME) -> None:
     """Before a task's first transaction under a prefix derived from the query id, record
     the prefix where the driver's abort can find it (once per Python worker and day)."""
     key = (eo.options_key, prefix)
     last = _registered.get(key)
-    if eo.prefix is not None or (last is not None and time.monotonic() - last < REGISTER_AGAIN_AFTER_S):
+    if eo.prefix is not None or (last is not None and clock() / 1000 - last < REGISTER_AGAIN_AFTER_S):
         return
     with AdminClient(dict(config)) as admin:
         admin.commit_offsets(registry_group(eo.options_key),
                              {(eo.marker_topic, MARKER_PARTITION): (RegistryEntry.OFFSET, RegistryEntry(prefix).encode())})
-    _registered[key] = time.monotonic()
+    _registered[key] = clock() / 1000
 
 
 def fence_and_begin(producer: KafkaProducer) -> None:
@@ -196,25 +196,25 @@ class Committed(NamedTuple):
 
 
 def commit(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
-           batch_id: int | None) -> Committed:
+           batch_id: int | None, clock: Time = SYSTEM_TIME) -> Committed:
     """Commit every task's transaction (a batch write: ``batch_id`` None). If this worker
     is killed before the commit is done (Spark's abort then fails too), its last will
     aborts the write, or ends the commits it had begun."""
     with LastWill() as will:
         will.set(_abort, config, eo, messages)
-        return _commit(will, config, eo, messages, batch_id)
+        return _commit(will, config, eo, messages, batch_id, clock)
 
 
 def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
-            batch_id: int | None) -> Committed:
+            batch_id: int | None, clock: Time) -> Committed:
     admin = _admin(config)
     txns = _transactions(messages)
     began = _began(messages)
     if batch_id is None and eo.one_write:
-        _check_open(admin, config, txns, began, "batch write")
+        _check_open(admin, config, txns, began, "batch write", clock)
         # From the first EndTxn on, a worker killed leaves some committed: the others follow.
         will.set(_end_commits, config, list(txns.values()))
-        _end_checked(admin, config, txns, began, "batch write")
+        _end_checked(admin, config, txns, began, "batch write", clock)
         return Committed(len(txns))
     # A batch write under a prefix the user named is that name's one microbatch: a rerun
     # (after a driver death in the middle of its commit) completes it instead of writing
@@ -250,7 +250,7 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
         _abort_skipped(admin, what, txns)
         return Committed(0, frozenset(txns))
     if replay and eo.missing_markers == "fail" and record is not None \
-            and _markers_may_have_expired(admin, prefix, record):
+            and _markers_may_have_expired(admin, prefix, record, clock):
         raise MarkersMissingError(_missing_text(what, f"markers of microbatch {started_batch}", eo))
     # A replay (the directory names this microbatch), or a first microbatch whose directory
     # is gone (a replay of microbatch 0 cannot otherwise be told from a new query's start).
@@ -258,13 +258,13 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
         markers = _markers(admin, prefix, eo, range(ids), batch_id, query)
         already = _committed_before(markers, batch_id, tasks=tasks, rows=rows)
     fresh = {p: t for p, t in txns.items() if p not in already}
-    _check_open(admin, config, fresh, began, what)
+    _check_open(admin, config, fresh, began, what, clock)
     # Before any transaction of this microbatch commits: a replay must look for markers.
     # Kept a year (not offsets.retention.minutes): a query idle for weeks still knows its
     # next microbatch from a replay. "at": when its markers began to be written (a replay
     # after they may have expired is refused).
     at = record.at if replay and record is not None else None
-    entry = DirectoryRecord(query=query, ids=ids, at=int(time.time() * 1000) if at is None else at)
+    entry = DirectoryRecord(query=query, ids=ids, at=int(clock.wall_ms()) if at is None else at)
     admin.commit_offsets(directory_group(prefix), {directory: (batch_id, entry.encode())},
                          retention_ms=DIRECTORY_RETENTION_MS)
     skipped = {p: t for p, t in txns.items() if p in already}
@@ -274,7 +274,7 @@ def _commit(will: LastWill, config: Mapping[str, str], eo: ExactlyOnce, messages
          {directory: (batch_id, Marker(query=query, tasks=tasks, txns=len(txns), rows=rows.get(p)).encode())})
         for p, t in fresh.items())
     will.set(_end_commits, config, list(fresh.values()))
-    _end_checked(admin, config, fresh, began, what)
+    _end_checked(admin, config, fresh, began, what, clock)
     # "done": a replay skips it whole without its markers, which Kafka keeps only
     # offsets.retention.minutes. Without it (this commit failing), a replay reads them.
     try:
@@ -331,7 +331,7 @@ def _began(messages: Sequence[object]) -> dict[int, float]:
 
 
 def _check_open(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int, PreparedTransaction],
-                began: Mapping[int, float], what: str) -> None:
+                began: Mapping[int, float], what: str, clock: Time) -> None:
     """Commit nothing unless every transaction will still be open when its EndTxn arrives:
     open, under the epoch its task reported, with :func:`commit_margin_ms` left before the
     coordinator may abort it. Otherwise abort those still open and raise
@@ -339,7 +339,7 @@ def _check_open(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int
     if not txns:
         return
     states = admin.describe_transactions(t.transactional_id for t in txns.values())
-    now = time.time() * 1000
+    now = clock.wall_ms()
     ended = {}
     for p, t in sorted(txns.items()):
         state = states[t.transactional_id]
@@ -360,7 +360,7 @@ def _check_open(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int
 
 
 def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[int, PreparedTransaction],
-                 began: Mapping[int, float], what: str) -> None:
+                 began: Mapping[int, float], what: str, clock: Time) -> None:
     """Commit the transactions; if an EndTxn is refused because its transaction ended
     meanwhile (a timeout close to the check), raise TransactionsEndedError saying so, and
     how many were committed all the same."""
@@ -375,7 +375,7 @@ def _end_checked(admin: AdminClient, config: Mapping[str, str], txns: Mapping[in
             return  # every one committed: the error was about an answer, not the outcome
         p, t = lost[0]
         raise TransactionsEndedError(_ended_text(
-            admin, config, what, p, t, states[t.transactional_id], began_ms=began.get(p), now=time.time() * 1000,
+            admin, config, what, p, t, states[t.transactional_id], began_ms=began.get(p), now=clock.wall_ms(),
             ended=len(lost), total=len(txns), committed=len(ok))) from exc
 
 
@@ -493,7 +493,7 @@ def _committed_before(markers: Mapping[int, tuple[int, Marker]], batch_id: int, 
         f"rows of the committed tasks would be written twice{unstable}")
 
 
-def _markers_may_have_expired(admin: AdminClient, prefix: str, record: DirectoryRecord) -> bool:
+def _markers_may_have_expired(admin: AdminClient, prefix: str, record: DirectoryRecord, clock: Time) -> bool:
     """Whether Kafka may have dropped the markers of the microbatch whose commit the
     directory ``record`` says started: its markers were committed after it, and each is
     kept offsets.retention.minutes (the cluster's, read from a broker) after its commit. An
@@ -504,7 +504,7 @@ def _markers_may_have_expired(admin: AdminClient, prefix: str, record: Directory
     minutes = admin.coordinator_config(transactional_id(prefix, 0), ["offsets.retention.minutes"]).get(
         "offsets.retention.minutes")
     retention_ms = int(minutes) * 60_000 if minutes else 7 * 24 * 3600 * 1000
-    return time.time() * 1000 - at > retention_ms - _CLOCK_MARGIN_MS
+    return clock.wall_ms() - at > retention_ms - _CLOCK_MARGIN_MS
 
 
 def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range, batch_id: int,
@@ -522,7 +522,7 @@ def _markers(admin: AdminClient, prefix: str, eo: ExactlyOnce, partitions: range
     return found
 
 
-def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:
+def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object], clock: Time = SYSTEM_TIME) -> None:
     """Abort the transactions of the tasks that finished, and fence the ids of every task
     of the write: a task that died with its worker (or whose own abort failed) leaves its
     transaction open, holding back every later record of its partitions from
@@ -532,10 +532,11 @@ def abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]
     middle of it leaves the abort to its last will."""
     with LastWill() as will:
         will.set(_abort, config, eo, messages)
-        _abort(config, eo, messages)
+        _abort(config, eo, messages, clock)
 
 
-def _abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object]) -> None:
+def _abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object],
+           clock: Time = SYSTEM_TIME) -> None:
     admin = _admin(config)
     txns = _transactions(messages)
     try:
@@ -544,7 +545,7 @@ def _abort(config: Mapping[str, str], eo: ExactlyOnce, messages: Sequence[object
     finally:
         # Even when ending a reported one is refused (its coordinator already ended it at
         # its timeout, or another attempt fenced it): the others may still be open.
-        _fence_all(admin, eo, messages)
+        _fence_all(admin, eo, messages, clock)
 
 
 def _end_commits(config: Mapping[str, str], txns: Sequence[PreparedTransaction]) -> None:
@@ -553,7 +554,7 @@ def _end_commits(config: Mapping[str, str], txns: Sequence[PreparedTransaction])
     _admin(config).end_transactions(txns, commit=True)
 
 
-def _fence_all(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) -> None:
+def _fence_all(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object], clock: Time) -> None:
     """Fence the ids of every task of the write, aborting what is left open under them."""
     prefix = _abort_prefix(admin, eo, messages)
     if prefix is None:
@@ -566,7 +567,7 @@ def _fence_all(admin: AdminClient, eo: ExactlyOnce, messages: Sequence[object]) 
     # running tasks: one that opens its transaction after the fence above (a small task
     # sends at the end of its input) would leave it open. Those tasks are being killed
     # (spark.python.task.killTimeout, 2 s); fenced again once they are gone.
-    time.sleep(REFENCE_AFTER_S)
+    clock.sleep(REFENCE_AFTER_S)
     admin.fence_transactions(ids)
 
 

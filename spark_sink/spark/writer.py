@@ -6,12 +6,12 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import MetricTotals, RowsDigest
 from spark_sink.spark import exactly_once
 from spark_sink.spark.columns import ColumnPlan, plan_columns
@@ -112,7 +112,8 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
         yield pa.Table.from_batches(held)
 
 
-def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan) -> KProdCommitMessage:
+def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan,
+               clock: Time = SYSTEM_TIME) -> KProdCommitMessage:
     """Send every batch of one task and return only once all of it is acknowledged.
 
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
@@ -120,7 +121,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     """
     from spark_sink.producer import short_switch_interval
 
-    started = time.monotonic()
+    started = clock()
     partition_id, attempt = _task_identity()
     eo = options.exactly_once
     # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
@@ -162,8 +163,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     producer = POOL.acquire(config)
                     before = producer.metric_totals()  # a pooled producer's include earlier tasks'
                     if eo is not None:
-                        exactly_once.register_prefix(options.producer_config, eo, eo.prefix_for(query))
-                        began_ms = time.time() * 1000
+                        exactly_once.register_prefix(options.producer_config, eo, eo.prefix_for(query), clock)
+                        began_ms = clock.wall_ms()
                         exactly_once.fence_and_begin(producer)
                         begun = True
                 if digest is not None:
@@ -188,7 +189,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
             # Back to the pool only after a flush that succeeded; on failure it is closed
             # without waiting for the rest: the task is failing anyway.
             POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
-    seconds = time.monotonic() - started
+    seconds = (clock() - started) / 1000
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())

@@ -19,6 +19,7 @@ from spark_sink.producer import KafkaProducer
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import parse_options
 from tests.brokers import create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _prepare
 
@@ -42,12 +43,14 @@ def _run(cluster) -> None:
     # Task 1's last attempt holds an open transaction when its writer is killed: no report.
     p1, _ = _prepare(cluster.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"held"])
     m0 = dataclasses.replace(m0, query_id=query)
+    clock = MovedClock()  # the second fence's wait (for Spark to kill the tasks) at once: no Spark here
     try:
         try:
-            exactly_once.abort(config, eo, [m0, None])
+            exactly_once.abort(config, eo, [m0, None], clock)
         except Exception as exc:
             print("abort raised:", exc)
         assert_nothing_left_open(cluster.bootstrap, topic, 2)
+        assert clock.slept == [exactly_once.REFENCE_AFTER_S]
     finally:
         p1.close()
 

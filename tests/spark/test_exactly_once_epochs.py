@@ -18,6 +18,7 @@ import time
 import pytest
 
 from spark_sink.admin import AdminClient
+from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer
 from spark_sink.spark import exactly_once
 from spark_sink.spark.exactly_once import TransactionsEndedError
@@ -71,7 +72,7 @@ def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(AdminClient, "describe_transactions", describe_once_settled)
             with pytest.raises(TransactionsEndedError) as failure:
-                exactly_once._end_checked(admin, config, txns, {}, "microbatch 7")
+                exactly_once._end_checked(admin, config, txns, {}, "microbatch 7", SYSTEM_TIME)
     finally:
         admin.close()
     assert _committed_values(kafka.bootstrap, topic, 1) == ["0"]  # task 0's rows are visible

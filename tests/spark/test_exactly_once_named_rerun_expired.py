@@ -22,8 +22,8 @@ from spark_sink.admin import AdminClient
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, start_kafka, unique_topic
+from tests.clock import days_later
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_idle import days_later
 from tests.spark.test_exactly_once_shapes import (
     _committed_keys,
     _committed_keys_by_value,
@@ -39,7 +39,7 @@ def _write(df, bootstrap: str, topic: str, prefix: str) -> None:
 
 
 @pytest.mark.parametrize("batch_id", [None, 1])
-def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, monkeypatch, batch_id):
+def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, batch_id):
     """A named batch write (``batch_id`` None) or a microbatch committed whole, run again
     after Kafka dropped its markers: nothing is written twice, nothing is left open."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-done"), partitions=2)
@@ -55,8 +55,8 @@ def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, monkey
     admin = ConfluentAdmin(config)  # kept: its futures need it
     for future in admin.delete_consumer_groups([exactly_once.transactional_id(prefix, p) for p in rows]).values():
         future.result(30)
-    monkeypatch.setattr(exactly_once, "time", days_later(8))
-    again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id)
+    again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id,
+                                days_later(8))
     assert again == exactly_once.Committed(0, frozenset(rows))
     got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, 10))
     assert got == collections.Counter(v.decode() for v in rows[0] + rows[1])

@@ -22,6 +22,7 @@ import pytest
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import parse_options
 from tests.brokers import create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _prepare
 
@@ -34,7 +35,7 @@ def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -
     task of the microbatch reported: after the driver's abort nothing may be left open."""
     producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"held"])
     try:
-        exactly_once.abort(config, eo, [None])
+        exactly_once.abort(config, eo, [None], MovedClock())  # no Spark task to wait for
         assert_nothing_left_open(kafka.bootstrap, topic, 1)
     finally:
         producer.close()
@@ -83,13 +84,14 @@ def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafk
     eo = parse_options(options, streaming=True).exactly_once
     config = {"bootstrap.servers": kafka.bootstrap}
     prefix = eo.prefix_for(unique_topic("query"))
-    exactly_once.register_prefix(config, eo, prefix)
+    clock = MovedClock()
+    exactly_once.register_prefix(config, eo, prefix, clock)
     # offsets.retention.minutes later: the registry group is gone (as Kafka expires it).
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
     for future in admin.delete_consumer_groups([exactly_once.registry_group(eo.options_key)],
                                                request_timeout=60).values():
         future.result(90)
     # A day later the same worker's next task records it again.
-    exactly_once._registered[(eo.options_key, prefix)] -= exactly_once.REGISTER_AGAIN_AFTER_S
-    exactly_once.register_prefix(config, eo, prefix)
+    clock.advance(exactly_once.REGISTER_AGAIN_AFTER_S * 1000)
+    exactly_once.register_prefix(config, eo, prefix, clock)
     _abort_with_a_transaction_held(kafka, config, eo, prefix, topic)

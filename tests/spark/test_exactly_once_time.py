@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from spark_sink.admin import AdminClient
+from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.spark import exactly_once
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
@@ -143,7 +145,7 @@ def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(
     try:
         txns = {m.partition_id: m.transaction for m in messages}
         with pytest.raises(TransactionsEndedError, match="1 of its 2 transaction") as failure:
-            exactly_once._end_checked(admin, config, txns, {}, "batch write")
+            exactly_once._end_checked(admin, config, txns, {}, "batch write", SYSTEM_TIME)
     finally:
         admin.close()
     assert "ended by another producer" in str(failure.value)
@@ -228,7 +230,7 @@ def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
     exactly_once.register_prefix(config, eo, prefix)
     producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"held"])
     try:
-        exactly_once.abort(config, eo, [None, None])
+        exactly_once.abort(config, eo, [None, None], MovedClock())  # no Spark task to wait for
         assert_nothing_left_open(kafka.bootstrap, topic, 1)
     finally:
         producer.close()
