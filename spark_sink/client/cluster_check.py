@@ -85,7 +85,7 @@ def _metadata(client: NetworkClient, config: ClientConfig, topics: list[str], de
     """The Metadata response for ``topics`` from whichever bootstrap server is up first:
     every address is tried at once, so one dead address costs no time."""
     body = MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=True)
-    answers: list[ClientResponse] = []
+    answers: list[ClientResponse[MetadataResponse]] = []
     sent = False
     nodes = client.bootstrap_nodes()
     while True:
@@ -94,7 +94,7 @@ def _metadata(client: NetworkClient, config: ClientConfig, topics: list[str], de
             raise client.authentication_error
         if answers:
             if answers[0].error is None:
-                return answers[0].body
+                return answers[0].reply()
             answers.clear()  # the connection broke before the answer: ask again
             sent = False
         if not sent:

@@ -68,12 +68,14 @@ class Coordinators:
                     lambda r: self._found(client, key_type, key, r, on_found))
         return True
 
-    def _found(self, client: Client, key_type: int, key: str, response: ClientResponse,
+    def _found(self, client: Client, key_type: int, key: str, response: ClientResponse[FindCoordinatorResponse],
                on_found: Callable[[Exception | None], None]) -> None:
         self._finding.discard((key_type, key))
-        error = response.error or coordinator_error(response.body, key)
+        error = response.error
         if error is None:
-            body: FindCoordinatorResponse = response.body
+            body = response.reply()
+            error = coordinator_error(body, key)
+        if error is None:
             node = body.node_id
             client.set_nodes({node: (body.host, body.port)})
             self._nodes[(key_type, key)] = node

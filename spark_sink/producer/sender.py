@@ -361,7 +361,7 @@ class Sender(threading.Thread):
         if response.error is not None:
             self._metadata.failed_update(self._clock())
             return
-        self._metadata.update(response.body, self._clock())
+        self._metadata.update(response.reply(), self._clock())
         self._client.set_nodes(self._metadata.nodes)
 
     def _ensure_producer_id(self, now: float) -> bool:

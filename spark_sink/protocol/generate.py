@@ -313,8 +313,10 @@ def _span(r: Range) -> str:
     return f"v{r[0]}" if r[0] == r[1] else f"v{r[0]}-v{r[1]}"
 
 
-def _class_source(s: _Struct, doc: str) -> list[str]:
-    lines = ["", "", "@dataclass(slots=True)", f"class {s.cls}:", f'    """{doc}"""', ""]
+def _class_source(s: _Struct, doc: str, reply: str | None = None) -> list[str]:
+    """A struct's dataclass; a request's says which class its reply is (``reply``)."""
+    base = f"(Request[\"{reply}\"])" if reply else ""  # quoted: the reply is defined after it
+    lines = ["", "", "@dataclass(slots=True)", f"class {s.cls}{base}:", f'    """{doc}"""', ""]
     for f in s.fields:
         if f.factory is not None:
             lines.append(f"    {f.name}: {f.py_type} = field(default_factory={f.factory})")
@@ -371,10 +373,12 @@ def render(messages: list[_Message], jar_name: str) -> str:
         "from dataclasses import dataclass, field",
         "",
         "from spark_sink.protocol.schema import Field as F",
-        "from spark_sink.protocol.schema import Records, Schema",
+        "from spark_sink.protocol.schema import Records, Request, Schema",
         "",
         "ZERO_UUID = uuid.UUID(int=0)",
     ]
+    apis = [m for m in messages if m.kind != "header"]
+    replies = {req.root.cls: resp.root.cls for req, resp in zip(apis[::2], apis[1::2], strict=True)}
     for m in messages:
         for s in _walk(m.root):
             if s is m.root and m.kind == "header":
@@ -383,7 +387,7 @@ def render(messages: list[_Message], jar_name: str) -> str:
                 doc = f"{m.json_name} (API key {m.key}): kprod speaks {_span(m.versions)} of Kafka's {_span(m.valid)}."
             else:
                 doc = f"{s.name} in {m.json_name}."
-            lines += _class_source(s, doc)
+            lines += _class_source(s, doc, replies.get(s.cls) if s is m.root else None)
     for m in messages:
         flexible = f", flexible_from={m.flexible[0]}" if m.flexible else ""
         flexible += f", versions={m.versions}"
@@ -392,7 +396,6 @@ def render(messages: list[_Message], jar_name: str) -> str:
         lines.append(f"){flexible})")
     lines += ["", "", "# The request and response schemas of each API, by API key.",
               "SCHEMAS: dict[int, tuple[Schema, Schema]] = {"]
-    apis = [m for m in messages if m.kind != "header"]
     for req, resp in zip(apis[::2], apis[1::2], strict=True):
         lines.append(f"    {req.key}: ({constant(req)}, {constant(resp)}),  # {req.api}")
     lines.append("}")
