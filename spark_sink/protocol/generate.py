@@ -22,6 +22,7 @@ import json
 import re
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -283,7 +284,7 @@ def build(jar: Path, messages_py: Path = MESSAGES_PY) -> list[_Message]:
     return messages
 
 
-def _walk(struct: _Struct):
+def _walk(struct: _Struct) -> Iterator[_Struct]:
     """``struct`` and every struct inside it, innermost first."""
     for f in struct.fields:
         if f.struct is not None:

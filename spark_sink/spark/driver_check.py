@@ -251,7 +251,7 @@ def short_traceback(func: F) -> F:
     cluster, a record) from ``func`` itself, so that the traceback text Spark shows has one
     frame before kprod's message, not kprod's whole call stack."""
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return func(*args, **kwargs)
         except user_errors() as exc:  # evaluated only once an error is raised
