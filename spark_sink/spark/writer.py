@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import MetricTotals, RowsDigest
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.commit_messages import (
     KProdCommitMessage,
@@ -126,8 +126,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     eo = options.exactly_once
     # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
     # stream's id): a named one run again outside the stream must find its own markers.
-    query, run = exactly_once.query_run() if eo is not None and not eo.batch else (None, None)
-    config = options.producer_config if eo is None else exactly_once.transactional_config(
+    query, run = exactly_once_names.query_run() if eo is not None and not eo.batch else (None, None)
+    config = options.producer_config if eo is None else exactly_once_names.transactional_config(
         options.producer_config, eo.prefix_for(query), partition_id)
     # A batch write's own transactional ids: no later task could reuse the producer.
     keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
@@ -163,9 +163,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     producer = POOL.acquire(config)
                     before = producer.metric_totals()  # a pooled producer's include earlier tasks'
                     if eo is not None:
-                        exactly_once.register_prefix(options.producer_config, eo, eo.prefix_for(query), clock)
+                        exactly_once_state.register_prefix(options.producer_config, eo, eo.prefix_for(query), clock)
                         began_ms = clock.wall_ms()
-                        exactly_once.fence_and_begin(producer)
+                        exactly_once_names.fence_and_begin(producer)
                         begun = True
                 if digest is not None:
                     digest.add(table)
@@ -184,7 +184,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         ok = True
     finally:
         if begun and not ok and producer is not None:
-            exactly_once.abort_in_task(producer)
+            exactly_once_abort.abort_in_task(producer)
         if producer is not None:
             # Back to the pool only after a flush that succeeded; on failure it is closed
             # without waiting for the rest: the task is failing anyway.
@@ -245,7 +245,7 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
-        exactly_once.abort(options.producer_config, options.exactly_once, messages)
+        exactly_once_abort.abort(options.producer_config, options.exactly_once, messages)
         log.warning("kprod %s aborted: the transactions of its %d finished task(s) were aborted; "
                     "nothing of it is visible to read_committed consumers", what, len(done))
     elif done:

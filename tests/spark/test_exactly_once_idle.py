@@ -21,7 +21,7 @@ import pytest
 
 from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_names
 from spark_sink.spark.exactly_once import MarkersMissingError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, start_kafka, unique_topic
@@ -35,7 +35,7 @@ def _commit(bootstrap: str, eo: ExactlyOnce, topic: str, batch: int, *, crash: b
     """Microbatch ``batch`` of a one-task query: its row ``<batch>`` committed (or, with
     ``crash``, its driver dying after the directory's write, before any EndTxn), on the
     driver's ``clock``."""
-    producer, message = _prepare(bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"%d" % batch])
+    producer, message = _prepare(bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"%d" % batch])
     producer.close()
     config = {"bootstrap.servers": bootstrap}
     if not crash:
@@ -60,7 +60,7 @@ def _drop_markers(bootstrap: str, eo: ExactlyOnce) -> None:
     from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
     admin = ConfluentAdmin({"bootstrap.servers": bootstrap})
-    for future in admin.delete_consumer_groups([exactly_once.transactional_id(eo.prefix, 0)]).values():
+    for future in admin.delete_consumer_groups([exactly_once_names.transactional_id(eo.prefix, 0)]).values():
         future.result(30)
 
 
@@ -112,8 +112,8 @@ def test_the_directory_is_kept_for_its_own_retention_not_the_brokers(kafka, monk
     eo = ExactlyOnce(unique_topic("idle"), topic)
     monkeypatch.setattr(exactly_once, "DIRECTORY_RETENTION_MS", 2000)
     _commit(kafka.bootstrap, eo, topic, 0)
-    directory, markers = exactly_once.directory_group(eo.prefix), exactly_once.transactional_id(eo.prefix, 0)
-    partition = (eo.marker_topic, exactly_once.MARKER_PARTITION)
+    directory, markers = exactly_once_names.directory_group(eo.prefix), exactly_once_names.transactional_id(eo.prefix, 0)
+    partition = (eo.marker_topic, exactly_once_names.MARKER_PARTITION)
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         def committed(group: str) -> int:
             return admin.committed_offsets({group: [partition]})[group].get(partition, (-1,))[0]
@@ -141,14 +141,14 @@ def test_the_broker_keeps_the_directory_past_offsets_retention():
             _commit(bootstrap, eo, eo.marker_topic, 0)
         _commit(bootstrap, crashed, crashed.marker_topic, 1, crash=True)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        marker = (idle.marker_topic, exactly_once.MARKER_PARTITION)
-        groups = {exactly_once.transactional_id(eo.prefix, 0): eo for eo in (idle, crashed)}
+        marker = (idle.marker_topic, exactly_once_names.MARKER_PARTITION)
+        groups = {exactly_once_names.transactional_id(eo.prefix, 0): eo for eo in (idle, crashed)}
         deadline = time.monotonic() + 180
         while any(admin.committed_offsets({g: [(eo.marker_topic, 0)]})[g].get((eo.marker_topic, 0), (-1,))[0] >= 0
                   for g, eo in groups.items()):
             assert time.monotonic() < deadline, "the marker groups never expired"
             time.sleep(1)
-        directory = exactly_once.directory_group(idle.prefix)
+        directory = exactly_once_names.directory_group(idle.prefix)
         assert admin.committed_offsets({directory: [marker]})[directory][marker][0] == 0, "the directory expired"
         admin.close()
         _commit(bootstrap, idle, idle.marker_topic, 1)

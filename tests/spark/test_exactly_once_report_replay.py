@@ -22,7 +22,7 @@ import json
 import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, RowsDigest
-from spark_sink.spark import exactly_once, writer
+from spark_sink.spark import exactly_once_names, writer
 from spark_sink.spark.commit_messages import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.test_exactly_once_shapes import driver_dies_committing
@@ -35,8 +35,8 @@ def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[
     digest = RowsDigest()
     digest.add(table)
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                        "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
-        exactly_once.fence_and_begin(p)
+                        "transactional.id": exactly_once_names.transactional_id(prefix, partition)}) as p:
+        exactly_once_names.fence_and_begin(p)
         future = p.send_arrow(table, topic)
         p.flush(30)
         result = future.result(30)
