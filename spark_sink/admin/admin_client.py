@@ -29,13 +29,13 @@ from spark_sink.protocol import kmsg
 from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
 from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.schema import Request
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR as GROUP,
 )
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.txn_coordinator import (
     TRANSACTION_COORDINATOR as TRANSACTION,
 )
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.txn_coordinator import (
     PreparedTransaction,
     TransactionState,
     add_offsets_body,

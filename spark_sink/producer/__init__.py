@@ -30,7 +30,7 @@ from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, Kafka
 from spark_sink.producer.producer_record import ProducerRecord, RecordMetadata
 from spark_sink.producer.rows_digest import RowsDigest
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.protocol.transactions import PreparedTransaction
+from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 # Every configuration key the producer knows (Java's names).
 CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)

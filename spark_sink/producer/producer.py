@@ -45,7 +45,7 @@ from spark_sink.producer.transactions.coordinator_requests import TransactionalR
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
-from spark_sink.protocol.transactions import PreparedTransaction
+from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ bump once). When an EndTxn of a commit is refused, the driver asks DescribeTrans
 which transactions its EndTxns committed. It took only those under the task's producer id
 at the task's epoch plus one, so a transaction committed across the overflow was counted
 as not committed, and the error said nothing was visible when its rows were. It now
-takes a new producer id at epoch 0 too (``protocol.transactions.ended_by``).
+takes a new producer id at epoch 0 too (``protocol.txn_coordinator.ended_by``).
 """
 
 from __future__ import annotations
