@@ -26,8 +26,8 @@ from spark_sink.client.coordinators import Coordinators
 from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.protocol import kmsg
+from spark_sink.protocol.apis import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
-from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.schema import Request
 from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR as GROUP,

@@ -14,6 +14,7 @@ from spark_sink.client.connections import ClientResponse
 from spark_sink.client.errors import BrokersUnreachableError, UnknownTopicError
 from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.client.network import NetworkClient
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
     LeaderNotAvailableError,
@@ -21,7 +22,6 @@ from spark_sink.protocol.error_codes import (
     failure_for_code,
 )
 from spark_sink.protocol.kmsg import MetadataRequest, MetadataRequestTopic, MetadataResponse
-from spark_sink.protocol.messages import ApiKey
 
 # Errors of a topic that exists (or is being created on first use): a write would go on.
 _TOPIC_EXISTS = frozenset({NO_ERROR, LeaderNotAvailableError.code})

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from spark_sink.client.connections import ClientResponse
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, KafkaConnectionError, NotCoordinatorError
 from spark_sink.protocol.kmsg import FindCoordinatorResponse
-from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.txn_coordinator import coordinator_error, find_coordinator_body
 
 # The coordinator a request went to is not (or no longer) the one: find it again.

@@ -34,12 +34,12 @@ from spark_sink.client.connections import (
 )
 from spark_sink.client.dialer import Dialer
 from spark_sink.client.errors import AuthenticationError
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     KafkaConnectionError,
     KProdError,
     UnsupportedVersionError,
 )
-from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.schema import Request
 
 __all__ = ["Callback", "ClientResponse", "NetworkClient"]

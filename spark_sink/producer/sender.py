@@ -18,6 +18,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.producer.transactions.transaction_states import State
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
     DuplicateSequenceNumberError,
@@ -26,7 +27,6 @@ from spark_sink.protocol.error_codes import (
     failure_for_code,
 )
 from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
-from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)
 

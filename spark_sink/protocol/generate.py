@@ -3,7 +3,7 @@
 Kafka ships the definition of every request and response as JSON in the kafka-clients
 jar (``common/message/*.json``): versions, flexible versions, nullable and tagged fields,
 defaults. This reads the definitions of the APIs kprod speaks (``VERSIONS`` in
-:mod:`spark_sink.protocol.messages`, read from its source so that a stale or missing
+:mod:`spark_sink.protocol.apis`, read from its source so that a stale or missing
 ``kmsg.py`` cannot stop its own regeneration), clipped to the versions kprod implements,
 and the request and response headers (``HEADERS``), and writes typed classes and the
 codec's tables::
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-MESSAGES_PY = _HERE / "messages.py"
+APIS_PY = _HERE / "apis.py"
 OUTPUT = _HERE / "kmsg.py"
 _MAX = 32767
 _PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "bool", "string", "bytes",
@@ -99,10 +99,10 @@ def snake(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
 
 
-def implemented_versions(messages_py: Path = MESSAGES_PY) -> dict[str, tuple[int, Range]]:
+def implemented_versions(apis_py: Path = APIS_PY) -> dict[str, tuple[int, Range]]:
     """``{ApiKey member name: (api key, (min, max))}`` from ``ApiKey`` and ``VERSIONS`` in
-    messages.py, read from its source."""
-    tree = ast.parse(messages_py.read_text(), str(messages_py))
+    apis.py, read from its source."""
+    tree = ast.parse(apis_py.read_text(), str(apis_py))
     keys: dict[str, int] = {}
     versions: dict[str, Range] = {}
     for node in tree.body:
@@ -117,10 +117,10 @@ def implemented_versions(messages_py: Path = MESSAGES_PY) -> dict[str, tuple[int
             assert isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict)
             for k, v in zip(node.value.keys, node.value.values, strict=True):
                 if not isinstance(k, ast.Attribute):
-                    raise DefinitionError(f"{messages_py}: VERSIONS keys must be ApiKey.NAME")
+                    raise DefinitionError(f"{apis_py}: VERSIONS keys must be ApiKey.NAME")
                 versions[k.attr] = ast.literal_eval(v)
     if not keys or not versions:
-        raise DefinitionError(f"{messages_py}: no ApiKey class or VERSIONS table")
+        raise DefinitionError(f"{apis_py}: no ApiKey class or VERSIONS table")
     return {name: (keys[name], versions[name]) for name in versions}
 
 
@@ -250,11 +250,11 @@ def _struct(name: str, fields: list[dict], within: Range, commons: dict[str, dic
     return out
 
 
-def build(jar: Path, messages_py: Path = MESSAGES_PY) -> list[_Message]:
+def build(jar: Path, apis_py: Path = APIS_PY) -> list[_Message]:
     """The messages kprod speaks, read from ``jar`` and clipped to its versions."""
     definitions = load_definitions(jar)
     messages = []
-    for api, (key, wanted) in implemented_versions(messages_py).items():
+    for api, (key, wanted) in implemented_versions(apis_py).items():
         for kind in ("request", "response"):
             data = definitions.get((key, kind))
             if data is None:
@@ -364,7 +364,7 @@ def render(messages: list[_Message], jar_name: str) -> str:
         "the tables of :mod:`spark_sink.protocol.schema`'s codec.",
         "",
         f"Generated from common/message/*.json in {jar_name} by ``python -m spark_sink.protocol.generate``",
-        "(versions clipped to ``messages.VERSIONS``): do not edit.",
+        "(versions clipped to ``apis.VERSIONS``): do not edit.",
         '"""',
         "",
         "# generated, do not edit",

@@ -2,7 +2,7 @@
 the tables of :mod:`spark_sink.protocol.schema`'s codec.
 
 Generated from common/message/*.json in kafka-clients-4.3.1.jar by ``python -m spark_sink.protocol.generate``
-(versions clipped to ``messages.VERSIONS``): do not edit.
+(versions clipped to ``apis.VERSIONS``): do not edit.
 """
 
 # generated, do not edit

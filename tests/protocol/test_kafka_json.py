@@ -13,9 +13,9 @@ import pytest
 
 from spark_sink.protocol import generate, kmsg
 from spark_sink.protocol import primitives as p
+from spark_sink.protocol.apis import APIS, VERSIONS, ApiKey, encode_request_body, encode_response_body
 from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.protocol.framing import KafkaProtocol, encode_request_header
-from spark_sink.protocol.messages import APIS, VERSIONS, ApiKey, encode_request_body, encode_response_body
 from spark_sink.protocol.schema import Request, decode
 
 

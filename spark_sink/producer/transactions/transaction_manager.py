@@ -48,6 +48,7 @@ from spark_sink.producer.partition_sequences import PartitionSequences
 from spark_sink.producer.transactions.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
 from spark_sink.producer.transactions.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
 from spark_sink.protocol import kmsg
+from spark_sink.protocol.apis import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.error_codes import (
     ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
@@ -60,7 +61,6 @@ from spark_sink.protocol.error_codes import (
     UnsupportedVersionError,
     error_for_code,
 )
-from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR,
     TRANSACTION_COORDINATOR,
