@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import KafkaProducer
-from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once_names import (
     MARKER_PARTITION,
     driver_admin,
@@ -21,6 +20,7 @@ from spark_sink.spark.exactly_once_names import (
 from spark_sink.spark.exactly_once_state import RegistryEntry
 from spark_sink.spark.last_will import LastWill
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from spark_sink.admin import AdminClient, PreparedTransaction
 from spark_sink.producer import KafkaProducer
-from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark.task_reports import KProdCommitMessage
 
 MARKER_PARTITION = 0
 

@@ -33,9 +33,9 @@ from spark_sink.encoder.columnar import HEADER_TYPE
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.producer.partitioner import murmur2_array
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
-from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import driver_dies_committing

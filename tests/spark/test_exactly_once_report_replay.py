@@ -3,7 +3,7 @@ skeptical review of branch ``break``).
 
 README, Options: "kprod.deliveryReport.path: a file on the driver; each committed
 microbatch (or batch write) appends one JSON line: batchId, records, bytes, per
-topic-partition offset ranges"; commit_messages.append_report: "a report line means the
+topic-partition offset ranges"; task_reports.append_report: "a report line means the
 batch was committed".
 
 Run 1 of microbatch 0 dies after committing task 0's transaction, before its report
@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.spark import exactly_once_names, writer
-from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.test_exactly_once_shapes import driver_dies_committing
 

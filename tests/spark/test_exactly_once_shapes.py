@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 from spark_sink.admin import AdminClient
 from spark_sink.producer import KafkaProducer, ProducerRecord, RowsDigest
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
-from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open

@@ -19,9 +19,9 @@ from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
-from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.spark.faults import jvm_sleep, kill_writer

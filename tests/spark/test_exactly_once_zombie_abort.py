@@ -15,8 +15,8 @@ import pytest
 from spark_sink.admin import AdminClient, PreparedTransaction
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
-from spark_sink.spark.commit_messages import KProdCommitMessage
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _committed_values

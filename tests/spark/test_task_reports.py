@@ -1,7 +1,7 @@
 """Offset ranges in commit messages: within a task (one producer, sends in order) and
 across tasks (producers interleaved); -1 is an end the broker did not tell."""
 
-from spark_sink.spark.commit_messages import extend_ranges, merge_ranges
+from spark_sink.spark.task_reports import extend_ranges, merge_ranges
 
 TP, OTHER = ("t", 0), ("t", 1)
 
@@ -30,7 +30,7 @@ def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown():
 def test_the_summary_counts_the_tasks_given_no_row():
     """A few rows over many shuffle partitions: the summary says how many tasks were empty,
     since each costs Spark a Python task whatever the sink does."""
-    from spark_sink.spark.commit_messages import KProdCommitMessage, WriteSummary
+    from spark_sink.spark.task_reports import KProdCommitMessage, WriteSummary
 
     messages = [KProdCommitMessage(partition_id=0, attempt=0, records=3, bytes=30, partitions={TP: (3, 0, 2)}),
                 KProdCommitMessage(partition_id=1, attempt=0, records=0, bytes=0),
