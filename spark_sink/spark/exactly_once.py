@@ -28,6 +28,10 @@ its new transaction is aborted instead. If a replay splits the microbatch otherw
 different number of tasks, or rows dealt otherwise), partitions cannot be matched; a
 batch committed whole is then still skipped whole, and one committed in part fails the
 query with an error that says so.
+
+This module is the driver's commit; the names and the tasks' reports are in
+:mod:`exactly_once_names`, what is kept in Kafka in :mod:`exactly_once_state`, and the
+abort in :mod:`exactly_once_abort`.
 """
 
 from __future__ import annotations
@@ -79,8 +83,6 @@ class TransactionsEndedError(RuntimeError):
 class MarkersMissingError(RuntimeError):
     """A restarted query's markers are gone: a replayed microbatch cannot be told from a new one."""
 
-
-# -- the driver -------------------------------------------------------------------
 
 # The runs (prefix, runId) whose leftovers this process has fenced: needed at a query's
 # first commit after a (re)start only, not at every microbatch.
