@@ -32,7 +32,7 @@ from spark_sink.producer.row_errors import RefusedRows
 from spark_sink.producer.rows_digest import RowsDigest
 from spark_sink.producer.serializers import ArrowSerializer, serialize_columns
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.protocol.transactions import PreparedTransaction
+from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 # Every configuration key the producer knows (Java's names).
 CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_sink.client.clock import Clock, now_ms
+from spark_sink.client.clock import Clock, now_ms, wall_ns
 from spark_sink.client.cluster_check import unknown_topic_message
 from spark_sink.client.errors import (
     BrokersUnreachableError,
@@ -47,10 +46,10 @@ from spark_sink.producer.transactions.coordinator_requests import TransactionalR
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
+from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 if TYPE_CHECKING:
     from spark_sink.producer.serializers import ArrowSerializer
-from spark_sink.protocol.transactions import PreparedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +278,7 @@ class KafkaProducer:
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
                 partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)
-                timestamp = time.time_ns() // 1_000_000
+                timestamp = wall_ns() // 1_000_000
                 return (self._accumulator.append_plain(topic, partition, timestamp, key, value, callback, key_size,
                                                        value_size)
                         or self._send_new_batch(topic, partition, timestamp, key, value, callback, key_size,
@@ -354,7 +353,7 @@ class KafkaProducer:
                 f"but the topic has {count} partitions (0..{count - 1})")
         timestamp = record.timestamp
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = wall_ns() // 1_000_000
         if self._txn.transactional:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
@@ -457,7 +456,7 @@ class KafkaProducer:
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=int(time.time() * 1000), check_sizes=refusals is None, topics=topics)
+            now_ms=wall_ns() // 1_000_000, check_sizes=refusals is None, topics=topics)
         future = ArrowSendFuture()
         if refusals is not None:
             future._refused = tuple(refusals.refused)

@@ -245,10 +245,9 @@ class ExactlyOnce:
         return "kprod-" + hashlib.sha256(query_id.encode()).hexdigest()[:20]
 
 
-def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOptions:
-    """Check every option; raise ConfigError naming the option and what it accepts."""
-    # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
-    opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+def _producer_options(opts: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The producer settings among the (lower-cased) ``kafka.*`` options, with the sink's
+    defaults, and the Java-only settings kprod ignores."""
     producer: dict[str, str] = {}
     jvm_only: list[str] = []
     for key, value in opts.items():
@@ -269,6 +268,14 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
         producer[name] = value
     for name, value in SINK_PRODUCER_DEFAULTS.items():
         producer.setdefault(name, value)
+    return producer, jvm_only
+
+
+def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOptions:
+    """Check every option; raise ConfigError naming the option and what it accepts."""
+    # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
+    opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+    producer, jvm_only = _producer_options(opts)
     if not producer.get("bootstrap.servers", "").strip():
         raise ConfigError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
     try:

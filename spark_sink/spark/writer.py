@@ -6,16 +6,19 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
-from spark_sink.spark.commit_messages import (
+from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
+from spark_sink.spark.options import SinkOptions, parse_options
+from spark_sink.spark.producer_pool import POOL
+from spark_sink.spark.task_reports import (
     KProdCommitMessage,
     WriteSummary,
     append_report,
@@ -23,10 +26,7 @@ from spark_sink.spark.commit_messages import (
     succeeded_tasks,
 )
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
-from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
 from spark_sink.spark.formats import prepare_formats
-from spark_sink.spark.options import SinkOptions, parse_options
-from spark_sink.spark.producer_pool import POOL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -114,7 +114,8 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
         yield pa.Table.from_batches(held)
 
 
-def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan) -> KProdCommitMessage:
+def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan,
+               clock: Time = SYSTEM_TIME) -> KProdCommitMessage:
     """Send every batch of one task and return only once all of it is acknowledged.
 
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
@@ -124,13 +125,13 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     """
     from spark_sink.producer import short_switch_interval
 
-    started = time.monotonic()
+    started = clock()
     partition_id, attempt = _task_identity()
     eo = options.exactly_once
     # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
     # stream's id): a named one run again outside the stream must find its own markers.
-    query, run = exactly_once.query_run() if eo is not None and not eo.batch else (None, None)
-    config = options.producer_config if eo is None else exactly_once.transactional_config(
+    query, run = exactly_once_names.query_run() if eo is not None and not eo.batch else (None, None)
+    config = options.producer_config if eo is None else exactly_once_names.transactional_config(
         options.producer_config, eo.prefix_for(query), partition_id)
     # A batch write's own transactional ids: no later task could reuse the producer.
     keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
@@ -171,9 +172,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     producer = POOL.acquire(config)
                     before = producer.metric_totals()  # a pooled producer's include earlier tasks'
                     if eo is not None:
-                        exactly_once.register_prefix(options.producer_config, eo, eo.prefix_for(query))
-                        began_ms = time.time() * 1000
-                        exactly_once.fence_and_begin(producer)
+                        exactly_once_state.register_prefix(options.producer_config, eo, eo.prefix_for(query), clock)
+                        began_ms = clock.wall_ms()
+                        exactly_once_names.fence_and_begin(producer)
                         begun = True
                 if options.formats is not None:
                     # Before the digest: a replay is told by the bytes it sends.
@@ -203,19 +204,21 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         ok = True
     finally:
         if begun and not ok and producer is not None:
-            exactly_once.abort_in_task(producer)
+            exactly_once_abort.abort_in_task(producer)
         if producer is not None:
             # Back to the pool only after a flush that succeeded; on failure it is closed
             # without waiting for the rest: the task is failing anyway.
             POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
-    seconds = time.monotonic() - started
+    seconds = (clock() - started) / 1000
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
-                              began_ms if transaction is not None else None,
-                              str(digest) if digest is not None else None, run,
-                              {} if dead is None else dead.reasons, 0 if dead is None else dead.sent)
+    return KProdCommitMessage(
+        partition_id=partition_id, attempt=attempt, records=records, bytes=nbytes, partitions=ranges, seconds=seconds,
+        producer=counts, transaction=transaction, query_id=query,
+        transaction_began_ms=began_ms if transaction is not None else None,
+        rows_digest=str(digest) if digest is not None else None, run_id=run,
+        refused={} if dead is None else dead.reasons, dead_letters=0 if dead is None else dead.sent)
 
 
 def _fence_earlier_attempts(config: Mapping[str, str], keep_s: float) -> None:
@@ -224,7 +227,7 @@ def _fence_earlier_attempts(config: Mapping[str, str], keep_s: float) -> None:
     producer = POOL.acquire(config)
     ok = False
     try:
-        exactly_once.fence(producer)
+        exactly_once_names.fence(producer)
         ok = True
     finally:
         POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
@@ -284,7 +287,7 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
-        exactly_once.abort(options.producer_config, options.exactly_once, messages)
+        exactly_once_abort.abort(options.producer_config, options.exactly_once, messages)
         log.warning("kprod %s aborted: the transactions of its %d finished task(s) were aborted; "
                     "nothing of it is visible to read_committed consumers", what, len(done))
     elif done:

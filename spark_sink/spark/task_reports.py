@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 PartitionRanges = dict[tuple[str, int], tuple[int, int, int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KProdCommitMessage(WriterCommitMessage):
-    """What one task wrote, returned only after every record was acknowledged."""
+    """What one task wrote, returned only after every record was acknowledged. Built by
+    keyword only: a field added in the middle never shifts the others."""
 
     partition_id: int
     attempt: int
