@@ -15,7 +15,9 @@ from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
+from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
 from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
+from spark_sink.spark.formats import prepare_formats
 from spark_sink.spark.options import SinkOptions, parse_options
 from spark_sink.spark.producer_pool import POOL
 from spark_sink.spark.task_reports import (
@@ -25,8 +27,6 @@ from spark_sink.spark.task_reports import (
     extend_ranges,
     succeeded_tasks,
 )
-from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
-from spark_sink.spark.formats import prepare_formats
 
 if TYPE_CHECKING:
     import pyarrow as pa

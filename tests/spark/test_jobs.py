@@ -22,7 +22,7 @@ def run_job(name: str, *args: str, timeout: float = 300) -> subprocess.Completed
                           text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("job", ["stream_to_kafka.py", "file_to_kafka.py", "bench_sink.py", "demo.py"])
+@pytest.mark.parametrize("job", ["stream_to_kafka.py", "file_to_kafka.py", "bench_sink.py", "demo.py", "avro_to_kafka.py"])
 def test_help(job):
     done = run_job(job, "--help", timeout=60)
     assert done.returncode == 0, done.stderr
