@@ -78,6 +78,7 @@ class RecordAccumulator:
         self._order = itertools.count()
         self._flushes = 0
         self._drain_start = 0  # where in _batches' order the next drain starts
+        self._next_expiry_ms = float("-inf")  # before it, no queued batch has expired (see expire)
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
         self.on_ready: Callable[[], None] = lambda: None  # append_plain filled a batch
@@ -261,6 +262,7 @@ class RecordAccumulator:
                 batch.order = next(self._order)
             dq.extend(batches)
             self._incomplete.update(batches)
+            self._created(now)
 
     # -- sender side ----------------------------------------------------------
 
@@ -395,6 +397,7 @@ class RecordAccumulator:
         batch.attempts += 1
         batch.last_attempt_ms = now
         with self._lock:
+            self._created(batch.created_ms)
             dq = self._deque(batch.tp)
             i = 0
             while i < len(dq) and dq[i].order < batch.order:
@@ -402,13 +405,31 @@ class RecordAccumulator:
             dq.insert(i, batch)
 
     def expire(self, now: float, delivery_timeout_ms: float) -> list[ProducerBatch]:
-        """Remove queued batches older than delivery.timeout.ms; the caller fails them."""
+        """Remove queued batches older than delivery.timeout.ms; the caller fails them.
+
+        Every partition is looked at only once the oldest batch queued at the last look
+        (or queued since with an earlier creation time) may have expired: the Sender asks
+        every round, and with hundreds of partitions the look cost more than the rest of
+        its round."""
+        if now < self._next_expiry_ms:
+            return []
         expired = []
         with self._lock:
+            earliest = now  # appended from here on: created no earlier, or they say so
             for dq in self._batches.values():
                 while dq and now - dq[0].created_ms >= delivery_timeout_ms:
                     expired.append(dq.popleft())
+                if dq and dq[0].created_ms < earliest:
+                    earliest = dq[0].created_ms
+            self._next_expiry_ms = earliest + delivery_timeout_ms
         return expired
+
+    def _created(self, created_ms: float) -> None:
+        """A batch created at ``created_ms``, perhaps before the last look for expired ones,
+        is queued. Only with the lock held."""
+        expiry = created_ms + self._config.delivery_timeout_ms
+        if expiry < self._next_expiry_ms:
+            self._next_expiry_ms = expiry
 
     def completed(self, batches: Iterable[ProducerBatch]) -> None:
         """Batches finished (either way): release their memory, once each."""
