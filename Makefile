@@ -2,11 +2,28 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv kafka kmsg lint unit test soak versions installs demo bench clean
+.PHONY: venv demo-venv system-packages kafka kmsg lint unit test soak versions installs demo bench clean
 
-# The venv is (re)built whenever pyproject.toml changes, and the editable install's compiled
-# encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source does.
+# The system packages the suite needs (conf/system-packages.sh: installed with apt-get as
+# root on Debian, else named with the command that installs them). make demo needs none.
+system-packages:
+	bash conf/system-packages.sh
+
+# The venvs are (re)built whenever pyproject.toml changes, and the editable install's
+# compiled encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source
+# does. The demo's needs only Python, Java and a C compiler; the suite's (dev) adds the
+# optional extras, Kerberos's among them, and the tools.
+$(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --no-compile -e '.[demo]'
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	touch $@
+
+demo-venv: $(VENV)/.installed-demo
+
 $(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+	bash conf/system-packages.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[dev]'
@@ -49,7 +66,7 @@ TEST_WORKERS ?= 3
 # takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
 # Made beside the suite's first minute, not before it: a JVM that starts before its
 # archive is there starts without one. The 20 slowest tests are listed at the end.
-test: venv kafka
+test: system-packages venv kafka
 	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
 	$(PY) -m tests.bytecode
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms & archives=$$!; \
@@ -78,7 +95,7 @@ installs: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m installs tests/spark/test_cluster_installs.py
 
 # Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
-demo: venv
+demo: demo-venv
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) jobs/demo.py
 
 # The README's benchmarks, each against a fresh Apache Kafka node (several minutes).
