@@ -29,6 +29,7 @@ offsets include commit markers).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shlex
@@ -45,6 +46,7 @@ sys.path.insert(0, str(JOBS))
 import _common  # noqa: E402  (jobs/ on the path first)
 
 NOOP, KPROD, EOS, SPARK = "no-op", "kprod", "kprod exactly-once", "Spark's sink"
+NAN = math.nan
 QUICK = ["--rows", "20000", "--shapes", "8,2x4", "--rounds", "1", "--exactly-once", "8"]
 
 
@@ -259,19 +261,20 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
         assert df.count() == args.rows
         figures = results[shape] = {label: Figures() for label in labels}
 
-        def write(label: str, timed: bool) -> tuple[float, float, float]:
-            """A write to fresh topics; one that fails is said and done again, to new topics.
+        def write(label: str, timed: bool, shape: Shape = shape) -> tuple[float, float, float] | None:
+            """A write to fresh topics; one that fails is said and done again, to new topics;
+            None if that failed too.
             (Spark's sink has met NOT_LEADER_OR_FOLLOWER on a new topic's partitions until its
             batches expired: bench/RESULTS.md, 2026-11-28; failures are counted in the report.)"""
             for _attempt in range(2):
                 try:
                     return write_once(label, timed)
                 except Exception as exc:  # Py4JJavaError: the job failed
-                    failures.append(f"{shape} {label}: {str(exc).splitlines()[0][:200]}")
+                    failures.append(f"{shape} {label}: {_cause(exc)}")
                     _common.say(f"{shape} partitions: {label} failed, writing again to new topics: {failures[-1]}")
-            return write_once(label, timed)
+            return None
 
-        def write_once(label: str, timed: bool) -> tuple[float, float, float]:
+        def write_once(label: str, timed: bool, shape: Shape = shape, df=df) -> tuple[float, float, float]:
             prefix = f"{args.topic}-{shape}-{uuid.uuid4().hex[:6]}"
             names = [prefix] if shape.topics == 1 else [f"{prefix}-{i}" for i in range(shape.topics)]
             if label != NOOP:
@@ -291,8 +294,14 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
         for round_no in range(args.rounds):
             turn = round_no % len(labels)
             for label in labels[turn:] + labels[:turn]:
-                seconds, spark_cpu, broker_cpu = write(label, timed=True)
+                done = write(label, timed=True)
                 f = figures[label]
+                if done is None:  # failed twice: no figure this round (NaN keeps the rounds aligned)
+                    f.rates.append(NAN)
+                    f.spark_cpu.append(NAN)
+                    f.broker_cpu.append(NAN)
+                    continue
+                seconds, spark_cpu, broker_cpu = done
                 f.rates.append(args.rows / seconds)
                 f.spark_cpu.append(spark_cpu)
                 f.broker_cpu.append(broker_cpu)
@@ -307,13 +316,25 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
     return results
 
 
+def _cause(exc: Exception) -> str:
+    """The last line naming an error in a failed job's message (its root cause)."""
+    lines = [line for line in str(exc).splitlines() if "Error" in line or "Exception" in line]
+    return (lines[-1] if lines else str(exc).splitlines()[0]).strip()[:300]
+
+
+def _median(values: list[float]) -> float:
+    """The median of the rounds that have a figure (NaN if none)."""
+    known = [v for v in values if not math.isnan(v)]
+    return median(known) if known else NAN
+
+
 def _per_m(seconds: list[float], rows: int) -> float:
-    return median(seconds) * 1e6 / rows
+    return _median(seconds) * 1e6 / rows
 
 
 def _ratio(a: list[float], b: list[float]) -> float:
-    """The median of per-round ratios a/b."""
-    return median(x / y if y else float("inf") for x, y in zip(a, b))
+    """The median of per-round ratios a/b (rounds where both wrote)."""
+    return _median([x / y if y else math.inf for x, y in zip(a, b)])
 
 
 def report(args: argparse.Namespace, results: dict[Shape, dict[str, Figures]], broker: str, command: str) -> None:
@@ -329,7 +350,8 @@ def report(args: argparse.Namespace, results: dict[Shape, dict[str, Figures]], b
     for shape, figures in results.items():
         for label, f in figures.items():
             broker_cpu = f"{_per_m(f.broker_cpu, args.rows):>15.2f}" if have_broker and label != NOOP else f"{'':>15}"
-            print(f"  {str(shape):>6} {label:<20} {median(f.rates):>10,.0f} {_per_m(f.spark_cpu, args.rows):>14.2f}"
+            rate = f"{_median(f.rates):>10,.0f}" if not math.isnan(_median(f.rates)) else f"{'failed':>10}"
+            print(f"  {str(shape):>6} {label:<20} {rate} {_per_m(f.spark_cpu, args.rows):>14.2f}"
                   f" {broker_cpu}")
     print("\n  ratios (medians of per-round ratios):")
     print(f"  {'shape':>6} {'sink':<20} {'CPU/row vs no-op':>17} {'vs Spark':>9} {'broker vs Spark':>16}"
