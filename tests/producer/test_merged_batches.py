@@ -54,7 +54,7 @@ class Calls:
         the offset its first row has there."""
         for p in range(self.partitions):
             assert self.h.client.values((TOPIC, p)) == self.sent[p]
-        for p, first, offset, count, error in self.heard:
+        for p, first, offset, _count, error in self.heard:
             assert error is None
             assert self.h.client.values((TOPIC, p))[offset] == first
         assert sum(count for _, _, _, count, _ in self.heard) == sum(map(len, self.sent.values()))
