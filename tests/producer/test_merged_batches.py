@@ -181,3 +181,22 @@ def test_compressed_batches_are_not_joined():
     ack_one_by_one(h)
     assert len(_wire_batches(h)) == queued
     calls.check_delivered()
+
+
+def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_time():
+    """The accumulator looks through its partitions for expired batches only once one may
+    have expired; a batch queued after a look but created before it (send_arrow reads the
+    clock before it encodes) moves the next look forward to when it expires."""
+    h = Harness(leaders=[-1])  # no leader: nothing is ever sent
+    h.run()  # a look: nothing queued
+    created = h.clock() - 3000
+    groups = encode_groups(None, pa.array([b"v"]), np.zeros(1, np.int64), None, None, 1, batch_size=16384)
+    heard: list = []
+    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, heard.append, lambda e: None, lambda: None)
+    h.clock.advance(h.config.delivery_timeout_ms - 3000 - 20_000)  # 20 s early: the clock also runs
+    h.run()
+    assert heard == []
+    h.clock.advance(20_000)
+    h.run()
+    (batch,) = heard
+    assert "delivery.timeout.ms=120000" in str(batch.error)
