@@ -17,11 +17,13 @@ chosen per row through a ``topic`` column. For every shape the same cached DataF
   floor of any Python sink.
 
 Rounds alternate: every round writes once through each sink, the order rotating from
-round to round (A B C, B C A, ...), each write to fresh topics; the figures are medians
-over the rounds, the ratios medians of per-round ratios. CPU is read from /proc: Spark's
+round to round (A B C, B C A, ...); the figures are medians over the rounds, the ratios
+medians of per-round ratios. Each sink writes topics of its own at each shape, once
+untimed first: a broker's first write to a new partition costs it far more than later
+ones (--fresh-topics: every write to new topics, as bench_sink.py does). CPU is read from /proc: Spark's
 side is the driver JVM with all its descendants (the Python workers), the broker's its
 own process (a separate JVM, started for the run unless --bootstrap-servers is given; then
-no broker figure). Every timed write is checked afterwards by the topics' end offsets:
+no broker figure). Every write is checked afterwards by its topics' end offsets:
 exactly the rows written (at-least-once), at least that many (exactly-once, whose
 offsets include commit markers).
 """
@@ -73,6 +75,18 @@ class Shape:
 
 
 @dataclass
+class TopicSet:
+    """The topics a sink writes at one shape, and how many whole writes they hold."""
+
+    label: str
+    prefix: str
+    names: list[str]
+    partitions: int
+    writes: int = 0
+    clean: bool = True  # no failed write in them: their end offsets are checked
+
+
+@dataclass
 class Figures:
     """Per round: rows/s, Spark-side CPU s and broker CPU s of one sink at one shape."""
 
@@ -97,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shapes also written by kprod in exactly-once mode, '' for none (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per shape (default: %(default)s)")
     parser.add_argument("--skip-spark-kafka", action="store_true", help="leave out Spark's own Kafka sink")
+    parser.add_argument("--fresh-topics", action="store_true",
+                        help="every write to new topics (default: each sink writes its own topics of a shape, "
+                             "once untimed first)")
     parser.add_argument("--quick", action="store_true", help=f"a short run for the suite: {' '.join(QUICK)}")
     return parser
 
@@ -251,7 +268,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
     jvm = spark.sparkContext._gateway.proc.pid
     broker = getattr(args, "broker_pid", None)
     eos_shapes = {Shape.parse(s) for s in args.exactly_once.split(",") if s.strip()}
-    checks: list[tuple[str, list[str], int]] = []  # (sink, topics, partitions) of each timed write
+    topic_sets: list[TopicSet] = []  # every set of topics written, for the check at the end
     results: dict[Shape, dict[str, Figures]] = {}
     warmed: set[str] = set()
     failures = args.failures = []
@@ -260,35 +277,47 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
         df = _frame(spark, args, shape)
         assert df.count() == args.rows
         figures = results[shape] = {label: Figures() for label in labels}
+        current: dict[str, TopicSet] = {}  # each sink's topics at this shape
 
-        def write(label: str, timed: bool, shape: Shape = shape) -> tuple[float, float, float] | None:
-            """A write to fresh topics; one that fails is said and done again, to new topics;
-            None if that failed too.
-            (Spark's sink has met NOT_LEADER_OR_FOLLOWER on a new topic's partitions until its
-            batches expired: bench/RESULTS.md, 2026-11-28; failures are counted in the report.)"""
+        def write(label: str, timed: bool, shape: Shape = shape, current: dict[str, TopicSet] = current
+                  ) -> tuple[float, float, float] | None:
+            """One write; one that fails is said and done again, to new topics; None if that
+            failed too. (Spark's sink has met NOT_LEADER_OR_FOLLOWER on a new topic's
+            partitions until its batches expired: bench/RESULTS.md, 2026-11-28.)"""
             for _attempt in range(2):
                 try:
                     return write_once(label, timed)
                 except Exception as exc:  # Py4JJavaError: the job failed
                     failures.append(f"{shape} {label}: {_cause(exc)}")
                     _common.say(f"{shape} partitions: {label} failed, writing again to new topics: {failures[-1]}")
+                    broken = current.pop(label, None)
+                    if broken is not None:
+                        broken.clean = False  # rows of the failed write may be there: not counted
             return None
 
-        def write_once(label: str, timed: bool, shape: Shape = shape, df=df) -> tuple[float, float, float]:
-            prefix = f"{args.topic}-{shape}-{uuid.uuid4().hex[:6]}"
-            names = [prefix] if shape.topics == 1 else [f"{prefix}-{i}" for i in range(shape.topics)]
-            if label != NOOP:
-                _create_topics(bootstrap, names, shape.partitions)
-            frame = _with_topic(df, prefix, shape.topics)
+        def write_once(label: str, timed: bool, shape: Shape = shape, df=df, current: dict[str, TopicSet] = current
+                       ) -> tuple[float, float, float]:
+            topics = current.get(label)
+            if topics is None or args.fresh_topics:
+                prefix = f"{args.topic}-{shape}-{uuid.uuid4().hex[:6]}"
+                names = [prefix] if shape.topics == 1 else [f"{prefix}-{i}" for i in range(shape.topics)]
+                topics = current[label] = TopicSet(label, prefix, names, shape.partitions)
+                if label != NOOP:
+                    _create_topics(bootstrap, names, shape.partitions)
+                    topic_sets.append(topics)
+            frame = _with_topic(df, topics.prefix, shape.topics)
             before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
-            seconds = sinks.write(label, frame, prefix if shape.topics == 1 else None)
+            seconds = sinks.write(label, frame, topics.prefix if shape.topics == 1 else None)
             after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
-            if timed and label != NOOP:
-                checks.append((label, names, shape.partitions))
+            topics.writes += 1
             return seconds, after[0] - before[0], after[1] - before[1]
 
-        for label in labels:  # untimed: workers started, code paths compiled, once per sink
-            if label not in warmed:
+        for label in labels:
+            # Untimed: workers started and code paths compiled (once per sink), and unless
+            # --fresh-topics, each sink's topics of this shape written once: a broker's first
+            # write to a new partition costs it far more than the next ones (bench/RESULTS.md,
+            # 2026-11-29), which would swamp what a sink costs it.
+            if label not in warmed or not args.fresh_topics:
                 write(label, timed=False)
                 warmed.add(label)
         for round_no in range(args.rounds):
@@ -308,11 +337,12 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
                 _common.say(f"{shape} partitions, round {round_no + 1}: {label}: {args.rows / seconds:,.0f} rows/s, "
                             f"Spark side {spark_cpu:.2f} CPU s, broker {broker_cpu:.2f} CPU s")
         df.unpersist()
-    for label, names, partitions in checks:
-        ends = _end_offsets(bootstrap, names, partitions)
-        if ends < args.rows or (ends != args.rows and label != EOS):
-            raise SystemExit(f"{label} wrote {ends} records to {names[0]}..., expected {args.rows}")
-    _common.say(f"checked {len(checks)} timed writes by their topics' end offsets")
+    checked = [t for t in topic_sets if t.clean]
+    for t in checked:
+        ends, expected = _end_offsets(bootstrap, t.names, t.partitions), args.rows * t.writes
+        if ends < expected or (ends != expected and t.label != EOS):
+            raise SystemExit(f"{t.label} wrote {ends} records to {t.names[0]}..., expected {expected}")
+    _common.say(f"checked {sum(t.writes for t in checked)} writes by their topics' end offsets")
     return results
 
 
