@@ -363,10 +363,10 @@ class RecordAccumulator:
     def _merge_head(self, dq: deque[ProducerBatch], limit: int) -> tuple[ProducerBatch, int]:
         """The first batch of a partition, joined with the encoded batches queued right
         behind it while the whole stays within ``limit`` bytes (batch.size, the request's
-        room), and a bound of its size: send_arrow ends every partition's batches at the end of a call (or chunk),
-        and with many partitions the brokers then take many small batches, each costing
-        them (and the Sender) about as much as a full one. Only with the lock held; the
-        records are joined after it is released (ProducerBatch.join_parts)."""
+        room), and a bound of its size. send_arrow ends every partition's batches at the
+        end of a call (or chunk): with many partitions the brokers would take many small
+        batches, each costing them (and the Sender) about as much as a full one. Only with
+        the lock held; the records are joined after it is released (join_parts)."""
         first = dq[0]
         head = first.encoded
         if head is None or head.codec or first.parts is not None or head.size_in_bytes > limit:
