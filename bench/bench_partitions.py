@@ -49,7 +49,7 @@ import _common  # noqa: E402  (jobs/ on the path first)
 
 NOOP, KPROD, EOS, SPARK = "no-op", "kprod", "kprod exactly-once", "Spark's sink"
 NAN = math.nan
-QUICK = ["--rows", "20000", "--shapes", "8,2x4", "--rounds", "1", "--exactly-once", "8"]
+QUICK = ["--rows", "10000", "--shapes", "4,2x2", "--rounds", "1", "--exactly-once", "4"]
 
 
 @dataclass(frozen=True)
