@@ -1,8 +1,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# 0: the demo's venv without bytecode compiled ahead (tests/test_quickstart.py, which only
+# checks that it installs).
+BYTECODE ?= 1
 
-.PHONY: venv demo-venv system-packages kafka kmsg lint unit test soak versions installs demo bench clean
+.PHONY: venv demo-venv system-packages kafka registry kmsg lint unit test soak versions installs demo bench clean
 
 # The system packages the suite needs (conf/system-packages.sh: installed with apt-get as
 # root on Debian, else named with the command that installs them). make demo needs none.
@@ -10,19 +13,19 @@ system-packages:
 	bash conf/system-packages.sh
 
 # The venvs are (re)built whenever pyproject.toml changes, and the editable install's
-# compiled encoder (spark_sink/encoder/_kernels.*.so, built in place) whenever its source
-# does. The demo's needs only Python, Java and a C compiler; the suite's (dev) adds the
-# optional extras, Kerberos's among them, and the tools.
-$(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+# compiled encoder (spark_sink/encoder/_kernels.*.so and _formats.*.so, built in place)
+# whenever their sources do. The demo's needs only Python, Java and a C compiler; the
+# suite's (dev) adds the optional extras, Kerberos's among them, and the tools.
+$(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c spark_sink/encoder/_formats.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[demo]'
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(if $(filter 1,$(BYTECODE)),$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")
 	touch $@
 
 demo-venv: $(VENV)/.installed-demo
 
-$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c
+$(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c spark_sink/encoder/_formats.c
 	bash conf/system-packages.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -41,6 +44,11 @@ venv: $(VENV)/.installed
 kafka: venv
 	@# Without Java the tests that need Kafka skip (outside CI) or fail (in CI).
 	-$(PY) -c "from kprod_broker import kafka_classpath; kafka_classpath()"
+
+# The suite's Schema Registry (Apicurio, 142 MB from Maven Central, unpacked into
+# ~/.cache/kprod once), fetched the same way, before the tests that start it.
+registry: venv
+	-$(PY) -c "from kprod_broker.registry import apicurio_jar; apicurio_jar()"
 
 # spark_sink/protocol/kmsg.py regenerated from the message definitions in the kafka-clients
 # jar of the Kafka the suite fetches (tests/protocol/test_kafka_json.py checks it matches).
@@ -66,7 +74,7 @@ TEST_WORKERS ?= 3
 # takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
 # Made beside the suite's first minute, not before it: a JVM that starts before its
 # archive is there starts without one. The 20 slowest tests are listed at the end.
-test: system-packages venv kafka
+test: system-packages venv kafka registry
 	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
 	$(PY) -m tests.bytecode
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms & archives=$$!; \
@@ -81,7 +89,8 @@ KPROD_SOAK ?= 100
 KPROD_CHAOS ?= 5
 soak: venv kafka
 	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
-		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py -k "model or random"
+		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py \
+		tests/spark/test_exactly_once_retried_attempts.py -k "model or random"
 	KPROD_CHAOS=$(KPROD_CHAOS) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m soak tests
 
 # The sink on PySpark 4.1, 4.2 and 4.3 (a venv each), kprod's wheel built and used by

@@ -45,7 +45,8 @@ def java() -> str:
     home = os.environ.get("JAVA_HOME")
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not found or not os.access(found, os.X_OK):
-        raise KafkaUnavailableError("Apache Kafka needs Java 17 or newer: no java on PATH and no JAVA_HOME")
+        raise KafkaUnavailableError(
+            "Apache Kafka, Ivy and the Schema Registry need Java 17 or newer: no java on PATH and no JAVA_HOME")
     return found
 
 
@@ -81,6 +82,34 @@ def maven_jars(name: str, artifacts: Sequence[str], excludes: Sequence[str] = ()
     return sorted((target / "libs").glob("*.jar"))
 
 
+def maven_archive(name: str, artifact: str, classifier: str, ext: str = "tar.gz") -> Path:
+    """The directory that the archive ``artifact`` (``group:artifact:version``) with
+    ``classifier`` and ``ext`` (tar.gz, zip) unpacks into, under ``cache_dir()/name``.
+
+    Fetched and unpacked the first time, under the cache's lock; the archive itself is not
+    kept (what is unpacked is all a caller runs).
+    """
+    target = cache_dir() / name
+    done = target / ".complete"
+    if not done.exists():
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        with open(cache_dir() / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                coordinate = f"{artifact}:{ext}:{classifier}"
+                print(f"[kprod_broker] fetching {coordinate} from Maven Central into {target} (once)",
+                      file=sys.stderr, flush=True)
+                shutil.rmtree(target, ignore_errors=True)  # what an interrupted run left
+                target.mkdir(parents=True)
+                archive = _fetch_file(target, artifact, classifier, ext)
+                try:
+                    shutil.unpack_archive(archive, target / "unpacked", filter="data")
+                finally:
+                    archive.unlink(missing_ok=True)  # Ivy's copy: fetched again only if unpacking failed
+                done.write_text(coordinate + "\n")
+    return target / "unpacked"
+
+
 def _fetch(target: Path, artifacts: Sequence[str], excludes: Sequence[str]) -> None:
     exclusions = "".join(f"<exclude org={quoteattr(g)} module={quoteattr(a)}/>"
                          for g, a in (e.split(":") for e in excludes))
@@ -92,22 +121,46 @@ def _fetch(target: Path, artifacts: Sequence[str], excludes: Sequence[str]) -> N
     (target / "ivy.xml").write_text(
         f'<ivy-module version="2.0"><info organisation="kprod.cache" module={quoteattr(target.name)}/>'
         f"<dependencies>{dependencies}</dependencies></ivy-module>\n")
+    shutil.rmtree(target / "libs", ignore_errors=True)
+    # Named artifact-version.jar, as in PySpark's own jars/ (spark_kafka_jars compares them).
+    _run_ivy(target, ", ".join(artifacts),
+             "-retrieve", str(target / "libs" / "[artifact]-[revision](-[classifier]).[ext]"))
+    if not any((target / "libs").glob("*.jar")):
+        raise KafkaUnavailableError(f"Ivy fetched no jar of {', '.join(artifacts)} from {_MAVEN_CENTRAL}")
+
+
+def _fetch_file(target: Path, artifact: str, classifier: str, ext: str) -> Path:
+    """One file of Maven Central (no dependencies) into Ivy's cache: its path there."""
+    group, module, version = artifact.split(":")
+    # A Maven classifier is Ivy's extra attribute m:classifier.
+    (target / "ivy.xml").write_text(
+        f'<ivy-module version="2.0" xmlns:m="http://ant.apache.org/ivy/maven">'
+        f'<info organisation="kprod.cache" module={quoteattr(target.name)}/><dependencies>'
+        f'<dependency org={quoteattr(group)} name={quoteattr(module)} rev={quoteattr(version)} '
+        f'transitive="false" conf="default->master"><artifact name={quoteattr(module)} type={quoteattr(ext)} '
+        f'ext={quoteattr(ext)} m:classifier={quoteattr(classifier)}/></dependency></dependencies></ivy-module>\n')
+    listing = target / "cachepath.txt"
+    _run_ivy(target, f"{artifact}:{ext}:{classifier}", "-cachepath", str(listing))
+    found = [Path(p) for p in listing.read_text().strip().split(os.pathsep) if p] if listing.exists() else []
+    if len(found) != 1 or not found[0].is_file():
+        raise KafkaUnavailableError(f"Ivy fetched no {artifact}:{ext}:{classifier} from {_MAVEN_CENTRAL}")
+    return found[0]
+
+
+def _run_ivy(target: Path, what: str, *args: str) -> None:
+    """Ivy on ``target``'s ivy.xml, from Maven Central, into the cache's shared Ivy downloads."""
     # Maven Central only: Ivy's default chain first looks in two local repositories for
     # each of ~60 modules, which doubles a first fetch.
     (target / "ivysettings.xml").write_text(
         '<ivysettings><settings defaultResolver="central"/><resolvers>'
         f'<ibiblio name="central" m2compatible="true" root="{_MAVEN_CENTRAL}"/></resolvers></ivysettings>\n')
-    shutil.rmtree(target / "libs", ignore_errors=True)
     result = subprocess.run(
         [java(), "-jar", str(ivy_jar()), "-settings", str(target / "ivysettings.xml"),
-         "-cache", str(cache_dir() / "ivy"), "-ivy", str(target / "ivy.xml"), "-confs", "default",
-         # Named artifact-version.jar, as in PySpark's own jars/ (spark_kafka_jars compares them).
-         "-retrieve", str(target / "libs" / "[artifact]-[revision](-[classifier]).[ext]")],
+         "-cache", str(cache_dir() / "ivy"), "-ivy", str(target / "ivy.xml"), "-confs", "default", *args],
         stdin=subprocess.DEVNULL, capture_output=True, text=True)
     output = result.stdout + result.stderr
-    if result.returncode != 0 or "UNRESOLVED DEPENDENCIES" in output or not any((target / "libs").glob("*.jar")):
-        raise KafkaUnavailableError(
-            f"Ivy could not fetch {', '.join(artifacts)} from {_MAVEN_CENTRAL}:\n{output[-3000:]}")
+    if result.returncode != 0 or "UNRESOLVED DEPENDENCIES" in output:
+        raise KafkaUnavailableError(f"Ivy could not fetch {what} from {_MAVEN_CENTRAL}:\n{output[-3000:]}")
 
 
 def kafka_artifacts(version: str = KAFKA_VERSION) -> tuple[str, ...]:
@@ -136,10 +189,20 @@ def kafka_clients_jar(version: str = KAFKA_VERSION) -> Path:
 def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
     """Spark's own Kafka sink (``spark-sql-kafka-0-10_2.13`` of the running Spark) and what
     it needs at run time that Spark does not already ship, for ``spark.jars``."""
+    return _spark_package_jars("spark-sql-kafka", "spark-sql-kafka-0-10_2.13", spark_version)
+
+
+def spark_avro_jars(spark_version: str | None = None) -> list[Path]:
+    """Spark's Avro functions (``spark-avro_2.13`` of the running Spark: ``to_avro`` and
+    ``from_avro``, against which the tests check kprod's Avro bodies), for ``spark.jars``."""
+    return _spark_package_jars("spark-avro", "spark-avro_2.13", spark_version)
+
+
+def _spark_package_jars(name: str, artifact_id: str, spark_version: str | None) -> list[Path]:
     import pyspark
 
     version = spark_version or pyspark.__version__
-    jars = maven_jars(f"spark-sql-kafka-{version}", [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"])
+    jars = maven_jars(f"{name}-{version}", [f"org.apache.spark:{artifact_id}:{version}"])
 
     def artifact(jar: Path) -> str:
         return re.sub(r"-\d[\w.]*\.jar$", "", jar.name)

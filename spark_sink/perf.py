@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 import pyarrow as pa
 
+from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol.error_codes import ERRORS_BY_CODE, KProdError
@@ -91,11 +92,11 @@ class Progress:
         self.label, self.total, self.done = label, total, 0
         self.stream = sys.stderr
         self.tty = self.stream.isatty()
-        self.started = self.last = time.monotonic()
+        self.started = self.last = time.perf_counter()
 
     def update(self, done: int) -> None:
         self.done = done
-        now = time.monotonic()
+        now = time.perf_counter()
         if self.tty and now - self.last >= self.interval:
             self.last = now
             rate = done / max(now - self.started, 1e-9)
@@ -103,7 +104,7 @@ class Progress:
                   file=self.stream, flush=True)
 
     def close(self) -> None:
-        seconds = time.monotonic() - self.started
+        seconds = time.perf_counter() - self.started
         print(("\r\033[K" if self.tty else "") + f"{self.label}: {self.done:,} records sent in {seconds:.1f} s",
               file=self.stream, flush=True)
 
@@ -269,7 +270,7 @@ def _end_offset(consumer: Any, partition: object, attempts: int = 50) -> int:
             known = ERRORS_BY_CODE.get(error.code())  # librdkafka keeps the broker's codes
             if not (error.retriable() or known is not None and known.retriable):
                 raise
-            time.sleep(0.2)
+            SYSTEM_TIME.sleep(0.2)
     return consumer.get_watermark_offsets(partition, timeout=30)[1]
 
 

@@ -14,19 +14,33 @@ import uuid
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kprod_broker import KafkaCluster, KafkaUnavailableError, free_port  # noqa: F401 (free_port re-exported)
-from tests.jvms import kafka_jvm_options, with_test_jvm_options
+from kprod_broker import (  # noqa: F401 (free_port re-exported)
+    KafkaCluster,
+    KafkaUnavailableError,
+    LocalRegistry,
+    free_port,
+    start_local_registry,
+)
+from tests.jvms import C1_ONLY, kafka_jvm_options, with_test_jvm_options
 
 
-def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
-    """Start Apache Kafka for a test. Without Java the test skips, except in CI (``CI``
-    set), where a test that needs Kafka must fail rather than pass unexercised."""
+def _skip_without_java(what: str) -> None:
+    """Skip the test when there is no Java, except in CI (``CI`` set), where a test that
+    needs a JVM must fail rather than pass unexercised."""
     import shutil
 
     import pytest
 
     if not shutil.which("java") and not os.environ.get("JAVA_HOME") and not os.environ.get("CI"):
-        pytest.skip("Apache Kafka needs Java 17 or newer on PATH")
+        pytest.skip(f"{what} needs Java 17 or newer on PATH")
+
+
+def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
+    """Start Apache Kafka for a test. Without Java the test skips, except in CI (``CI``
+    set), where a test that needs Kafka must fail rather than pass unexercised."""
+    import pytest
+
+    _skip_without_java("Apache Kafka")
     kwargs["jvm_args"] = [*kafka_jvm_options(), *kwargs.get("jvm_args", ())]  # type: ignore[misc]
     # Tests write records with timestamps from 2024: the retention check (every 5 minutes)
     # would delete them from under a test that reads them back.
@@ -35,6 +49,18 @@ def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
         return KafkaCluster(nodes, **kwargs)
     except KafkaUnavailableError as exc:
         pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
+
+
+def start_registry() -> LocalRegistry:
+    """Start a Schema Registry (Apicurio, global compatibility BACKWARD) for a test: skipped
+    without Java outside CI, failed when it cannot be fetched or started, as Kafka."""
+    import pytest
+
+    _skip_without_java("The Schema Registry (Apicurio)")
+    try:
+        return start_local_registry(jvm_args=C1_ONLY)
+    except KafkaUnavailableError as exc:
+        pytest.fail(f"the Schema Registry did not start: {exc}", pytrace=False)
 
 
 def unique_topic(prefix: str = "t") -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kprod_broker import KafkaCluster, Listener
-from tests.brokers import free_port, start_kafka
+from tests.brokers import free_port, start_kafka, start_registry
 from tests.faultproxy import FaultProxy
 from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import kerberos, secure_kafka  # noqa: F401 (fixtures)
@@ -43,6 +43,8 @@ _HEAVY_GROUPS = {
     "oauth_kafka": "oauth_kafka",
     "strict_kafka": "strict_kafka",
     "_kafka_tv1_session": "kafka_tv1",  # about a minute: the transaction tests on protocol v1
+    # Apicurio: about 5 s of CPU and 220 MB to start, nearly nothing idle (a session fixture).
+    "schema_registry": "schema_registry",
 }
 
 
@@ -50,7 +52,7 @@ _HEAVY_GROUPS = {
 # fixture, is marked ``jvm``; ``make unit`` runs the others, with no Java to be found.
 _JVM_FIXTURES = {"kafka", "_kafka_session", "kafka_proxy", "kafka3", "_kafka3_session", "kafka3_proxies", "broker",
                  "secure_kafka", "kerberos", "oauth_kafka", "strict_kafka", "spark", "_kafka_tv1_session",
-                 "kafka_tv1", "kafka_tv1_proxy"}
+                 "kafka_tv1", "kafka_tv1_proxy", "schema_registry"}
 
 # Modules whose tests start a JVM themselves (kprod-broker as a command).
 _JVM_MODULES = {"test_brokers.py"}
@@ -228,6 +230,17 @@ def _clear_faults(proxy: FaultProxy) -> None:
     """No delay and no stall: what a test's faults leave behind for the next one."""
     proxy.set_delay(0)
     proxy.stall(False)
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """A Schema Registry on loopback (Apicurio Registry, in memory, global compatibility
+    BACKWARD): the URL of its Confluent-compatible API, for the whole session."""
+    registry = start_registry()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ class FaultProxy:
         self.connections_accepted = 0
         self.connections_cut = 0
         self.closed_by_target = 0  # connections the target ended first (not the client, not a cut)
+        self._reset_next = 0
+        self.connections_reset = 0  # connections reset on arrival (reset_next)
         self._ended: set[socket.socket] = set()  # client sockets of connections one side ended
         self._cut = threading.Condition()
         threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
@@ -64,6 +67,12 @@ class FaultProxy:
             before = self.connections_cut
             if not self._cut.wait_for(lambda: self.connections_cut > before, timeout):
                 raise TimeoutError(f"no connection cut within {timeout} s")
+
+    def reset_next(self, count: int) -> None:
+        """Reset the next ``count`` connections as they arrive (a TCP RST, before anything
+        is read or forwarded), as a restarting server or a middlebox would."""
+        with self._lock:
+            self._reset_next = count
 
     def set_delay(self, ms: float, replies_only: bool = False) -> None:
         """Deliver every forwarded chunk ``ms`` milliseconds after it arrived, as a longer
@@ -117,6 +126,15 @@ class FaultProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                reset = self._reset_next > 0
+                self._reset_next -= reset
+                self.connections_reset += reset
+            if reset:
+                # Linger 0: close() sends RST, and the client's next read or write fails with ECONNRESET.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+                continue
             try:
                 upstream = socket.create_connection(self._target, timeout=5)
             except OSError:

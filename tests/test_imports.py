@@ -87,24 +87,34 @@ ROOMS: dict[str, tuple[str, ...]] = {
     "spark_sink.encoder": ("spark_sink.protocol.", "spark_sink.encoder."),
     "spark_sink.client": ("spark_sink.protocol.", "spark_sink.client."),
     "spark_sink.admin": ("spark_sink.protocol.", "spark_sink.client.", "spark_sink.admin."),
+    # The Schema Registry client, a client beside the admin client (HTTP, not Kafka's protocol).
+    "spark_sink.registry": ("spark_sink.protocol.", "spark_sink.client.", "spark_sink.registry."),
     # The producer's transactions read its batches, sequences and settings, nothing else.
     "spark_sink.producer.transactions": (
         "spark_sink.protocol.", "spark_sink.client.", "spark_sink.producer.transactions.",
         "spark_sink.producer.batch", "spark_sink.producer.partition_sequences", "spark_sink.producer.config"),
+    # (serializers.py: the registry's client for the key and value formats.)
     "spark_sink.producer": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.client.",
-                            "spark_sink.producer."),
+                            "spark_sink.registry", "spark_sink.producer."),
     # The Spark adapter: the public API of the rooms below (kprod's error classes are public
     # too, imported from where they are defined so that the planner workers import no producer).
-    "spark_sink.spark": ("spark_sink.producer", "spark_sink.admin", "spark_sink.client",
-                         "spark_sink.protocol.error_codes", "spark_sink._exports", "spark_sink.spark."),
+    # The clock likewise: the planner workers import it without the client's network.
+    "spark_sink.spark": ("spark_sink.producer", "spark_sink.admin", "spark_sink.client", "spark_sink.registry",
+                         "spark_sink.protocol.error_codes", "spark_sink.client.clock", "spark_sink._exports",
+                         "spark_sink.spark."),
     # kprod-perf, beside the layers: times the producer's parts one by one.
-    "spark_sink.perf": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.producer."),
+    "spark_sink.perf": ("spark_sink.protocol.", "spark_sink.encoder.", "spark_sink.producer.",
+                        "spark_sink.client.clock"),
     "spark_sink._exports": (),
     "spark_sink": ("spark_sink._exports", "spark_sink.producer", "spark_sink.admin", "spark_sink.spark.source",
                    "spark_sink.protocol.error_codes"),
 }
 # Only these producer modules drive the transactions room.
 DRIVES_TRANSACTIONS = {"spark_sink.producer", "spark_sink.producer.producer", "spark_sink.producer.sender"}
+# The exactly-once modules of the Spark room, by job, each importing only those before it:
+# the names (and the tasks' reports), what is kept in Kafka, the abort, the commit.
+EXACTLY_ONCE = ["spark_sink.spark.exactly_once_names", "spark_sink.spark.exactly_once_state",
+                "spark_sink.spark.exactly_once_abort", "spark_sink.spark.exactly_once"]
 
 
 def _room(name: str) -> str:
@@ -125,6 +135,14 @@ def test_every_room_imports_only_what_it_may():
     wrong = {name: sorted(t for t in targets if not _allowed(name, t)) for name, targets in graph.items()}
     assert {name: targets for name, targets in wrong.items() if targets} == {}
     assert "spark_sink.protocol.compression" in graph["spark_sink.encoder.columnar"]  # edges are seen
+
+
+def test_the_exactly_once_jobs_import_only_the_jobs_before_them():
+    graph = _graph()
+    assert set(EXACTLY_ONCE) <= graph.keys()
+    assert {name: sorted(t for t in graph[name] if t in EXACTLY_ONCE[i:]) for i, name in enumerate(EXACTLY_ONCE)} == {
+        name: [] for name in EXACTLY_ONCE}
+    assert "spark_sink.spark.exactly_once_state" in graph["spark_sink.spark.exactly_once"]  # edges are seen
 
 
 def test_the_rules_catch_a_wrong_import():

@@ -3,6 +3,6 @@
 settings). Public API."""
 
 from spark_sink.admin.admin_client import AdminClient
-from spark_sink.protocol.transactions import PreparedTransaction, TransactionState
+from spark_sink.protocol.txn_coordinator import PreparedTransaction, TransactionState
 
 __all__ = ["AdminClient", "PreparedTransaction", "TransactionState"]

@@ -15,26 +15,27 @@ protocol v1's versions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.coordinators import Coordinators
-from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.protocol import kmsg
+from spark_sink.protocol.apis import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
-from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.schema import Request
+from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR as GROUP,
 )
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.txn_coordinator import (
     TRANSACTION_COORDINATOR as TRANSACTION,
 )
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.txn_coordinator import (
     PreparedTransaction,
     TransactionState,
     add_offsets_body,
@@ -48,9 +49,6 @@ from spark_sink.protocol.transactions import (
 log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], tuple[int, "str | None"]]  # (topic, partition) -> (offset, metadata)
-_PER_PARTITION_ERRORS = (ApiKey.OFFSET_FETCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_COMMIT)
-# Answers that carry their one resource's error inside a list: (list attribute).
-_LISTED_ERRORS = {ApiKey.DESCRIBE_TRANSACTIONS: "transaction_states", ApiKey.DESCRIBE_CONFIGS: "results"}
 _BROKER_RESOURCE = 4  # DescribeConfigs' resource type of one broker's settings
 _ANY_BROKER = -1  # a _Call's key type for a request any broker answers (or the one it names)
 
@@ -58,18 +56,39 @@ _ANY_BROKER = -1  # a _Call's key type for a request any broker answers (or the 
 _LAST_OFFSET_COMMIT_WITH_RETENTION = 4  # OffsetCommit's RetentionTimeMs is in v2-v4
 
 
-class _Call:
+Reply = TypeVar("Reply")
+
+
+def _reply_error(body: object, what: str) -> Exception | None:
+    """The error an answer carries for its one resource: at its top (where it has one),
+    for a partition (offset commits and fetches), or in its one listed result."""
+    error: Exception | None = None
+    if isinstance(body, (kmsg.EndTxnResponse, kmsg.InitProducerIdResponse, kmsg.AddOffsetsToTxnResponse,
+                         kmsg.OffsetFetchResponse, kmsg.ListTransactionsResponse)):
+        error = error_for_code(body.error_code, what)
+    if error is None and isinstance(body, (kmsg.OffsetFetchResponse, kmsg.TxnOffsetCommitResponse,
+                                           kmsg.OffsetCommitResponse)):
+        error = partition_error(body, what)
+    listed: list[kmsg.DescribeTransactionsResponseTransactionState] | list[kmsg.DescribeConfigsResult] = []
+    if isinstance(body, kmsg.DescribeTransactionsResponse):
+        listed = body.transaction_states
+    elif isinstance(body, kmsg.DescribeConfigsResponse):
+        listed = body.results
+    return error or next((error_for_code(r.error_code, what) for r in listed if r.error_code), None)
+
+
+class _Call(Generic[Reply]):
     """One request to a coordinator (or a broker), sent again until it is answered for good."""
 
     __slots__ = ("key_type", "key", "api_key", "body", "result", "error", "not_before", "in_flight", "done",
                  "accept", "max_version", "node")
 
     def __init__(self, key_type: int, key: str, api_key: ApiKey,
-                 body: Any | Callable[[int], Any], accept: frozenset[type] = frozenset(),
+                 body: Request[Reply] | Callable[[int], Request[Reply]], accept: frozenset[type] = frozenset(),
                  max_version: int | None = None, node: int | None = None) -> None:
         # A body may depend on the node it goes to (a broker's own settings are asked of it).
         self.key_type, self.key, self.api_key, self.body = key_type, key, api_key, body
-        self.result: Any = None  # the response, an instance of its kmsg class
+        self.result: Reply | None = None  # the reply (None: not yet, or an accepted error)
         self.error: Exception | None = None  # the last error (retriable ones are tried again)
         self.not_before = 0.0
         self.in_flight = False
@@ -77,6 +96,12 @@ class _Call:
         self.accept = accept  # errors that are answers: the call is done, its result kept
         self.max_version = max_version  # the newest version the body may go in (None: any)
         self.node = node  # the broker it goes to (key type _ANY_BROKER; None: the least loaded)
+
+    def reply(self) -> Reply:
+        """The reply of a call that succeeded."""
+        if self.result is None:
+            raise IllegalStateError(f"{self.api_key.name} for {self.key}: no reply")
+        return self.result
 
 
 class AdminClient:
@@ -171,7 +196,7 @@ class AdminClient:
         self._run(list(calls.values()), timeout_ms, "fetch committed offsets")
         return {group: {(t.name, p.partition_index):
                         (p.committed_offset, p.metadata if p.committed_offset >= 0 else None)
-                        for t in call.result.topics for p in t.partitions}
+                        for t in call.reply().topics for p in t.partitions}
                 for group, call in calls.items()}
 
     def send_offsets_to_transactions(self, items: Iterable[tuple[PreparedTransaction, str, Offsets]],
@@ -218,12 +243,12 @@ class AdminClient:
         found with a Metadata request)."""
         brokers = _Call(_ANY_BROKER, "cluster", ApiKey.METADATA, kmsg.MetadataRequest(topics=[]))
         self._run([brokers], timeout_ms, "list the brokers")
-        nodes = {b.node_id: (b.host, b.port) for b in brokers.result.brokers}
+        nodes = {b.node_id: (b.host, b.port) for b in brokers.reply().brokers}
         self._client.set_nodes(nodes)
         calls = [_Call(_ANY_BROKER, f"broker {node}", ApiKey.LIST_TRANSACTIONS,
                        kmsg.ListTransactionsRequest(state_filters=list(states)), node=node) for node in sorted(nodes)]
         self._run(calls, timeout_ms, "list transactions")
-        return {t.transactional_id for call in calls for t in call.result.transaction_states}
+        return {t.transactional_id for call in calls for t in call.reply().transaction_states}
 
     def coordinator_config(self, transactional_id: str, names: Iterable[str], timeout_ms: float | None = None
                            ) -> dict[str, str | None]:
@@ -235,7 +260,7 @@ class AdminClient:
                                                     configuration_keys=names)],
             include_synonyms=False, include_documentation=False))
         self._run([call], timeout_ms, f"describe the settings of {transactional_id}'s coordinator")
-        return {c.name: c.value for r in call.result.results for c in r.configs}
+        return {c.name: c.value for r in call.reply().results for c in r.configs}
 
     def _cluster_transaction_version(self, timeout_ms: float | None) -> int:
         """The cluster's transaction protocol, connecting to a broker first if none has
@@ -258,7 +283,7 @@ class AdminClient:
 
     # -- the loop -------------------------------------------------------------
 
-    def _run(self, calls: list[_Call], timeout_ms: float | None, what: str) -> None:
+    def _run(self, calls: Sequence[_Call[Reply]], timeout_ms: float | None, what: str) -> None:
         timeout_ms = 2 * self._config.request_timeout_ms if timeout_ms is None else timeout_ms
         deadline = self._clock() + timeout_ms
         client = self._client
@@ -293,7 +318,7 @@ class AdminClient:
                 node = self._coordinator(call, now)
                 if node is not None and client.ready(node, now):
                     call.in_flight = True
-                    body = call.body(node) if callable(call.body) else call.body
+                    body = call.body if isinstance(call.body, Request) else call.body(node)
                     # Protocol v1 stops below v2's versions (EndTxn v5, TxnOffsetCommit v5).
                     limit = V1_MAX_VERSIONS.get(call.api_key) if client.transaction_version < 2 else None
                     if call.max_version is not None:
@@ -303,7 +328,7 @@ class AdminClient:
                     wait = min(wait, 20.0)  # connecting, or its coordinator being found
             client.poll(wait)
 
-    def _coordinator(self, call: _Call, now: float) -> int | None:
+    def _coordinator(self, call: _Call[Reply], now: float) -> int | None:
         """The coordinator's node id for ``call`` if known, else asks for it (once at a
         time per key) and returns None. A call to a broker of its own: that broker."""
         if call.key_type == _ANY_BROKER:
@@ -313,22 +338,15 @@ class AdminClient:
             self._coordinators.find(self._client, call.key_type, call.key, now, partial(self._found, call))
         return node
 
-    def _found(self, call: _Call, error: Exception | None) -> None:
+    def _found(self, call: _Call[Reply], error: Exception | None) -> None:
         if error is not None:
             self._failed(call, error)
 
-    def _answered(self, call: _Call, response: ClientResponse) -> None:
+    def _answered(self, call: _Call[Reply], response: ClientResponse[Reply]) -> None:
         call.in_flight = False
         error = response.error
         if error is None:
-            body = response.body
-            # Not every answer has a top-level error (OffsetCommit, DescribeConfigs, ... have none).
-            error = error_for_code(getattr(body, "error_code", 0), f"{call.api_key.name} for {call.key}")
-            if error is None and call.api_key in _PER_PARTITION_ERRORS:
-                error = partition_error(body, f"{call.api_key.name} for {call.key}")
-            if error is None and call.api_key in _LISTED_ERRORS:
-                error = next((error_for_code(r.error_code, f"{call.api_key.name} for {call.key}")
-                              for r in getattr(body, _LISTED_ERRORS[call.api_key]) if r.error_code), None)
+            error = _reply_error(response.body, f"{call.api_key.name} for {call.key}")
         if error is not None and type(error) in call.accept:
             error = None  # an answer, not a failure (a transactional id its coordinator never heard of)
         if error is None:
@@ -336,7 +354,7 @@ class AdminClient:
             return
         self._failed(call, error)
 
-    def _failed(self, call: _Call, error: Exception) -> None:
+    def _failed(self, call: _Call[Reply], error: Exception) -> None:
         """Retriable: try again after retry.backoff.ms (finding the coordinator anew if it
         moved); otherwise the whole call fails with the broker's error."""
         call.error = error

@@ -1,15 +1,19 @@
-"""The clock every timeout and deadline in kprod's clients reads: monotonic milliseconds.
+"""kprod's one clock: the only module that reads the system's clocks or sleeps on them.
 
-One function, so that the network layer, the producer and the admin client agree on what
-"now" is, and so that nothing but this module reads ``time.monotonic`` for a deadline.
-The parts that keep time take it as a ``Clock`` argument, which tests replace.
-Record timestamps are wall-clock time (``time.time``) and do not come from here.
+``now_ms`` is the monotonic clock of every timeout, backoff and deadline, so that the
+network layer, the producer and the admin client agree on what "now" is. The parts that
+keep time take it as a ``Clock`` argument. The parts that also read the wall clock (a
+marker's age, a token's expiry) or wait (a backoff, the abort's second fence) take a
+``Time``: the same monotonic clock when called, plus ``wall_ms`` and ``sleep``, as Java
+passes a ``Time`` (milliseconds, nanoseconds, sleep) into its clients. Tests pass one they
+move, whose sleeps return at once (tests/clock.py).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 
 def now_ms() -> float:
@@ -19,5 +23,39 @@ def now_ms() -> float:
 
 # What the parts that keep time take (NetworkClient, Metadata, the Sender, the producer's
 # metrics, KafkaProducer), as Java's take a Time: ``now_ms`` unless a test passes a clock
-# it moves, so that a timeout passes without the test waiting for it.
+# it moves, so that a timeout passes without the test waiting for it. A ``Time`` is one.
 Clock = Callable[[], float]
+
+# Record timestamps (wall-clock nanoseconds): the function itself, not a wrapper, since the
+# producer reads it once per record.
+wall_ns = time.time_ns
+
+
+class Time(Protocol):
+    """The whole clock: called, monotonic milliseconds (so a Time is a ``Clock``); the wall
+    clock in milliseconds since the epoch; and sleeping."""
+
+    def __call__(self) -> float: ...
+
+    def wall_ms(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemTime:
+    """The system's clocks, and a real sleep."""
+
+    def __call__(self) -> float:
+        return time.monotonic() * 1000.0
+
+    def wall_ms(self) -> float:
+        return time.time() * 1000.0
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def __reduce__(self) -> str:
+        return "SYSTEM_TIME"  # pickled (a last will's arguments) as the one instance
+
+
+SYSTEM_TIME = SystemTime()

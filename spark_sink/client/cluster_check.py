@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.errors import BrokersUnreachableError, UnknownTopicError
 from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.client.network import NetworkClient
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
     LeaderNotAvailableError,
@@ -21,7 +22,6 @@ from spark_sink.protocol.error_codes import (
     failure_for_code,
 )
 from spark_sink.protocol.kmsg import MetadataRequest, MetadataRequestTopic, MetadataResponse
-from spark_sink.protocol.messages import ApiKey
 
 # Errors of a topic that exists (or is being created on first use): a write would go on.
 _TOPIC_EXISTS = frozenset({NO_ERROR, LeaderNotAvailableError.code})
@@ -43,8 +43,8 @@ def unknown_topic_message(topic: str, config: ClientConfig, waited: str | None =
             "first, or enable auto.create.topics.enable on the brokers")
 
 
-def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str], timeout_ms: float
-                  ) -> dict[str, int]:
+def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str], timeout_ms: float, *,
+                  clock: Clock = now_ms) -> dict[str, int]:
     """The partition count of each of ``topics`` (0 for one being created, whose
     partitions have no leader yet), from one Metadata request that may create topics where
     the brokers allow it, as the producer's own requests do (asked again for up to 2 s
@@ -57,13 +57,13 @@ def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str
     """
     config = ClientConfig.of(config)
     topics = list(dict.fromkeys(topics))
-    deadline = now_ms() + timeout_ms
-    grace_end = min(deadline, now_ms() + _UNKNOWN_TOPIC_GRACE_MS)
-    client = NetworkClient(config)
+    deadline = clock() + timeout_ms
+    grace_end = min(deadline, clock() + _UNKNOWN_TOPIC_GRACE_MS)
+    client = NetworkClient(config, clock=clock)
     try:
         while True:
-            response = _metadata(client, config, topics, deadline, timeout_ms)
-            if now_ms() >= grace_end or all(
+            response = _metadata(client, config, topics, deadline, timeout_ms, clock)
+            if clock() >= grace_end or all(
                     t.error_code != UnknownTopicOrPartitionError.code for t in response.topics):
                 break
             client.poll(config.retry_backoff_ms)
@@ -81,20 +81,20 @@ def check_cluster(config: Mapping[str, Any] | ClientConfig, topics: Iterable[str
 
 
 def _metadata(client: NetworkClient, config: ClientConfig, topics: list[str], deadline: float,
-              timeout_ms: float) -> MetadataResponse:
+              timeout_ms: float, clock: Clock) -> MetadataResponse:
     """The Metadata response for ``topics`` from whichever bootstrap server is up first:
     every address is tried at once, so one dead address costs no time."""
     body = MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=True)
-    answers: list[ClientResponse] = []
+    answers: list[ClientResponse[MetadataResponse]] = []
     sent = False
     nodes = client.bootstrap_nodes()
     while True:
-        now = now_ms()
+        now = clock()
         if client.authentication_error is not None:
             raise client.authentication_error
         if answers:
             if answers[0].error is None:
-                return answers[0].body
+                return answers[0].reply()
             answers.clear()  # the connection broke before the answer: ask again
             sent = False
         if not sent:

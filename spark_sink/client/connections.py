@@ -6,12 +6,13 @@ InFlightRequests: times are passed in, and nothing here touches a socket.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.errors import KafkaTimeoutError
@@ -23,20 +24,35 @@ if TYPE_CHECKING:
     import socket
 
 
-@dataclass(slots=True)
-class ClientResponse:
-    """The outcome of one request: a decoded body, or the error that prevented it."""
+Reply = TypeVar("Reply", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResponse(Generic[Reply]):
+    """The outcome of one request: its decoded reply, or the error that prevented it."""
 
     node_id: int
     api_key: int
     api_version: int
     correlation_id: int
-    body: Any  # the response, an instance of its kmsg class; None for a Produce with acks=0
+    # The reply, of the class its request names (kmsg's ``Request[Reply]``); None when
+    # ``error`` is set, and for a Produce with acks=0 (nothing comes back).
+    body: Reply | None
     error: Exception | None
     request_latency_ms: float
 
+    def reply(self) -> Reply:
+        """The reply; raises the error that prevented it."""
+        if self.error is not None:
+            raise self.error
+        if self.body is None:
+            raise KafkaConnectionError(f"request {self.correlation_id} to node {self.node_id} expected no reply")
+        return self.body
 
-Callback = Callable[[ClientResponse], None]
+
+# What a request's outcome is handed to, as kept while it is in flight: each is given the
+# reply of its own request's class, which NetworkClient.send pairs with it.
+Callback = Callable[[ClientResponse[object]], None]
 
 
 class ConnState(Enum):
@@ -68,7 +84,7 @@ class Outgoing:
 
     __slots__ = ("data", "on_written", "queued_ms")
 
-    def __init__(self, data: memoryview, on_written: tuple[Callback, ClientResponse] | None,
+    def __init__(self, data: memoryview, on_written: tuple[Callback, ClientResponse[object]] | None,
                  queued_ms: float) -> None:
         self.data = data
         self.on_written = on_written
@@ -136,21 +152,21 @@ class Connection:
         self.failures = 0
         self.backoff_ms = 0.0
 
-    def disconnected(self, error: Exception, now: float) -> list[tuple[Callback, ClientResponse]]:
+    def disconnected(self, error: Exception, now: float) -> list[tuple[Callback, ClientResponse[object]]]:
         """The connection is gone: its bring-up and versions are forgotten, and each request
         queued or awaiting an answer is returned with its callback and ``error``."""
         self.state = ConnState.DISCONNECTED
         self.writing = False
         self.versions = {}
         self.setup = None
-        failed = [(e.callback, ClientResponse(self.node_id, e.api_key, e.api_version, e.correlation_id, None, error,
-                                              now - e.sent_ms))
-                  for e in self.in_flight if e.callback is not None]
+        failed: list[tuple[Callback, ClientResponse[object]]] = [
+            (e.callback, ClientResponse(self.node_id, e.api_key, e.api_version, e.correlation_id, None, error,
+                                        now - e.sent_ms))
+            for e in self.in_flight if e.callback is not None]
         for entry in self.outbox:
             if entry.on_written is not None:
                 callback, done = entry.on_written
-                done.error = error
-                failed.append((callback, done))
+                failed.append((callback, dataclasses.replace(done, error=error)))
         self.in_flight.clear()
         self.outbox.clear()
         return failed

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from spark_sink.client.connections import ClientResponse
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, KafkaConnectionError, NotCoordinatorError
 from spark_sink.protocol.kmsg import FindCoordinatorResponse
-from spark_sink.protocol.messages import ApiKey
-from spark_sink.protocol.transactions import coordinator_error, find_coordinator_body
+from spark_sink.protocol.txn_coordinator import coordinator_error, find_coordinator_body
 
 # The coordinator a request went to is not (or no longer) the one: find it again.
 COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
@@ -68,12 +68,14 @@ class Coordinators:
                     lambda r: self._found(client, key_type, key, r, on_found))
         return True
 
-    def _found(self, client: Client, key_type: int, key: str, response: ClientResponse,
+    def _found(self, client: Client, key_type: int, key: str, response: ClientResponse[FindCoordinatorResponse],
                on_found: Callable[[Exception | None], None]) -> None:
         self._finding.discard((key_type, key))
-        error = response.error or coordinator_error(response.body, key)
+        error = response.error
         if error is None:
-            body: FindCoordinatorResponse = response.body
+            body = response.reply()
+            error = coordinator_error(body, key)
+        if error is None:
             node = body.node_id
             client.set_nodes({node: (body.host, body.port)})
             self._nodes[(key_type, key)] = node

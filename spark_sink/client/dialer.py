@@ -27,10 +27,10 @@ from spark_sink.client.config import ClientConfig
 from spark_sink.client.connections import Connection, ConnState, Outgoing
 from spark_sink.client.errors import AuthenticationError, SaslAuthenticationError
 from spark_sink.client.oauth import sasl_exchanges
+from spark_sink.protocol.apis import transaction_version
 from spark_sink.protocol.connection_setup import ConnectionSetup, Failed, Output, Ready, Send
 from spark_sink.protocol.error_codes import KafkaConnectionError, KProdError
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import transaction_version
 
 # The logger users know from the README's troubleshooting (a wrong address shows here).
 log = logging.getLogger("spark_sink.client.network")

@@ -16,9 +16,9 @@ import logging
 import selectors
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import islice
-from typing import Any
+from typing import cast
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.config import ClientConfig
@@ -29,16 +29,18 @@ from spark_sink.client.connections import (
     ConnState,
     InFlight,
     Outgoing,
+    Reply,
     least_loaded,
 )
 from spark_sink.client.dialer import Dialer
 from spark_sink.client.errors import AuthenticationError
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     KafkaConnectionError,
     KProdError,
     UnsupportedVersionError,
 )
-from spark_sink.protocol.messages import ApiKey
+from spark_sink.protocol.schema import Request
 
 __all__ = ["Callback", "ClientResponse", "NetworkClient"]
 
@@ -68,7 +70,7 @@ class NetworkClient:
         # Watches the wakeup socket alone: for a wait that must not be cut short by broker I/O.
         self._wakeup_selector = selectors.DefaultSelector()
         self._wakeup_selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._completed: list[tuple[Callback, ClientResponse]] = []
+        self._completed: list[tuple[Callback, ClientResponse[object]]] = []
         self._progressed = False  # set by poll() when a request completes or a connection gets ready
         # One receive buffer for every connection: KafkaProtocol copies what it is fed, and
         # only the polling thread reads, so recv_into() never allocates per read.
@@ -178,10 +180,12 @@ class NetworkClient:
 
     # -- requests -------------------------------------------------------------
 
-    def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
-             expect_response: bool = True, max_version: int | None = None) -> None:
+    def send(self, node_id: int, api_key: int, body: Request[Reply],
+             callback: Callable[[ClientResponse[Reply]], None] | None, expect_response: bool = True,
+             max_version: int | None = None) -> None:
         """Queue a request to a READY node; the version is the highest both sides support,
-        at most ``max_version`` (a transaction of protocol v1 stops below v2's versions)."""
+        at most ``max_version`` (a transaction of protocol v1 stops below v2's versions).
+        ``callback`` gets the reply of ``body``'s class (``api_key``'s, as kmsg pairs them)."""
         conn = self._conns[node_id]
         if conn.state is not ConnState.READY:
             raise KafkaConnectionError(f"node {node_id} is not ready")
@@ -190,15 +194,16 @@ class NetworkClient:
             raise UnsupportedVersionError(f"broker {node_id} does not support {ApiKey(api_key).name}")
         if max_version is not None and version > max_version:
             version = max_version
-        self._enqueue(conn, api_key, version, body, callback, expect_response)
+        # Kept among every request's callbacks, each of which is given its own reply class.
+        self._enqueue(conn, api_key, version, body, cast("Callback | None", callback), expect_response)
 
-    def _enqueue(self, conn: Connection, api_key: int, version: int, body: Any,
+    def _enqueue(self, conn: Connection, api_key: int, version: int, body: object,
                  callback: Callback | None, expect_response: bool) -> None:
         _, protocol = conn.transport()
         correlation_id, parts = protocol.send_request_parts(api_key, version, body, expect_response)
         now = self._clock()
         conn.last_used_ms = now
-        on_written = None
+        on_written: tuple[Callback, ClientResponse[object]] | None = None
         if expect_response:
             conn.in_flight.append(InFlight(correlation_id, api_key, version, callback, now))
         elif callback is not None:

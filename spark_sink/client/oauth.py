@@ -25,14 +25,13 @@ import json
 import logging
 import random
 import ssl
-import time
 import urllib.parse
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from spark_sink.client import tls
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.config import ClientConfig, oauth_options, sasl_credentials
 from spark_sink.client.errors import ConfigError, SaslAuthenticationError
 from spark_sink.protocol import sasl
@@ -77,7 +76,7 @@ def jwt_claims(token: str) -> dict[str, Any] | None:
 class TokenSource:
     """The producer's OAUTHBEARER token: fetched, cached and refreshed before it expires."""
 
-    def __init__(self, config: ClientConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: ClientConfig, clock: Time = SYSTEM_TIME) -> None:
         self._config = config
         self._clock = clock
         self._options = oauth_options(config.sasl_jaas_config, config.sasl_oauthbearer_token_endpoint_url,
@@ -96,7 +95,7 @@ class TokenSource:
     def token(self) -> BearerToken:
         """The current token; a new one once the refresh time has passed. Raises
         SaslAuthenticationError when no valid token can be had."""
-        now = self._clock()
+        now = self._now()
         if self._token is not None and now < self._refresh_at:
             return self._token
         try:
@@ -108,9 +107,13 @@ class TokenSource:
             self._refresh_at = now + self._config.sasl_login_retry_backoff_ms / 1000.0
             log.warning("OAUTHBEARER token refresh failed, keeping the current token: %s", exc)
             return self._token
-        self._token, self._refresh_at = token, self._refresh_time(token, self._clock())
+        self._token, self._refresh_at = token, self._refresh_time(token, self._now())
         log.info("OAUTHBEARER token %s fetched; refresh at %.0f", token.describe(now), self._refresh_at)
         return token
+
+    def _now(self) -> float:
+        """The wall clock in seconds, as tokens state their expiry."""
+        return self._clock.wall_ms() / 1000.0
 
     def _refresh_time(self, token: BearerToken, now: float) -> float:
         """When to fetch the next token, as Java's ExpiringCredentialRefreshingLogin."""
@@ -159,7 +162,7 @@ class TokenSource:
                    "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
         # As Java's HttpAccessTokenRetriever: retry a failed connection or a server error
         # with a growing backoff, for at most sasl.login.retry.backoff.max.ms in all.
-        started, backoff, attempts = now_ms(), c.sasl_login_retry_backoff_ms / 1000.0, 0
+        started, backoff, attempts = self._clock(), c.sasl_login_retry_backoff_ms / 1000.0, 0
         while True:
             attempts += 1
             try:
@@ -170,13 +173,13 @@ class TokenSource:
                 failure = f"HTTP {status}"
             if status is not None and status < 500:
                 break
-            elapsed = (now_ms() - started) / 1000.0
+            elapsed = (self._clock() - started) / 1000.0
             if elapsed + backoff > c.sasl_login_retry_backoff_max_ms / 1000.0:
                 what = "cannot reach" if status is None else "gets server errors from"
                 raise SaslAuthenticationError(
                     f"OAUTHBEARER: kprod {what} the token endpoint {url} (sasl.oauthbearer.token.endpoint.url): "
                     f"{failure}, {attempts} attempt(s) over {elapsed:.1f} s (sasl.login.retry.backoff.max.ms)")
-            time.sleep(backoff)
+            self._clock.sleep(backoff)
             backoff = min(backoff * 2, c.sasl_login_retry_backoff_max_ms / 1000.0)
         answer = _json(payload)
         if status != 200:
@@ -190,7 +193,7 @@ class TokenSource:
         if not isinstance(value, str) or not value:
             raise SaslAuthenticationError(f"OAUTHBEARER: the token endpoint {url} answered without an access_token")
         expires_in = answer.get("expires_in")
-        fallback = self._clock() + float(expires_in) if isinstance(expires_in, (int, float)) else None
+        fallback = self._now() + float(expires_in) if isinstance(expires_in, (int, float)) else None
         return self._token_from(value, url, fallback)
 
     def _post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -219,7 +222,7 @@ class TokenSource:
         """The token with its expiry and principal. A provider's expiry is taken as given;
         a token endpoint's JWT is read for exp and the subject claim as Java's client
         does, and an opaque token from it lasts expires_in."""
-        c, now = self._config, self._clock()
+        c, now = self._config, self._now()
         claims = jwt_claims(value) or {}
         sub, iat = claims.get(c.sasl_oauthbearer_sub_claim_name), claims.get("iat")
         if self._provider is None and claims:
@@ -272,7 +275,8 @@ def _json(payload: bytes) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def sasl_exchanges(config: ClientConfig) -> Callable[[str], sasl.SaslMechanism] | None:
+def sasl_exchanges(config: ClientConfig, clock: Time = SYSTEM_TIME
+                   ) -> Callable[[str], sasl.SaslMechanism] | None:
     """A factory of fresh SASL exchanges, one per connection, given the broker's host, or
     None without SASL. With OAUTHBEARER the first token is fetched here, and with GSSAPI
     the Kerberos credentials acquired, so that a refused client fails the producer's
@@ -286,12 +290,12 @@ def sasl_exchanges(config: ClientConfig) -> Callable[[str], sasl.SaslMechanism] 
     if config.sasl_mechanism != "OAUTHBEARER":
         username, password = sasl_credentials(config.sasl_jaas_config)
         return lambda host: sasl.mechanism(config.sasl_mechanism, username, password)
-    source = TokenSource(config)
+    source = TokenSource(config, clock)
     source.token()
 
     def exchange(host: str) -> sasl.SaslMechanism:
         token = source.token()
-        hint = f"{token.describe(time.time())}; check the token's audience, issuer and scope"
+        hint = f"{token.describe(clock.wall_ms() / 1000.0)}; check the token's audience, issuer and scope"
         return sasl.OAuthBearer(token.value, source.extensions, hint)
 
     return exchange

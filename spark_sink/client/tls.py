@@ -14,11 +14,14 @@ import os
 import secrets
 import ssl
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_sink.client.config import ClientConfig
 from spark_sink.client.errors import ConfigError, SslAuthenticationError
 from spark_sink.protocol.error_codes import KafkaConnectionError, KProdError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.serialization.pkcs12 import PKCS12KeyAndCertificates
 
 _JKS_MAGIC = b"\xfe\xed\xfe\xed"
 _JCEKS_MAGIC = b"\xce\xce\xce\xce"
@@ -124,7 +127,7 @@ def _password_error(key: str, location: str, fmt: str, password_key: str) -> Con
                        f"or a damaged file)")
 
 
-def _jks(key: str, location: str, password: str | None):  # -> jks.KeyStore
+def _jks(key: str, location: str, password: str | None) -> Any:  # jks.KeyStore (pyjks has no types)
     """A JKS (or JCEKS) store read by pyjks. Without a password, as in Java, its integrity
     is not checked (a truststore needs none); keys are decrypted by the caller."""
     import jks
@@ -140,7 +143,7 @@ def _jks(key: str, location: str, password: str | None):  # -> jks.KeyStore
         raise ConfigError(f"{key}: cannot read {location} as a JKS store: {exc}") from None
 
 
-def _pkcs12(key: str, location: str, password: str | None):  # -> PKCS12KeyAndCertificates
+def _pkcs12(key: str, location: str, password: str | None) -> PKCS12KeyAndCertificates:
     from cryptography.hazmat.primitives.serialization import pkcs12
 
     with open(location, "rb") as f:

@@ -1330,8 +1330,8 @@ static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_s
     if (key_len + value_len > self->max_payload) goto long_way;
     uint32_t h = murmur2((const uint8_t *)PyBytes_AsString(key), key_len, self->seed);
     struct timespec now;
-    timespec_get(&now, TIME_UTC); /* C11: the wall clock, as time.time_ns() reads it */
-    long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time.time_ns() // 10**6 */
+    timespec_get(&now, TIME_UTC); /* C11: the wall clock, as Python's time_ns() reads it */
+    long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time_ns() // 10**6 */
     if (timestamp != self->last_ms || !self->last_ts) {
         PyObject *ts = PyLong_FromLongLong(timestamp);
         if (!ts) goto done;

@@ -14,6 +14,7 @@ count references on every call, which costs many times the lookup itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,13 +22,20 @@ from numba import njit
 
 _JIT: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
 
+# A binary column as the loops read it: (data, each row's start, each row's length or -1).
+Column = tuple[np.ndarray, np.ndarray, np.ndarray]
+# Headers: each row's first and end entry, each row's header section size, keys, values.
+Headers = tuple[np.ndarray, np.ndarray, np.ndarray, Column, Column]
+# A scalar, from Python or from an int64 array.
+Int = int | np.integer
+
 # Varints are computed in int64 arithmetic: numba compares uint64 with int64 as floats.
 # A zigzag value with its top bit set (|value| >= 2**62) reads as negative; it takes 10 bytes.
 _LOW_57_BITS = (1 << 57) - 1
 
 
 @njit(inline="always")
-def _varint_size(value):
+def _varint_size(value: Int) -> int:
     """Bytes of the zigzag varint of an int64."""
     u = (value << 1) ^ (value >> 63)
     if u < 0:
@@ -40,13 +48,13 @@ def _varint_size(value):
 
 
 @njit(inline="always")
-def _field_size(length):
+def _field_size(length: Int) -> int:
     """A length-prefixed field: its varint and its bytes (none for null, length -1)."""
     return _varint_size(length) + (length if length > 0 else 0)
 
 
 @njit(inline="always")
-def _put_varint(out, pos, value):
+def _put_varint(out: np.ndarray, pos: Int, value: Int) -> int:
     """Write the zigzag varint of an int64 at ``pos``; returns the position after it."""
     u = (value << 1) ^ (value >> 63)
     if u < 0:  # a logical shift for the first group, then u is non-negative
@@ -62,7 +70,7 @@ def _put_varint(out, pos, value):
 
 
 @njit(inline="always")
-def _record_size(fixed, timestamp_delta, offset_delta):
+def _record_size(fixed: Int, timestamp_delta: Int, offset_delta: Int) -> int:
     """A whole record, its length varint included, from the bytes that do not depend on
     where it lands in a batch (attributes, key, value, headers) and its two deltas."""
     body = fixed + _varint_size(timestamp_delta) + _varint_size(offset_delta)
@@ -70,7 +78,8 @@ def _record_size(fixed, timestamp_delta, offset_delta):
 
 
 @njit(**_JIT)
-def header_sizes(entry_offsets, key_lengths, value_lengths, sizes):
+def header_sizes(entry_offsets: np.ndarray, key_lengths: np.ndarray, value_lengths: np.ndarray,
+                 sizes: np.ndarray) -> None:
     """Bytes of each row's header section into ``sizes``, its count included (a null key
     is written empty)."""
     n = len(entry_offsets) - 1
@@ -84,7 +93,8 @@ def header_sizes(entry_offsets, key_lengths, value_lengths, sizes):
 
 
 @njit(**_JIT)
-def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, group_count, limit, opens, plan):
+def plan_batches(key_lengths: np.ndarray, value_lengths: np.ndarray, header_sizes: np.ndarray, timestamps: np.ndarray,
+                 groups: np.ndarray, group_count: int, limit: int, opens: np.ndarray, plan: np.ndarray) -> int:
     """Split rows into record batches, each row in its group's (a partition's) batches:
     which rows open a batch into ``opens``, per batch its group, record count, records
     section size, first and largest timestamp into the rows of ``plan``; returns the
@@ -126,7 +136,8 @@ def plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, g
     return batches
 
 
-def write_records(outs, opens, groups, keys, values, headers, timestamps):
+def write_records(outs: Sequence[bytearray | memoryview | None], opens: np.ndarray, groups: np.ndarray,
+                  keys: Column, values: Column, headers: Headers, timestamps: np.ndarray) -> list[int]:
     """Write every row's record into its group's buffer in ``outs`` (None for a group
     without rows), split into batches where ``opens`` says; returns the bytes written per
     group. numba's loop writes all groups into one array, each from its start on, which
@@ -140,13 +151,15 @@ def write_records(outs, opens, groups, keys, values, headers, timestamps):
         raise ValueError(f"write_records: row {-1 - cursor[0]}: its group is outside outs or its buffer is full")
     written = (cursor - starts).tolist()
     for group, buffer in enumerate(outs):
-        if written[group]:
+        if written[group] and buffer is not None:
             np.frombuffer(buffer, np.uint8)[:written[group]] = out[starts[group]:starts[group] + written[group]]
     return written
 
 
 @njit(**_JIT)
-def _write_records(out, group_starts, group_ends, opens, groups, keys, values, headers, timestamps):
+def _write_records(out: np.ndarray, group_starts: np.ndarray, group_ends: np.ndarray, opens: np.ndarray,
+                   groups: np.ndarray, keys: Column, values: Column, headers: Headers,
+                   timestamps: np.ndarray) -> np.ndarray:
     """Write every row's record into ``out``, each group's records from its start in
     ``group_starts`` on and before its end in ``group_ends``, split into batches where
     ``opens`` says; returns where each group's records end, or [-1 - row, ...] for the
@@ -235,7 +248,7 @@ _MURMUR2_M = 0x5BD1E995
 
 
 @njit(**_JIT)
-def murmur2_rows(data, offsets, nulls, seed, out):
+def murmur2_rows(data: np.ndarray, offsets: np.ndarray, nulls: np.ndarray, seed: int, out: np.ndarray) -> None:
     """MurmurHash2 with ``seed`` of each value of a binary column into ``out``. 32-bit
     arithmetic in int64, masked after each multiply."""
     n = len(offsets) - 1

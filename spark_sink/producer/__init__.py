@@ -28,9 +28,11 @@ from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
 from spark_sink.producer.producer_record import ProducerRecord, RecordMetadata
+from spark_sink.producer.row_errors import RefusedRows
 from spark_sink.producer.rows_digest import RowsDigest
+from spark_sink.producer.serializers import ArrowSerializer, serialize_columns
 from spark_sink.producer.switch_interval import short_switch_interval
-from spark_sink.protocol.transactions import PreparedTransaction
+from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 # Every configuration key the producer knows (Java's names).
 CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
@@ -38,11 +40,12 @@ CONFIG_KEYS: frozenset[str] = frozenset(_KEYS)
 __all__ = [
     "ARROW_COLUMNS", "AbortableTransactionError", "FatalTransactionError", "IllegalStateError",
     "PreparedTransaction", "TransactionError", "CONFIG_KEYS",
-    "ArrowSendFuture", "ArrowSendResult", "AuthenticationError",
+    "ArrowSendFuture", "ArrowSendResult", "ArrowSerializer", "AuthenticationError",
     "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
     "InvalidPartitionError", "UnknownTopicError",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
-    "RecordTooLargeError", "RowsDigest", "SaslAuthenticationError", "SerializationError", "SslAuthenticationError",
-    "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2", "short_switch_interval",
+    "RecordTooLargeError", "RefusedRows", "RowsDigest", "SaslAuthenticationError", "SerializationError",
+    "SslAuthenticationError", "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2",
+    "serialize_columns", "short_switch_interval",
 ]

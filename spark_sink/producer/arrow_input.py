@@ -27,6 +27,7 @@ from spark_sink.encoder.columnar import (
     value_lengths,
 )
 from spark_sink.producer.partitioner import RowPartitioner, murmur2_array, partition_for_hash
+from spark_sink.producer.row_errors import RowRefusals, screen_topics
 from spark_sink.protocol.compression import compressed_bound, largest_input
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 
@@ -194,15 +195,84 @@ def _timestamps(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
     return as_numpy(col, fill=now_ms).astype(np.int64, copy=False)
 
 
-def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
-                    partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
-                    ignore_keys: bool, limits: SendLimits, now_ms: int,
-                    partitioner: RowPartitioner | None = None) -> list[TopicRows]:
-    """Check all of ``data`` (columns, each row's record size, explicit partitions), split
-    its rows per topic and pick each row's partition (input order kept)."""
+def _check_input(data: pa.RecordBatch | pa.Table, default_topic: str | None) -> None:
     if not isinstance(data, (pa.RecordBatch, pa.Table)):
         raise ColumnError(f"send_arrow takes a pyarrow RecordBatch or Table, got {type(data).__name__}")
     check_arrow_schema(data.schema, default_topic)
+
+
+def _topic_codes(topic_col: pa.Array, default_topic: str | None) -> tuple[np.ndarray, list[str]]:
+    """Each row's index into the topic names of a ``topic`` column: a null is the default
+    topic, or -1 without one."""
+    encoded = topic_col.cast(pa.string()).dictionary_encode()
+    codes, names = as_numpy(encoded.indices, fill=-1), encoded.dictionary.to_pylist()
+    if encoded.indices.null_count and default_topic:
+        if default_topic not in names:
+            names.append(default_topic)
+        codes[codes < 0] = names.index(default_topic)
+    return codes, names
+
+
+def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None, refusals: RowRefusals, *,
+                      partition_count: Callable[[str], int], limits: SendLimits
+                      ) -> tuple[pa.RecordBatch | pa.Table, tuple[np.ndarray, list[str]] | None]:
+    """``data`` without the rows that carry an error of their own (see ``row_errors``),
+    each refused through ``refusals``: a record too large, a null topic with no default,
+    a topic missing, invalid or not the principal's to describe, a partition its topic
+    does not have; and
+    the rows' topics (see ``_topic_codes``) if a column names them, for
+    ``plan_arrow_send``. What is left passes its row checks (sizes need not be checked
+    again)."""
+    _check_input(data, default_topic)
+    n = data.num_rows
+    if n == 0:
+        return data, None
+    keys = as_binary(_column(data, "key"))
+    headers = _column(data, "headers")
+    if headers is not None and headers.type != HEADER_TYPE:
+        headers = headers.cast(HEADER_TYPE)
+    largest, setting, value = limits.largest_record()
+    too_large = np.flatnonzero(record_size_bounds(keys, as_binary(_column(data, "value")), headers) > largest)
+    if len(too_large):
+        refusals.refuse(too_large, RecordTooLargeError(
+            f"the row's record is larger than {setting} ({value}) allows"))
+    topic_col = _column(data, "topic")
+    if topic_col is None:
+        codes, names = np.zeros(n, dtype=np.int64), [cast(str, default_topic)]
+    else:
+        codes, names = _topic_codes(topic_col, default_topic)
+        if topic_col.null_count and not default_topic:
+            refusals.refuse(np.flatnonzero(codes < 0), ColumnError(
+                "column 'topic' is null and no default topic is set"))
+    counts = screen_topics(refusals, codes, names, partition_count)
+    explicit = _column(data, "partition")
+    if explicit is not None:
+        given = as_numpy(explicit.cast(pa.int64()), fill=-1)
+        malformed = (given < -1) | ((given == -1) & ~as_numpy(explicit.is_null()))
+        for i, topic in enumerate(names):
+            if topic in counts:
+                count = counts[topic]
+                bad = (codes == i) & (malformed | (given >= count))
+                if bad.any():
+                    refusals.refuse(np.flatnonzero(bad), InvalidPartitionError(
+                        f"column 'partition' names a partition topic {topic!r} does not have: it has {count} "
+                        f"partitions (0..{count - 1})"), topic)
+    topics = None if topic_col is None else (codes, names)
+    if not refusals.mask.any():
+        return data, topics
+    keep = np.flatnonzero(~refusals.mask)
+    return data.take(as_arrow_indices(keep)), None if topics is None else (codes[keep], names)
+
+
+def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
+                    partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
+                    ignore_keys: bool, limits: SendLimits, now_ms: int,
+                    partitioner: RowPartitioner | None = None, check_sizes: bool = True,
+                    topics: tuple[np.ndarray, list[str]] | None = None) -> list[TopicRows]:
+    """Check all of ``data`` (columns, each row's record size unless ``check_sizes`` is
+    false, explicit partitions), split its rows per topic and pick each row's partition
+    (input order kept). ``topics``: the rows' topics as ``screen_arrow_rows`` found them."""
+    _check_input(data, default_topic)
     n = data.num_rows
     if n == 0:
         return []
@@ -215,7 +285,8 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         headers = headers.cast(HEADER_TYPE) if headers.type != HEADER_TYPE else headers
         if headers.null_count == n:
             headers = None
-    _check_record_sizes(keys, values, headers, limits)
+    if check_sizes:
+        _check_record_sizes(keys, values, headers, limits)
     timestamps = _timestamps(_column(data, "timestamp"), n, now_ms)
     explicit = _column(data, "partition")
     batch_size = limits.batch_bytes()
@@ -225,15 +296,13 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         # check_arrow_schema refused a write with neither a topic column nor a default.
         groups: list[tuple[str, np.ndarray | None]] = [(cast(str, default_topic), None)]
     else:
-        encoded = topic_col.cast(pa.string()).dictionary_encode()
-        codes, names = as_numpy(encoded.indices, fill=-1), encoded.dictionary.to_pylist()
-        if encoded.indices.null_count:  # a null topic: the default one
-            if not default_topic:
+        if topics is None:
+            codes, names = _topic_codes(topic_col, default_topic)
+            if topic_col.null_count and not default_topic:
                 row = int(np.flatnonzero(codes < 0)[0])
                 raise ColumnError(f"column 'topic' is null at row {row} and no default topic is set")
-            if default_topic not in names:
-                names.append(default_topic)
-            codes[codes < 0] = names.index(default_topic)
+        else:
+            codes, names = topics
         found = ((t, np.flatnonzero(codes == i)) for i, t in enumerate(names))
         groups = [(t, rows) for t, rows in found if len(rows)]
         if len(groups) == 1:

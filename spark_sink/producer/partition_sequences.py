@@ -38,7 +38,7 @@ from spark_sink.protocol.error_codes import (
     ProducerFencedError,
     UnknownProducerIdError,
 )
-from spark_sink.protocol.transactions import MAX_EPOCH
+from spark_sink.protocol.txn_coordinator import MAX_EPOCH
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_sink.client.clock import Clock, now_ms
+from spark_sink.client.clock import Clock, now_ms, wall_ns
 from spark_sink.client.cluster_check import unknown_topic_message
 from spark_sink.client.errors import (
     BrokersUnreachableError,
@@ -32,7 +31,7 @@ from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.client.network import NetworkClient
 from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator, chunk_bytes_for
-from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send
+from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send, screen_arrow_rows
 from spark_sink.producer.batch import FutureRecordMetadata, PlainSender, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
@@ -40,13 +39,17 @@ from spark_sink.producer.metrics import MetricTotals, ProducerMetrics
 from spark_sink.producer.partitioner import SEED as MURMUR2_SEED
 from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, murmur2_unsigned, partition_for_key
 from spark_sink.producer.producer_record import ProducerRecord
+from spark_sink.producer.row_errors import ON_ERROR, RefusedRows, RowRefusals
 from spark_sink.producer.sender import KafkaClient, Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
-from spark_sink.protocol.transactions import PreparedTransaction
+from spark_sink.protocol.txn_coordinator import PreparedTransaction
+
+if TYPE_CHECKING:
+    from spark_sink.producer.serializers import ArrowSerializer
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +76,18 @@ def _to_bytes(what: str, value: Any, serializer: Any) -> bytes | None:
 @dataclass(frozen=True)
 class ArrowSendResult:
     """What one ``send_arrow`` call wrote: records, bytes of keys and values, and per
-    topic-partition ``(count, first_offset, last_offset)``."""
+    topic-partition ``(count, first_offset, last_offset)``; with ``on_error="skip"``, the
+    rows it refused, grouped by reason (``refused``)."""
 
     records: int
     bytes: int
     partitions: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+    refused: tuple[RefusedRows, ...] = ()
+
+    @property
+    def refused_rows(self) -> int:
+        """How many rows were refused."""
+        return sum(len(r) for r in self.refused)
 
 
 class ArrowSendFuture:
@@ -97,6 +107,7 @@ class ArrowSendFuture:
         self._bytes = 0
         self._failed_records = 0
         self._error: Exception | None = None
+        self._refused: tuple[RefusedRows, ...] = ()  # rows refused before any was queued
         # per partition: [count, order of the first batch, its first offset, order of the
         # last batch, its last offset]
         self._ranges: dict[tuple[str, int], list[int]] = {}
@@ -174,7 +185,8 @@ class ArrowSendFuture:
             raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
                 if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
         return ArrowSendResult(self._records, self._bytes,
-                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())})
+                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
+                               self._refused)
 
 
 class KafkaProducer:
@@ -266,7 +278,7 @@ class KafkaProducer:
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
                 partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)
-                timestamp = time.time_ns() // 1_000_000
+                timestamp = wall_ns() // 1_000_000
                 return (self._accumulator.append_plain(topic, partition, timestamp, key, value, callback, key_size,
                                                        value_size)
                         or self._send_new_batch(topic, partition, timestamp, key, value, callback, key_size,
@@ -341,7 +353,7 @@ class KafkaProducer:
                 f"but the topic has {count} partitions (0..{count - 1})")
         timestamp = record.timestamp
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = wall_ns() // 1_000_000
         if self._txn.transactional:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
@@ -393,23 +405,40 @@ class KafkaProducer:
 
     # -- per table ------------------------------------------------------------
 
-    def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None) -> ArrowSendFuture:
+    def send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None = None, *,
+                   key_serializer: ArrowSerializer | None = None, value_serializer: ArrowSerializer | None = None,
+                   on_error: str = "fail") -> ArrowSendFuture:
         """Send every row of an Arrow table or record batch; see ``arrow_input`` for columns.
 
+        With a serializer (``ArrowSerializer("avro", {"url": ...})``) the ``key`` or
+        ``value`` column is a struct, sent in the Schema Registry's wire format (Avro or
+        JSON Schema); a row the schema cannot carry fails the call before any row is queued.
+
         All or nothing at validation: a bad column, a row whose record is larger than
-        max.request.size (or buffer.memory) or a partition its topic does not have raises
-        before any row is queued. A failure only met on the way (buffer.memory still full
-        after max.block.ms, the producer stopped) raises with the rows queued so far in
-        flight: the error's ``future`` is their ArrowSendFuture.
+        max.request.size (or buffer.memory), a topic that is missing, invalid or that the
+        principal may not describe, or a partition its topic does not have raises before
+        any row is queued.
+        With ``on_error="skip"`` the rows with such an error of their own (see
+        ``row_errors``) are refused instead and the others sent: the result lists them
+        (``ArrowSendResult.refused``). Errors of the columns themselves, of the cluster or
+        of the connection raise either way. A failure only met on the way (buffer.memory
+        still full after max.block.ms, the producer stopped) raises with the rows queued so
+        far in flight: the error's ``future`` is their ArrowSendFuture.
         """
         if self._closed:
             raise ProducerClosedError("send_arrow() after close()")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"send_arrow's on_error is {on_error!r}; expected one of {', '.join(ON_ERROR)}")
         # The Sender thread reads responses while this thread encodes: hand it the GIL
         # within 0.5 ms instead of 5 (see switch_interval).
         with short_switch_interval():
-            return self._send_arrow(data, topic)
+            if key_serializer is not None or value_serializer is not None:
+                from spark_sink.producer.serializers import serialize_columns
 
-    def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None) -> ArrowSendFuture:
+                data = serialize_columns(data, topic, key_serializer, value_serializer)
+            return self._send_arrow(data, topic, on_error == "skip")
+
+    def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None, skip: bool) -> ArrowSendFuture:
         c = self.config
         txn = self._txn if self._txn.transactional else None
         if txn is not None:
@@ -419,11 +448,18 @@ class KafkaProducer:
             return self._metadata.partition_count(t) or self._wait_for_topic(t)
 
         # Every check runs on the whole input before any row is queued.
+        refusals = topics = None
+        if skip:
+            refusals = RowRefusals(data)
+            data, topics = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
+                                             limits=self._arrow_limits)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=int(time.time() * 1000))
+            now_ms=wall_ns() // 1_000_000, check_sizes=refusals is None, topics=topics)
         future = ArrowSendFuture()
+        if refusals is not None:
+            future._refused = tuple(refusals.refused)
         # Rows encoded at a time: an eighth of buffer.memory, more for a topic of many
         # partitions (each chunk cuts every partition's batch: see chunk_bytes_for).
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))

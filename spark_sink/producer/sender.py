@@ -18,6 +18,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.producer.transactions.transaction_states import State
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
     DuplicateSequenceNumberError,
@@ -26,7 +27,6 @@ from spark_sink.protocol.error_codes import (
     failure_for_code,
 )
 from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
-from spark_sink.protocol.messages import ApiKey
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +361,7 @@ class Sender(threading.Thread):
         if response.error is not None:
             self._metadata.failed_update(self._clock())
             return
-        self._metadata.update(response.body, self._clock())
+        self._metadata.update(response.reply(), self._clock())
         self._client.set_nodes(self._metadata.nodes)
 
     def _ensure_producer_id(self, now: float) -> bool:

@@ -27,6 +27,7 @@ from enum import Enum
 from typing import Any
 
 from spark_sink.protocol import kmsg, sasl
+from spark_sink.protocol.apis import APIS, ApiKey, choose_version
 from spark_sink.protocol.error_codes import (
     IllegalSaslStateError,
     KProdError,
@@ -35,7 +36,6 @@ from spark_sink.protocol.error_codes import (
     failure_for_code,
 )
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import APIS, ApiKey, choose_version
 
 # Who is asking (KIP-511): Kafka checks both names against its pattern of letters, digits,
 # dots and dashes, and answers INVALID_REQUEST to anything else.

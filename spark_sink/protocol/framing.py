@@ -22,9 +22,9 @@ from collections import deque
 from typing import Any
 
 from spark_sink.protocol import primitives as p
+from spark_sink.protocol.apis import ApiKey, decode_response_body, encode_request_parts, is_flexible
 from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.kmsg import REQUEST_HEADER, RESPONSE_HEADER, ApiVersionsResponse, RequestHeader
-from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_parts, is_flexible
 from spark_sink.protocol.schema import Buffer, decode, encode
 
 # Correlation ids of requests sent expecting no response, remembered per connection; a

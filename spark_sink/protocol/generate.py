@@ -3,7 +3,7 @@
 Kafka ships the definition of every request and response as JSON in the kafka-clients
 jar (``common/message/*.json``): versions, flexible versions, nullable and tagged fields,
 defaults. This reads the definitions of the APIs kprod speaks (``VERSIONS`` in
-:mod:`spark_sink.protocol.messages`, read from its source so that a stale or missing
+:mod:`spark_sink.protocol.apis`, read from its source so that a stale or missing
 ``kmsg.py`` cannot stop its own regeneration), clipped to the versions kprod implements,
 and the request and response headers (``HEADERS``), and writes typed classes and the
 codec's tables::
@@ -22,11 +22,12 @@ import json
 import re
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-MESSAGES_PY = _HERE / "messages.py"
+APIS_PY = _HERE / "apis.py"
 OUTPUT = _HERE / "kmsg.py"
 _MAX = 32767
 _PRIMITIVES = {"int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "bool", "string", "bytes",
@@ -98,10 +99,10 @@ def snake(name: str) -> str:
     return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s).lower()
 
 
-def implemented_versions(messages_py: Path = MESSAGES_PY) -> dict[str, tuple[int, Range]]:
+def implemented_versions(apis_py: Path = APIS_PY) -> dict[str, tuple[int, Range]]:
     """``{ApiKey member name: (api key, (min, max))}`` from ``ApiKey`` and ``VERSIONS`` in
-    messages.py, read from its source."""
-    tree = ast.parse(messages_py.read_text(), str(messages_py))
+    apis.py, read from its source."""
+    tree = ast.parse(apis_py.read_text(), str(apis_py))
     keys: dict[str, int] = {}
     versions: dict[str, Range] = {}
     for node in tree.body:
@@ -116,10 +117,10 @@ def implemented_versions(messages_py: Path = MESSAGES_PY) -> dict[str, tuple[int
             assert isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict)
             for k, v in zip(node.value.keys, node.value.values, strict=True):
                 if not isinstance(k, ast.Attribute):
-                    raise DefinitionError(f"{messages_py}: VERSIONS keys must be ApiKey.NAME")
+                    raise DefinitionError(f"{apis_py}: VERSIONS keys must be ApiKey.NAME")
                 versions[k.attr] = ast.literal_eval(v)
     if not keys or not versions:
-        raise DefinitionError(f"{messages_py}: no ApiKey class or VERSIONS table")
+        raise DefinitionError(f"{apis_py}: no ApiKey class or VERSIONS table")
     return {name: (keys[name], versions[name]) for name in versions}
 
 
@@ -249,11 +250,11 @@ def _struct(name: str, fields: list[dict], within: Range, commons: dict[str, dic
     return out
 
 
-def build(jar: Path, messages_py: Path = MESSAGES_PY) -> list[_Message]:
+def build(jar: Path, apis_py: Path = APIS_PY) -> list[_Message]:
     """The messages kprod speaks, read from ``jar`` and clipped to its versions."""
     definitions = load_definitions(jar)
     messages = []
-    for api, (key, wanted) in implemented_versions(messages_py).items():
+    for api, (key, wanted) in implemented_versions(apis_py).items():
         for kind in ("request", "response"):
             data = definitions.get((key, kind))
             if data is None:
@@ -283,7 +284,7 @@ def build(jar: Path, messages_py: Path = MESSAGES_PY) -> list[_Message]:
     return messages
 
 
-def _walk(struct: _Struct):
+def _walk(struct: _Struct) -> Iterator[_Struct]:
     """``struct`` and every struct inside it, innermost first."""
     for f in struct.fields:
         if f.struct is not None:
@@ -313,8 +314,10 @@ def _span(r: Range) -> str:
     return f"v{r[0]}" if r[0] == r[1] else f"v{r[0]}-v{r[1]}"
 
 
-def _class_source(s: _Struct, doc: str) -> list[str]:
-    lines = ["", "", "@dataclass(slots=True)", f"class {s.cls}:", f'    """{doc}"""', ""]
+def _class_source(s: _Struct, doc: str, reply: str | None = None) -> list[str]:
+    """A struct's dataclass; a request's says which class its reply is (``reply``)."""
+    base = f"(Request[\"{reply}\"])" if reply else ""  # quoted: the reply is defined after it
+    lines = ["", "", "@dataclass(slots=True)", f"class {s.cls}{base}:", f'    """{doc}"""', ""]
     for f in s.fields:
         if f.factory is not None:
             lines.append(f"    {f.name}: {f.py_type} = field(default_factory={f.factory})")
@@ -361,7 +364,7 @@ def render(messages: list[_Message], jar_name: str) -> str:
         "the tables of :mod:`spark_sink.protocol.schema`'s codec.",
         "",
         f"Generated from common/message/*.json in {jar_name} by ``python -m spark_sink.protocol.generate``",
-        "(versions clipped to ``messages.VERSIONS``): do not edit.",
+        "(versions clipped to ``apis.VERSIONS``): do not edit.",
         '"""',
         "",
         "# generated, do not edit",
@@ -371,10 +374,12 @@ def render(messages: list[_Message], jar_name: str) -> str:
         "from dataclasses import dataclass, field",
         "",
         "from spark_sink.protocol.schema import Field as F",
-        "from spark_sink.protocol.schema import Records, Schema",
+        "from spark_sink.protocol.schema import Records, Request, Schema",
         "",
         "ZERO_UUID = uuid.UUID(int=0)",
     ]
+    apis = [m for m in messages if m.kind != "header"]
+    replies = {req.root.cls: resp.root.cls for req, resp in zip(apis[::2], apis[1::2], strict=True)}
     for m in messages:
         for s in _walk(m.root):
             if s is m.root and m.kind == "header":
@@ -383,7 +388,7 @@ def render(messages: list[_Message], jar_name: str) -> str:
                 doc = f"{m.json_name} (API key {m.key}): kprod speaks {_span(m.versions)} of Kafka's {_span(m.valid)}."
             else:
                 doc = f"{s.name} in {m.json_name}."
-            lines += _class_source(s, doc)
+            lines += _class_source(s, doc, replies.get(s.cls) if s is m.root else None)
     for m in messages:
         flexible = f", flexible_from={m.flexible[0]}" if m.flexible else ""
         flexible += f", versions={m.versions}"
@@ -392,7 +397,6 @@ def render(messages: list[_Message], jar_name: str) -> str:
         lines.append(f"){flexible})")
     lines += ["", "", "# The request and response schemas of each API, by API key.",
               "SCHEMAS: dict[int, tuple[Schema, Schema]] = {"]
-    apis = [m for m in messages if m.kind != "header"]
     for req, resp in zip(apis[::2], apis[1::2], strict=True):
         lines.append(f"    {req.key}: ({constant(req)}, {constant(resp)}),  # {req.api}")
     lines.append("}")

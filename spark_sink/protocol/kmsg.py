@@ -2,7 +2,7 @@
 the tables of :mod:`spark_sink.protocol.schema`'s codec.
 
 Generated from common/message/*.json in kafka-clients-4.3.1.jar by ``python -m spark_sink.protocol.generate``
-(versions clipped to ``messages.VERSIONS``): do not edit.
+(versions clipped to ``apis.VERSIONS``): do not edit.
 """
 
 # generated, do not edit
@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from spark_sink.protocol.schema import Field as F
-from spark_sink.protocol.schema import Records, Schema
+from spark_sink.protocol.schema import Records, Request, Schema
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -34,7 +34,7 @@ class TopicProduceData:
 
 
 @dataclass(slots=True)
-class ProduceRequest:
+class ProduceRequest(Request["ProduceResponse"]):
     """ProduceRequest (API key 0): kprod speaks v3-v12 of Kafka's v3-v13."""
 
     transactional_id: str | None = None
@@ -109,7 +109,7 @@ class MetadataRequestTopic:
 
 
 @dataclass(slots=True)
-class MetadataRequest:
+class MetadataRequest(Request["MetadataResponse"]):
     """MetadataRequest (API key 3): kprod speaks v1-v12 of Kafka's v0-v13."""
 
     topics: list[MetadataRequestTopic] | None = field(default_factory=list)
@@ -184,7 +184,7 @@ class OffsetCommitRequestTopic:
 
 
 @dataclass(slots=True)
-class OffsetCommitRequest:
+class OffsetCommitRequest(Request["OffsetCommitResponse"]):
     """OffsetCommitRequest (API key 8): kprod speaks v2-v9 of Kafka's v2-v10."""
 
     group_id: str = ""
@@ -228,7 +228,7 @@ class OffsetFetchRequestTopic:
 
 
 @dataclass(slots=True)
-class OffsetFetchRequest:
+class OffsetFetchRequest(Request["OffsetFetchResponse"]):
     """OffsetFetchRequest (API key 9): kprod speaks v1-v7 of Kafka's v1-v10."""
 
     group_id: str = ""
@@ -265,7 +265,7 @@ class OffsetFetchResponse:
 
 
 @dataclass(slots=True)
-class FindCoordinatorRequest:
+class FindCoordinatorRequest(Request["FindCoordinatorResponse"]):
     """FindCoordinatorRequest (API key 10): kprod speaks v0-v3 of Kafka's v0-v6."""
 
     key: str = ""
@@ -285,7 +285,7 @@ class FindCoordinatorResponse:
 
 
 @dataclass(slots=True)
-class SaslHandshakeRequest:
+class SaslHandshakeRequest(Request["SaslHandshakeResponse"]):
     """SaslHandshakeRequest (API key 17): kprod speaks v1 of Kafka's v0-v1."""
 
     mechanism: str = ""
@@ -300,7 +300,7 @@ class SaslHandshakeResponse:
 
 
 @dataclass(slots=True)
-class ApiVersionsRequest:
+class ApiVersionsRequest(Request["ApiVersionsResponse"]):
     """ApiVersionsRequest (API key 18): kprod speaks v0-v3 of Kafka's v0-v4."""
 
     client_software_name: str = ""
@@ -348,7 +348,7 @@ class ApiVersionsResponse:
 
 
 @dataclass(slots=True)
-class InitProducerIdRequest:
+class InitProducerIdRequest(Request["InitProducerIdResponse"]):
     """InitProducerIdRequest (API key 22): kprod speaks v0-v5 of Kafka's v0-v6."""
 
     transactional_id: str | None = ""
@@ -376,7 +376,7 @@ class AddPartitionsToTxnTopic:
 
 
 @dataclass(slots=True)
-class AddPartitionsToTxnRequest:
+class AddPartitionsToTxnRequest(Request["AddPartitionsToTxnResponse"]):
     """AddPartitionsToTxnRequest (API key 24): kprod speaks v0-v3 of Kafka's v0-v5."""
 
     v3_and_below_transactional_id: str = ""
@@ -410,7 +410,7 @@ class AddPartitionsToTxnResponse:
 
 
 @dataclass(slots=True)
-class AddOffsetsToTxnRequest:
+class AddOffsetsToTxnRequest(Request["AddOffsetsToTxnResponse"]):
     """AddOffsetsToTxnRequest (API key 25): kprod speaks v0-v4 of Kafka's v0-v4."""
 
     transactional_id: str = ""
@@ -428,7 +428,7 @@ class AddOffsetsToTxnResponse:
 
 
 @dataclass(slots=True)
-class EndTxnRequest:
+class EndTxnRequest(Request["EndTxnResponse"]):
     """EndTxnRequest (API key 26): kprod speaks v0-v5 of Kafka's v0-v5."""
 
     transactional_id: str = ""
@@ -466,7 +466,7 @@ class TxnOffsetCommitRequestTopic:
 
 
 @dataclass(slots=True)
-class TxnOffsetCommitRequest:
+class TxnOffsetCommitRequest(Request["TxnOffsetCommitResponse"]):
     """TxnOffsetCommitRequest (API key 28): kprod speaks v0-v5 of Kafka's v0-v5."""
 
     transactional_id: str = ""
@@ -513,7 +513,7 @@ class DescribeConfigsResource:
 
 
 @dataclass(slots=True)
-class DescribeConfigsRequest:
+class DescribeConfigsRequest(Request["DescribeConfigsResponse"]):
     """DescribeConfigsRequest (API key 32): kprod speaks v1-v4 of Kafka's v1-v4."""
 
     resources: list[DescribeConfigsResource] = field(default_factory=list)
@@ -564,7 +564,7 @@ class DescribeConfigsResponse:
 
 
 @dataclass(slots=True)
-class SaslAuthenticateRequest:
+class SaslAuthenticateRequest(Request["SaslAuthenticateResponse"]):
     """SaslAuthenticateRequest (API key 36): kprod speaks v0-v2 of Kafka's v0-v2."""
 
     auth_bytes: bytes = b""
@@ -581,7 +581,7 @@ class SaslAuthenticateResponse:
 
 
 @dataclass(slots=True)
-class DescribeTransactionsRequest:
+class DescribeTransactionsRequest(Request["DescribeTransactionsResponse"]):
     """DescribeTransactionsRequest (API key 65): kprod speaks v0 of Kafka's v0."""
 
     transactional_ids: list[str] = field(default_factory=list)
@@ -618,7 +618,7 @@ class DescribeTransactionsResponse:
 
 
 @dataclass(slots=True)
-class ListTransactionsRequest:
+class ListTransactionsRequest(Request["ListTransactionsResponse"]):
     """ListTransactionsRequest (API key 66): kprod speaks v0-v1 of Kafka's v0-v2."""
 
     state_filters: list[str] = field(default_factory=list)

@@ -18,12 +18,23 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.error_codes import CorruptRecordError, UnsupportedVersionError
 
 _MAX = 32767
+
+Reply = TypeVar("Reply", covariant=True)
+
+
+class Request(Generic[Reply]):
+    """A request message whose answer is a ``Reply``: kmsg's request classes say so, so
+    that sending one is typed by its reply (``NetworkClient.send``). The pairs are those
+    of kmsg's ``SCHEMAS`` (tests/protocol/test_kafka_json.py checks it)."""
+
+    __slots__ = ()
+
 
 Buffer = bytes | bytearray | memoryview
 # A Produce partition's record batch: one buffer, or buffers that together form it.

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from spark_sink._exports import lazy_exports
 
 _EXPORTS = {
-    "KProdCommitMessage": "spark_sink.spark.commit_messages",
-    "WriteSummary": "spark_sink.spark.commit_messages",
+    "KProdCommitMessage": "spark_sink.spark.task_reports",
+    "WriteSummary": "spark_sink.spark.task_reports",
     "KProdDataSource": "spark_sink.spark.source",
     "use_session_in_this_thread": "spark_sink.spark.threads",
 }
@@ -21,6 +21,6 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:
-    from spark_sink.spark.commit_messages import KProdCommitMessage, WriteSummary
     from spark_sink.spark.source import KProdDataSource
+    from spark_sink.spark.task_reports import KProdCommitMessage, WriteSummary
     from spark_sink.spark.threads import use_session_in_this_thread

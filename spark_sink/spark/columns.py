@@ -62,7 +62,7 @@ _UTC = ({"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_type).pa
         else {"timestamp_utc": True})
 
 
-def _arrow_type(data_type: DataType) -> pa.DataType:
+def arrow_type_of(data_type: DataType) -> pa.DataType:
     """The Arrow type of a Spark column as a task receives it."""
     try:
         return to_arrow_type(data_type, **_UTC)
@@ -72,7 +72,7 @@ def _arrow_type(data_type: DataType) -> pa.DataType:
 
 def _checked_field(f: StructField, name: str) -> pa.Field:
     """``f`` as the producer will see it, or ColumnError in Spark's words."""
-    arrow_type = _arrow_type(f.dataType)
+    arrow_type = arrow_type_of(f.dataType)
     try:
         check_arrow_column(name, arrow_type)
     except ColumnError as exc:
@@ -82,8 +82,10 @@ def _checked_field(f: StructField, name: str) -> pa.Field:
     return pa.field(name, arrow_type)
 
 
-def plan_columns(schema: StructType, topic_option: str | None) -> ColumnPlan:
-    """Check ``schema``; raise ColumnError naming the column and what is accepted."""
+def plan_columns(schema: StructType, topic_option: str | None, formatted: frozenset[str] = frozenset()
+                 ) -> ColumnPlan:
+    """Check ``schema``; raise ColumnError naming the column and what is accepted. The
+    ``formatted`` columns (a key or value format's) are checked by their serializer."""
     seen: dict[str, str] = {}
     fields: list[pa.Field] = []
     extra: list[int] = []
@@ -98,7 +100,8 @@ def plan_columns(schema: StructType, topic_option: str | None) -> ColumnPlan:
         if name in seen:
             raise ColumnError(f"columns {seen[name]!r} and {f.name!r} are the same column for kprod; keep one")
         seen[name] = f.name
-        fields.append(_checked_field(f, name))
+        # A formatted column is sent as the bytes its serializer makes.
+        fields.append(pa.field(name, pa.binary()) if name in formatted else _checked_field(f, name))
     names = [f.name for f in fields]
     if extra:
         log.warning("kprod ignores column(s) %s, as Spark's Kafka sink does: it writes key, value, topic, partition, "

@@ -35,11 +35,11 @@ import logging
 import os
 import stat
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.protocol.error_codes import KProdError
 
 if TYPE_CHECKING:
@@ -70,10 +70,12 @@ class CheckCache:
     hashes of settings that include passwords. Where it cannot be made safely, nothing is
     remembered and every write checks."""
 
-    def __init__(self, directory: Path, ttl_s: float = CHECK_TTL_S, entries: int = CHECK_CACHE_ENTRIES) -> None:
+    def __init__(self, directory: Path, ttl_s: float = CHECK_TTL_S, entries: int = CHECK_CACHE_ENTRIES, *,
+                 clock: Time = SYSTEM_TIME) -> None:
         self.directory = directory
         self.ttl_s = ttl_s
         self.entries = entries
+        self._clock = clock  # its wall clock, against the files' modification times
 
     @staticmethod
     def key(producer_config: Mapping[str, str], topics: Iterable[str]) -> str:
@@ -102,7 +104,7 @@ class CheckCache:
         if directory is None:
             return False
         try:
-            age = time.time() - os.stat(directory / key).st_mtime
+            age = self._clock.wall_ms() / 1000 - os.stat(directory / key).st_mtime
         except OSError:
             return False
         return 0 <= age < self.ttl_s
@@ -131,7 +133,7 @@ class CheckCache:
                 pass
 
     def _prune(self, directory: Path) -> None:
-        now = time.time()
+        now = self._clock.wall_ms() / 1000
         try:
             aged = sorted((now - e.stat().st_mtime, e.path) for e in os.scandir(directory) if e.is_file())
         except OSError:
@@ -173,6 +175,8 @@ def _checked_topics(options: SinkOptions) -> list[str]:
     topics = [options.topic] if options.topic else []
     if options.exactly_once is not None:
         topics.append(options.exactly_once.marker_topic)
+    if options.errors is not None and options.errors.dead_letter_topic:
+        topics.append(options.errors.dead_letter_topic)
     return topics
 
 
@@ -195,7 +199,7 @@ def user_errors() -> tuple[type[KProdError], ...]:
             RecordTooLargeError)
 
 
-def check_write(options: SinkOptions, cache: CheckCache | None = None) -> bool:
+def check_write(options: SinkOptions, cache: CheckCache | None = None, clock: Time = SYSTEM_TIME) -> bool:
     """Raise the error a write's tasks would meet at their start: BrokersUnreachableError
     (each bootstrap address and what happened), SslAuthenticationError /
     SaslAuthenticationError, UnknownTopicError, or the broker's error for a topic.
@@ -212,19 +216,23 @@ def check_write(options: SinkOptions, cache: CheckCache | None = None) -> bool:
     from spark_sink.client import check_cluster
     from spark_sink.producer import BrokersUnreachableError
 
-    started = time.monotonic()
+    started = clock()
     try:
-        check_cluster(options.producer_config, topics, options.check_timeout_ms)
+        check_cluster(options.producer_config, topics, options.check_timeout_ms, clock=clock)
     except BrokersUnreachableError as exc:
         cache.forget(key)
         raise BrokersUnreachableError(f"{exc} (checked on the driver before any task ran; kprod.clusterCheck=false "
                                       "skips the check where only the executors reach the brokers)") from None
-    except BaseException:
+    except BaseException as exc:
         cache.forget(key)
+        dead = options.errors.dead_letter_topic if options.errors is not None else None
+        if dead and isinstance(exc, KProdError) and repr(dead) in str(exc):
+            raise type(exc)(f"option 'kprod.errors.deadLetterTopic': the dead-letter topic {dead!r} cannot be "
+                            f"written: {exc}") from None
         raise
     cache.passed(key)
     log.info("kprod: the driver checked the cluster at %s (topics %s) in %.0f ms", options.producer_config.get(
-        "bootstrap.servers"), topics, (time.monotonic() - started) * 1000)
+        "bootstrap.servers"), topics, clock() - started)
     return True
 
 
@@ -249,7 +257,7 @@ def short_traceback(func: F) -> F:
     cluster, a record) from ``func`` itself, so that the traceback text Spark shows has one
     frame before kprod's message, not kprod's whole call stack."""
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return func(*args, **kwargs)
         except user_errors() as exc:  # evaluated only once an error is raised

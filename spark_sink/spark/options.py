@@ -16,6 +16,7 @@ from typing import Any
 
 from spark_sink.producer import CONFIG_KEYS as PRODUCER_KEYS
 from spark_sink.producer import ConfigError, ProducerConfig, idempotence_conflicts
+from spark_sink.spark.formats import FORMAT_OPTIONS, ColumnFormats, is_format_option, parse_formats
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,23 @@ SINK_OPTIONS: dict[str, str] = {
         "cluster once whether it can be reached and authenticated with and whether the topic "
         "exists, and fails the write with that error; false skips it (a driver that cannot reach "
         "the brokers its executors reach)"
+    ),
+    "kprod.errors.tolerance": (
+        "kprod.errors.tolerance: none (default) or all. none: a row with an error of its own fails its "
+        "task, as ever; all: such rows (too large for max.request.size, a topic column naming a topic "
+        "that is missing, invalid or that the principal may not describe, a null topic with no "
+        "'topic' option, a partition the topic lacks) are left out and counted, and written to "
+        "kprod.errors.deadLetterTopic if set. Errors of the cluster or the connection fail the task either way"
+    ),
+    "kprod.errors.deadlettertopic": (
+        "kprod.errors.deadLetterTopic: with kprod.errors.tolerance=all, an existing topic that gets "
+        "each refused row's key and value with kprod.errors.* headers naming the reason (under "
+        "exactly-once, in the task's transaction); without it refused rows are dropped and counted"
+    ),
+    "kprod.errors.maxratio": (
+        "kprod.errors.maxRatio: with kprod.errors.tolerance=all, a fraction from 0 to 1: a write or "
+        "microbatch whose refused rows are more than this fraction of its rows fails, naming the "
+        "ratio and the most common reason (default: none)"
     ),
     "kprod.flush.timeout.ms": (
         "kprod.flush.timeout.ms: longest a task waits for its records to be acknowledged after "
@@ -184,6 +202,18 @@ class SinkOptions:
     buffer_memory: int  # the producer's buffer.memory, which bounds a send's size
     exactly_once: ExactlyOnce | None
     check_timeout_ms: int  # the driver's check of the cluster: its bound, 0 for no check
+    formats: ColumnFormats | None = None  # the key's and value's formats (None: both binary)
+    errors: ErrorTolerance | None = None  # kprod.errors.tolerance=all; None: none
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorTolerance:
+    """kprod.errors.tolerance=all: rows with errors of their own are refused, counted and
+    written to ``dead_letter_topic`` (if any); more than ``max_ratio`` of a write's rows
+    refused fails it."""
+
+    dead_letter_topic: str | None = None
+    max_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +245,9 @@ class ExactlyOnce:
         return "kprod-" + hashlib.sha256(query_id.encode()).hexdigest()[:20]
 
 
-def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOptions:
-    """Check every option; raise ConfigError naming the option and what it accepts."""
-    # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
-    opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+def _producer_options(opts: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The producer settings among the (lower-cased) ``kafka.*`` options, with the sink's
+    defaults, and the Java-only settings kprod ignores."""
     producer: dict[str, str] = {}
     jvm_only: list[str] = []
     for key, value in opts.items():
@@ -239,6 +268,14 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
         producer[name] = value
     for name, value in SINK_PRODUCER_DEFAULTS.items():
         producer.setdefault(name, value)
+    return producer, jvm_only
+
+
+def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOptions:
+    """Check every option; raise ConfigError naming the option and what it accepts."""
+    # Spark's options are case-insensitive and arrive lower-cased; producer keys are all lower case.
+    opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+    producer, jvm_only = _producer_options(opts)
     if not producer.get("bootstrap.servers", "").strip():
         raise ConfigError("option 'kafka.bootstrap.servers' is required (host:port[,host:port...])")
     try:
@@ -250,12 +287,13 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     unknown = sorted(
         k for k in opts
         if not k.startswith(KAFKA_PREFIX) and k != "topic" and k not in SINK_OPTIONS and k not in _SPARK_OPTIONS
-        and k not in _SPARK_KAFKA_READ_OPTIONS
+        and k not in _SPARK_KAFKA_READ_OPTIONS and not is_format_option(k)
     )
     if unknown:
         raise ConfigError(
             f"unknown option(s) {', '.join(map(repr, unknown))}; kprod accepts kafka.bootstrap.servers, "
-            "topic, kafka.<producer setting> and " + ", ".join(_display(k) for k in SINK_OPTIONS)
+            "topic, kafka.<producer setting> and "
+            + ", ".join([*(_display(k) for k in SINK_OPTIONS), *(d.split(":")[0] for d in FORMAT_OPTIONS.values())])
         )
 
     topic = opts.get("topic")
@@ -286,7 +324,32 @@ def parse_options(options: Mapping[str, Any], streaming: bool = False) -> SinkOp
     if jvm_only:
         _warn_jvm_only(jvm_only)
     return SinkOptions(producer, topic, report, flush_timeout_s, cache_timeout_s, config.buffer_memory,
-                       exactly_once, check_timeout_ms)
+                       exactly_once, check_timeout_ms, parse_formats(opts),
+                       _error_tolerance(opts))
+
+
+def _error_tolerance(opts: Mapping[str, str]) -> ErrorTolerance | None:
+    tolerance = opts.get("kprod.errors.tolerance", "none").strip().lower()
+    if tolerance not in ("none", "all"):
+        raise ConfigError(f"option 'kprod.errors.tolerance': expected none or all, got {opts['kprod.errors.tolerance']!r}")
+    if tolerance == "none":
+        given = [k for k in ("kprod.errors.deadlettertopic", "kprod.errors.maxratio") if k in opts]
+        if given:
+            raise ConfigError(f"option {_display(given[0])!r} applies only with kprod.errors.tolerance=all")
+        return None
+    topic = opts.get("kprod.errors.deadlettertopic", "").strip() or None
+    if topic is not None:
+        _check_topic_name(topic, "kprod.errors.deadLetterTopic")
+    ratio_text = opts.get("kprod.errors.maxratio", "").strip()
+    ratio = None
+    if ratio_text:
+        try:
+            ratio = float(ratio_text)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"option 'kprod.errors.maxRatio': expected a fraction from 0 to 1, got {ratio_text!r}")
+    return ErrorTolerance(topic, ratio)
 
 
 _GUARANTEES = ("at-least-once", "exactly-once")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import KafkaProducer
 
 log = logging.getLogger(__name__)
@@ -30,11 +30,15 @@ MAX_IDLE = 32
 class ProducerPool:
     """Idle producers by configuration; ``acquire`` one, ``release`` it when the task ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Time = SYSTEM_TIME) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._idle: dict[_Key, list[tuple[KafkaProducer, float, float]]] = {}  # (producer, idle since, timeout)
         self._evictor: threading.Thread | None = None
         self._wake = threading.Event()
+
+    def _now_s(self) -> float:
+        return self._clock() / 1000.0
 
     def acquire(self, config: Mapping[str, str]) -> KafkaProducer:
         """An idle producer made with exactly ``config``, or a new one."""
@@ -61,7 +65,7 @@ class ProducerPool:
             return
         key = tuple(sorted(config.items()))
         with self._lock:
-            self._idle.setdefault(key, []).append((producer, time.monotonic(), timeout_s))
+            self._idle.setdefault(key, []).append((producer, self._now_s(), timeout_s))
             overflow = self._oldest_beyond(MAX_IDLE)
             if self._evictor is None:
                 self._evictor = threading.Thread(target=self._evict_loop, name="kprod-producer-pool", daemon=True)
@@ -83,7 +87,7 @@ class ProducerPool:
 
     def evict_idle(self, now: float | None = None) -> int:
         """Close the producers idle past their timeout; returns how many."""
-        now = time.monotonic() if now is None else now
+        now = self._now_s() if now is None else now
         expired = []
         with self._lock:
             for key, idle in list(self._idle.items()):
@@ -119,7 +123,7 @@ class ProducerPool:
     def _evict_loop(self) -> None:
         while True:
             end = self._next_expiry()
-            self._wake.wait(None if end is None else max(0.0, end - time.monotonic()) + 0.01)
+            self._wake.wait(None if end is None else max(0.0, end - self._now_s()) + 0.01)
             self._wake.clear()
             self.evict_idle()
 

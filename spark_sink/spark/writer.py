@@ -6,25 +6,27 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from spark_sink.producer import MetricTotals, RowsDigest
-from spark_sink.spark import exactly_once
+from spark_sink.client.clock import SYSTEM_TIME, Time
+from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
-from spark_sink.spark.commit_messages import (
+from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
+from spark_sink.spark.options import SinkOptions, parse_options
+from spark_sink.spark.producer_pool import POOL
+from spark_sink.spark.task_reports import (
     KProdCommitMessage,
     WriteSummary,
     append_report,
     extend_ranges,
     succeeded_tasks,
 )
-from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
-from spark_sink.spark.options import SinkOptions, parse_options
-from spark_sink.spark.producer_pool import POOL
+from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
+from spark_sink.spark.formats import prepare_formats
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,21 +114,24 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
         yield pa.Table.from_batches(held)
 
 
-def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan) -> KProdCommitMessage:
+def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan,
+               clock: Time = SYSTEM_TIME) -> KProdCommitMessage:
     """Send every batch of one task and return only once all of it is acknowledged.
 
     Any failure (column, partition, delivery) propagates and fails the task: Spark then
-    retries it or aborts the write, so nothing is swallowed.
+    retries it or aborts the write, so nothing is swallowed. With kprod.errors.tolerance=all
+    the rows with an error of their own are refused instead, counted, and sent to the
+    dead-letter topic through the same producer (see ``dead_letters``).
     """
     from spark_sink.producer import short_switch_interval
 
-    started = time.monotonic()
+    started = clock()
     partition_id, attempt = _task_identity()
     eo = options.exactly_once
     # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
     # stream's id): a named one run again outside the stream must find its own markers.
-    query, run = exactly_once.query_run() if eo is not None and not eo.batch else (None, None)
-    config = options.producer_config if eo is None else exactly_once.transactional_config(
+    query, run = exactly_once_names.query_run() if eo is not None and not eo.batch else (None, None)
+    config = options.producer_config if eo is None else exactly_once_names.transactional_config(
         options.producer_config, eo.prefix_for(query), partition_id)
     # A batch write's own transactional ids: no later task could reuse the producer.
     keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
@@ -140,6 +145,9 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     pending: list = []
     # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
     digest = RowsDigest() if eo is not None and eo.replay_match == "rows" else None
+    tolerance = options.errors
+    on_error = "fail" if tolerance is None else "skip"
+    dead = None if tolerance is None else TaskDeadLetters(tolerance.dead_letter_topic, options.topic, task_context())
 
     def settle(future: ArrowSendFuture) -> None:
         nonlocal records, nbytes
@@ -147,6 +155,8 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         records += result.records
         nbytes += result.bytes
         extend_ranges(ranges, result.partitions)  # futures settle in send order
+        if result.refused and dead is not None and producer is not None:
+            dead.refused(producer, result.refused)
 
     ok = False
     try:
@@ -162,20 +172,31 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     producer = POOL.acquire(config)
                     before = producer.metric_totals()  # a pooled producer's include earlier tasks'
                     if eo is not None:
-                        exactly_once.register_prefix(options.producer_config, eo, eo.prefix_for(query))
-                        began_ms = time.time() * 1000
-                        exactly_once.fence_and_begin(producer)
+                        exactly_once_state.register_prefix(options.producer_config, eo, eo.prefix_for(query), clock)
+                        began_ms = clock.wall_ms()
+                        exactly_once_names.fence_and_begin(producer)
                         begun = True
+                if options.formats is not None:
+                    # Before the digest: a replay is told by the bytes it sends.
+                    table = serialize_columns(table, options.topic, options.formats.key, options.formats.value)
                 if digest is not None:
                     digest.add(table)
-                pending.append(producer.send_arrow(table, options.topic))
+                pending.append(producer.send_arrow(table, options.topic, on_error=on_error))
                 # Settle what is already done (cheap) and, past the bound, wait for the oldest.
                 while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
                     settle(pending.pop(0))
+        if producer is None and eo is not None and attempt > 0:
+            # An earlier attempt may have opened a transaction under this id and died with it
+            # open (a SIGKILLed worker), and this one, given other input, has no row to
+            # open its own with: it fences the id all the same, or that transaction would
+            # hold read_committed readers back until its timeout.
+            _fence_earlier_attempts(config, keep_s)
         if producer is not None:
             producer.flush(options.flush_timeout_s)
             for future in pending:
                 settle(future)
+            if dead is not None:
+                dead.settle(options.flush_timeout_s)
             counts = producer.metric_totals().since(before)  # before the pool may hand it on
             if eo is not None:
                 # Committed by the driver, with the others.
@@ -183,18 +204,33 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         ok = True
     finally:
         if begun and not ok and producer is not None:
-            exactly_once.abort_in_task(producer)
+            exactly_once_abort.abort_in_task(producer)
         if producer is not None:
             # Back to the pool only after a flush that succeeded; on failure it is closed
             # without waiting for the rest: the task is failing anyway.
             POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
-    seconds = time.monotonic() - started
+    seconds = (clock() - started) / 1000
     _freeze_long_lived()  # after the task's own time: the first task pays the collection
     log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
              partition_id, attempt, records, nbytes, seconds, counts.describe())
-    return KProdCommitMessage(partition_id, attempt, records, nbytes, ranges, seconds, counts, transaction, query,
-                              began_ms if transaction is not None else None,
-                              str(digest) if digest is not None else None, run)
+    return KProdCommitMessage(
+        partition_id=partition_id, attempt=attempt, records=records, bytes=nbytes, partitions=ranges, seconds=seconds,
+        producer=counts, transaction=transaction, query_id=query,
+        transaction_began_ms=began_ms if transaction is not None else None,
+        rows_digest=str(digest) if digest is not None else None, run_id=run,
+        refused={} if dead is None else dead.reasons, dead_letters=0 if dead is None else dead.sent)
+
+
+def _fence_earlier_attempts(config: Mapping[str, str], keep_s: float) -> None:
+    """Fence the task's transactional id (aborting what an earlier attempt left open
+    under it) without opening a transaction: for a retried task with no rows."""
+    producer = POOL.acquire(config)
+    ok = False
+    try:
+        exactly_once_names.fence(producer)
+        ok = True
+    finally:
+        POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
 
 
 def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool = False,
@@ -203,9 +239,12 @@ def plan_write(options: Mapping[str, str], schema: StructType, streaming: bool =
     (unless ``check`` is false, or the same check passed moments ago) the cluster asked
     whether the write can work (see :mod:`spark_sink.spark.driver_check`)."""
     parsed = parse_options(options, streaming=streaming)
-    plan = plan_columns(schema, parsed.topic)
+    formats = parsed.formats
+    plan = plan_columns(schema, parsed.topic, formats.formatted() if formats is not None else frozenset())
     if check:
         check_write(parsed)
+    if formats is not None:
+        prepare_formats(formats, schema, parsed.topic)
     return exactly_once.with_transaction_timeout(parsed), plan
 
 
@@ -226,14 +265,20 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     _driver_logging()
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     skipped: frozenset[int] = frozenset()
+    if options.errors is not None:
+        # Before anything is committed: a failed check aborts the write (its transactions).
+        whole = WriteSummary.of(messages)
+        check_ratio(what, whole.records, whole.refused, options.errors.max_ratio)
     if options.exactly_once is not None:
         committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
         what += f" (exactly-once, {committed.transactions} transaction(s) committed)"
         skipped = committed.skipped
     summary = WriteSummary.of(messages, already_committed=skipped)
-    log.info("kprod %s committed: %s", what, summary.describe())
+    dead_letter_topic = options.errors.dead_letter_topic if options.errors is not None else None
+    log.info("kprod %s committed: %s%s", what, summary.describe(), summary.describe_refused(dead_letter_topic))
     if options.delivery_report_path:
-        append_report(options.delivery_report_path, summary.report_line(batch_id))
+        append_report(options.delivery_report_path,
+                      summary.report_line(batch_id, options.errors is not None, dead_letter_topic))
 
 
 def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
@@ -242,7 +287,7 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
-        exactly_once.abort(options.producer_config, options.exactly_once, messages)
+        exactly_once_abort.abort(options.producer_config, options.exactly_once, messages)
         log.warning("kprod %s aborted: the transactions of its %d finished task(s) were aborted; "
                     "nothing of it is visible to read_committed consumers", what, len(done))
     elif done:

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import KafkaError
-from spark_sink.protocol.messages import ApiKey
 from tests.producer.scripted_client import Callback, Request, ScriptedClient, TopicPartition
 
 

@@ -20,6 +20,14 @@ from typing import Any
 
 from spark_sink.client.connections import ClientResponse
 from spark_sink.protocol import kmsg
+from spark_sink.protocol.apis import (
+    VERSIONS,
+    ApiKey,
+    decode_request_body,
+    decode_response_body,
+    encode_request_body,
+    encode_response_body,
+)
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
     InvalidProducerEpochError,
@@ -27,14 +35,6 @@ from spark_sink.protocol.error_codes import (
     KafkaError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
-)
-from spark_sink.protocol.messages import (
-    VERSIONS,
-    ApiKey,
-    decode_request_body,
-    decode_response_body,
-    encode_request_body,
-    encode_response_body,
 )
 from spark_sink.protocol.records import RecordBatch, decode_record_batches
 

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
-from spark_sink.protocol.messages import ApiKey
 from tests.clock import MovedClock
 from tests.producer.fake_cluster import FakeCluster
 

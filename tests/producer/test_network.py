@@ -9,8 +9,8 @@ from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol import kmsg
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import KafkaConnectionError
-from spark_sink.protocol.messages import ApiKey
 from spark_sink.protocol.records import Record, build_record_batch
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 from tests.clock import MovedClock

@@ -1,19 +1,26 @@
-"""When kprod fetches a new OAUTHBEARER token: Java's refresh rules, on a clock the test
-moves (pure: the provider is a function, no broker)."""
+"""When kprod fetches a new OAUTHBEARER token: Java's refresh rules, and the token
+endpoint's retry backoff, on a clock the test moves (no broker; the provider is a
+function, the endpoint a closed port): hours of token lifetime in milliseconds."""
 
 import pytest
 
 from spark_sink.client.errors import SaslAuthenticationError
 from spark_sink.client.oauth import TokenSource
 from spark_sink.producer.config import ProducerConfig
+from tests.brokers import free_port
+from tests.clock import MovedClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
+class Clock(MovedClock):
+    """The test's clock, read in seconds as tokens state their expiry."""
 
-    def __call__(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.wall_ms() / 1000
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.advance((value - self.now) * 1000)
 
 
 def _source(clock, provider, **settings):
@@ -75,3 +82,18 @@ def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired():
     clock.now += 101
     with pytest.raises(SaslAuthenticationError, match="identity service down"):
         source.token()
+
+
+def test_the_token_endpoint_is_retried_with_a_doubling_backoff_up_to_its_maximum():
+    """An endpoint that cannot be reached: attempts 0.1, 0.2, 0.4, ... s apart (slept on the
+    clock, not waited for), given up once the next wait would pass 3.2 s in all."""
+    clock, url = Clock(), f"http://127.0.0.1:{free_port()}/token"
+    config = ProducerConfig.from_dict({
+        "bootstrap.servers": "h:1", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.token.endpoint.url": url, "sasl.login.retry.backoff.ms": 100,
+        "sasl.login.retry.backoff.max.ms": 3200,
+        "sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required '
+                            'clientId="a" clientSecret="b";'})
+    with pytest.raises(SaslAuthenticationError, match=f"cannot reach the token endpoint {url}.*6 attempt.*over 3.1 s"):
+        TokenSource(config, clock).token()
+    assert clock.slept == [0.1, 0.2, 0.4, 0.8, 1.6]

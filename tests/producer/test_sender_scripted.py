@@ -20,6 +20,7 @@ from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.metrics import ProducerMetrics
 from spark_sink.producer.sender import Sender
 from spark_sink.producer.transactions.transaction_manager import State, TransactionManager
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     DuplicateSequenceNumberError,
     InvalidRecordError,
@@ -29,7 +30,6 @@ from spark_sink.protocol.error_codes import (
     OutOfOrderSequenceNumberError,
     UnknownProducerIdError,
 )
-from spark_sink.protocol.messages import ApiKey
 from tests.clock import MovedClock
 from tests.producer.scripted_client import Request, ScriptedClient
 

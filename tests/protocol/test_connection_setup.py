@@ -357,7 +357,7 @@ def test_the_protocol_carries_on_after_ready():
 
 
 def _api_versions_with_features(features: dict[str, int], apis: list[tuple[int, int, int]]) -> bytes:
-    from spark_sink.protocol.messages import ApiKey, encode_response_body
+    from spark_sink.protocol.apis import ApiKey, encode_response_body
 
     body = kmsg.ApiVersionsResponse(
         api_keys=[kmsg.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in apis],
@@ -378,7 +378,7 @@ TXN_V2_APIS = [(0, 3, 13), (18, 0, 4), (26, 0, 5), (28, 0, 5)]
     ({"transaction.version": 2}, [(0, 3, 13), (18, 0, 4), (26, 0, 4), (28, 0, 5)], 1),  # no EndTxn v5
 ])
 def test_the_finalized_features_tell_the_transaction_protocol(features, apis, expected):
-    from spark_sink.protocol.messages import transaction_version
+    from spark_sink.protocol.apis import transaction_version
 
     setup = _connected(_setup())
     (ready,) = setup.receive_data(_api_versions_with_features(features, apis), 3.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_sink.protocol.transactions import MAX_EPOCH, PreparedTransaction, TransactionState, ended_by
+from spark_sink.protocol.txn_coordinator import MAX_EPOCH, PreparedTransaction, TransactionState, ended_by
 
 PID = 4000
 

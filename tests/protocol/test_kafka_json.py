@@ -6,16 +6,17 @@ same definitions, and so does which fields a version may drop."""
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 
 import pytest
 
 from spark_sink.protocol import generate, kmsg
 from spark_sink.protocol import primitives as p
+from spark_sink.protocol.apis import APIS, VERSIONS, ApiKey, encode_request_body, encode_response_body
 from spark_sink.protocol.error_codes import UnsupportedVersionError
 from spark_sink.protocol.framing import KafkaProtocol, encode_request_header
-from spark_sink.protocol.messages import APIS, VERSIONS, ApiKey, encode_request_body, encode_response_body
-from spark_sink.protocol.schema import decode
+from spark_sink.protocol.schema import Request, decode
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +52,14 @@ def test_the_tables_cover_exactly_the_apis_kprod_implements():
     assert set(kmsg.SCHEMAS) == {int(k) for k in ApiKey} == set(APIS)
     for key, api in APIS.items():
         assert api.request.versions == api.response.versions == (api.min_version, api.max_version) == VERSIONS[key]
+
+
+def test_each_request_class_names_its_reply_as_the_tables_pair_them():
+    """What types a send by its reply (``Request[Reply]``) is what the codec decodes."""
+    for api in APIS.values():
+        (base,) = [b for b in api.request.cls.__orig_bases__ if typing.get_origin(b) is Request]
+        (reply,) = typing.get_args(base)  # a forward reference: the reply class comes after
+        assert getattr(kmsg, reply.__forward_arg__) is api.response.cls, api.request.cls
 
 
 def test_a_version_outside_kprods_range_is_refused():

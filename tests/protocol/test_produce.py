@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from spark_sink.protocol import kmsg, produce
 from spark_sink.protocol import primitives as p
+from spark_sink.protocol.apis import APIS, ApiKey
 from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.messages import APIS, ApiKey
 from spark_sink.protocol.schema import decode, encode
 
 VERSIONS = range(APIS[ApiKey.PRODUCE].min_version, APIS[ApiKey.PRODUCE].max_version + 1)

@@ -8,7 +8,7 @@ import scramp
 
 from spark_sink.protocol import kmsg
 from spark_sink.protocol import primitives as p
-from spark_sink.protocol.messages import ApiKey, decode_response_body, encode_request_body
+from spark_sink.protocol.apis import ApiKey, decode_response_body, encode_request_body
 from spark_sink.protocol.sasl import Gssapi, Plain, SaslError, Scram, mechanism
 
 

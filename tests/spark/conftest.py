@@ -15,18 +15,19 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 @pytest.fixture(scope="session")
 def spark():
-    """local[2], few shuffle partitions, no UI, Spark's Kafka connector on the classpath;
+    """local[2], few shuffle partitions, no UI, Spark's Kafka connector and spark-avro on the classpath;
     stopped at the end of the session."""
     from pyspark.sql import SparkSession
 
-    from kprod_broker import spark_kafka_jars
+    from kprod_broker import spark_avro_jars, spark_kafka_jars
 
     session = (
         SparkSession.builder.master("local[2]")
         .appName("kprod-tests")
-        # Spark's own Kafka sink beside kprod, for the side-by-side tests (fetched once
-        # into ~/.cache/kprod): one session for the suite, so it is on it from the start.
-        .config("spark.jars", ",".join(str(jar) for jar in spark_kafka_jars()))
+        # Spark's own Kafka sink beside kprod, for the side-by-side tests, and spark-avro
+        # (to_avro, from_avro: the formats' bodies checked against Spark's), fetched once
+        # into ~/.cache/kprod: one session for the suite, so they are on it from the start.
+        .config("spark.jars", ",".join(str(jar) for jar in [*spark_kafka_jars(), *spark_avro_jars()]))
         .config("spark.ui.enabled", "false")
         .config("spark.driver.extraJavaOptions", " ".join(spark_jvm_options()))
         .config("spark.sql.shuffle.partitions", "2")

@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 
 from spark_sink.producer import KafkaProducer
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once_abort, exactly_once_names
 from spark_sink.spark.options import parse_options
 from tests.brokers import create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _prepare
 
@@ -34,20 +35,22 @@ def _run(cluster) -> None:
     prefix = eo.prefix_for(query)
     # Task 0 finished early and reported; its transaction was since ended by its
     # coordinator (as transaction.timeout.ms does: a newer epoch, the transaction aborted).
-    p0, m0 = _prepare(cluster.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"done"])
+    p0, m0 = _prepare(cluster.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"done"])
     p0.close()
     with KafkaProducer({"bootstrap.servers": cluster.bootstrap,
-                        "transactional.id": exactly_once.transactional_id(prefix, 0)}) as ender:
+                        "transactional.id": exactly_once_names.transactional_id(prefix, 0)}) as ender:
         ender.init_transactions()
     # Task 1's last attempt holds an open transaction when its writer is killed: no report.
-    p1, _ = _prepare(cluster.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"held"])
+    p1, _ = _prepare(cluster.bootstrap, exactly_once_names.transactional_id(prefix, 1), topic, [b"held"])
     m0 = dataclasses.replace(m0, query_id=query)
+    clock = MovedClock()  # the second fence's wait (for Spark to kill the tasks) at once: no Spark here
     try:
         try:
-            exactly_once.abort(config, eo, [m0, None])
+            exactly_once_abort.abort(config, eo, [m0, None], clock)
         except Exception as exc:
             print("abort raised:", exc)
         assert_nothing_left_open(cluster.bootstrap, topic, 2)
+        assert clock.slept == [exactly_once_abort.REFENCE_AFTER_S]
     finally:
         p1.close()
 

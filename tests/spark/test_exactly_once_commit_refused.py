@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from pyspark.sql import functions as F
 
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once_names
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
@@ -41,7 +41,7 @@ def test_a_microbatch_whose_commit_is_refused_leaves_nothing_open(spark, kafka, 
     query = run()
     query.awaitTermination(120)
     assert query.exception() is None
-    directory = exactly_once.directory_group(ExactlyOnce(None, topic).prefix_for(query.id))
+    directory = exactly_once_names.directory_group(ExactlyOnce(None, topic).prefix_for(query.id))
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})  # kept: its futures need it
     for future in admin.delete_consumer_groups([directory]).values():
         future.result(30)

@@ -25,8 +25,8 @@ import random
 import pytest
 
 from spark_sink.admin import AdminClient
-from spark_sink.spark import exactly_once
-from spark_sink.spark.exactly_once import PartlyCommittedError
+from spark_sink.spark import exactly_once, exactly_once_abort
+from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
 from tests.spark.test_exactly_once_shapes import _Crash, _prepared_tasks, assert_visible_once
@@ -113,7 +113,7 @@ def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str
         if outcome == "refused":
             assert committed_split is not None and dealt is not committed_split, (
                 f"a replay dealt as the run that committed part of it was refused: {result}")
-            dying.run(lambda m=messages: exactly_once.abort(config, eo, m), False)  # as Spark does
+            dying.run(lambda m=messages: exactly_once_abort.abort(config, eo, m), False)  # as Spark does
         exactly_once._fenced.clear()  # the next run is a new driver process
         if outcome == "done":
             return

@@ -32,10 +32,10 @@ import pytest
 from spark_sink.encoder.columnar import HEADER_TYPE
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.producer.partitioner import murmur2_array
-from spark_sink.spark import exactly_once
-from spark_sink.spark.commit_messages import KProdCommitMessage
-from spark_sink.spark.exactly_once import PartlyCommittedError
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
+from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import driver_dies_committing
@@ -60,17 +60,19 @@ def _tasks(bootstrap: str, prefix: str, topic: str | None, tables: dict[int, pa.
     for partition, table in tables.items():
         digest = RowsDigest()
         if table.num_rows == 0:
-            messages.append(KProdCommitMessage(partition, 0, 0, 0, query_id=query, rows_digest=str(digest)))
+            messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=0, bytes=0,
+                                               query_id=query, rows_digest=str(digest)))
             continue
         with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                            "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
-            exactly_once.fence_and_begin(p)
+                            "transactional.id": exactly_once_names.transactional_id(prefix, partition)}) as p:
+            exactly_once_names.fence_and_begin(p)
             digest.add(table)
             future = p.send_arrow(table, topic)
             p.flush(30)
             future.result(30)
             txn = p.prepare_transaction()
-        messages.append(KProdCommitMessage(partition, 0, table.num_rows, 0, transaction=txn, query_id=query,
+        messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=table.num_rows, bytes=0,
+                                           transaction=txn, query_id=query,
                                            rows_digest=str(digest)))
     return messages
 
@@ -126,7 +128,7 @@ def _swap_attack(kafka, a: list[dict], b: list[dict], *, schema: pa.Schema = SCH
     try:
         exactly_once.commit(config, eo, run2, 0)
     except PartlyCommittedError as exc:
-        exactly_once.abort(config, eo, run2)
+        exactly_once_abort.abort(config, eo, run2)
         refusal = exc
     shown = a if refusal is not None else a + b
     expected = collections.Counter(_as_seen(r, topic, with_partition) for r in shown)

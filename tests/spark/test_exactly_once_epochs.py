@@ -8,7 +8,7 @@ bump once). When an EndTxn of a commit is refused, the driver asks DescribeTrans
 which transactions its EndTxns committed. It took only those under the task's producer id
 at the task's epoch plus one, so a transaction committed across the overflow was counted
 as not committed, and the error said nothing was visible when its rows were. It now
-takes a new producer id at epoch 0 too (``protocol.transactions.ended_by``).
+takes a new producer id at epoch 0 too (``protocol.txn_coordinator.ended_by``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import time
 import pytest
 
 from spark_sink.admin import AdminClient
+from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_names
 from spark_sink.spark.exactly_once import TransactionsEndedError
 from tests.brokers import create_topic, unique_topic
 from tests.spark.test_exactly_once_time import _committed_values, _prepare
@@ -47,18 +48,18 @@ def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka):
     prefix = unique_topic("epochs")
     config = {"bootstrap.servers": kafka.bootstrap}
     admin = AdminClient(config)
-    tid0 = exactly_once.transactional_id(prefix, 0)
+    tid0 = exactly_once_names.transactional_id(prefix, 0)
     try:
         # Task 0's id has lived ~16,000 microbatches: its next InitProducerId gives 32766.
         for _ in range(MAX_EPOCH - 1):  # the first gives epoch 0
             admin.fence_transactions([tid0])
-        producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
+        producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, p), topic,
                                              [b"%d" % p]) for p in range(2)))
         for p in producers:
             p.close()
         assert messages[0].transaction.producer_epoch == MAX_EPOCH - 1
         with KafkaProducer({"bootstrap.servers": kafka.bootstrap,
-                            "transactional.id": exactly_once.transactional_id(prefix, 1)}) as fencer:
+                            "transactional.id": exactly_once_names.transactional_id(prefix, 1)}) as fencer:
             fencer.init_transactions()  # task 1's transaction ends before the driver's EndTxn
         txns = {m.partition_id: m.transaction for m in messages}
         real_describe = AdminClient.describe_transactions
@@ -71,7 +72,7 @@ def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(AdminClient, "describe_transactions", describe_once_settled)
             with pytest.raises(TransactionsEndedError) as failure:
-                exactly_once._end_checked(admin, config, txns, {}, "microbatch 7")
+                exactly_once._end_checked(admin, config, txns, {}, "microbatch 7", SYSTEM_TIME)
     finally:
         admin.close()
     assert _committed_values(kafka.bootstrap, topic, 1) == ["0"]  # task 0's rows are visible

@@ -24,16 +24,16 @@ import collections
 
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once import MarkersMissingError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
+from tests.clock import days_later
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_idle import days_later
 from tests.spark.test_exactly_once_shapes import _committed_keys_by_value, _prepared_tasks, driver_dies_committing
 
 
-def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_no_row_twice(kafka, monkeypatch):
+def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_no_row_twice(kafka):
     topic = create_topic(kafka.bootstrap, unique_topic("eos-expired-empty"), partitions=2)
     config = {"bootstrap.servers": kafka.bootstrap}
     query = unique_topic("query")
@@ -46,16 +46,15 @@ def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_n
         exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), 1)
     # Days later: offsets.retention.minutes dropped the markers (the directory is kept).
     admin = ConfluentAdmin(config)  # kept: its futures need it
-    groups = [exactly_once.transactional_id(prefix, p) for p in rows]
+    groups = [exactly_once_names.transactional_id(prefix, p) for p in rows]
     for future in admin.delete_consumer_groups(groups).values():
         future.result(30)
-    monkeypatch.setattr(exactly_once, "time", days_later(8))
     replay = _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query)
     try:
-        exactly_once.commit(config, eo, replay, 1)
+        exactly_once.commit(config, eo, replay, 1, days_later(8))
         shown = rows[0] + rows[1]
     except MarkersMissingError:
-        exactly_once.abort(config, eo, replay)
+        exactly_once_abort.abort(config, eo, replay)
         shown = rows[0]
     got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(shown)))
     twice = sorted(k for k, n in got.items() if n > 1)

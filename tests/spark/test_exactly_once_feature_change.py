@@ -19,9 +19,9 @@ from kprod_broker import KafkaCluster
 from kprod_broker.jars import java, kafka_classpath
 from spark_sink.admin import AdminClient
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.spark import exactly_once
-from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark import exactly_once, exactly_once_names
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import create_topic, start_kafka, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _committed_values
@@ -35,11 +35,12 @@ def _set_transaction_version(bootstrap: str, level: int, verb: str) -> None:
 
 
 def _task(producer: KafkaProducer, topic: str, partition: int, values: list[bytes]) -> KProdCommitMessage:
-    exactly_once.fence_and_begin(producer)
+    exactly_once_names.fence_and_begin(producer)
     for v in values:
         producer.send(ProducerRecord(topic, v, key=v))
     txn = producer.prepare_transaction()
-    return KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id="q",
+    return KProdCommitMessage(partition_id=partition, attempt=0, records=len(values), bytes=0,
+                              transaction=txn, query_id="q",
                               transaction_began_ms=time.time() * 1000)
 
 
@@ -78,19 +79,19 @@ def test_microbatches_across_a_transaction_version_change_are_written_once(node,
         config = {"bootstrap.servers": cluster.bootstrap}
         eo = ExactlyOnce(unique_topic("feature"), topic)
         kept = KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0,
-                              "transactional.id": exactly_once.transactional_id(eo.prefix, 0)})
+                              "transactional.id": exactly_once_names.transactional_id(eo.prefix, 0)})
         expected = collections.Counter()
         for batch in range(4):
             if batch == 2:
                 node.set_transaction_version(after)
             values = {p: [b"%d-%d-%d" % (batch, p, i) for i in range(10)] for p in range(2)}
             with KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0,
-                                "transactional.id": exactly_once.transactional_id(eo.prefix, 1)}) as fresh:
+                                "transactional.id": exactly_once_names.transactional_id(eo.prefix, 1)}) as fresh:
                 messages = [_task(kept, topic, 0, values[0]), _task(fresh, topic, 1, values[1])]
             assert exactly_once.commit(config, eo, [dataclasses.replace(m) for m in messages], batch).transactions == 2
             expected.update(v.decode() for vs in values.values() for v in vs)
         with AdminClient(config) as admin:
-            groups = {exactly_once.transactional_id(eo.prefix, p): [(topic, 0)] for p in range(2)}
+            groups = {exactly_once_names.transactional_id(eo.prefix, p): [(topic, 0)] for p in range(2)}
             markers = admin.committed_offsets(groups)
         assert all(offsets[(topic, 0)][0] == 3 for offsets in markers.values()), markers
         got = collections.Counter(_committed_values(cluster.bootstrap, topic, sum(expected.values()), settle=2))

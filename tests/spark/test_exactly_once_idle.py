@@ -20,22 +20,26 @@ import time
 import pytest
 
 from spark_sink.admin import AdminClient
-from spark_sink.spark import exactly_once
+from spark_sink.client.clock import SYSTEM_TIME, Time
+from spark_sink.spark import exactly_once, exactly_once_names
 from spark_sink.spark.exactly_once import MarkersMissingError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, start_kafka, unique_topic
+from tests.clock import days_later
 from tests.spark.test_exactly_once_shapes import _Crash
 from tests.spark.test_exactly_once_time import _committed_values, _prepare
 
 
-def _commit(bootstrap: str, eo: ExactlyOnce, topic: str, batch: int, *, crash: bool = False) -> None:
+def _commit(bootstrap: str, eo: ExactlyOnce, topic: str, batch: int, *, crash: bool = False,
+            clock: Time = SYSTEM_TIME) -> None:
     """Microbatch ``batch`` of a one-task query: its row ``<batch>`` committed (or, with
-    ``crash``, its driver dying after the directory's write, before any EndTxn)."""
-    producer, message = _prepare(bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"%d" % batch])
+    ``crash``, its driver dying after the directory's write, before any EndTxn), on the
+    driver's ``clock``."""
+    producer, message = _prepare(bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"%d" % batch])
     producer.close()
     config = {"bootstrap.servers": bootstrap}
     if not crash:
-        exactly_once.commit(config, eo, [message], batch)
+        exactly_once.commit(config, eo, [message], batch, clock)
         return
     real_end = AdminClient.end_transactions
 
@@ -51,24 +55,12 @@ def _commit(bootstrap: str, eo: ExactlyOnce, topic: str, batch: int, *, crash: b
         exactly_once._fenced.clear()  # a new driver process
 
 
-def days_later(days: float) -> object:
-    """A stand-in for exactly_once's ``time`` module whose wall clock is ``days`` ahead."""
-    class Later:
-        def time(self) -> float:
-            return time.time() + days * 86400
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(time, name)
-
-    return Later()
-
-
 def _drop_markers(bootstrap: str, eo: ExactlyOnce) -> None:
     """What offsets.retention.minutes does to the marker groups of an idle query."""
     from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
     admin = ConfluentAdmin({"bootstrap.servers": bootstrap})
-    for future in admin.delete_consumer_groups([exactly_once.transactional_id(eo.prefix, 0)]).values():
+    for future in admin.delete_consumer_groups([exactly_once_names.transactional_id(eo.prefix, 0)]).values():
         future.result(30)
 
 
@@ -82,7 +74,7 @@ def test_a_query_idle_longer_than_the_markers_retention_goes_on(kafka):
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
 
 
-def test_a_replay_whose_markers_may_have_expired_is_refused(kafka, monkeypatch):
+def test_a_replay_whose_markers_may_have_expired_is_refused(kafka):
     """Microbatch 1's driver died after recording in the directory that its commit started;
     the query is restarted 8 days later, after the markers expired: whether microbatch 1
     was committed in part cannot be known, so it is refused, naming the way on."""
@@ -91,9 +83,8 @@ def test_a_replay_whose_markers_may_have_expired_is_refused(kafka, monkeypatch):
     _commit(kafka.bootstrap, eo, topic, 0)
     _commit(kafka.bootstrap, eo, topic, 1, crash=True)
     _drop_markers(kafka.bootstrap, eo)
-    with monkeypatch.context() as later, pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
-        later.setattr(exactly_once, "time", days_later(8))
-        _commit(kafka.bootstrap, eo, topic, 1)
+    with pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
+        _commit(kafka.bootstrap, eo, topic, 1, clock=days_later(8))
     ignoring = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
     _commit(kafka.bootstrap, ignoring, topic, 1)
     assert sorted(_committed_values(kafka.bootstrap, topic, 2)) == ["0", "1"]
@@ -121,8 +112,8 @@ def test_the_directory_is_kept_for_its_own_retention_not_the_brokers(kafka, monk
     eo = ExactlyOnce(unique_topic("idle"), topic)
     monkeypatch.setattr(exactly_once, "DIRECTORY_RETENTION_MS", 2000)
     _commit(kafka.bootstrap, eo, topic, 0)
-    directory, markers = exactly_once.directory_group(eo.prefix), exactly_once.transactional_id(eo.prefix, 0)
-    partition = (eo.marker_topic, exactly_once.MARKER_PARTITION)
+    directory, markers = exactly_once_names.directory_group(eo.prefix), exactly_once_names.transactional_id(eo.prefix, 0)
+    partition = (eo.marker_topic, exactly_once_names.MARKER_PARTITION)
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         def committed(group: str) -> int:
             return admin.committed_offsets({group: [partition]})[group].get(partition, (-1,))[0]
@@ -150,14 +141,14 @@ def test_the_broker_keeps_the_directory_past_offsets_retention():
             _commit(bootstrap, eo, eo.marker_topic, 0)
         _commit(bootstrap, crashed, crashed.marker_topic, 1, crash=True)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        marker = (idle.marker_topic, exactly_once.MARKER_PARTITION)
-        groups = {exactly_once.transactional_id(eo.prefix, 0): eo for eo in (idle, crashed)}
+        marker = (idle.marker_topic, exactly_once_names.MARKER_PARTITION)
+        groups = {exactly_once_names.transactional_id(eo.prefix, 0): eo for eo in (idle, crashed)}
         deadline = time.monotonic() + 180
         while any(admin.committed_offsets({g: [(eo.marker_topic, 0)]})[g].get((eo.marker_topic, 0), (-1,))[0] >= 0
                   for g, eo in groups.items()):
             assert time.monotonic() < deadline, "the marker groups never expired"
             time.sleep(1)
-        directory = exactly_once.directory_group(idle.prefix)
+        directory = exactly_once_names.directory_group(idle.prefix)
         assert admin.committed_offsets({directory: [marker]})[directory][marker][0] == 0, "the directory expired"
         admin.close()
         _commit(bootstrap, idle, idle.marker_topic, 1)

@@ -19,11 +19,11 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from pyspark.sql import functions as F
 
 from spark_sink.admin import AdminClient
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_names
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, start_kafka, unique_topic
+from tests.clock import days_later
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_idle import days_later
 from tests.spark.test_exactly_once_shapes import (
     _committed_keys,
     _committed_keys_by_value,
@@ -39,7 +39,7 @@ def _write(df, bootstrap: str, topic: str, prefix: str) -> None:
 
 
 @pytest.mark.parametrize("batch_id", [None, 1])
-def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, monkeypatch, batch_id):
+def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, batch_id):
     """A named batch write (``batch_id`` None) or a microbatch committed whole, run again
     after Kafka dropped its markers: nothing is written twice, nothing is left open."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-done"), partitions=2)
@@ -53,10 +53,10 @@ def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, monkey
     assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query),
                                batch_id).transactions == 2
     admin = ConfluentAdmin(config)  # kept: its futures need it
-    for future in admin.delete_consumer_groups([exactly_once.transactional_id(prefix, p) for p in rows]).values():
+    for future in admin.delete_consumer_groups([exactly_once_names.transactional_id(prefix, p) for p in rows]).values():
         future.result(30)
-    monkeypatch.setattr(exactly_once, "time", days_later(8))
-    again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id)
+    again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id,
+                                days_later(8))
     assert again == exactly_once.Committed(0, frozenset(rows))
     got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, 10))
     assert got == collections.Counter(v.decode() for v in rows[0] + rows[1])
@@ -75,7 +75,7 @@ def test_a_named_write_run_again_after_its_markers_expired_writes_nothing(spark,
         _write(df, cluster.bootstrap, topic, prefix)
         # The markers (groups <prefix>-N) expire a minute after the commit; the directory
         # (<prefix>-dir, kept a year) stays.
-        markers = [exactly_once.transactional_id(prefix, p) for p in range(2)]
+        markers = [exactly_once_names.transactional_id(prefix, p) for p in range(2)]
         with AdminClient({"bootstrap.servers": cluster.bootstrap}) as admin:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
@@ -83,7 +83,7 @@ def test_a_named_write_run_again_after_its_markers_expired_writes_nothing(spark,
                 if all(found[g][(topic, 0)][0] < 0 for g in markers):
                     break
                 time.sleep(2)
-            directory = exactly_once.directory_group(prefix)
+            directory = exactly_once_names.directory_group(prefix)
             assert admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)][0] == 0
         _write(df, cluster.bootstrap, topic, prefix)
         _exactly(_committed_keys(cluster.bootstrap, topic, 100), {str(i) for i in range(100)})

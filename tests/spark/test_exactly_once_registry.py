@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import pytest
 
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.options import parse_options
 from tests.brokers import create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _prepare
 
@@ -32,9 +33,9 @@ _SHARED = "the abort's registry is shared by queries with the same sink options"
 def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -> None:
     """Task 0 of ``prefix`` holds an open transaction with rows when its worker dies and no
     task of the microbatch reported: after the driver's abort nothing may be left open."""
-    producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"held"])
+    producer, _ = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"held"])
     try:
-        exactly_once.abort(config, eo, [None])
+        exactly_once_abort.abort(config, eo, [None], MovedClock())  # no Spark task to wait for
         assert_nothing_left_open(kafka.bootstrap, topic, 1)
     finally:
         producer.close()
@@ -54,9 +55,9 @@ def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_
     prefix_a, prefix_b = eo.prefix_for(unique_topic("query-a")), eo.prefix_for(unique_topic("query-b"))
     # One Python worker runs tasks of both queries: A's first, then B's, then A's again
     # (already registered in this worker: not recorded again).
-    exactly_once.register_prefix(config, eo, prefix_a)
-    exactly_once.register_prefix(config, eo, prefix_b)
-    exactly_once.register_prefix(config, eo, prefix_a)
+    exactly_once_state.register_prefix(config, eo, prefix_a)
+    exactly_once_state.register_prefix(config, eo, prefix_b)
+    exactly_once_state.register_prefix(config, eo, prefix_a)
     _abort_with_a_transaction_held(kafka, config, eo, prefix_a, topic_a)
 
 
@@ -83,13 +84,14 @@ def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafk
     eo = parse_options(options, streaming=True).exactly_once
     config = {"bootstrap.servers": kafka.bootstrap}
     prefix = eo.prefix_for(unique_topic("query"))
-    exactly_once.register_prefix(config, eo, prefix)
+    clock = MovedClock()
+    exactly_once_state.register_prefix(config, eo, prefix, clock)
     # offsets.retention.minutes later: the registry group is gone (as Kafka expires it).
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
-    for future in admin.delete_consumer_groups([exactly_once.registry_group(eo.options_key)],
+    for future in admin.delete_consumer_groups([exactly_once_names.registry_group(eo.options_key)],
                                                request_timeout=60).values():
         future.result(90)
     # A day later the same worker's next task records it again.
-    exactly_once._registered[(eo.options_key, prefix)] -= exactly_once.REGISTER_AGAIN_AFTER_S
-    exactly_once.register_prefix(config, eo, prefix)
+    clock.advance(exactly_once_state.REGISTER_AGAIN_AFTER_S * 1000)
+    exactly_once_state.register_prefix(config, eo, prefix, clock)
     _abort_with_a_transaction_held(kafka, config, eo, prefix, topic)

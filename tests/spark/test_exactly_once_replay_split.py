@@ -18,8 +18,8 @@ import random
 
 import pytest
 
-from spark_sink.spark import exactly_once
-from spark_sink.spark.exactly_once import PartlyCommittedError
+from spark_sink.spark import exactly_once, exactly_once_abort
+from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
 from tests.spark.test_exactly_once_shapes import _prepared_tasks, assert_visible_once, driver_dies_committing
@@ -61,7 +61,7 @@ def _replay(kafka, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list
     try:
         exactly_once.commit(config, eo, messages, 0)
     except PartlyCommittedError as exc:
-        exactly_once.abort(config, eo, messages)
+        exactly_once_abort.abort(config, eo, messages)
         return exc
     return None
 

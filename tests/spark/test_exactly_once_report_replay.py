@@ -3,7 +3,7 @@ skeptical review of branch ``break``).
 
 README, Options: "kprod.deliveryReport.path: a file on the driver; each committed
 microbatch (or batch write) appends one JSON line: batchId, records, bytes, per
-topic-partition offset ranges"; commit_messages.append_report: "a report line means the
+topic-partition offset ranges"; task_reports.append_report: "a report line means the
 batch was committed".
 
 Run 1 of microbatch 0 dies after committing task 0's transaction, before its report
@@ -22,8 +22,8 @@ import json
 import pyarrow as pa
 
 from spark_sink.producer import KafkaProducer, RowsDigest
-from spark_sink.spark import exactly_once, writer
-from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark import exactly_once_names, writer
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.test_exactly_once_shapes import driver_dies_committing
 
@@ -35,14 +35,15 @@ def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[
     digest = RowsDigest()
     digest.add(table)
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                        "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
-        exactly_once.fence_and_begin(p)
+                        "transactional.id": exactly_once_names.transactional_id(prefix, partition)}) as p:
+        exactly_once_names.fence_and_begin(p)
         future = p.send_arrow(table, topic)
         p.flush(30)
         result = future.result(30)
         txn = p.prepare_transaction()
-    return KProdCommitMessage(partition, 0, result.records, result.bytes, result.partitions, 0.1,
-                              transaction=txn, query_id=query, rows_digest=str(digest))
+    return KProdCommitMessage(partition_id=partition, attempt=0, records=result.records, bytes=result.bytes,
+                              partitions=result.partitions, seconds=0.1, transaction=txn, query_id=query,
+                              rows_digest=str(digest))
 
 
 def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka, tmp_path):

@@ -20,10 +20,10 @@ from pyspark.sql import functions as F
 
 from spark_sink.admin import AdminClient
 from spark_sink.producer import KafkaProducer, ProducerRecord, RowsDigest
-from spark_sink.spark import exactly_once
-from spark_sink.spark.commit_messages import KProdCommitMessage
-from spark_sink.spark.exactly_once import PartlyCommittedError
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
+from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
@@ -180,7 +180,7 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
         assert query.exception() is None
         ids.append(query.id)
     assert ids[0] == ids[1]
-    directory = exactly_once.directory_group(ExactlyOnce(None, topic).prefix_for(ids[0]))
+    directory = exactly_once_names.directory_group(ExactlyOnce(None, topic).prefix_for(ids[0]))
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         offset, metadata = admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)]
     assert offset == 1 and json.loads(metadata)["query"] == ids[0]
@@ -206,17 +206,19 @@ def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, lis
     messages = []
     for partition, values in rows.items():
         if not values:  # an empty task opens no transaction
-            messages.append(KProdCommitMessage(partition, 0, 0, 0, query_id=query, rows_digest=str(RowsDigest())))
+            messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=0, bytes=0,
+                                               query_id=query, rows_digest=str(RowsDigest())))
             continue
         with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                            "transactional.id": exactly_once.transactional_id(prefix, partition)}) as p:
-            exactly_once.fence_and_begin(p)
+                            "transactional.id": exactly_once_names.transactional_id(prefix, partition)}) as p:
+            exactly_once_names.fence_and_begin(p)
             for v in values:
                 p.send(ProducerRecord(topic, v, key=v))
             txn = p.prepare_transaction()
         digest = RowsDigest()  # as a Spark task computes it from the rows it sends
         digest.add(pa.table({"key": pa.array(values, pa.binary()), "value": pa.array(values, pa.binary())}))
-        messages.append(KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id=query,
+        messages.append(KProdCommitMessage(partition_id=partition, attempt=0, records=len(values), bytes=0,
+                                           transaction=txn, query_id=query,
                                            rows_digest=str(digest)))
     return messages
 
@@ -266,7 +268,7 @@ def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka):
     run2 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows2, query)
     with pytest.raises(PartlyCommittedError, match="2 of 4"):
         exactly_once.commit(config, eo, run2, 0)
-    exactly_once.abort(config, eo, run2)
+    exactly_once_abort.abort(config, eo, run2)
     exactly_once._fenced.clear()
 
     run3 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query)

@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from spark_sink.admin import AdminClient
+from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.spark import exactly_once
-from spark_sink.spark.commit_messages import KProdCommitMessage
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
@@ -38,12 +40,13 @@ def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config
     open, as a task that is still running, or closed by the caller)."""
     producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0, "transactional.id": tid, **config})
     began = time.time() * 1000
-    exactly_once.fence_and_begin(producer)
+    exactly_once_names.fence_and_begin(producer)
     for v in values:
         producer.send(ProducerRecord(topic, v, key=v))
     txn = producer.prepare_transaction()
     partition = int(tid.rsplit("-", 1)[1])
-    return producer, KProdCommitMessage(partition, 0, len(values), 0, transaction=txn, query_id="q",
+    return producer, KProdCommitMessage(partition_id=partition, attempt=0, records=len(values), bytes=0,
+                                        transaction=txn, query_id="q",
                                         transaction_began_ms=began)
 
 
@@ -52,7 +55,7 @@ def _prepared_tasks(bootstrap: str, prefix: str, topic: str, query: str | None =
     """What a run's tasks return: task p's rows ``<tag><p>-<i>`` in a prepared transaction."""
     out = []
     for p in range(tasks):
-        producer, message = _prepare(bootstrap, exactly_once.transactional_id(prefix, p), topic,
+        producer, message = _prepare(bootstrap, exactly_once_names.transactional_id(prefix, p), topic,
                                      [f"{tag}{p}-{i}".encode() for i in range(rows)])
         producer.close()
         out.append(dataclasses.replace(message, query_id=query))
@@ -111,7 +114,7 @@ def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka):
     topic = create_topic(kafka.bootstrap, unique_topic("eos-late"), partitions=1)
     config = {"bootstrap.servers": kafka.bootstrap, "transaction.timeout.ms": "2000"}
     prefix = unique_topic("late")
-    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
+    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, p), topic,
                                          [b"%d" % p], **{"transaction.timeout.ms": "2000"}) for p in range(2)))
     for p in producers:
         p.close()
@@ -130,22 +133,23 @@ def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(
     was committed, and task 0's rows are visible, task 1's are not."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-refused"), partitions=1)
     prefix = unique_topic("refused")
-    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, p), topic,
+    producers, messages = zip(*(_prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, p), topic,
                                          [b"%d" % p]) for p in range(2)))
     for p in producers:
         p.close()
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap,
-                        "transactional.id": exactly_once.transactional_id(prefix, 1)}) as fencer:
+                        "transactional.id": exactly_once_names.transactional_id(prefix, 1)}) as fencer:
         fencer.init_transactions()  # aborts task 1's transaction under a new epoch
     config = {"bootstrap.servers": kafka.bootstrap}
     admin = AdminClient(config)
     try:
         txns = {m.partition_id: m.transaction for m in messages}
         with pytest.raises(TransactionsEndedError, match="1 of its 2 transaction") as failure:
-            exactly_once._end_checked(admin, config, txns, {}, "batch write")
+            exactly_once._end_checked(admin, config, txns, {}, "batch write", SYSTEM_TIME)
     finally:
         admin.close()
     assert "ended by another producer" in str(failure.value)
+    assert "kprod.transactionalIdPrefix" in str(failure.value) and "spark.speculation" in str(failure.value)
     assert _committed_values(kafka.bootstrap, topic, 1) == ["0"]
 
 # -- a microbatch that fails before any task reports ----------------------------------
@@ -224,10 +228,10 @@ def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
                        streaming=True).exactly_once
     prefix = eo.prefix_for(unique_topic("query"))
     config = {"bootstrap.servers": kafka.bootstrap}
-    exactly_once.register_prefix(config, eo, prefix)
-    producer, _ = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"held"])
+    exactly_once_state.register_prefix(config, eo, prefix)
+    producer, _ = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 1), topic, [b"held"])
     try:
-        exactly_once.abort(config, eo, [None, None])
+        exactly_once_abort.abort(config, eo, [None, None], MovedClock())  # no Spark task to wait for
         assert_nothing_left_open(kafka.bootstrap, topic, 1)
     finally:
         producer.close()
@@ -252,15 +256,15 @@ def _die_after_committing_task_1(monkeypatch) -> None:
 
 
 def _names(prefix: str, tasks: int) -> set[str]:
-    return ({exactly_once.directory_group(prefix)}
-            | {exactly_once.transactional_id(prefix, p) for p in range(tasks)})
+    return ({exactly_once_names.directory_group(prefix)}
+            | {exactly_once_names.transactional_id(prefix, p) for p in range(tasks)})
 
 
 @given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12), st.integers(1, 120))
 def test_the_names_of_two_prefixes_never_meet(a, b, tasks):
     if a != b:
         assert not _names(a, tasks) & _names(b, tasks)
-        assert exactly_once.registry_group(a) not in _names(b, tasks)
+        assert exactly_once_names.registry_group(a) not in _names(b, tasks)
 
 
 def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
@@ -296,12 +300,12 @@ def test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kaf
     names spark.speculation, and nothing stays open."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-spec"), partitions=1)
     prefix = unique_topic("spec")
-    first, m0 = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic, [b"a0"])
-    other, m1 = _prepare(kafka.bootstrap, exactly_once.transactional_id(prefix, 1), topic, [b"a1"])
+    first, m0 = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"a0"])
+    other, m1 = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 1), topic, [b"a1"])
     second = KafkaProducer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0,
-                            "transactional.id": exactly_once.transactional_id(prefix, 0)})
+                            "transactional.id": exactly_once_names.transactional_id(prefix, 0)})
     try:
-        exactly_once.fence_and_begin(second)
+        exactly_once_names.fence_and_begin(second)
         second.send(ProducerRecord(topic, b"b0", key=b"b0")).result(30)
         with pytest.raises(TransactionsEndedError, match="spark.speculation") as failure:
             exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, ExactlyOnce(prefix, topic, one_write=True),
@@ -325,23 +329,23 @@ def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka):
     config = {"bootstrap.servers": kafka.bootstrap}
     eo = ExactlyOnce(unique_topic("exp"), topic)
     for batch in (0, 1):
-        producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic,
+        producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic,
                                      [b"%d" % batch])
         producer.close()
         exactly_once.commit(config, eo, [message], batch)
     # As offsets.retention.minutes does after a long stop: the groups are gone.
-    groups = [exactly_once.directory_group(eo.prefix), exactly_once.transactional_id(eo.prefix, 0)]
+    groups = [exactly_once_names.directory_group(eo.prefix), exactly_once_names.transactional_id(eo.prefix, 0)]
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
     for future in admin.delete_consumer_groups(groups).values():
         future.result(30)
     exactly_once._fenced.clear()
-    producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"2"])
+    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"2"])
     producer.close()
     with pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
         exactly_once.commit(config, eo, [message], 2)
-    exactly_once.abort(config, eo, [message])
+    exactly_once_abort.abort(config, eo, [message])
     resumed = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
-    producer, message = _prepare(kafka.bootstrap, exactly_once.transactional_id(eo.prefix, 0), topic, [b"2"])
+    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"2"])
     producer.close()
     assert exactly_once.commit(config, resumed, [message], 2).transactions == 1
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
@@ -365,7 +369,7 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
         exactly_once.commit(config, eo, prepared(), 0)
     monkeypatch.undo()  # a new driver process
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
-    for future in admin.delete_consumer_groups([exactly_once.directory_group(eo.prefix)]).values():
+    for future in admin.delete_consumer_groups([exactly_once_names.directory_group(eo.prefix)]).values():
         future.result(30)
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, eo, prepared(), 0).transactions == 1  # task 0 only

@@ -1,6 +1,6 @@
 """A zombie attempt's abort arriving after the next attempt of its task opened its
 transaction (written by the skeptical review of branch ``break``): a task that fails aborts
-its own transaction (exactly_once.abort_in_task); if that EndTxn is slow (a stalled
+its own transaction (exactly_once_abort.abort_in_task); if that EndTxn is slow (a stalled
 connection) and a second attempt opens its transaction meanwhile, the late abort, under
 the first attempt's epoch, must not end the second attempt's transaction. Under protocol
 v2 each EndTxn bumps the epoch and the coordinator accepts a retried EndTxn under the
@@ -14,8 +14,9 @@ import pytest
 
 from spark_sink.admin import AdminClient, PreparedTransaction
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.options import ExactlyOnce
+from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _committed_values
@@ -24,27 +25,28 @@ from tests.spark.test_exactly_once_time import _committed_values
 def _run(cluster) -> None:
     topic = create_topic(cluster.bootstrap, unique_topic("eos-zombie"), partitions=1)
     prefix = unique_topic("zombie")
-    tid = exactly_once.transactional_id(prefix, 0)
+    tid = exactly_once_names.transactional_id(prefix, 0)
     config = {"bootstrap.servers": cluster.bootstrap}
     first = KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "transactional.id": tid})
     second = KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, "transactional.id": tid})
     admin = AdminClient(config)
     try:
-        exactly_once.fence_and_begin(first)
+        exactly_once_names.fence_and_begin(first)
         first.send(ProducerRecord(topic, b"a0", key=b"a0")).result(10)
         first_epoch = admin.describe_transactions([tid])[tid].producer_epoch
-        exactly_once.fence_and_begin(second)
+        exactly_once_names.fence_and_begin(second)
         second.send(ProducerRecord(topic, b"b0", key=b"b0")).result(10)
         txn = second.prepare_transaction()
         for epoch in sorted({first_epoch, txn.producer_epoch - 1}):
             with pytest.raises(Exception):  # noqa: B017 - refused, whatever the error
                 admin.end_transactions([PreparedTransaction(tid, txn.producer_id, epoch)], commit=False,
                                        timeout_ms=10000)
-        exactly_once.abort_in_task(first)  # the zombie's own abort, late
+        exactly_once_abort.abort_in_task(first)  # the zombie's own abort, late
         state = admin.describe_transactions([tid])[tid]
         assert (state.state, state.producer_id, state.producer_epoch) == ("Ongoing", txn.producer_id,
                                                                            txn.producer_epoch)
-        message = exactly_once.KProdCommitMessage(0, 1, 1, 0, transaction=txn, query_id="q")
+        message = KProdCommitMessage(partition_id=0, attempt=1, records=1, bytes=0,
+                                                   transaction=txn, query_id="q")
         assert exactly_once.commit(config, ExactlyOnce(prefix, topic, one_write=True), [message], None).transactions == 1
     finally:
         for c in (first, second, admin):

@@ -15,7 +15,7 @@ import pytest
 
 from spark_sink.admin import AdminClient
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from spark_sink.spark import exactly_once
+from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once import TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
@@ -26,7 +26,7 @@ from tests.spark.test_exactly_once_time import _committed_values, _prepare
 def _zombie(bootstrap: str, tid: str, topic: str) -> KafkaProducer:
     """Another attempt of the task with id ``tid``: its transaction open, one row sent."""
     zombie = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0, "transactional.id": tid})
-    exactly_once.fence_and_begin(zombie)
+    exactly_once_names.fence_and_begin(zombie)
     zombie.send(ProducerRecord(topic, b"zombie", key=b"zombie")).result(30)
     return zombie
 
@@ -35,7 +35,7 @@ def _batch_write_of_two_tasks(bootstrap: str, prefix: str, topic: str) -> tuple[
     """An unnamed exactly-once batch write whose two tasks have reported (five rows each)."""
     messages = []
     for p in range(2):
-        producer, message = _prepare(bootstrap, exactly_once.transactional_id(prefix, p), topic,
+        producer, message = _prepare(bootstrap, exactly_once_names.transactional_id(prefix, p), topic,
                                      [b"%d-%d" % (p, i) for i in range(5)])
         producer.close()
         messages.append(message)
@@ -46,7 +46,7 @@ def _abort_as_spark_does(config: dict, eo: ExactlyOnce, messages: list) -> None:
     """The writer's abort after a failed commit; Spark keeps its error as a suppressed one
     of the commit's and goes on failing the write."""
     try:
-        exactly_once.abort(config, eo, messages)
+        exactly_once_abort.abort(config, eo, messages)
     except Exception:  # ending an already ended transaction is refused
         pass
 
@@ -73,7 +73,7 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
 
     def zombie_then_end(self, transactions, commit, timeout_ms=None):
         if commit and not zombies:
-            zombies.append(_zombie(kafka.bootstrap, exactly_once.transactional_id(prefix, 1), topic))
+            zombies.append(_zombie(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 1), topic))
         real_end(self, transactions, commit, timeout_ms)
 
     monkeypatch.setattr(AdminClient, "end_transactions", zombie_then_end)
@@ -108,7 +108,7 @@ def test_a_second_attempt_of_a_reported_task_leaves_no_transaction_open(kafka, s
     prefix = unique_topic("zk")
     config = {"bootstrap.servers": kafka.bootstrap}
     eo, messages = _batch_write_of_two_tasks(kafka.bootstrap, prefix, topic)
-    zombie = _zombie(kafka.bootstrap, exactly_once.transactional_id(prefix, 0), topic)
+    zombie = _zombie(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic)
     try:
         if second == "finished":
             zombie.prepare_transaction()

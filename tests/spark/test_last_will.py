@@ -35,8 +35,9 @@ def _worker(out: Path) -> subprocess.Popen[str]:
 
 
 def _wait_for(path: Path, timeout: float = 30.0) -> str:
+    """What the will wrote, once it did: the file exists a moment before its text."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not path.exists() or not path.read_text():
         assert time.monotonic() < deadline, f"the last will never wrote {path}"
         time.sleep(0.05)
     return path.read_text()

@@ -29,9 +29,9 @@ from typing import Any
 from spark_sink.client.coordinators import Coordinators
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.producer.batch import TopicPartition
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, OperationNotAttemptedError
-from spark_sink.protocol.messages import ApiKey
-from spark_sink.protocol.transactions import GROUP_COORDINATOR
+from spark_sink.protocol.txn_coordinator import GROUP_COORDINATOR
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ like it; its parts live beside it:
   limits, and the epoch bumps a refused batch calls for (the idempotent producer);
 - :mod:`~spark_sink.producer.transactions.coordinator_requests`: the queue of requests to coordinators,
   with :mod:`~spark_sink.client.coordinators` finding them; the request bodies are
-  :mod:`spark_sink.protocol.transactions`.
+  :mod:`spark_sink.protocol.txn_coordinator`.
 
 Transactions (transactional.id set), as Java's: init_transactions() asks the transaction
 coordinator for the producer id under the transactional id, which bumps its epoch and so
@@ -48,6 +48,7 @@ from spark_sink.producer.partition_sequences import PartitionSequences
 from spark_sink.producer.transactions.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
 from spark_sink.producer.transactions.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
 from spark_sink.protocol import kmsg
+from spark_sink.protocol.apis import V1_MAX_VERSIONS, ApiKey
 from spark_sink.protocol.error_codes import (
     ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
@@ -60,8 +61,7 @@ from spark_sink.protocol.error_codes import (
     UnsupportedVersionError,
     error_for_code,
 )
-from spark_sink.protocol.messages import V1_MAX_VERSIONS, ApiKey
-from spark_sink.protocol.transactions import (
+from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR,
     TRANSACTION_COORDINATOR,
     add_offsets_body,

@@ -4,9 +4,7 @@ import pytest
 
 from spark_sink.protocol import kmsg
 from spark_sink.protocol import primitives as p
-from spark_sink.protocol.error_codes import CorruptRecordError, UnsupportedVersionError
-from spark_sink.protocol.framing import KafkaProtocol, encode_request_header
-from spark_sink.protocol.messages import (
+from spark_sink.protocol.apis import (
     APIS,
     ApiKey,
     choose_version,
@@ -15,6 +13,8 @@ from spark_sink.protocol.messages import (
     encode_request_body,
     encode_response_body,
 )
+from spark_sink.protocol.error_codes import CorruptRecordError, UnsupportedVersionError
+from spark_sink.protocol.framing import KafkaProtocol, encode_request_header
 
 PRODUCE_RESPONSE = kmsg.ProduceResponse(responses=[kmsg.TopicProduceResponse("t", [kmsg.PartitionProduceResponse(
     index=2, error_code=0, base_offset=41, log_append_time_ms=-1, log_start_offset=0)])])

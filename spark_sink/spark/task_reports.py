@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 PartitionRanges = dict[tuple[str, int], tuple[int, int, int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KProdCommitMessage(WriterCommitMessage):
-    """What one task wrote, returned only after every record was acknowledged."""
+    """What one task wrote, returned only after every record was acknowledged. Built by
+    keyword only: a field added in the middle never shifts the others."""
 
     partition_id: int
     attempt: int
@@ -44,6 +45,10 @@ class KProdCommitMessage(WriterCommitMessage):
     # Exactly-once streaming: the run of the query (its runId, new at every start), which
     # tells the driver's reused worker that a query was restarted.
     run_id: str | None = None
+    # kprod.errors.tolerance=all: rows refused per reason (error class): (count, first
+    # message), and the dead letters written for them.
+    refused: dict[str, tuple[int, str]] = field(default_factory=dict)
+    dead_letters: int = 0
 
 
 def extend_ranges(into: PartitionRanges, later: PartitionRanges) -> None:
@@ -82,6 +87,9 @@ class WriteSummary:
     # Exactly-once replays: tasks whose rows an earlier run of the microbatch committed (this
     # run's transactions for them were aborted), left out of the counts and ranges above.
     already_committed: tuple[int, ...] = ()
+    # Rows refused per reason, (count, first message), and dead letters written for them.
+    refused: dict[str, tuple[int, str]] = field(default_factory=dict)
+    dead_letters: int = 0
 
     @classmethod
     def of(cls, messages: Iterable[WriterCommitMessage | None], already_committed: Iterable[int] = ()
@@ -93,7 +101,18 @@ class WriteSummary:
             merge_ranges(ranges, m.partitions)
         return cls(len(done), sum(m.records for m in done), sum(m.bytes for m in done), dict(sorted(ranges.items())),
                    max((m.seconds for m in done), default=0.0), MetricTotals.combine(m.producer for m in done),
-                   sum(1 for m in done if m.records == 0), skipped)
+                   sum(1 for m in done if m.records == 0 and not m.refused), skipped,
+                   merge_refused(m.refused for m in done), sum(m.dead_letters for m in done))
+
+    def describe_refused(self, dead_letter_topic: str | None) -> str:
+        """The refused rows in words ('' if none)."""
+        if not self.refused:
+            return ""
+        total = sum(count for count, _ in self.refused.values())
+        where = (f"{self.dead_letters} dead letter(s) written to {dead_letter_topic!r}" if dead_letter_topic
+                 else "dropped: no kprod.errors.deadLetterTopic")
+        return (f"; {total} row(s) refused ({', '.join(f'{r}: {c}' for r, (c, _) in sorted(self.refused.items()))}), "
+                f"{where}")
 
     def describe(self) -> str:
         topics = sorted({t for t, _ in self.partitions})
@@ -105,8 +124,9 @@ class WriteSummary:
                f"microbatch committed their rows" if self.already_committed else "")
         )
 
-    def report_line(self, batch_id: int | None) -> str:
-        """One JSON line for the delivery report."""
+    def report_line(self, batch_id: int | None, tolerant: bool = False, dead_letter_topic: str | None = None) -> str:
+        """One JSON line for the delivery report (with ``tolerant``, kprod.errors.tolerance=all,
+        the refused rows and dead letters too)."""
         line: dict[str, object] = {
             "batchId": batch_id,
             "committedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -127,10 +147,24 @@ class WriteSummary:
                 for (t, p), (c, first, last) in self.partitions.items()
             ],
         }
+        if tolerant:
+            line["refusedRows"] = {reason: count for reason, (count, _) in sorted(self.refused.items())}
+            line["deadLetters"] = self.dead_letters
+            line["deadLetterTopic"] = dead_letter_topic
         if self.already_committed:
             # Their rows are in Kafka from an earlier run, whose report line was never written.
             line["alreadyCommittedTasks"] = list(self.already_committed)
         return json.dumps(line, separators=(",", ":"))
+
+
+def merge_refused(counts: Iterable[dict[str, tuple[int, str]]]) -> dict[str, tuple[int, str]]:
+    """Refused rows per reason over several tasks: counts add up, the first message stays."""
+    out: dict[str, tuple[int, str]] = {}
+    for one in counts:
+        for reason, (count, message) in one.items():
+            old = out.get(reason)
+            out[reason] = (count, message) if old is None else (old[0] + count, old[1])
+    return out
 
 
 def append_report(path: str, line: str) -> None:

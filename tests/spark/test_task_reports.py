@@ -1,7 +1,7 @@
 """Offset ranges in commit messages: within a task (one producer, sends in order) and
 across tasks (producers interleaved); -1 is an end the broker did not tell."""
 
-from spark_sink.spark.commit_messages import extend_ranges, merge_ranges
+from spark_sink.spark.task_reports import extend_ranges, merge_ranges
 
 TP, OTHER = ("t", 0), ("t", 1)
 
@@ -30,10 +30,11 @@ def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown():
 def test_the_summary_counts_the_tasks_given_no_row():
     """A few rows over many shuffle partitions: the summary says how many tasks were empty,
     since each costs Spark a Python task whatever the sink does."""
-    from spark_sink.spark.commit_messages import KProdCommitMessage, WriteSummary
+    from spark_sink.spark.task_reports import KProdCommitMessage, WriteSummary
 
-    messages = [KProdCommitMessage(0, 0, 3, 30, {TP: (3, 0, 2)}), KProdCommitMessage(1, 0, 0, 0),
-                KProdCommitMessage(2, 0, 0, 0), None]
+    messages = [KProdCommitMessage(partition_id=0, attempt=0, records=3, bytes=30, partitions={TP: (3, 0, 2)}),
+                KProdCommitMessage(partition_id=1, attempt=0, records=0, bytes=0),
+                KProdCommitMessage(partition_id=2, attempt=0, records=0, bytes=0), None]
     summary = WriteSummary.of(messages)
     assert (summary.tasks, summary.empty_tasks, summary.records) == (3, 2, 3)
     assert "from 3 task(s) (2 without rows);" in summary.describe()

@@ -1,0 +1,80 @@
+"""Rows a ``send_arrow(..., on_error="skip")`` call refuses instead of failing: the
+errors that belong to one row, and the screen that finds them before anything is queued.
+
+A row's own error (too large, a topic it names that is missing, invalid or that the
+principal may not describe, a null topic with no default, a partition its topic lacks) is
+the row's; an error of the cluster or the connection (a broker down, authentication, a
+timeout) is the call's and is raised as ever: it must never turn good rows into refused
+ones. To refuse rows for one more reason: where it is found, call
+``RowRefusals.refuse(rows, error)`` and leave those rows out of what is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from spark_sink.client.errors import UnknownTopicError
+from spark_sink.encoder.columnar import as_arrow_indices
+from spark_sink.protocol.error_codes import InvalidTopicException, TopicAuthorizationFailedError
+
+ON_ERROR = ("fail", "skip")
+
+
+@dataclass(frozen=True, eq=False)
+class RefusedRows:
+    """Rows of one call refused for one reason: their indices in the call's input
+    (ascending), the input's columns at those rows (``data``), the error's class name and
+    message, and the topic and partition chosen for them, where one was."""
+
+    rows: np.ndarray
+    data: pa.Table
+    error: str
+    message: str
+    topic: str | None = None
+    partition: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class RowRefusals:
+    """The rows one call refuses, gathered while its input is checked."""
+
+    def __init__(self, data: pa.Table | pa.RecordBatch) -> None:
+        self._data = data
+        self.refused: list[RefusedRows] = []
+        self.mask = np.zeros(data.num_rows, dtype=bool)  # rows refused so far
+
+    def refuse(self, rows: np.ndarray, error: Exception, topic: str | None = None,
+               partition: int | None = None) -> None:
+        """Refuse ``rows`` (indices into the input) for ``error``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[~self.mask[rows]]  # a row is refused for its first reason only
+        if not len(rows):
+            return
+        self.mask[rows] = True
+        data = self._data.take(as_arrow_indices(rows))
+        self.refused.append(RefusedRows(rows, data if isinstance(data, pa.Table) else pa.Table.from_batches([data]),
+                                        type(error).__name__, str(error), topic, partition))
+
+
+def screen_topics(refusals: RowRefusals, codes: np.ndarray, names: list[str],
+                  partition_count: Callable[[str], int]) -> dict[str, int]:
+    """Each topic's partition count, refusing the rows of a topic that is missing, invalid
+    or not to be described (``codes``: each row's index into ``names``, -1 for none)."""
+    counts: dict[str, int] = {}
+    for i, topic in enumerate(names):
+        rows = np.flatnonzero(codes == i)
+        if not len(rows) or refusals.mask[rows].all():
+            continue
+        try:
+            counts[topic] = partition_count(topic)
+        # UnknownTopicError comes only once the brokers answered that the topic does not
+        # exist (no broker reached is BrokersUnreachableError): the rows', not the cluster's.
+        except (UnknownTopicError, InvalidTopicException, TopicAuthorizationFailedError) as exc:
+            refusals.refuse(rows, exc, topic)
+    return counts

@@ -1,0 +1,190 @@
+"""Key and value columns into the Schema Registry's wire format: byte 0, the schema's id
+(4 bytes, big-endian), then the Avro binary body or the JSON text, as Confluent's
+serializers write them, from a struct column in compiled loops (``encoder.formats``).
+
+``ArrowSerializer`` decides the schema and its registry id once per subject: given
+(``schema``) or derived from the column's Arrow type as Spark's ``to_avro`` derives it,
+registered (``auto_register``), looked up, or the subject's latest (``use_latest``). The
+Spark sink resolves the ids on the driver and ships the serializer, ids included, to the
+tasks; ``send_arrow(..., value_serializer=...)`` uses the same object."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_sink.client.errors import ConfigError
+from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, avro_schema_for, json_schema_for
+from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient, subject_name
+
+FORMATS = ("avro", "json")
+_SCHEMA_TYPES = {"avro": "AVRO", "json": "JSON"}
+MAGIC = b"\x00"
+
+
+class ArrowSerializer:
+    """One column (``key`` or ``value``, a struct) of every row into the registry's wire
+    format. Picklable: its registry client is made again where it is used."""
+
+    def __init__(self, fmt: str, registry: RegistryConfig | Mapping[str, Any], *, is_key: bool = False,
+                 schema: str | Mapping[str, Any] | None = None, subject_name_strategy: str = "TopicNameStrategy",
+                 auto_register: bool = True, use_latest_version: bool = False) -> None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"format: expected one of {', '.join(FORMATS)} (or binary, no serializer), got {fmt!r}")
+        subject_name(subject_name_strategy, "topic", "record", is_key)  # ConfigError naming the setting
+        self.format = fmt
+        self.registry = registry if isinstance(registry, RegistryConfig) else RegistryConfig.from_mapping(registry)
+        self.is_key = is_key
+        self.column = "key" if is_key else "value"
+        self.schema = json.dumps(schema) if isinstance(schema, Mapping) else schema
+        if self.schema is not None:
+            try:
+                json.loads(self.schema)
+            except ValueError as exc:
+                raise ConfigError(f"{self.column}.{fmt}.schema: not JSON ({exc})") from None
+        self.strategy = subject_name_strategy
+        self.auto_register = auto_register
+        self.use_latest = use_latest_version
+        # subject -> (schema id, schema text): what the driver resolved travels to the tasks.
+        self.resolved: dict[str, tuple[int, str]] = {}
+        self._client: SchemaRegistryClient | None = None
+        self._encoders: dict[tuple[str, pa.DataType], AvroEncoder | JsonEncoder] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None, "_encoders": {}}
+
+    @property
+    def client(self) -> SchemaRegistryClient:
+        if self._client is None:
+            self._client = SchemaRegistryClient(self.registry)
+        return self._client
+
+    def _schema_text(self, arrow_type: pa.DataType) -> str:
+        """The given schema, or the one Spark's mapping gives ``arrow_type``."""
+        if self.schema is not None:
+            return self.schema
+        if self.format == "avro":
+            return json.dumps(avro_schema_for(arrow_type, column=self.column), separators=(",", ":"))
+        return json.dumps(json_schema_for(arrow_type, column=self.column), separators=(",", ":"))
+
+    def _record_name(self, schema_text: str) -> str | None:
+        schema = json.loads(schema_text)
+        if not isinstance(schema, dict):
+            return None
+        if self.format == "json":
+            title = schema.get("title")
+            return title if isinstance(title, str) else None
+        name, space = schema.get("name"), schema.get("namespace")
+        if not isinstance(name, str):
+            return None
+        return name if "." in name or not space else f"{space}.{name}"
+
+    def subject(self, topic: str, arrow_type: pa.DataType) -> str:
+        return subject_name(self.strategy, topic, self._record_name(self._schema_text(arrow_type)), self.is_key)
+
+    def prepare(self, arrow_type: pa.DataType, topic: str) -> int:
+        """The schema id rows of ``arrow_type`` to ``topic`` carry: registered, looked up or
+        the subject's latest, once per subject. Checks the column against the schema first,
+        so that a column the schema cannot carry fails here, naming it."""
+        self.check(arrow_type)
+        subject = self.subject(topic, arrow_type)
+        found = self.resolved.get(subject)
+        if found is None:
+            found = self.resolved[subject] = self._resolve(subject, arrow_type)
+        self._encoder(found[1], arrow_type)  # the registry's schema, where it is the latest
+        return found[0]
+
+    def check(self, arrow_type: pa.DataType) -> None:
+        """Check the column against the schema given or derived, asking no registry (where
+        the subject is not known yet: it depends on each row's topic)."""
+        if not pa.types.is_struct(arrow_type):
+            raise ConfigError(f"column {self.column!r}: kprod.{self.column}.format={self.format} encodes a struct "
+                              f"(e.g. struct(*cols) AS {self.column}), got {arrow_type}")
+        if not self.use_latest:
+            self._encoder(self._schema_text(arrow_type), arrow_type)
+
+    def _resolve(self, subject: str, arrow_type: pa.DataType) -> tuple[int, str]:
+        schema_type = _SCHEMA_TYPES[self.format]
+        if self.use_latest:
+            latest = self.client.latest(subject)
+            return latest.id, latest.schema_str
+        text = self._schema_text(arrow_type)
+        if not self.auto_register:
+            found = self.client.lookup(subject, text, schema_type)
+            if found is None:
+                raise ConfigError(
+                    f"subject {subject!r} of the Schema Registry has no version with the {self.column} schema "
+                    f"{'given' if self.schema else 'derived from the DataFrame'} (auto.register.schemas=false): "
+                    f"register it first, or set kprod.auto.register.schemas=true; schema: {text}")
+            return found.id, text
+        try:
+            return self.client.register(subject, text, schema_type), text
+        except IncompatibleSchemaError as exc:
+            if self.schema is None:
+                exc.add_note(
+                    f"kprod derived the {self.column} schema from the DataFrame as Spark's to_avro does, where a "
+                    "nullable field is a union [type, \"null\"] that can carry no null default: adding a column "
+                    "is then no BACKWARD-compatible change. Give the schema, with defaults for new fields, in "
+                    f"kprod.{self.column}.{self.format}.schema")
+            raise
+
+    def _encoder(self, schema_text: str, arrow_type: pa.DataType) -> AvroEncoder | JsonEncoder:
+        key = (schema_text, arrow_type)
+        encoder = self._encoders.get(key)
+        if encoder is None:
+            kind = AvroEncoder if self.format == "avro" else JsonEncoder
+            encoder = self._encoders[key] = kind(schema_text, arrow_type, column=self.column)
+        return encoder
+
+    def serialize(self, column: pa.Array | pa.ChunkedArray, topics: str | pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The column's rows in the wire format (a null row stays null: a tombstone), to
+        ``topics`` (one topic, or each row's)."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        if isinstance(topics, str):
+            return self._serialize_one(column, topics)
+        if isinstance(topics, pa.ChunkedArray):
+            topics = topics.combine_chunks()
+        distinct = pc.unique(topics).to_pylist()
+        if len(distinct) == 1 and distinct[0] is not None:
+            return self._serialize_one(column, distinct[0])
+        # Each topic's rows with its own id, then back in the rows' order (compiled takes).
+        pieces, order = [], []
+        for topic in distinct:
+            if topic is None:
+                raise ConfigError("column 'topic': a null topic (every row needs one, or set the topic option)")
+            rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
+            pieces.append(self._serialize_one(column.take(pa.array(rows)), topic))
+            order.append(rows)
+        joined = pa.concat_arrays(pieces)
+        return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+
+    def _serialize_one(self, column: pa.Array, topic: str) -> pa.Array:
+        schema_id = self.prepare(column.type, topic)
+        text = self.resolved[self.subject(topic, column.type)][1]
+        return self._encoder(text, column.type).encode(column, prefix=MAGIC + schema_id.to_bytes(4, "big"))
+
+
+def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_serializer: ArrowSerializer | None,
+                      value_serializer: ArrowSerializer | None) -> pa.Table:
+    """``data`` with its key and value columns serialized, by the serializers given."""
+    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+    topics: str | pa.ChunkedArray | None = topic
+    if topics is None and "topic" in table.column_names:
+        topics = table.column("topic")
+    for serializer in (key_serializer, value_serializer):
+        if serializer is None:
+            continue
+        name = serializer.column
+        if name not in table.column_names:
+            raise ConfigError(f"column {name!r}: missing; a {serializer.format} {name} serializer was given")
+        if topics is None:
+            raise ConfigError("a topic is needed to name the schema's subject: give topic= or a 'topic' column")
+        encoded = serializer.serialize(table.column(name), topics)
+        table = table.set_column(table.column_names.index(name), name, encoded)
+    return table

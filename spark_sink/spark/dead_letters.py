@@ -1,0 +1,122 @@
+"""Refused rows in a task (``kprod.errors.tolerance=all``): counted per reason and turned
+into dead letters, records of the row's key and value with ``kprod.errors.*`` headers
+naming why (Kafka Connect's ``__connect.errors.*`` headers, under kprod's prefix).
+
+Any source of ``RefusedRows`` goes through ``TaskDeadLetters.refused``: ``send_arrow``'s
+result, and whatever refuses rows before it (a value format that cannot encode a row:
+hand its rows, their columns and the error's class and message over the same way).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from spark_sink.protocol.error_codes import KProdError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from spark_sink.producer import ArrowSendFuture, KafkaProducer, RefusedRows
+
+HEADER_PREFIX = "kprod.errors."
+
+# The reason whose dead letters leave the value out: it is what made the row too large.
+_TOO_LARGE = "RecordTooLargeError"
+
+
+class BadRowsRatioError(KProdError, RuntimeError):
+    """More of a write's rows were refused than ``kprod.errors.maxRatio`` allows."""
+
+
+@dataclass
+class TaskDeadLetters:
+    """One task's refused rows: per reason (error class) the count and the first message;
+    dead letters sent to ``topic`` (none if None) through the task's own producer, so that
+    under exactly-once they are in the task's transaction."""
+
+    topic: str | None
+    default_topic: str | None
+    context: dict[str, str]  # headers every dead letter of the task carries (batch, stage, task)
+    reasons: dict[str, tuple[int, str]] = field(default_factory=dict)
+    futures: list[ArrowSendFuture] = field(default_factory=list)
+    sent: int = 0
+
+    def refused(self, producer: KafkaProducer, refused: Iterable[RefusedRows]) -> None:
+        """Count ``refused`` and send their dead letters (not waited for: see ``settle``)."""
+        groups = list(refused)
+        for r in groups:
+            count, message = self.reasons.get(r.error, (0, r.message))
+            self.reasons[r.error] = (count + len(r), message)
+        if self.topic is not None and groups:
+            # A dead letter that cannot be written fails the task: never silently lost.
+            self.futures.append(producer.send_arrow(self.table(groups), self.topic))
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait for every dead letter sent; raise the first failure."""
+        for future in self.futures:
+            self.sent += future.result(timeout_s).records
+        self.futures.clear()
+
+    def table(self, groups: list[RefusedRows]) -> pa.Table:
+        """The dead letters of ``groups``: key, value and the row's headers, then kprod's."""
+        import pyarrow as pa
+
+        now = str(int(time.time() * 1000)).encode()
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        headers: list[list[dict[str, object]]] = []
+        for r in groups:
+            data = r.data
+            cols = {name: data.column(name).to_pylist() for name in ("key", "value", "topic", "partition", "headers")
+                    if name in data.column_names}
+            message = r.message + (" (the dead letter leaves the value out)" if r.error == _TOO_LARGE else "")
+            for i in range(len(r)):
+                key = cols["key"][i] if "key" in cols else None
+                value = None if r.error == _TOO_LARGE else cols["value"][i]
+                keys.append(key.encode() if isinstance(key, str) else key)
+                values.append(value.encode() if isinstance(value, str) else value)
+                topic = r.topic or (cols["topic"][i] if "topic" in cols else None) or self.default_topic
+                partition = r.partition if r.partition is not None else (
+                    cols["partition"][i] if "partition" in cols else None)
+                row_headers = list(cols["headers"][i] or []) if "headers" in cols else []
+                ours = {"topic": topic, "partition": partition, "class": r.error, "message": message}
+                row_headers += [{"key": HEADER_PREFIX + k, "value": str(v).encode()}
+                                for k, v in ours.items() if v is not None]
+                row_headers += [{"key": HEADER_PREFIX + k, "value": v.encode()} for k, v in self.context.items()]
+                row_headers.append({"key": HEADER_PREFIX + "timestamp", "value": now})
+                headers.append(row_headers)
+        header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+        return pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
+                         "headers": pa.array(headers, header_type)})
+
+
+def task_context() -> dict[str, str]:
+    """The headers naming where a dead letter comes from: the microbatch (streaming), the
+    Spark stage and the task (its partition)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return {}
+    out = {"stage.id": str(ctx.stageId()), "task.id": str(ctx.partitionId())}
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    if batch:
+        out["batch.id"] = batch
+    query = ctx.getLocalProperty("sql.streaming.queryId")
+    if query:
+        out["query.id"] = query
+    return out
+
+
+def check_ratio(what: str, good: int, reasons: dict[str, tuple[int, str]], max_ratio: float | None) -> None:
+    """Raise BadRowsRatioError if more than ``max_ratio`` of a write's rows were refused."""
+    bad = sum(count for count, _ in reasons.values())
+    if max_ratio is None or not bad or bad <= max_ratio * (good + bad):
+        return
+    reason, (count, message) = max(reasons.items(), key=lambda item: item[1][0])
+    raise BadRowsRatioError(
+        f"kprod {what}: {bad} of {good + bad} rows ({bad / (good + bad):.1%}) were refused, more than "
+        f"kprod.errors.maxRatio={max_ratio}; most common reason: {reason} ({count} rows), e.g. {message}")

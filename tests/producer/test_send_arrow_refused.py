@@ -1,0 +1,160 @@
+"""send_arrow(on_error="skip") on a real Kafka: the rows with an error of their own are
+refused and listed, every other row arrives once, and cluster errors still raise."""
+
+import random
+import time
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_sink.producer import (
+    BrokersUnreachableError,
+    ColumnError,
+    InvalidPartitionError,
+    KafkaProducer,
+    RecordTooLargeError,
+    UnknownTopicError,
+)
+from tests.brokers import consume_all, create_topic, unique_topic
+
+MAX_REQUEST = 4096
+# A row's kind -> the error class its refusal must name (None: a good row).
+KINDS = {
+    "good": None,
+    "too_large": "RecordTooLargeError",
+    "invalid_topic": "InvalidTopicException",
+    "bad_partition": "InvalidPartitionError",
+    "negative_partition": "InvalidPartitionError",
+    "null_topic": "ColumnError",
+}
+
+
+def _rows(rng: random.Random, n: int, kinds: list[str], good_topics: list[str]) -> tuple[pa.Table, list[str]]:
+    """``n`` rows, each of a kind drawn from ``kinds`` (weights drawn too)."""
+    weights = [rng.random() + 0.05 for _ in kinds]
+    drawn = rng.choices(kinds, weights, k=n)
+    keys, values, topics, partitions = [], [], [], []
+    for i, kind in enumerate(drawn):
+        keys.append(b"k%d" % i)
+        values.append(b"x" * (MAX_REQUEST + 10) if kind == "too_large" else b"row-%d" % i)
+        topics.append({"invalid_topic": "no spaces allowed!", "null_topic": None}.get(kind, good_topics[i % 2]))
+        partitions.append({"bad_partition": 7, "negative_partition": -3}.get(kind, rng.choice([None, 0, 1])))
+    table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
+                      "topic": pa.array(topics, pa.string()), "partition": pa.array(partitions, pa.int32())})
+    return table, drawn
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bad_rows_refused_good_rows_sent_once(broker, seed):
+    rng = random.Random(seed)
+    good_topics = [create_topic(broker.bootstrap, unique_topic("skip"), partitions=2) for _ in range(2)]
+    n = rng.choice([1, 7, 200, 1500])
+    table, drawn = _rows(rng, n, list(KINDS), good_topics)
+    config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST, "batch.size": 1024}
+    with KafkaProducer(config) as p:
+        result = p.send_arrow(table, on_error="skip").result(60)
+    refused = {int(row): r for r in result.refused for row in r.rows}
+    expected_bad = {i: KINDS[k] for i, k in enumerate(drawn) if KINDS[k]}
+    assert {i: r.error for i, r in refused.items()} == expected_bad
+    assert result.refused_rows == len(expected_bad)
+    for r in result.refused:
+        # The refused rows' own columns come back with them, in row order.
+        assert list(r.rows) == sorted(r.rows)
+        assert r.data.column("value").to_pylist() == [table.column("value")[int(i)].as_py() for i in r.rows]
+        assert r.message
+    good = [i for i in range(n) if i not in expected_bad]
+    assert result.records == len(good)
+    for topic in good_topics:
+        want = sorted(b"row-%d" % i for i in good if table.column("topic")[i].as_py() == topic)
+        got = consume_all(broker.bootstrap, topic, len(want), settle=0.3) if want else []
+        assert sorted(m.value() for m in got) == want
+
+
+def test_fail_mode_raises_as_before(broker):
+    topic = create_topic(broker.bootstrap, unique_topic("fail"), partitions=2)
+    config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST}
+    with KafkaProducer(config) as p:
+        with pytest.raises(RecordTooLargeError):
+            p.send_arrow(pa.table({"value": [b"ok", b"x" * MAX_REQUEST]}), topic)
+        with pytest.raises(InvalidPartitionError):
+            p.send_arrow(pa.table({"value": [b"ok"], "partition": pa.array([5], pa.int32())}), topic)
+        with pytest.raises(ColumnError):
+            p.send_arrow(pa.table({"value": [b"ok"], "topic": pa.array([None], pa.string())}))
+        with pytest.raises(ValueError, match="on_error"):
+            p.send_arrow(pa.table({"value": [b"ok"]}), topic, on_error="ignore")
+        # A column error of the input itself is never a row's: it raises when skipping too.
+        with pytest.raises(ColumnError, match="'colour'"):
+            p.send_arrow(pa.table({"value": [b"ok"], "colour": [1]}), topic, on_error="skip")
+
+
+def test_missing_topic_refused_on_a_strict_cluster(strict_kafka):
+    """A topic column naming a topic the cluster does not have (and will not create)."""
+    real = create_topic(strict_kafka.bootstrap, unique_topic("real"), partitions=1)
+    missing = unique_topic("missing")
+    rng = np.random.default_rng(5)
+    topics = [missing if rng.random() < 0.3 else real for _ in range(300)]
+    table = pa.table({"value": [b"v%d" % i for i in range(300)], "topic": topics})
+    with KafkaProducer({"bootstrap.servers": strict_kafka.bootstrap}) as p:
+        result = p.send_arrow(table, on_error="skip").result(60)
+        # Known from then on: the next call refuses the topic's rows at once.
+        again = p.send_arrow(table, on_error="skip").result(60)
+        with pytest.raises(UnknownTopicError):
+            p.send_arrow(table)
+    for r in (result, again):
+        (refused,) = r.refused
+        assert (refused.error, refused.topic) == ("UnknownTopicError", missing)
+        assert list(refused.rows) == [i for i, t in enumerate(topics) if t == missing]
+        assert r.records == topics.count(real)
+    assert len(consume_all(strict_kafka.bootstrap, real, 2 * topics.count(real), settle=0.3)) == 2 * topics.count(real)
+
+
+def test_cluster_errors_are_never_refused_rows():
+    """No broker at all: the call fails, whatever on_error says."""
+    with KafkaProducer({"bootstrap.servers": "127.0.0.1:1", "max.block.ms": 500}) as p:
+        with pytest.raises(BrokersUnreachableError):
+            p.send_arrow(pa.table({"value": [b"a", b"b"]}), "any", on_error="skip")
+
+
+@pytest.fixture(scope="module")
+def acl_kafka():
+    """A node with Kafka's authorizer, allowing what no ACL names (so the clients, all
+    User:ANONYMOUS on PLAINTEXT, may do everything but what an ACL denies)."""
+    from tests.brokers import start_kafka
+
+    cluster = start_kafka(config={
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true"})
+    yield cluster
+    cluster.stop()
+
+
+def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    allowed = create_topic(acl_kafka.bootstrap, unique_topic("allowed"), partitions=1)
+    denied = create_topic(acl_kafka.bootstrap, unique_topic("denied"), partitions=1)
+    admin = AdminClient({"bootstrap.servers": acl_kafka.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, denied, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
+                         AclOperation.ALL, AclPermissionType.DENY)
+    admin.create_acls([binding])[binding].result(30)
+    deadline = time.monotonic() + 30
+    # Until the ACL is in force (an independent client is refused the topic's metadata).
+    while admin.list_topics(denied, timeout=10).topics[denied].error is None:
+        assert time.monotonic() < deadline, "the ACL never took effect"
+        time.sleep(0.1)
+    topics = [denied if i % 4 == 1 else allowed for i in range(100)]
+    table = pa.table({"value": [b"v%d" % i for i in range(100)], "topic": topics})
+    with KafkaProducer({"bootstrap.servers": acl_kafka.bootstrap}) as p:
+        result = p.send_arrow(table, on_error="skip").result(60)
+    (refused,) = result.refused
+    assert (refused.error, refused.topic) == ("TopicAuthorizationFailedError", denied)
+    assert list(refused.rows) == [i for i in range(100) if i % 4 == 1]
+    assert len(consume_all(acl_kafka.bootstrap, allowed, 75, settle=0.3)) == 75

@@ -1,0 +1,109 @@
+"""Exactly-once through task retries whose input differs from the failed attempt's: the
+first attempt sends rows (its transaction open) and fails (its Python worker SIGKILLed, or
+its input raising); the retry is given fewer rows, more, or none at all. Whatever the
+retry does, the write or microbatch commits the retry's rows once, and nothing the failed
+attempt left stays open: read_committed readers of every partition are free within 5 s
+of the write's end.
+
+The writes run in a child process (tests/spark/retried_attempts.py) on local[2,4], where
+Spark retries a task; one JVM for the cases of each test."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
+from tests.spark.readback import assert_nothing_left_open
+
+CHILD = Path(__file__).with_name("retried_attempts.py")
+PARTITIONS = 4
+# Two random cases in the suite; make soak (KPROD_SOAK=N) tries N / 5, each a write with a
+# retry (about 20 s).
+RANDOM_CASES = int(os.environ.get("KPROD_SOAK", "0")) // 5 or 2
+
+
+def _run(kafka, tmp_path: Path, cases: list[dict]) -> list[dict]:
+    for case in cases:
+        case["topic"] = create_topic(kafka.bootstrap, unique_topic(f"eos-retry-{case['mode']}"), PARTITIONS)
+    done = subprocess.run([sys.executable, str(CHILD), kafka.bootstrap, str(tmp_path),
+                           *(json.dumps(c) for c in cases)],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-6000:]
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(cases), done.stderr[-6000:]
+    return results
+
+
+def _check(kafka, case: dict, result: dict) -> None:
+    """The write succeeded with the retry's rows once each, and nothing is left open."""
+    note = f" ({case})"
+    assert result["outcome"] == "ok", result["outcome"] + note
+    # Within 5 s of the write's end: the check starts right after the child printed it.
+    assert_nothing_left_open(kafka.bootstrap, case["topic"], PARTITIONS, within_s=5.0)
+    expected = collections.Counter(str(i) for i in result["expected"])
+    got = collections.Counter(
+        m.key().decode() for m in consume_all(kafka.bootstrap, case["topic"], sum(expected.values()) + PARTITIONS,
+                                              settle=1.0, overrides={"isolation.level": "read_committed"})
+        if not m.key().startswith(b"sentinel"))
+    twice = sorted(k for k, n in got.items() if n > 1)[:5]
+    assert got == expected, f"missing {sorted(set(expected) - set(got))[:5]}, twice {twice}{note}"
+
+
+# The review's case (issue 50): attempt 0 of a batch write's one task sends 15,000 rows and
+# its worker is SIGKILLed; attempt 1 has no rows. Before the fix the write reported success
+# and attempt 0's transaction held read_committed readers of all partitions until the
+# broker's transaction.max.timeout.ms (15 minutes). The same for a stream's last
+# microbatch (after one committed cleanly) and its only one.
+EMPTY_RETRIES = [
+    {"mode": "batch", "fault": "sigkill", "first": 15_000, "retry": 0, "acked": 5_000},
+    {"mode": "stream", "fault": "sigkill", "first": 15_000, "retry": 0, "acked": 5_000, "microbatches": 2},
+    {"mode": "stream", "fault": "sigkill", "first": 15_000, "retry": 0, "acked": 5_000, "microbatches": 1},
+]
+
+
+def random_cases(seed: int, count: int) -> list[dict]:
+    """Attempts that fail after sending (a raise, a SIGKILL of the writer), retried with
+    fewer, as many, more or no rows, in batch writes and a stream's first or last microbatch."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(count):
+        first = rng.choice([2_000, 15_000, 40_000])
+        retry = rng.choice([0, 0, rng.randrange(1, first), first, first + rng.randrange(1, 20_000)])
+        case = {"mode": rng.choice(["batch", "stream"]), "fault": rng.choice(["sigkill", "sigkill", "raise"]),
+                "first": first, "retry": retry, "acked": rng.randrange(1, first // 2)}
+        if case["mode"] == "stream":
+            case["microbatches"] = rng.choice([1, 2, 3])
+        cases.append(case)
+    return cases
+
+
+@pytest.fixture(scope="module")
+def retried(kafka, tmp_path_factory) -> dict[str, list[tuple[dict, dict]]]:
+    """Every case of the module in one child process (one JVM): per test, its cases and
+    what the child reported of each."""
+    seed = int(os.environ.get("KPROD_SEED", "20261129"))
+    groups = {"empty": [dict(c) for c in EMPTY_RETRIES], "random": random_cases(seed, RANDOM_CASES)}
+    print(f"random cases (KPROD_SEED={seed}):", groups["random"])
+    cases = [c for group in groups.values() for c in group]
+    results = iter(_run(kafka, tmp_path_factory.mktemp("retried"), cases))
+    return {name: [(c, next(results)) for c in group] for name, group in groups.items()}
+
+
+@pytest.mark.timeout(900)
+def test_an_empty_retry_leaves_nothing_open(kafka, retried):
+    for case, result in retried["empty"]:
+        _check(kafka, case, result)
+
+
+@pytest.mark.timeout(900)
+def test_random_retries_with_other_input(kafka, retried):
+    for case, result in retried["random"]:
+        _check(kafka, case, result)

@@ -1,0 +1,268 @@
+"""The sink's value and key formats against a real Schema Registry (Apicurio, started by
+the suite): rows of every supported type land in Kafka in the Confluent wire format and
+decode exactly with confluent-kafka's own deserializers, which fetch the schema by id
+from the registry; schemas evolve as the registry allows; every error is raised on the
+driver before anything is sent, naming what is wrong."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import math
+import random
+
+import pytest
+from pyspark.sql import functions as F
+
+from tests.brokers import consume_all, create_topic, unique_topic
+from tests.spark.test_formats_spark import _row, _spark_types
+
+
+def _registry_client(url: str):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient({"url": url})
+
+
+def _decode(url: str, fmt: str, messages, field: str = "value") -> list:
+    """Each record's key or value decoded by confluent-kafka's deserializer for ``fmt``."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = _registry_client(url)
+    deserializer = AvroDeserializer(client) if fmt == "avro" else JSONDeserializer(None, schema_registry_client=client)
+    where = MessageField.VALUE if field == "value" else MessageField.KEY
+    out = []
+    for m in messages:
+        data = m.value() if field == "value" else m.key()
+        out.append(None if data is None else deserializer(data, SerializationContext(m.topic(), where)))
+    return out
+
+
+def _plain(value):
+    """A Spark row's value, or a decoded one, in one form: dicts, lists, bytes, naive UTC
+    datetimes (Spark collects timestamps naive, in its session's zone: UTC in the suite),
+    NaN by name (NaN != NaN)."""
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+        return value.astimezone(datetime.UTC).replace(tzinfo=None)
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"  # NaN != NaN: compared by name
+    return value
+
+
+def _options(writer, bootstrap: str, topic: str | None, url: str, **options: str):
+    writer = writer.option("kafka.bootstrap.servers", bootstrap).option("kprod.schema.registry.url", url)
+    if topic is not None:
+        writer = writer.option("topic", topic)
+    for key, value in options.items():
+        writer = writer.option(key.replace("_", "."), value)
+    return writer
+
+
+@pytest.fixture(scope="module")
+def typed_rows(spark):
+    """300 rows of every supported type (nulls, nested values, decimals, timestamps), as
+    one struct column ``value`` and a struct ``key``, with the rows Spark collects."""
+    schema = _spark_types()
+    rng = random.Random(1129)
+    rows = [_row(rng, 0.0), _row(rng, 1.0)] + [_row(rng, 0.2) for _ in range(298)]
+    df = spark.createDataFrame(rows, schema).withColumn("n", F.monotonically_increasing_id())
+    framed = df.select(F.struct(F.col("n").alias("id"), F.col("s")).alias("key"),
+                       F.struct(*schema.names).alias("value"))
+    expected = {r["key"]["id"]: (_plain(r["key"]), _plain(r["value"])) for r in framed.collect()}
+    return framed, expected
+
+
+def test_avro_keys_and_values_decode_with_confluents_deserializer(spark, kafka, schema_registry, typed_rows):
+    framed, expected = typed_rows
+    topic = create_topic(kafka.bootstrap, unique_topic("avro"), partitions=3)
+    _options(framed.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+             **{"kprod.value.format": "avro", "kprod.key.format": "avro"}).save()
+    messages = consume_all(kafka.bootstrap, topic, len(expected), settle=0.5)
+    assert len(messages) == len(expected)
+    for m in messages:
+        assert m.value()[:1] == b"\x00" and m.key()[:1] == b"\x00"  # the wire format's magic byte
+    keys = _decode(schema_registry, "avro", messages, "key")
+    values = _decode(schema_registry, "avro", messages)
+    got = {k["id"]: (_plain(k), _plain(v)) for k, v in zip(keys, values)}
+    assert got.keys() == expected.keys()
+    for n, (key, value) in expected.items():
+        assert got[n] == (key, value), n
+    # The registry has the schema Spark derives, under TopicNameStrategy's subjects.
+    client = _registry_client(schema_registry)
+    assert client.get_latest_version(f"{topic}-value").schema.schema_type == "AVRO"
+    assert client.get_latest_version(f"{topic}-key").version == 1
+
+
+def test_the_bodies_are_what_spark_from_avro_reads(spark, kafka, schema_registry):
+    from pyspark.sql.avro.functions import from_avro
+
+    topic = create_topic(kafka.bootstrap, unique_topic("avro-spark"), partitions=2)
+    df = spark.range(50).select(F.struct(F.col("id"), (F.col("id") * 1.5).alias("x"),
+                                         F.col("id").cast("string").alias("s")).alias("value"))
+    _options(df.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+             **{"kprod.value.format": "avro"}).save()
+    schema = _registry_client(schema_registry).get_latest_version(f"{topic}-value").schema.schema_str
+    read = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", topic)
+            .load().select(from_avro(F.expr("substring(value, 6)"), schema).alias("v")).select("v.*"))
+    assert sorted(tuple(r) for r in read.collect()) == [(i, i * 1.5, str(i)) for i in range(50)]
+
+
+def test_json_schema_values_in_a_stream(spark, kafka, schema_registry, tmp_path):
+    topic = create_topic(kafka.bootstrap, unique_topic("json"), partitions=2)
+    source = tmp_path / "in"
+    source.mkdir()
+    for f in range(2):
+        (source / f"{f}.json").write_text("".join(
+            json.dumps({"id": f * 10 + i, "name": f"n{i}", "price": f"{i}.25"}) + "\n" for i in range(10)))
+    rows = (spark.readStream.schema("id LONG, name STRING, price STRING").option("maxFilesPerTrigger", 1)
+            .json(str(source))
+            .select(F.col("id").cast("string").alias("key"),
+                    F.struct("id", "name", F.col("price").cast("decimal(6,2)").alias("price"),
+                             F.array(F.col("id"), F.lit(None).cast("long")).alias("ids")).alias("value")))
+    query = (_options(rows.writeStream.format("kprod"), kafka.bootstrap, topic, schema_registry,
+                      **{"kprod.value.format": "json", "checkpointLocation": str(tmp_path / "chk")})
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None
+    messages = consume_all(kafka.bootstrap, topic, 20, settle=0.5)
+    values = _decode(schema_registry, "json", messages)
+    assert sorted((v["id"], v["name"], decimal.Decimal(str(v["price"])), v["ids"]) for v in values) == sorted(
+        (n, f"n{n % 10}", decimal.Decimal(f"{n % 10}.25"), [n, None]) for n in range(20))
+    assert {m.key().decode() for m in messages} == {str(n) for n in range(20)}
+
+
+def test_a_topic_column_gets_one_schema_id_per_subject(spark, kafka, schema_registry):
+    topics = [create_topic(kafka.bootstrap, unique_topic(f"avro-t{i}"), partitions=1) for i in range(3)]
+    df = spark.range(90).select(F.element_at(F.array(*map(F.lit, topics)), (F.col("id") % 3 + 1).cast("int"))
+                                .alias("topic"), F.struct("id").alias("value"))
+    _options(df.write.format("kprod").mode("append"), kafka.bootstrap, None, schema_registry,
+             **{"kprod.value.format": "avro"}).save()
+    client = _registry_client(schema_registry)
+    ids = {client.get_latest_version(f"{t}-value").schema_id for t in topics}
+    for i, t in enumerate(topics):
+        messages = consume_all(kafka.bootstrap, t, 30, settle=0.3)
+        assert sorted(v["id"] for v in _decode(schema_registry, "avro", messages)) == list(range(i, 90, 3))
+        assert {int.from_bytes(m.value()[1:5], "big") for m in messages} == \
+            {client.get_latest_version(f"{t}-value").schema_id}
+    assert len(ids) >= 1
+
+
+def test_a_given_schema_evolves_as_the_registry_allows(spark, kafka, schema_registry):
+    topic = create_topic(kafka.bootstrap, unique_topic("avro-evolve"), partitions=1)
+    v1 = {"type": "record", "name": "Order", "namespace": "shop",
+          "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}]}
+    v2 = {**v1, "fields": [*v1["fields"], {"name": "qty", "type": "int", "default": 1}]}
+    df1 = spark.range(3).select(F.struct("id", F.lit("pen").alias("item")).alias("value"))
+    df2 = spark.range(3, 6).select(F.struct("id", F.lit("ink").alias("item"), F.lit(5).alias("qty")).alias("value"))
+    for df, schema in ((df1, v1), (df2, v2)):
+        _options(df.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+                 **{"kprod.value.format": "avro", "kprod.value.avro.schema": json.dumps(schema)}).save()
+    client = _registry_client(schema_registry)
+    assert client.get_versions(f"{topic}-value") == [1, 2]
+    values = _decode(schema_registry, "avro", consume_all(kafka.bootstrap, topic, 6, settle=0.3))
+    assert sorted(values, key=lambda v: v["id"]) == [
+        {"id": 0, "item": "pen"}, {"id": 1, "item": "pen"}, {"id": 2, "item": "pen"},
+        {"id": 3, "item": "ink", "qty": 5}, {"id": 4, "item": "ink", "qty": 5}, {"id": 5, "item": "ink", "qty": 5}]
+    # An incompatible change (BACKWARD: a new field without a default) fails on the driver.
+    v3 = {**v1, "fields": [*v1["fields"], {"name": "note", "type": "string"}]}
+    df3 = spark.range(1).select(F.struct("id", F.lit("x").alias("item"), F.lit("n").alias("note")).alias("value"))
+    with pytest.raises(Exception, match=rf"(?s){topic}-value.*") as failure:
+        _options(df3.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+                 **{"kprod.value.format": "avro", "kprod.value.avro.schema": json.dumps(v3)}).save()
+    assert "ncompatible" in str(failure.value)
+    assert len(consume_all(kafka.bootstrap, topic, 6, settle=0.3)) == 6  # nothing more was sent
+
+
+def test_a_derived_schema_change_is_refused_pointing_at_a_given_schema(spark, kafka, schema_registry):
+    topic = create_topic(kafka.bootstrap, unique_topic("avro-derived"), partitions=1)
+    base = spark.range(2).select(F.struct("id").alias("value"))
+    _options(base.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+             **{"kprod.value.format": "avro"}).save()
+    wider = spark.range(2).select(F.struct("id", F.col("id").cast("string").alias("name")).alias("value"))
+    with pytest.raises(Exception, match="kprod.value.avro.schema") as failure:
+        _options(wider.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+                 **{"kprod.value.format": "avro"}).save()
+    assert f"{topic}-value" in str(failure.value)
+
+
+@pytest.mark.parametrize("case", ["unreachable", "column", "nullable", "not a struct", "no url", "bad format"])
+def test_errors_on_the_driver_name_what_is_wrong(spark, kafka, schema_registry, case):
+    topic = create_topic(kafka.bootstrap, unique_topic("avro-err"), partitions=1)
+    given = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"},
+                                                       {"name": "name", "type": "string"}]}
+    df = spark.range(3).select(F.struct("id", F.col("id").cast("string").alias("name")).alias("value"))
+    options = {"kprod.value.format": "avro"}
+    url = schema_registry
+    expected = ""
+    if case == "unreachable":
+        url, expected = "http://127.0.0.1:9", "127.0.0.1:9"
+    elif case == "column":
+        given["fields"][1]["type"] = "int"
+        options["kprod.value.avro.schema"], expected = json.dumps(given), "value.name"
+    elif case == "nullable":  # a nullable column into a field with no null
+        options["kprod.value.avro.schema"], expected = json.dumps(given), "value.name"
+        df = spark.range(3).select(F.struct("id", F.when(F.col("id") > 0, "x").alias("name")).alias("value"))
+    elif case == "not a struct":
+        df, expected = spark.range(3).select(F.col("id").cast("string").alias("value")), "struct"
+    elif case == "no url":
+        url, expected = None, "kprod.schema.registry.url"
+    elif case == "bad format":
+        options["kprod.value.format"], expected = "protobuf", "kprod.value.format"
+    writer = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap) \
+        .option("topic", topic)
+    if url is not None:
+        writer = writer.option("kprod.schema.registry.url", url).option("kprod.schema.registry.timeout.ms", "3000")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    with pytest.raises(Exception) as failure:
+        writer.save()
+    assert expected in str(failure.value), str(failure.value)[:3000]
+    assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []  # nothing was sent
+
+
+def test_send_arrow_refuses_a_null_the_schema_has_no_room_for(kafka, schema_registry):
+    """The producer's own path (Spark refuses such a row itself, before kprod sees it): a
+    null in a field declared non-nullable fails the call naming the column and the row,
+    before any row is queued."""
+    import pyarrow as pa
+
+    from spark_sink.encoder.formats import FormatValueError
+    from spark_sink.producer import ArrowSerializer, KafkaProducer
+
+    topic = create_topic(kafka.bootstrap, unique_topic("avro-null"), partitions=1)
+    fields = [pa.field("id", pa.int64(), False), pa.field("name", pa.string(), False)]
+    value = pa.StructArray.from_arrays(
+        [pa.array(range(10), pa.int64()), pa.array([None if i == 7 else "x" for i in range(10)])], fields=fields)
+    serializer = ArrowSerializer("avro", {"url": schema_registry})
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as producer:
+        with pytest.raises(FormatValueError, match="value.name") as failure:
+            producer.send_arrow(pa.table({"value": value}), topic, value_serializer=serializer)
+        assert "7" in str(failure.value)
+        good = pa.StructArray.from_arrays([pa.array(range(3), pa.int64()), pa.array(["a", "b", "c"])],
+                                          fields=fields)
+        producer.send_arrow(pa.table({"value": good}), topic, value_serializer=serializer).result(30)
+    values = _decode(schema_registry, "avro", consume_all(kafka.bootstrap, topic, 3, settle=0.5))
+    assert values == [{"id": 0, "name": "a"}, {"id": 1, "name": "b"}, {"id": 2, "name": "c"}]
+
+
+def test_exactly_once_writes_keep_their_guarantee_with_a_format(spark, kafka, schema_registry):
+    from tests.spark.readback import assert_nothing_left_open
+
+    topic = create_topic(kafka.bootstrap, unique_topic("avro-eos"), partitions=2)
+    df = spark.range(1000, numPartitions=3).select(F.struct("id").alias("value"))
+    _options(df.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+             **{"kprod.value.format": "avro", "kprod.deliveryGuarantee": "exactly-once"}).save()
+    messages = consume_all(kafka.bootstrap, topic, 1000, settle=0.5, overrides={"isolation.level": "read_committed"})
+    assert sorted(v["id"] for v in _decode(schema_registry, "avro", messages)) == list(range(1000))
+    assert_nothing_left_open(kafka.bootstrap, topic, 2)
