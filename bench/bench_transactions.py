@@ -23,7 +23,8 @@ import time
 import uuid
 
 from kprod_broker import KafkaCluster
-from spark_sink.producer import AdminClient, KafkaProducer, ProducerRecord
+from spark_sink.admin import AdminClient
+from spark_sink.producer import KafkaProducer, ProducerRecord
 
 PARTITIONS = 3
 

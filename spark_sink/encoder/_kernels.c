@@ -356,6 +356,119 @@ done:
     return written;
 }
 
+/* A zigzag varint at *pos, before end: its value, *pos moved past it; 0 with *ok cleared
+   if it runs past end or past 10 bytes. */
+static inline int64_t get_varint(const uint8_t **pos, const uint8_t *end, int *ok) {
+    uint64_t u = 0;
+    for (int shift = 0; shift < 70 && *pos < end; shift += 7) {
+        uint8_t b = *(*pos)++;
+        u |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+    }
+    *ok = 0;
+    return 0;
+}
+
+/* One pass over a records section: with out NULL, the bytes it takes once its records'
+   offset deltas are moved by offset_shift and timestamp deltas by ts_shift; else writes it
+   there. -1 if the section is not whole records. */
+static int64_t move_records(const uint8_t *pos, const uint8_t *end, int64_t offset_shift, int64_t ts_shift,
+                            uint8_t *out) {
+    int64_t total = 0;
+    int ok = 1;
+    while (pos < end) {
+        int64_t length = get_varint(&pos, end, &ok);
+        if (!ok || length < 1 || length > end - pos) return -1;
+        const uint8_t *body = pos, *body_end = pos + length;
+        pos++; /* attributes */
+        int64_t ts_delta = get_varint(&pos, body_end, &ok);
+        int64_t offset_delta = get_varint(&pos, body_end, &ok);
+        if (!ok) return -1;
+        int64_t rest = body_end - pos;
+        int64_t new_ts = ts_delta + ts_shift, new_offset = offset_delta + offset_shift;
+        int64_t new_body = 1 + varint_size(new_ts) + varint_size(new_offset) + rest;
+        if (out) {
+            uint8_t *w = out + total;
+            w = put_varint(w, new_body);
+            *w++ = *body;
+            w = put_varint(w, new_ts);
+            w = put_varint(w, new_offset);
+            memcpy(w, pos, (size_t)rest);
+        }
+        total += varint_size(new_body) + new_body;
+        pos = body_end;
+    }
+    return total;
+}
+
+PyDoc_STRVAR(merge_sections_doc,
+"merge_sections(payloads, counts, base_timestamps) -> bytes\n--\n\n"
+"Uncompressed records sections of consecutive batches of one partition as one section: the\n"
+"records of each after those before it, their offset deltas moved by the records before\n"
+"and their timestamp deltas by their batch's first timestamp less the first batch's.\n"
+"payloads: a list of buffers; counts, base_timestamps: lists of ints, one per payload.\n"
+"ValueError if a payload is not whole records.");
+
+static PyObject *merge_sections(PyObject *self, PyObject *args) {
+    PyObject *payloads, *counts, *bases, *result = NULL;
+    Py_buffer *views = NULL;
+    Py_ssize_t n = 0, acquired = 0;
+    int64_t *offset_shift = NULL, *ts_shift = NULL, *sizes = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &payloads, &PyList_Type, &counts, &PyList_Type, &bases))
+        return NULL;
+    n = PyList_Size(payloads);
+    if (n < 1 || PyList_Size(counts) != n || PyList_Size(bases) != n) {
+        PyErr_SetString(PyExc_ValueError, "merge_sections: one count and base timestamp per payload, at least one");
+        return NULL;
+    }
+    views = PyMem_Calloc(n, sizeof(Py_buffer));
+    offset_shift = PyMem_Calloc(n, sizeof(int64_t));
+    ts_shift = PyMem_Calloc(n, sizeof(int64_t));
+    sizes = PyMem_Calloc(n, sizeof(int64_t));
+    if (!views || !offset_shift || !ts_shift || !sizes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t first_base = PyLong_AsLongLong(PyList_GetItem(bases, 0)), records = 0, total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t count = PyLong_AsLongLong(PyList_GetItem(counts, i));
+        int64_t base = PyLong_AsLongLong(PyList_GetItem(bases, i));
+        if (PyErr_Occurred()) goto done;
+        offset_shift[i] = records;
+        ts_shift[i] = base - first_base;
+        records += count;
+    }
+    for (; acquired < n; acquired++)
+        if (PyObject_GetBuffer(PyList_GetItem(payloads, acquired), &views[acquired], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && total >= 0; i++) {
+        const uint8_t *buf = views[i].buf;
+        sizes[i] = move_records(buf, buf + views[i].len, offset_shift[i], ts_shift[i], NULL);
+        total = sizes[i] < 0 ? -1 : total + sizes[i];
+    }
+    Py_END_ALLOW_THREADS
+    if (total < 0) {
+        PyErr_SetString(PyExc_ValueError, "merge_sections: a payload is not a records section of whole records");
+        goto done;
+    }
+    if (!(result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total))) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AsString(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *buf = views[i].buf;
+        move_records(buf, buf + views[i].len, offset_shift[i], ts_shift[i], out);
+        out += sizes[i];
+    }
+    Py_END_ALLOW_THREADS
+done:
+    for (Py_ssize_t i = 0; i < acquired; i++) PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(offset_shift);
+    PyMem_Free(ts_shift);
+    PyMem_Free(sizes);
+    return result;
+}
+
 /* Kafka's murmur2 (MurmurHash2) of one value, unsigned. */
 static inline uint32_t murmur2(const uint8_t *p, Py_ssize_t length, uint32_t seed) {
     const uint32_t m = 0x5BD1E995;
@@ -1366,6 +1479,7 @@ static PyMethodDef methods[] = {
     {"plan_batches", plan_batches, METH_VARARGS, plan_batches_doc},
     {"write_records", write_records, METH_VARARGS, write_records_doc},
     {"murmur2_rows", murmur2_rows, METH_VARARGS, murmur2_rows_doc},
+    {"merge_sections", merge_sections, METH_VARARGS, merge_sections_doc},
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, run_callbacks_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -308,3 +308,15 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
     """:func:`encode_groups` for rows that all go to one partition."""
     return encode_groups(keys, values, timestamps, headers, None, 1, batch_size=batch_size, codec=codec,
                          level=level)[0]
+
+
+def merge_sections(payloads: list[bytes | memoryview], counts: list[int], base_timestamps: list[int]) -> bytes:
+    """Uncompressed records sections of consecutive batches of one partition as one: each
+    record's offset delta moved by the records before it, its timestamp delta by its
+    batch's first timestamp less the first batch's (compiled; see can_merge)."""
+    return kernels.compiled().merge_sections(payloads, counts, base_timestamps)
+
+
+def can_merge() -> bool:
+    """Whether merge_sections is compiled here (the C extension; numba's loops have none)."""
+    return hasattr(kernels.compiled(), "merge_sections")

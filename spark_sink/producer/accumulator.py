@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
-from spark_sink.encoder.columnar import EncodedRecords
+from spark_sink.encoder.columnar import EncodedRecords, can_merge
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
     PlainAppender,
@@ -34,9 +34,28 @@ from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHE
 LeaderOf = Callable[[TopicPartition], int | None]
 
 
+def _varint_bytes(value: int) -> int:
+    """Bytes of the zigzag varint of a non-negative ``value``."""
+    return max(1, -(-(2 * value + 1).bit_length() // 7))
+
+
 def retry_backoff_ms(config: ProducerConfig, attempts: int) -> float:
     """Exponential backoff from retry.backoff.ms to retry.backoff.max.ms."""
     return min(config.retry_backoff_max_ms, config.retry_backoff_ms * (2 ** max(0, attempts - 1)))
+
+
+# The input a partition of a many-partition topic should have per chunk of send_arrow's
+# encoding: each chunk ends every partition's record batch, and at 512 partitions 4 MiB
+# chunks made batches of ~70 records, which cost a broker (and the Sender) more per record
+# than the Java producer's 16 KiB batches (bench/RESULTS.md, issue 55).
+PARTITION_CHUNK_SHARE = 64 << 10
+
+
+def chunk_bytes_for(partition_count: int, chunk_bytes: int, buffer_memory: int) -> int:
+    """Input bytes to encode at a time for a topic of ``partition_count`` partitions:
+    ``chunk_bytes``, or up to half of buffer.memory where that leaves each partition less
+    than PARTITION_CHUNK_SHARE (append_encoded reserves a large chunk in runs of partitions)."""
+    return max(chunk_bytes, min(partition_count * PARTITION_CHUNK_SHARE, buffer_memory // 2))
 
 
 class RecordAccumulator:
@@ -59,11 +78,15 @@ class RecordAccumulator:
         self._order = itertools.count()
         self._flushes = 0
         self._drain_start = 0  # where in _batches' order the next drain starts
+        self._next_expiry_ms = float("-inf")  # before it, no queued batch has expired (see expire)
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
         self.on_ready: Callable[[], None] = lambda: None  # append_plain filled a batch
         self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
         self._record_buffer: type = RecordBuffer if compiled else PyRecordBuffer
+        # Encoded batches queued one behind another are joined as they are drained (see
+        # _merge_head) where the encoder can join them: the C extension, unless compression.
+        self._merge = config.compression_codec == 0 and compiled and PlainAppender is not None and can_merge()
         # append_plain below, in C: the same steps without a Python frame per record (and
         # the producer's PlainSender appends through it)
         self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata, ProducerBatch)
@@ -177,14 +200,25 @@ class RecordAccumulator:
         ProducerClosedError with part of ``groups`` queued, as ``queued`` heard.
         """
         sizes = [sum(records.size_in_bytes for records in encoded) for _, encoded in groups]
-        total = sum(sizes)
-        if total <= self._pool.total // 4:
-            # One reservation for the call, so that a producer running ahead of the brokers
-            # waits (and wakes) once per call instead of once per batch; each partition's
-            # share is freed with its last batch, as its payloads share one buffer.
+        most = self._pool.total // 4
+        i = 0
+        while i < len(groups):
+            # A run of partitions reserved at once, at most a quarter of buffer.memory: a
+            # producer running ahead of the brokers waits (and wakes) once per run instead
+            # of once per batch; each partition's share is freed with its last batch, as its
+            # payloads share one buffer.
+            end, total = i, 0
+            while end < len(groups) and total + sizes[end] <= most:
+                total += sizes[end]
+                end += 1
+            if end == i:  # one partition's batches larger than that: one by one
+                self._append_one_by_one(topic, groups[i][0], groups[i][1], now, max_block_ms, listener, queued,
+                                        wakeup)
+                i += 1
+                continue
             self._pool.allocate(total, max_block_ms)
             try:
-                for (partition, encoded), size in zip(groups, sizes):
+                for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
                     shared = SharedReservation(size, len(encoded))
                     self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
                     total -= size
@@ -193,20 +227,25 @@ class RecordAccumulator:
                 if total:  # the shares of partitions not queued
                     self._pool.deallocate(total)
             wakeup()
-            return
-        for partition, encoded in groups:
-            for records in encoded:  # a large call: batch by batch, each sendable before the next waits
-                if isinstance(records.payload, memoryview):
-                    # Its own copy, so that its memory is really free when the batch completes.
-                    records = dataclasses.replace(records, payload=bytes(records.payload))
-                self._pool.allocate(records.size_in_bytes, max_block_ms)
-                try:
-                    self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
-                except BaseException:
-                    self._pool.deallocate(records.size_in_bytes)
-                    raise
-                queued([records])
-                wakeup()
+            i = end
+
+    def _append_one_by_one(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
+                           max_block_ms: float, listener: Callable[[ProducerBatch], None],
+                           queued: Callable[[list[EncodedRecords]], None], wakeup: Callable[[], None]) -> None:
+        """A partition's batches too large to reserve at once: batch by batch, each sendable
+        before the next waits."""
+        for records in encoded:
+            if isinstance(records.payload, memoryview):
+                # Its own copy, so that its memory is really free when the batch completes.
+                records = dataclasses.replace(records, payload=bytes(records.payload))
+            self._pool.allocate(records.size_in_bytes, max_block_ms)
+            try:
+                self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
+            except BaseException:
+                self._pool.deallocate(records.size_in_bytes)
+                raise
+            queued([records])
+            wakeup()
 
     def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedReservation]],
                          now: float, listener: Callable[[ProducerBatch], None]) -> None:
@@ -223,6 +262,7 @@ class RecordAccumulator:
                 batch.order = next(self._order)
             dq.extend(batches)
             self._incomplete.update(batches)
+            self._created(now)
 
     # -- sender side ----------------------------------------------------------
 
@@ -273,6 +313,7 @@ class RecordAccumulator:
         drained: dict[int, list[ProducerBatch]] = {n: [] for n in nodes}
         sizes = dict.fromkeys(nodes, 0)
         full: set[int] = set()
+        merge = self._merge
         with self._lock:
             # Each drain starts where the last one first ran out of room (Java's
             # drainIndex), so partitions late in the order are not always left for later.
@@ -290,8 +331,13 @@ class RecordAccumulator:
                 batch = dq[0]
                 if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
                     continue
-                # An open batch's estimate bounds its encoded size from above.
-                size = sizes[node] + batch.wire_size
+                # An open batch's estimate bounds its encoded size from above, as does a
+                # merged batch's bound its joined size.
+                wire_size = batch.wire_size
+                if len(dq) > 1 and not batch.attempts and merge:
+                    batch, wire_size = self._merge_head(dq, min(self._config.batch_size,
+                                                                max_request_size - sizes[node]))
+                size = sizes[node] + wire_size
                 if size > max_request_size and drained[node]:
                     full.add(node)
                     if not stopped:
@@ -309,15 +355,49 @@ class RecordAccumulator:
         for node, batches in drained.items():
             if batches:
                 for batch in batches:
+                    batch.join_parts()
                     batch.seal(codec, level)
                 result[node] = batches
         return result
+
+    def _merge_head(self, dq: deque[ProducerBatch], limit: int) -> tuple[ProducerBatch, int]:
+        """The first batch of a partition, joined with the encoded batches queued right
+        behind it while the whole stays within ``limit`` bytes (batch.size, the request's
+        room), and a bound of its size. send_arrow ends every partition's batches at the
+        end of a call (or chunk): with many partitions the brokers would take many small
+        batches, each costing them (and the Sender) about as much as a full one. Only with
+        the lock held; the records are joined after it is released (join_parts)."""
+        first = dq[0]
+        head = first.encoded
+        if head is None or head.codec or first.parts is not None or head.size_in_bytes > limit:
+            return first, first.wire_size
+        records, size, low, high = head.record_count, head.size_in_bytes, head.base_timestamp, head.max_timestamp
+        taken, joined = 1, size
+        for batch in itertools.islice(dq, 1, None):
+            e = batch.encoded
+            if e is None or e.codec or batch.attempts or batch.parts is not None:
+                break
+            more, low2, high2 = records + e.record_count, min(low, e.base_timestamp), max(high, e.max_timestamp)
+            # Each moved record's deltas and length may take more bytes: at most this many.
+            growth = _varint_bytes(more) + _varint_bytes(max(high2 - head.base_timestamp, head.base_timestamp - low2))
+            bound = size + len(e.payload) + more * (growth - 1)
+            if bound > limit:
+                break
+            records, size, low, high = more, size + len(e.payload), low2, high2
+            taken += 1
+            joined = bound
+        if taken == 1:
+            return first, size
+        merged = ProducerBatch.merged([dq.popleft() for _ in range(taken)])
+        dq.appendleft(merged)
+        return merged, joined
 
     def reenqueue(self, batch: ProducerBatch, now: float) -> None:
         """Put a batch back for a retry, ahead of later batches of its partition."""
         batch.attempts += 1
         batch.last_attempt_ms = now
         with self._lock:
+            self._created(batch.created_ms)
             dq = self._deque(batch.tp)
             i = 0
             while i < len(dq) and dq[i].order < batch.order:
@@ -325,24 +405,43 @@ class RecordAccumulator:
             dq.insert(i, batch)
 
     def expire(self, now: float, delivery_timeout_ms: float) -> list[ProducerBatch]:
-        """Remove queued batches older than delivery.timeout.ms; the caller fails them."""
+        """Remove queued batches older than delivery.timeout.ms; the caller fails them.
+
+        Every partition is looked at only once the oldest batch queued at the last look
+        (or queued since with an earlier creation time) may have expired: the Sender asks
+        every round, and with hundreds of partitions the look cost more than the rest of
+        its round."""
+        if now < self._next_expiry_ms:
+            return []
         expired = []
         with self._lock:
+            earliest = now  # appended from here on: created no earlier, or they say so
             for dq in self._batches.values():
                 while dq and now - dq[0].created_ms >= delivery_timeout_ms:
                     expired.append(dq.popleft())
+                if dq and dq[0].created_ms < earliest:
+                    earliest = dq[0].created_ms
+            self._next_expiry_ms = earliest + delivery_timeout_ms
         return expired
+
+    def _created(self, created_ms: float) -> None:
+        """A batch created at ``created_ms``, perhaps before the last look for expired ones,
+        is queued. Only with the lock held."""
+        expiry = created_ms + self._config.delivery_timeout_ms
+        if expiry < self._next_expiry_ms:
+            self._next_expiry_ms = expiry
 
     def completed(self, batches: Iterable[ProducerBatch]) -> None:
         """Batches finished (either way): release their memory, once each."""
         freed = 0
         with self._lock:
             incomplete = self._incomplete
-            for batch in batches:
-                if batch in incomplete:
-                    incomplete.remove(batch)
-                    memory = batch.memory
-                    freed += memory if isinstance(memory, int) else memory.release_one()
+            for done in batches:
+                for batch in done.parts or (done,):  # a merged batch's memory is its parts'
+                    if batch in incomplete:
+                        incomplete.remove(batch)
+                        memory = batch.memory
+                        freed += memory if isinstance(memory, int) else memory.release_one()
         if freed:
             self._pool.deallocate(freed)
 

@@ -13,13 +13,14 @@ running from its source files (a --py-files zip).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
-from spark_sink.encoder.columnar import EncodedRecords
+from spark_sink.encoder.columnar import EncodedRecords, merge_sections
 from spark_sink.producer.producer_record import RecordMetadata
 from spark_sink.protocol.compression import compress
 from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
@@ -164,7 +165,7 @@ class ProducerBatch:
 
     __slots__ = (
         "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "records", "callbacks", "encoded",
-        "closed", "listener",
+        "closed", "listener", "parts",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence",
         "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
@@ -189,6 +190,9 @@ class ProducerBatch:
         self.encoded = encoded
         self.closed = encoded is not None  # no more appends
         self.listener = listener
+        # A batch joined from encoded batches queued one after another (see merged): they
+        # complete with it, each with its own offsets.
+        self.parts: list[ProducerBatch] | None = None
         self.attempts = 0
         self.last_attempt_ms = 0.0
         self.producer_id = -1
@@ -200,6 +204,29 @@ class ProducerBatch:
         self.completed = False  # outcome known, callbacks run: waiters return
         self._completing = 0  # the thread running the callbacks, while it does
         self._event: threading.Event | None = None
+
+    @classmethod
+    def merged(cls, parts: list[ProducerBatch]) -> ProducerBatch:
+        """One batch for consecutive encoded, uncompressed batches of one partition that
+        were never sent: it takes the first one's place (creation time, order) and its
+        records are theirs, joined by ``join_parts`` (outside the accumulator's lock).
+        Its memory stays theirs, freed as they complete."""
+        first = parts[0]
+        encoded = [p._sealed() for p in parts]
+        batch = cls(first.topic, first.partition, first.created_ms, first.order, 0, first.batch_size,
+                    encoded=EncodedRecords(b"", 0, sum(e.record_count for e in encoded), encoded[0].base_timestamp,
+                                           max(e.max_timestamp for e in encoded), 0))
+        batch.parts = parts
+        return batch
+
+    def join_parts(self) -> None:
+        """The records of a merged batch's parts, as one records section."""
+        parts = self.parts
+        if parts is not None and not self._sealed().payload:
+            sections = [p._sealed() for p in parts]
+            payload = merge_sections([e.payload for e in sections], [e.record_count for e in sections],
+                                     [e.base_timestamp for e in sections])
+            self.encoded = dataclasses.replace(self._sealed(), payload=payload, uncompressed_size=len(payload))
 
     @property
     def record_count(self) -> int:
@@ -283,6 +310,12 @@ class ProducerBatch:
         try:
             if self.callbacks:
                 self._run_callbacks(error)
+            if self.parts is not None:
+                offset = base_offset
+                for part in self.parts:
+                    part.complete(offset, log_append_time, error)
+                    if offset >= 0:
+                        offset += part.record_count
         finally:  # an interrupted callback must not leave the listener or the waiters hanging
             try:
                 if self.listener is not None:

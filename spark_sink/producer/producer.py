@@ -30,7 +30,7 @@ from spark_sink.client.errors import (
 from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.client.network import NetworkClient
 from spark_sink.encoder.columnar import EncodedRecords
-from spark_sink.producer.accumulator import RecordAccumulator
+from spark_sink.producer.accumulator import RecordAccumulator, chunk_bytes_for
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send, screen_arrow_rows
 from spark_sink.producer.batch import FutureRecordMetadata, PlainSender, ProducerBatch, SendCallback, headers_size
 from spark_sink.producer.buffer_pool import BufferPool
@@ -460,14 +460,15 @@ class KafkaProducer:
         future = ArrowSendFuture()
         if refusals is not None:
             future._refused = tuple(refusals.refused)
-        # A chunk's batches are reserved at once: at most an eighth of buffer.memory, so
-        # that the reservation never waits for more than a quarter of it.
+        # Rows encoded at a time: an eighth of buffer.memory, more for a topic of many
+        # partitions (each chunk cuts every partition's batch: see chunk_bytes_for).
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
         batch_bytes = self._arrow_limits.batch_bytes()
         try:
             with self._no_wait_in_callback():
                 for rows in groups:
-                    for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level, chunk_bytes):
+                    for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level,
+                                             chunk_bytes_for(rows.partition_count, chunk_bytes, c.buffer_memory)):
                         if txn is not None:
                             for partition, _ in chunk:
                                 txn.maybe_add_partition((rows.topic, partition))

@@ -1,0 +1,442 @@
+"""How a sink's cost grows with partitions: kprod, Spark's Kafka sink and a no-op sink.
+
+    python bench/bench_partitions.py                        # 1 M rows, 8/64/512/2048 partitions, 16x64
+    python bench/bench_partitions.py --rows 200000 --shapes 512 --rounds 4
+    python bench/bench_partitions.py --quick                # what the suite runs: small and short
+
+Each shape is one topic of N partitions, or ``TxP``: T topics of P partitions each,
+chosen per row through a ``topic`` column. For every shape the same cached DataFrame
+(10-byte keys, 100-byte values, ``local[2]``, 2 tasks) is written through each sink:
+
+- ``kprod``: ``df.write.format("kprod")`` at the sink's defaults;
+- ``kprod exactly-once`` (the shapes of --exactly-once, 512 by default): the same with
+  ``kprod.deliveryGuarantee=exactly-once`` (one transaction per task);
+- ``Spark's sink``: ``df.write.format("kafka")`` (spark-sql-kafka-0-10 of the running
+  Spark, fetched by kprod_broker.spark_kafka_jars) at its own defaults;
+- ``no-op``: a Python data source that takes Spark's Arrow batches and drops them, the
+  floor of any Python sink.
+
+Rounds alternate: every round writes once through each sink, the order rotating from
+round to round (A B C, B C A, ...); the figures are medians over the rounds, the ratios
+medians of per-round ratios. Each sink writes topics of its own at each shape, once
+untimed first: a broker's first write to a new partition costs it far more than later
+ones (--fresh-topics: every write to new topics, as bench_sink.py does). CPU is read from /proc: Spark's
+side is the driver JVM with all its descendants (the Python workers), the broker's its
+own process (a separate JVM, started for the run unless --bootstrap-servers is given; then
+no broker figure). Every write is checked afterwards by its topics' end offsets:
+exactly the rows written (at-least-once), at least that many (exactly-once, whose
+offsets include commit markers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+
+JOBS = Path(__file__).resolve().parent.parent / "jobs"
+sys.path.insert(0, str(JOBS))
+
+import _common  # noqa: E402  (jobs/ on the path first)
+
+NOOP, KPROD, EOS, SPARK = "no-op", "kprod", "kprod exactly-once", "Spark's sink"
+NAN = math.nan
+QUICK = ["--rows", "10000", "--shapes", "4,2x2", "--rounds", "1", "--exactly-once", "4"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """``topics`` topics of ``partitions`` partitions each (topics > 1: a ``topic`` column)."""
+
+    topics: int
+    partitions: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        count, sep, partitions = text.strip().partition("x")
+        try:
+            shape = cls(int(count), int(partitions)) if sep else cls(1, int(count))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"shape {text!r}: expected PARTITIONS or TOPICSxPARTITIONS") from None
+        if shape.topics < 1 or shape.partitions < 1:
+            raise argparse.ArgumentTypeError(f"shape {text!r}: counts must be at least 1")
+        return shape
+
+    def __str__(self) -> str:
+        return str(self.partitions) if self.topics == 1 else f"{self.topics}x{self.partitions}"
+
+
+@dataclass
+class TopicSet:
+    """The topics a sink writes at one shape, and how many whole writes they hold."""
+
+    label: str
+    prefix: str
+    names: list[str]
+    partitions: int
+    writes: int = 0
+    clean: bool = True  # no failed write in them: their end offsets are checked
+
+
+@dataclass
+class Figures:
+    """Per round: rows/s, Spark-side CPU s and broker CPU s of one sink at one shape."""
+
+    rates: list[float] = field(default_factory=list)
+    spark_cpu: list[float] = field(default_factory=list)
+    broker_cpu: list[float] = field(default_factory=list)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench_partitions.py", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    _common.add_common_arguments(parser)
+    parser.set_defaults(topic="kprod-parts", partitions=1)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows per write (default: %(default)s)")
+    parser.add_argument("--value-size", type=int, default=100, help="value bytes (default: %(default)s)")
+    parser.add_argument("--key-size", type=int, default=10, help="key bytes, 0 for none (default: %(default)s)")
+    parser.add_argument("--tasks", type=int, default=2, help="write tasks (default: %(default)s)")
+    parser.add_argument("--shapes", default="8,64,512,2048,16x64",
+                        help="comma-separated PARTITIONS or TOPICSxPARTITIONS (default: %(default)s)")
+    parser.add_argument("--exactly-once", default="512", metavar="SHAPES",
+                        help="shapes also written by kprod in exactly-once mode, '' for none (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per shape (default: %(default)s)")
+    parser.add_argument("--skip-spark-kafka", action="store_true", help="leave out Spark's own Kafka sink")
+    parser.add_argument("--fresh-topics", action="store_true",
+                        help="every write to new topics (default: each sink writes its own topics of a shape, "
+                             "once untimed first)")
+    parser.add_argument("--quick", action="store_true", help=f"a short run for the suite: {' '.join(QUICK)}")
+    return parser
+
+
+def _frame(spark, args: argparse.Namespace, shape: Shape):
+    """The rows, cached; with several topics, a ``topic`` column naming ``<prefix>-<i>``
+    (the prefix, a literal per write, is added later)."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(args.rows, numPartitions=args.tasks)
+    cols = [F.lpad(F.col("id").cast("string"), args.value_size, "v").cast("binary").alias("value")]
+    if args.key_size:
+        cols.insert(0, F.lpad((F.col("id") % 100_000).cast("string"), args.key_size, "k").cast("binary").alias("key"))
+    if shape.topics > 1:
+        cols.append((F.col("id") % shape.topics).cast("string").alias("topic_index"))
+    return df.select(*cols).cache()
+
+
+def _with_topic(df, prefix: str, topics: int):
+    from pyspark.sql import functions as F
+
+    if topics == 1:
+        return df
+    return df.select(*[c for c in df.columns if c != "topic_index"],
+                     F.concat(F.lit(prefix + "-"), F.col("topic_index")).alias("topic"))
+
+
+def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create the topics and wait until each partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1)
+                                       for n in names]).values():
+        future.result(60)
+    deadline = time.monotonic() + 60
+    for name in names:
+        while True:
+            meta = admin.list_topics(name, timeout=10).topics.get(name)
+            if (meta is not None and meta.error is None and len(meta.partitions) == partitions
+                    and all(p.leader >= 0 for p in meta.partitions.values())):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"topic {name}: no leader for every partition after 60 s")
+            time.sleep(0.05)
+    # A leader in the metadata is not yet a log on the broker: a loaded broker took a second
+    # to create 64 partitions' logs, and Spark's sink, answered NOT_LEADER_OR_FOLLOWER
+    # meanwhile, then met OutOfOrderSequence until its batches expired (the broker's log,
+    # 2026-11-29). ListOffsets answers once every log is there.
+    while True:
+        try:
+            _end_offsets(bootstrap, names, partitions)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _end_offsets(bootstrap: str, names: list[str], partitions: int) -> int:
+    """The sum of the topics' end offsets (one ListOffsets round)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {TopicPartition(n, p): OffsetSpec.latest() for n in names for p in range(partitions)}
+    return sum(f.result(60).offset for f in admin.list_offsets(request).values())
+
+
+def _cpu(pid: int) -> float:
+    """User plus system CPU seconds of a process and its reaped children."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants (Spark's JVM and Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += _cpu(pid)
+        todo += children.get(pid, [])
+    return total
+
+
+class _Sinks:
+    """The sinks of one run and how each writes a frame to given topics."""
+
+    def __init__(self, spark, args: argparse.Namespace, bootstrap: str) -> None:
+        from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+        @dataclass(frozen=True)
+        class _Count(WriterCommitMessage):
+            rows: int
+
+        class _NoopWriter(DataSourceArrowWriter):
+            def write(self, iterator):
+                return _Count(sum(batch.num_rows for batch in iterator))
+
+        class NoopDataSource(DataSource):
+            @classmethod
+            def name(cls) -> str:
+                return "bench_parts_noop"
+
+            def writer(self, schema, overwrite):
+                return _NoopWriter()
+
+        spark.dataSource.register(NoopDataSource)
+        self.kprod_options = _common.producer_options(args, bootstrap)
+        self.bootstrap = bootstrap
+        self.labels = [NOOP, KPROD] + ([] if args.skip_spark_kafka else [SPARK])
+
+    def write(self, label: str, df, topic: str | None) -> float:
+        """Seconds to write ``df`` (to ``topic``, or by its topic column)."""
+        if label == NOOP:
+            fmt, options = "bench_parts_noop", {}
+        elif label == SPARK:
+            # Its defaults but delivery.timeout.ms: a write that fails (below) fails in 40 s, not 120.
+            fmt, options = "kafka", {"kafka.bootstrap.servers": self.bootstrap, "kafka.delivery.timeout.ms": "40000"}
+        else:
+            fmt, options = "kprod", dict(self.kprod_options)
+            if label == EOS:
+                options["kprod.deliveryGuarantee"] = "exactly-once"
+        if topic is not None and label != NOOP:
+            options["topic"] = topic
+        started = time.perf_counter()
+        df.write.format(fmt).mode("append").options(**options).save()
+        return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figures]]:
+    if not args.skip_spark_kafka and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        from kprod_broker import spark_kafka_jars
+
+        # On the driver's class path only if given before its JVM starts.
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(str(j) for j in spark_kafka_jars())} pyspark-shell"
+    spark = _common.spark_session(args, "kprod bench_partitions")
+    sinks = _Sinks(spark, args, bootstrap)
+    jvm = spark.sparkContext._gateway.proc.pid
+    broker = getattr(args, "broker_pid", None)
+    eos_shapes = {Shape.parse(s) for s in args.exactly_once.split(",") if s.strip()}
+    topic_sets: list[TopicSet] = []  # every set of topics written, for the check at the end
+    results: dict[Shape, dict[str, Figures]] = {}
+    warmed: set[str] = set()
+    failures = args.failures = []
+    for shape in args.shapes:
+        labels = sinks.labels + ([EOS] if shape in eos_shapes else [])
+        df = _frame(spark, args, shape)
+        assert df.count() == args.rows
+        figures = results[shape] = {label: Figures() for label in labels}
+        current: dict[str, TopicSet] = {}  # each sink's topics at this shape
+
+        def write(label: str, timed: bool, shape: Shape = shape, current: dict[str, TopicSet] = current
+                  ) -> tuple[float, float, float] | None:
+            """One write; one that fails is said and done again, to new topics; None if that
+            failed too. (Spark's sink has met NOT_LEADER_OR_FOLLOWER on a new topic's
+            partitions until its batches expired: bench/RESULTS.md, 2026-11-28.)"""
+            for _attempt in range(2):
+                try:
+                    return write_once(label, timed)
+                except Exception as exc:  # Py4JJavaError: the job failed
+                    failures.append(f"{shape} {label}: {_cause(exc)}")
+                    _common.say(f"{shape} partitions: {label} failed, writing again to new topics: {failures[-1]}")
+                    broken = current.pop(label, None)
+                    if broken is not None:
+                        broken.clean = False  # rows of the failed write may be there: not counted
+            return None
+
+        def write_once(label: str, timed: bool, shape: Shape = shape, df=df, current: dict[str, TopicSet] = current
+                       ) -> tuple[float, float, float]:
+            topics = current.get(label)
+            if topics is None or args.fresh_topics:
+                prefix = f"{args.topic}-{shape}-{uuid.uuid4().hex[:6]}"
+                names = [prefix] if shape.topics == 1 else [f"{prefix}-{i}" for i in range(shape.topics)]
+                topics = current[label] = TopicSet(label, prefix, names, shape.partitions)
+                if label != NOOP:
+                    _create_topics(bootstrap, names, shape.partitions)
+                    topic_sets.append(topics)
+            frame = _with_topic(df, topics.prefix, shape.topics)
+            before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
+            seconds = sinks.write(label, frame, topics.prefix if shape.topics == 1 else None)
+            after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
+            topics.writes += 1
+            return seconds, after[0] - before[0], after[1] - before[1]
+
+        for label in labels:
+            # Untimed: workers started and code paths compiled (once per sink), and unless
+            # --fresh-topics, each sink's topics of this shape written once: a broker's first
+            # write to a new partition costs it far more than the next ones (bench/RESULTS.md,
+            # 2026-11-29), which would swamp what a sink costs it.
+            if label not in warmed or not args.fresh_topics:
+                write(label, timed=False)
+                warmed.add(label)
+        for round_no in range(args.rounds):
+            turn = round_no % len(labels)
+            for label in labels[turn:] + labels[:turn]:
+                done = write(label, timed=True)
+                f = figures[label]
+                if done is None:  # failed twice: no figure this round (NaN keeps the rounds aligned)
+                    f.rates.append(NAN)
+                    f.spark_cpu.append(NAN)
+                    f.broker_cpu.append(NAN)
+                    continue
+                seconds, spark_cpu, broker_cpu = done
+                f.rates.append(args.rows / seconds)
+                f.spark_cpu.append(spark_cpu)
+                f.broker_cpu.append(broker_cpu)
+                _common.say(f"{shape} partitions, round {round_no + 1}: {label}: {args.rows / seconds:,.0f} rows/s, "
+                            f"Spark side {spark_cpu:.2f} CPU s, broker {broker_cpu:.2f} CPU s")
+        df.unpersist()
+    checked = [t for t in topic_sets if t.clean]
+    for t in checked:
+        ends, expected = _end_offsets(bootstrap, t.names, t.partitions), args.rows * t.writes
+        if ends < expected or (ends != expected and t.label != EOS):
+            raise SystemExit(f"{t.label} wrote {ends} records to {t.names[0]}..., expected {expected}")
+    _common.say(f"checked {sum(t.writes for t in checked)} writes by their topics' end offsets")
+    return results
+
+
+def _cause(exc: Exception) -> str:
+    """The last line naming an error in a failed job's message (its root cause)."""
+    lines = [line for line in str(exc).splitlines() if "Error" in line or "Exception" in line]
+    return (lines[-1] if lines else str(exc).splitlines()[0]).strip()[:300]
+
+
+def _median(values: list[float]) -> float:
+    """The median of the rounds that have a figure (NaN if none)."""
+    known = [v for v in values if not math.isnan(v)]
+    return median(known) if known else NAN
+
+
+def _per_m(seconds: list[float], rows: int) -> float:
+    return _median(seconds) * 1e6 / rows
+
+
+def _ratio(a: list[float], b: list[float]) -> float:
+    """The median of per-round ratios a/b (rounds where both wrote)."""
+    return _median([x / y if y else math.inf for x, y in zip(a, b)])
+
+
+def report(args: argparse.Namespace, results: dict[Shape, dict[str, Figures]], broker: str, command: str) -> None:
+    print(f"\npartitions benchmark: {command}")
+    print(f"  broker {broker}; machine {platform.machine()}, {os.cpu_count()} cores "
+          f"({_cpu_model()}), load average {os.getloadavg()[0]:.1f} at the end; "
+          f"{args.rows} rows of {args.key_size}-byte keys and {args.value_size}-byte values, {args.tasks} tasks, "
+          f"{args.rounds} alternating round(s), medians")
+    for failure in getattr(args, "failures", []):
+        print(f"  a write failed and was done again: {failure}")
+    have_broker = getattr(args, "broker_pid", None) is not None
+    print(f"  {'shape':>6} {'sink':<20} {'rows/s':>10} {'Spark CPU s/M':>14} {'broker CPU s/M':>15}")
+    for shape, figures in results.items():
+        for label, f in figures.items():
+            broker_cpu = f"{_per_m(f.broker_cpu, args.rows):>15.2f}" if have_broker and label != NOOP else f"{'':>15}"
+            rate = f"{_median(f.rates):>10,.0f}" if not math.isnan(_median(f.rates)) else f"{'failed':>10}"
+            print(f"  {str(shape):>6} {label:<20} {rate} {_per_m(f.spark_cpu, args.rows):>14.2f}"
+                  f" {broker_cpu}")
+    print("\n  ratios (medians of per-round ratios):")
+    print(f"  {'shape':>6} {'sink':<20} {'CPU/row vs no-op':>17} {'vs Spark':>9} {'broker vs Spark':>16}"
+          f" {'rows/s vs Spark':>16}")
+    for shape, figures in results.items():
+        for label in (KPROD, EOS):
+            if label not in figures:
+                continue
+            f, noop, spark = figures[label], figures[NOOP], figures.get(SPARK)
+            line = f"  {str(shape):>6} {label:<20} {_ratio(f.spark_cpu, noop.spark_cpu):>16.2f}x"
+            if spark is not None:
+                broker_ratio = f"{_ratio(f.broker_cpu, spark.broker_cpu):>15.2f}x" if have_broker else f"{'':>16}"
+                line += (f" {_ratio(f.spark_cpu, spark.spark_cpu):>8.2f}x {broker_ratio}"
+                         f" {_ratio(f.rates, spark.rates):>15.2f}x")
+            print(line)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args = parser.parse_args(QUICK + argv)
+    try:
+        args.shapes = [Shape.parse(s) for s in args.shapes.split(",") if s.strip()]
+        for s in args.exactly_once.split(","):
+            if s.strip():
+                Shape.parse(s)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    if args.rows < args.tasks or args.rounds < 1:
+        parser.error("--rows must be at least --tasks and --rounds at least 1")
+    _common.setup_logging()
+    import logging
+
+    logging.getLogger("spark_sink.spark").setLevel(logging.WARNING)
+    from kprod_broker import KAFKA_VERSION
+
+    broker = args.bootstrap_servers or f"Apache Kafka {KAFKA_VERSION}, one local KRaft node"
+    with _common.kafka_cluster(args) as bootstrap:
+        results = run(args, bootstrap)
+    report(args, results, broker, "python bench/bench_partitions.py " + shlex.join(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
