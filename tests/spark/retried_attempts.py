@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tests.spark.retried_task import kill_kprod_writer
+
 # The ids of microbatch m are m * STRIDE and up: a microbatch's rows tell which it is.
 STRIDE = 1_000_000
 # The writer joins Spark's Arrow batches into calls of a quarter of buffer.memory at most:
@@ -34,29 +36,6 @@ STRIDE = 1_000_000
 SMALL_BUFFER = "262144"
 # Spark's Arrow batches of this many rows, of VALUE_BYTES each: each batch a call of its own.
 BATCH_ROWS, VALUE_BYTES = 1000, 100
-
-
-def kill_kprod_writer(broker_port: int) -> None:
-    """SIGKILL the Python worker running kprod's writer for this task: a task worker
-    (``pyspark.worker``) under this JVM connected to the broker. The driver's workers, which
-    ask the cluster before the write and commit it, run other modules
-    (``pyspark.sql.worker.*``) and may be connected too."""
-    import os
-    import signal
-    import time
-    from pathlib import Path
-
-    from tests import procs
-
-    jvm = procs.parent(procs.parent(os.getpid()))  # this worker <- pyspark daemon <- JVM
-    tasks = [p for p in procs.descendants(jvm) if p != os.getpid() and procs.loads_kprod(p)
-             and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"pyspark.worker"]]
-    writers = procs.connected_to(tasks, broker_port)
-    if len(writers) != 1:
-        raise RuntimeError(f"expected one kprod writer connected to port {broker_port}, found {writers}")
-    os.kill(writers[0], signal.SIGKILL)
-    while procs.rss_bytes(writers[0]) is not None:  # a zombie has no VmRSS
-        time.sleep(0.01)
 
 
 class RecordCount:

@@ -20,8 +20,11 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
+
+from tests import procs
 
 VALUE_BYTES = 20
 
@@ -43,13 +46,14 @@ def wait_for_records(bootstrap: str, topic: str, count: int, timeout_s: float = 
 
 
 def kill_kprod_writer(broker_port: int) -> int:
-    """SIGKILL the Python worker (another process under this one's JVM) that runs kprod's
-    writer with a connection to the broker; return once it is gone."""
-    from tests import procs
-
+    """SIGKILL the Python worker running kprod's writer for this task: a task worker
+    (``pyspark.worker``) under this process's JVM, connected to the broker (the driver's
+    workers, which ask the cluster before a write and commit it, run other modules and may
+    be connected too); return its pid once it is gone."""
     jvm = procs.parent(procs.parent(os.getpid()))  # this worker <- pyspark daemon <- JVM
-    candidates = [pid for pid in procs.descendants(jvm) if pid != os.getpid() and procs.loads_kprod(pid)]
-    writers = procs.connected_to(candidates, broker_port)
+    tasks = [pid for pid in procs.descendants(jvm) if pid != os.getpid() and procs.loads_kprod(pid)
+             and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"pyspark.worker"]]
+    writers = procs.connected_to(tasks, broker_port)
     if len(writers) != 1:
         raise RuntimeError(f"expected one kprod writer connected to port {broker_port}, found {writers}")
     os.kill(writers[0], signal.SIGKILL)
