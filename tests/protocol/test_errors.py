@@ -77,6 +77,7 @@ public class DumpErrors {
 """
 
 
+@pytest.mark.jvm  # runs java: make unit, which promises no JVM, leaves it out
 def test_the_table_is_kafkas_own(tmp_path: Path):
     """Codes, names and flags are those of the kafka-clients jar the test broker runs (Java's
     exception classes decide the flags: RetriableException, InvalidMetadataException)."""
