@@ -218,6 +218,8 @@ class _Sinks:
     def __init__(self, spark, args: argparse.Namespace, bootstrap: str) -> None:
         from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
+        # bench_sink.py's no-op sink again, defined here: a class of an imported module is
+        # pickled by reference, and Spark's workers cannot import jobs/bench_sink.py.
         @dataclass(frozen=True)
         class _Count(WriterCommitMessage):
             rows: int

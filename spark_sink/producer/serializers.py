@@ -54,9 +54,12 @@ class ArrowSerializer:
         self.resolved: dict[str, tuple[int, str]] = {}
         self._client: SchemaRegistryClient | None = None
         self._encoders: dict[tuple[str, pa.DataType], AvroEncoder | JsonEncoder] = {}
+        # (topic, column type) -> its entry of ``resolved``: each call after the first
+        # derives, checks and names nothing again.
+        self._by_topic: dict[tuple[str, pa.DataType], tuple[int, str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None, "_encoders": {}}
+        return {**self.__dict__, "_client": None, "_encoders": {}, "_by_topic": {}}
 
     @property
     def client(self) -> SchemaRegistryClient:
@@ -91,13 +94,20 @@ class ArrowSerializer:
         """The schema id rows of ``arrow_type`` to ``topic`` carry: registered, looked up or
         the subject's latest, once per subject. Checks the column against the schema first,
         so that a column the schema cannot carry fails here, naming it."""
-        self.check(arrow_type)
-        subject = self.subject(topic, arrow_type)
-        found = self.resolved.get(subject)
+        return self._prepared(arrow_type, topic)[0]
+
+    def _prepared(self, arrow_type: pa.DataType, topic: str) -> tuple[int, str]:
+        """(schema id, schema text) for rows of ``arrow_type`` to ``topic``."""
+        found = self._by_topic.get((topic, arrow_type))
         if found is None:
-            found = self.resolved[subject] = self._resolve(subject, arrow_type)
-        self._encoder(found[1], arrow_type)  # the registry's schema, where it is the latest
-        return found[0]
+            self.check(arrow_type)
+            subject = self.subject(topic, arrow_type)
+            found = self.resolved.get(subject)
+            if found is None:
+                found = self.resolved[subject] = self._resolve(subject, arrow_type)
+            self._encoder(found[1], arrow_type)  # the registry's schema, where it is the latest
+            self._by_topic[(topic, arrow_type)] = found
+        return found
 
     def check(self, arrow_type: pa.DataType) -> None:
         """Check the column against the schema given or derived, asking no registry (where
@@ -171,8 +181,7 @@ class ArrowSerializer:
         return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
     def _serialize_one(self, column: pa.Array, topic: str) -> pa.Array:
-        schema_id = self.prepare(column.type, topic)
-        text = self.resolved[self.subject(topic, column.type)][1]
+        schema_id, text = self._prepared(column.type, topic)
         return self._encoder(text, column.type).encode(column, prefix=MAGIC + schema_id.to_bytes(4, "big"))
 
 
