@@ -135,12 +135,6 @@ class ArrowSerializer:
         try:
             return self.client.register(subject, text, schema_type), text
         except IncompatibleSchemaError as exc:
-            # Tasks meeting a new subject at once each register the same schema; a registry
-            # may refuse all but the first creator (Apicurio answers 409): the schema is
-            # then there, under the id the first one got.
-            found = self.client.lookup(subject, text, schema_type)
-            if found is not None:
-                return found.id, text
             if self.schema is None:
                 exc.add_note(
                     f"kprod derived the {self.column} schema from the DataFrame as Spark's to_avro does, where a "

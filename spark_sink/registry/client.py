@@ -16,7 +16,7 @@ from typing import Any
 
 from spark_sink.client.errors import ConfigError
 from spark_sink.registry.config import RegistryConfig
-from spark_sink.registry.errors import SchemaNotFoundError, SchemaRegistryError
+from spark_sink.registry.errors import IncompatibleSchemaError, SchemaNotFoundError, SchemaRegistryError
 from spark_sink.registry.transport import Transport
 
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
@@ -81,9 +81,18 @@ class SchemaRegistryClient:
         found = self._ids.get(key)
         if found is not None:
             return found
-        answer = self._transport.request(
-            "POST", f"/subjects/{_quote(subject)}/versions", _body(schema_str, key[1]),
-            what=f"registering a schema under subject {subject!r}", subject=subject)
+        try:
+            answer = self._transport.request(
+                "POST", f"/subjects/{_quote(subject)}/versions", _body(schema_str, key[1]),
+                what=f"registering a schema under subject {subject!r}", subject=subject)
+        except IncompatibleSchemaError:
+            # Clients registering a new subject's schema at once: a registry may refuse all
+            # but the first creator (Apicurio answers 409). The schema is then there, under
+            # the first one's id; only if it is not was the refusal about compatibility.
+            registered = self.lookup(subject, schema_str, key[1])
+            if registered is None:
+                raise
+            return registered.id
         schema_id = _int(answer, "id")
         self._ids.put(key, schema_id)
         if self._schemas.get(schema_id) is None:
