@@ -14,7 +14,7 @@ from spark_sink._exports import lazy_exports
 
 _PRODUCER = (
     "AbortableTransactionError", "FatalTransactionError", "IllegalStateError",
-    "PreparedTransaction", "TransactionError", "ArrowSendFuture", "ArrowSendResult",
+    "PreparedTransaction", "TransactionError", "ArrowSendFuture", "ArrowSendResult", "ArrowSerializer",
     "AuthenticationError", "BufferExhaustedError", "ColumnError", "ConfigError",
     "FutureRecordMetadata", "InvalidPartitionError", "KafkaProducer", "KafkaTimeoutError",
     "ProducerClosedError", "ProducerConfig", "ProducerRecord", "RecordMetadata",
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         AbortableTransactionError,
         ArrowSendFuture,
         ArrowSendResult,
+        ArrowSerializer,
         AuthenticationError,
         BufferExhaustedError,
         ColumnError,
