@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,12 +26,24 @@ from typing import Any
 
 from kprod_broker.jars import KAFKA_VERSION, KafkaUnavailableError, java, kafka_classpath
 
+# Every port free_port handed out in this process: the kernel may offer a port again
+# before the first taker binds it, and a node given one port for two listeners (seen in
+# the suite: "two listeners on the same port") does not start.
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
 
 def free_port() -> int:
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port that was free a moment ago, never one this process was
+    handed before."""
+    with _handed_out_lock:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 _LOG4J2 = """\
