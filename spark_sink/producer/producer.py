@@ -412,7 +412,8 @@ class KafkaProducer:
 
         With a serializer (``ArrowSerializer("avro", {"url": ...})``) the ``key`` or
         ``value`` column is a struct, sent in the Schema Registry's wire format (Avro or
-        JSON Schema); a row the schema cannot carry fails the call before any row is queued.
+        JSON Schema); a row the schema cannot carry fails the call before any row is queued
+        (with ``on_error="skip"``: is refused, its columns as given).
 
         All or nothing at validation: a bad column, a row whose record is larger than
         max.request.size (or buffer.memory), a topic that is missing, invalid or that the
@@ -432,11 +433,18 @@ class KafkaProducer:
         # The Sender thread reads responses while this thread encodes: hand it the GIL
         # within 0.5 ms instead of 5 (see switch_interval).
         with short_switch_interval():
-            if key_serializer is not None or value_serializer is not None:
-                from spark_sink.producer.serializers import serialize_columns
+            skip = on_error == "skip"
+            if key_serializer is None and value_serializer is None:
+                return self._send_arrow(data, topic, skip)
+            from spark_sink.producer.serializers import serialize_columns
 
-                data = serialize_columns(data, topic, key_serializer, value_serializer)
-            return self._send_arrow(data, topic, on_error == "skip")
+            # Rows a format cannot encode are refused with their columns as given.
+            refusals = RowRefusals(data) if skip else None
+            data = serialize_columns(data, topic, key_serializer, value_serializer, refusals)
+            future = self._send_arrow(data, topic, skip)
+            if refusals is not None and refusals.refused:
+                future._refused = refusals.followed_by(future._refused)
+            return future
 
     def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None, skip: bool) -> ArrowSendFuture:
         c = self.config

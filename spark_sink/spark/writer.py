@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
+from spark_sink.producer import MetricTotals, RowRefusals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
@@ -177,8 +177,13 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                         exactly_once_names.fence_and_begin(producer)
                         begun = True
                 if options.formats is not None:
-                    # Before the digest: a replay is told by the bytes it sends.
-                    table = serialize_columns(table, options.topic, options.formats.key, options.formats.value)
+                    # Before the digest: a replay is told by the bytes it sends. Rows a
+                    # format cannot encode are dead letters with their fields as they were.
+                    refusals = None if dead is None else RowRefusals(table)
+                    table = serialize_columns(table, options.topic, options.formats.key, options.formats.value,
+                                              refusals)
+                    if refusals is not None and refusals.refused:
+                        dead.refused(producer, refusals.refused)
                 if digest is not None:
                     digest.add(table)
                 pending.append(producer.send_arrow(table, options.topic, on_error=on_error))
