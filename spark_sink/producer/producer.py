@@ -44,7 +44,7 @@ from spark_sink.producer.sender import KafkaClient, Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
-from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
+from spark_sink.protocol.error_codes import KProdError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
@@ -453,7 +453,14 @@ class KafkaProducer:
             txn.ensure_sendable()
 
         def partition_count(t: str) -> int:
-            return self._metadata.partition_count(t) or self._wait_for_topic(t)
+            count = self._metadata.partition_count(t) or self._wait_for_topic(t)
+            if not self._metadata.writable(t):
+                # Refused before any row is queued: under a transaction a Produce the broker
+                # refuses would leave it abortable, the good rows with it.
+                raise TopicAuthorizationFailedError(
+                    f"topic {t!r}: the principal may describe it but not write it (WRITE is not among the "
+                    "operations the brokers' authorizer allows it there)")
+            return count
 
         # Every check runs on the whole input before any row is queued.
         refusals = topics = None

@@ -79,6 +79,7 @@ class KafkaClient(Protocol):
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
     def close(self) -> None: ...
     def describe_bootstrap(self) -> str: ...
+    def api_version(self, node_id: int, api_key: int) -> int | None: ...
     @property
     def authentication_error(self) -> Exception | None:
         """The last failed authentication: threads waiting for metadata fail at once with it."""
@@ -353,7 +354,9 @@ class Sender(threading.Thread):
         if node is None or not self._client.ready(node, now):
             return 10.0  # connecting: come back soon
         self._metadata_in_flight = True
-        self._client.send(node, ApiKey.METADATA, self._metadata.request_body(now), self._on_metadata)
+        body = self._metadata.ask_operations(self._metadata.request_body(now),
+                                             self._client.api_version(node, ApiKey.METADATA))
+        self._client.send(node, ApiKey.METADATA, body, self._on_metadata)
         return _MAX_POLL_MS
 
     def _on_metadata(self, response: ClientResponse) -> None:
