@@ -182,8 +182,8 @@ class ArrowSerializer:
             piece_refused: list[tuple[np.ndarray, Exception]] | None = None if refused is None else []
             pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused))
             order.append(rows)
-            if piece_refused:
-                refused += [(rows[bad], error) for bad, error in piece_refused]
+            if refused is not None and piece_refused:
+                refused.extend((rows[bad], error) for bad, error in piece_refused)
         if len({p.type for p in pieces}) > 1:
             pieces = [p.cast(pa.large_binary()) for p in pieces]
         joined = pa.concat_arrays(pieces)
@@ -223,8 +223,9 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
         refused: list[tuple[np.ndarray, Exception]] | None = None if refusals is None else []
         encoded = serializer.serialize(table.column(name), topics, refused)
         table = table.set_column(table.column_names.index(name), name, encoded)
-        for rows, error in refused or ():
-            refusals.refuse(rows, error, _topic_of(topics, rows))  # type: ignore[union-attr]
+        if refusals is not None and refused:
+            for rows, error in refused:
+                refusals.refuse(rows, error, _topic_of(topics, rows))
     if refusals is None or not refusals.mask.any():
         return table
     return table.filter(pa.array(~refusals.mask))

@@ -182,7 +182,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
                     refusals = None if dead is None else RowRefusals(table)
                     table = serialize_columns(table, options.topic, options.formats.key, options.formats.value,
                                               refusals)
-                    if refusals is not None and refusals.refused:
+                    if dead is not None and refusals is not None:
                         dead.refused(producer, refusals.refused)
                 if digest is not None:
                     digest.add(table)

@@ -2,7 +2,6 @@
 refused and listed, every other row arrives once, and cluster errors still raise."""
 
 import random
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -119,14 +118,6 @@ def test_cluster_errors_are_never_refused_rows():
 
 
 def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
 
     allowed = create_topic(acl_kafka.bootstrap, unique_topic("allowed"), partitions=1)
     denied = create_topic(acl_kafka.bootstrap, unique_topic("denied"), partitions=1)
