@@ -58,7 +58,6 @@ def main() -> None:
         serializer = None
         if args.value_format is not None:
             from kprod_broker import start_local_registry
-
             from spark_sink.producer import ArrowSerializer
 
             registry = start_local_registry()

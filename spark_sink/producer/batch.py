@@ -170,8 +170,8 @@ class ProducerBatch:
     """Records for one topic-partition, sent in one record batch."""
 
     __slots__ = (
-        "topic", "partition", "tp", "created_ms", "order", "order_span", "memory", "batch_size", "records", "callbacks", "encoded",
-        "closed", "listener", "parts",
+        "topic", "partition", "tp", "created_ms", "order", "order_span", "memory", "batch_size", "records", "callbacks",
+        "encoded", "closed", "listener", "parts",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence",
         "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
