@@ -110,7 +110,7 @@ class ArrowSendFuture:
         self._refused: tuple[RefusedRows, ...] = ()  # rows refused before any was queued
         # per partition: [count, order of the first batch, its first offset, order of the
         # last batch, its last offset]
-        self._ranges: dict[tuple[str, int], list[int]] = {}
+        self._ranges: dict[tuple[str, int], list[float]] = {}
         self._callbacks: list[Callable[[ArrowSendFuture], None]] = []
 
     def add_done_callback(self, fn: Callable[[ArrowSendFuture], None]) -> None:
@@ -185,7 +185,8 @@ class ArrowSendFuture:
             raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
                 if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
         return ArrowSendResult(self._records, self._bytes,
-                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
+                               {tp: (int(count), int(first), int(last))
+                                for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
                                self._refused)
 
 
