@@ -462,7 +462,7 @@ class Sender(threading.Thread):
         log.info("%s refused as too large: sent again as %d batches", batch, len(pieces))
         self._txn.handle_split(batch, pieces)
         for piece in pieces:  # their orders keep them in their records' order
-            self._acc.reenqueue(piece, now)
+            self._acc.reenqueue(piece, now, backoff=False)  # no retry: Java waits for none either
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Acknowledged: the caller releases its memory (once per response, not per batch)."""
