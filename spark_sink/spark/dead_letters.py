@@ -3,8 +3,8 @@ into dead letters, records of the row's key and value with ``kprod.errors.*`` he
 naming why (Kafka Connect's ``__connect.errors.*`` headers, under kprod's prefix).
 
 Any source of ``RefusedRows`` goes through ``TaskDeadLetters.refused``: ``send_arrow``'s
-result, and whatever refuses rows before it (a value format that cannot encode a row:
-hand its rows, their columns and the error's class and message over the same way).
+result, and ``serialize_columns``' refusals (rows a key or value format cannot encode,
+their fields as they were, kept in the dead letter as JSON).
 """
 
 from __future__ import annotations
