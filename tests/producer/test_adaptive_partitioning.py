@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -14,6 +15,9 @@ import pytest
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 from tests.clock import MovedClock
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka3
 
 VALUE = b"v" * 1000
 PARTITIONS = 6
@@ -54,7 +58,7 @@ def _config(kafka3_proxies, **settings):
             "buffer.memory": 2_000_000, "delivery.timeout.ms": 120000, **settings}
 
 
-def _warm_up(producer, topic):
+def _warm_up(producer, topic) -> None:
     """Connections to every leader and the topic's metadata, before any fault."""
     for partition in range(PARTITIONS):
         producer.send(ProducerRecord(topic, b"warm-up", partition=partition))
@@ -62,7 +66,7 @@ def _warm_up(producer, topic):
 
 
 @pytest.mark.parametrize("path", ["send", "send_arrow"])
-def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies, path):
+def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies: ProxiedKafka3, path: str) -> None:
     topic, leaders = _topic(kafka3_proxies, "adaptive")
     slow = leaders[0]
     records = RECORDS
@@ -79,7 +83,7 @@ def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies, path):
     assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, records + PARTITIONS)) == records + PARTITIONS
 
 
-def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafka3_proxies):
+def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafka3_proxies: ProxiedKafka3) -> None:
     topic, leaders = _topic(kafka3_proxies, "availability")
     stalled = leaders[0]
     stalled_partitions = {p for p, node in leaders.items() if node == stalled}
@@ -128,7 +132,7 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
 
 
 @pytest.mark.bench
-def test_bench_slow_node_write_time_adaptive_on_and_off(kafka3_proxies):
+def test_bench_slow_node_write_time_adaptive_on_and_off(kafka3_proxies: ProxiedKafka3) -> None:
     """The same keyless write with one node's replies 500 ms late, adaptive partitioning
     on and off, alternating in one run; prints the times and the slow node's share."""
     rounds, records = 3, RECORDS

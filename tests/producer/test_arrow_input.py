@@ -76,14 +76,14 @@ def decoded(group, batch_size=16384, codec=0):
     ("headers", pa.array([["a"]]), "list<struct<key: string, value: binary>>"),
     ("timestamp", pa.array([1], pa.int32()), "timestamp"),
 ])
-def test_wrong_type_names_column_and_accepted_types(column, array, accepted):
+def test_wrong_type_names_column_and_accepted_types(column, array, accepted) -> None:
     cols = {"value": pa.array([b"v"]), column: array}
     with pytest.raises(ColumnError) as e:
         plan(pa.table(cols))
     assert repr(column) in str(e.value) and accepted in str(e.value)
 
 
-def test_unknown_missing_value_and_missing_topic():
+def test_unknown_missing_value_and_missing_topic() -> None:
     with pytest.raises(ColumnError, match="'offset' is not accepted"):
         plan(pa.table({"value": [b"v"], "offset": [1]}))
     with pytest.raises(ColumnError, match="'value' is required"):
@@ -94,14 +94,14 @@ def test_unknown_missing_value_and_missing_topic():
         plan([b"v"])
 
 
-def test_explicit_partitions_are_range_checked():
+def test_explicit_partitions_are_range_checked() -> None:
     for bad in (4, -2, 100):
         with pytest.raises(InvalidPartitionError) as e:
             plan(pa.table({"value": [b"a", b"b"], "partition": pa.array([0, bad], pa.int32())}))
         assert "'t'" in str(e.value) and str(bad) in str(e.value) and "4 partitions" in str(e.value)
 
 
-def test_keys_hash_like_java_explicit_wins_and_null_keys_stick():
+def test_keys_hash_like_java_explicit_wins_and_null_keys_stick() -> None:
     keys = [b"k%d" % i for i in range(200)] + [None] * 3
     parts = pa.array([None] * 150 + [3] * 50 + [None] * 3, pa.int64())
     values = [b"%d" % i for i in range(203)]
@@ -117,7 +117,7 @@ def test_keys_hash_like_java_explicit_wins_and_null_keys_stick():
     assert len({where[i] for i in range(200, 203)}) == 1  # one sticky run
 
 
-def test_ignore_keys_and_sticky_runs_switch_after_a_batch():
+def test_ignore_keys_and_sticky_runs_switch_after_a_batch() -> None:
     n = 100
     data = pa.table({"value": [b"x" * 84] * n, "key": [b"same"] * n})
     groups = plan(data, ignore_keys=True, partitions=3, batch_size=1000)
@@ -128,7 +128,7 @@ def test_ignore_keys_and_sticky_runs_switch_after_a_batch():
     assert [(g.partition, len(g)) for g in keyed] == [(partition_for_hash(murmur2(b"same"), 3), n)]
 
 
-def test_groups_keep_row_order_per_topic_and_partition_and_decode():
+def test_groups_keep_row_order_per_topic_and_partition_and_decode() -> None:
     n = 300
     rng = np.random.default_rng(3)
     topics = pa.array(rng.choice(["a", "b", None], n).tolist())
@@ -152,20 +152,20 @@ def test_groups_keep_row_order_per_topic_and_partition_and_decode():
     assert sorted(seen) == list(range(n))
 
 
-def test_null_topic_without_default_names_the_row():
+def test_null_topic_without_default_names_the_row() -> None:
     with pytest.raises(ColumnError, match="null at row 1"):
         plan(pa.table({"value": [b"a", b"b"], "topic": ["x", None]}), topic=None)
 
 
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
-def test_timestamps_in_any_unit_become_millis_and_nulls_take_now(unit):
+def test_timestamps_in_any_unit_become_millis_and_nulls_take_now(unit: str) -> None:
     ts = pa.array([1_700_000_000, None], pa.int64()).cast(pa.timestamp("s")).cast(pa.timestamp(unit, tz="UTC"))
     (g,) = plan(pa.table({"value": [b"a", b"b"], "timestamp": ts}), partitions=1, now_ms=42)
     assert g.timestamps.tolist() == [1_700_000_000_000, 42]
     assert [r.timestamp for r in decoded(g)] == [1_700_000_000_000, 42]
 
 
-def test_string_large_view_columns_and_large_list_headers():
+def test_string_large_view_columns_and_large_list_headers() -> None:
     headers = pa.array([[{"key": "h", "value": "v"}]], pa.large_list(pa.struct([("key", pa.large_string()),
                                                                                 ("value", pa.string())])))
     data = pa.table({"value": pa.array(["val"], pa.string_view()), "key": pa.array(["k"], pa.large_string()),
@@ -176,11 +176,11 @@ def test_string_large_view_columns_and_large_list_headers():
     assert g.partition == partition_for_hash(murmur2(b"k"), 5)
 
 
-def test_empty_input_plans_nothing():
+def test_empty_input_plans_nothing() -> None:
     assert plan(pa.table({"value": pa.array([], pa.binary())})) == []
 
 
-def test_groups_larger_than_a_chunk_encode_in_pieces_in_order():
+def test_groups_larger_than_a_chunk_encode_in_pieces_in_order() -> None:
     n = 9_000  # ~9.1 MB of values: more than one 8 MiB encoding chunk
     values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
     (g,) = plan(pa.table({"value": values}), partitions=1, batch_size=100_000)
@@ -193,7 +193,7 @@ def test_groups_larger_than_a_chunk_encode_in_pieces_in_order():
     assert all(RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000 for chunk in chunks for e in chunk)
 
 
-def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
+def test_every_partition_of_a_multi_chunk_plan_encodes_in_order() -> None:
     # ~12 MB over 5 partitions: partitions share encoding passes, and some span two chunks.
     n = 12_000
     parts = pa.array([(i * 7) % 5 for i in range(n)], pa.int32())
@@ -216,7 +216,7 @@ def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
     assert got == {p: [i for i in range(n) if (i * 7) % 5 == p] for p in range(5)}
 
 
-def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned():
+def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned() -> None:
     # The record bound counts every framing varint at its widest and each header's key and
     # value, as send() does: key + value + headers + 36, plus the 61-byte batch header.
     headers = pa.array([[{"key": "h", "value": b"x" * 10}], [], [{"key": "h", "value": b"x" * 500}]], HEADER_TYPE)
@@ -229,7 +229,7 @@ def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned():
         plan(data, max_request_size=RECORD_BATCH_OVERHEAD + sizes[1])
 
 
-def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into():
+def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into() -> None:
     from spark_sink.protocol.compression import Codec, compressed_bound
 
     data = pa.table({"value": [b"v" * 10_000]})
@@ -241,7 +241,7 @@ def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into():
 
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
-def test_batches_of_several_records_never_compress_past_max_request_size(codec):
+def test_batches_of_several_records_never_compress_past_max_request_size(codec: int) -> None:
     from spark_sink.protocol.compression import compressed_bound
 
     bound = limits(batch_size=1_000_000, max_request_size=300_000, codec=codec)
@@ -257,7 +257,7 @@ def test_batches_of_several_records_never_compress_past_max_request_size(codec):
     assert len(encoded) > 1 and all(e.size_in_bytes <= 300_000 for e in encoded)
 
 
-def test_a_column_given_twice_is_named():
+def test_a_column_given_twice_is_named() -> None:
     data = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
     with pytest.raises(ColumnError, match="'value' appears more than once"):
         plan(data)
@@ -275,7 +275,7 @@ _ROW = st.tuples(
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_ROW, min_size=1, max_size=40), st.integers(0, 3), st.booleans())
-def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ignore_keys):
+def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ignore_keys) -> None:
     """Each row lands in its topic (the default for a null), its explicit partition, else
     murmur2 of its key (unless keys are ignored), else a sticky one; a null timestamp takes
     now, a null header list is none; every row once, in input order per partition. The

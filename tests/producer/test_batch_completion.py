@@ -2,6 +2,8 @@
 then its waiters are released, so whoever returns from result() or flush() sees every
 callback of those records done; and any number of threads may wait on one batch."""
 
+from __future__ import annotations
+
 import logging
 import sys
 import threading
@@ -9,6 +11,7 @@ import time
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer import batch as batch_module
 from spark_sink.producer.batch import ProducerBatch, PyRecordBuffer
@@ -21,12 +24,12 @@ def _one_batch(producer: KafkaProducer, topic: str, count: int, callback) -> lis
     return [producer.send(ProducerRecord(topic, b"%d" % i, partition=0), callback(i)) for i in range(count)]
 
 
-def test_result_and_flush_return_only_after_the_batchs_callbacks_ran(kafka):
+def test_result_and_flush_return_only_after_the_batchs_callbacks_ran(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("cb-order"), partitions=1)
     ran: list[tuple[int, int]] = []
 
     def slow(i):
-        def callback(metadata, error):
+        def callback(metadata, error) -> None:
             assert error is None
             time.sleep(0.3 if i == 0 else 0.01)  # the first holds the batch's completion up
             ran.append((i, threading.get_ident()))
@@ -47,12 +50,12 @@ def test_result_and_flush_return_only_after_the_batchs_callbacks_ran(kafka):
         assert len(ran) == 20
 
 
-def test_threads_waiting_on_one_batch_are_all_released_after_its_callbacks(kafka):
+def test_threads_waiting_on_one_batch_are_all_released_after_its_callbacks(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("waiters"), partitions=1)
     ran: list[int] = []
 
     def slow(i):
-        def callback(metadata, error):
+        def callback(metadata, error) -> None:
             time.sleep(0.2)
             ran.append(i)
         return callback
@@ -63,7 +66,7 @@ def test_threads_waiting_on_one_batch_are_all_released_after_its_callbacks(kafka
         futures = _one_batch(p, topic, 3, slow)
         assert len({f[0] for f in futures}) == 1  # one batch under all three
 
-        def wait(n):
+        def wait(n) -> None:
             futures[n].result(30)
             seen[n] = len(ran)
 
@@ -75,7 +78,7 @@ def test_threads_waiting_on_one_batch_are_all_released_after_its_callbacks(kafka
     assert seen == {0: 3, 2: 3}
 
 
-def test_lazy_wait_events_lose_no_waiter():
+def test_lazy_wait_events_lose_no_waiter() -> None:
     """Many threads start waiting on a batch at once, as it completes: each returns true.
     (A wait event made twice would leave the threads on the first one waiting out their
     timeout.)"""
@@ -87,7 +90,7 @@ def test_lazy_wait_events_lose_no_waiter():
             start = threading.Barrier(5)
             results: list[bool] = []
 
-            def wait(start=start, results=results, batch=batch):
+            def wait(start=start, results=results, batch=batch) -> None:
                 start.wait()
                 results.append(batch.wait(5))
 
@@ -104,7 +107,7 @@ def test_lazy_wait_events_lose_no_waiter():
         sys.setswitchinterval(interval)
 
 
-def test_a_callback_waiting_on_its_own_record_does_not_wait_for_itself():
+def test_a_callback_waiting_on_its_own_record_does_not_wait_for_itself() -> None:
     batch = ProducerBatch("t", 0, 0.0, 0, 0, 16384)
     seen = []
     future = batch.try_append(5, b"k", b"v", None, lambda md, err: seen.append(future.result(1).offset), 1, 1)
@@ -112,11 +115,11 @@ def test_a_callback_waiting_on_its_own_record_does_not_wait_for_itself():
     assert seen == [42]
 
 
-def test_an_interrupted_callback_still_releases_listener_and_waiters():
+def test_an_interrupted_callback_still_releases_listener_and_waiters() -> None:
     heard = []
     batch = ProducerBatch("t", 0, 0.0, 0, 0, 16384, listener=heard.append)
 
-    def interrupt(md, err):
+    def interrupt(md, err) -> None:
         raise KeyboardInterrupt
 
     batch.try_append(5, b"k", b"v", None, interrupt, 1, 1)
@@ -128,7 +131,8 @@ def test_an_interrupted_callback_still_releases_listener_and_waiters():
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
-def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch, caplog, compiled):
+def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture, compiled: bool) -> None:
     """Both ways of running an acknowledged batch's callbacks: the compiled loop (with
     kprod's extension) and Python's."""
     if compiled:
@@ -138,10 +142,10 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch, capl
     batch = ProducerBatch("t", 3, 0.0, 0, 0, 16384, records=None if compiled else PyRecordBuffer(16384))
     seen = []
 
-    def ok(md, err):
+    def ok(md, err) -> None:
         seen.append((md, err))
 
-    def bad(md, err):
+    def bad(md, err) -> None:
         raise ValueError("boom")
 
     for i, callback in enumerate([ok, bad, ok, None, ok]):
@@ -155,7 +159,7 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch, capl
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
-def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch, compiled):
+def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
     """The compiled loop reuses a RecordMetadata that no callback kept for the next
     record: one a callback did keep is never changed afterwards."""
     if not compiled:
@@ -164,10 +168,10 @@ def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch, compiled):
     kept: list[RecordMetadata] = []
     told: list[tuple] = []
 
-    def keep(md, err):
+    def keep(md, err) -> None:
         kept.append(md)
 
-    def glance(md, err):
+    def glance(md, err) -> None:
         told.append(tuple(md))
 
     for i in range(40):
@@ -179,7 +183,7 @@ def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch, compiled):
     assert told == [tuple(md) for i, md in enumerate(expected) if i % 3]
 
 
-def test_futures_kept_are_not_reused_and_answer_for_their_record():
+def test_futures_kept_are_not_reused_and_answer_for_their_record() -> None:
     """Compiled, futures freed by the application are kept for the next records: one the
     application holds answers for its own record whatever was freed and made since."""
     batch = ProducerBatch("t", 2, 0.0, 0, 0, 16384)

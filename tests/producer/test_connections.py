@@ -32,7 +32,7 @@ def _ready(node_id: int = 1, in_flight: int = 0) -> Connection:
     return conn
 
 
-def test_a_request_unanswered_past_request_timeout_closes_the_connection():
+def test_a_request_unanswered_past_request_timeout_closes_the_connection() -> None:
     conn = _ready(in_flight=2)
     assert conn.next_deadline_ms(CONFIG) == 1100.0
     assert conn.expiry(1099.0, CONFIG) is None
@@ -40,21 +40,21 @@ def test_a_request_unanswered_past_request_timeout_closes_the_connection():
     assert isinstance(error, KafkaTimeoutError) and "request.timeout.ms" in str(error) and backoff
 
 
-def test_an_acks0_write_stuck_in_the_outbox_times_out_like_a_request():
+def test_an_acks0_write_stuck_in_the_outbox_times_out_like_a_request() -> None:
     conn = _ready()
     conn.outbox.append(Outgoing(memoryview(b"frame"), None, queued_ms=40.0))
     assert conn.oldest_request_ms() == 40.0
     assert isinstance(conn.expiry(1040.0, CONFIG)[0], KafkaTimeoutError)
 
 
-def test_a_bring_up_request_times_out_too():
+def test_a_bring_up_request_times_out_too() -> None:
     conn = Connection(1, "h", 1, state=ConnState.SETTING_UP)
     conn.setup = ConnectionSetup(KafkaProtocol())
     conn.setup.connected(now=7.0)  # ApiVersions sent at 7
     assert conn.oldest_request_ms() == 7.0 and conn.next_deadline_ms(CONFIG) == 1007.0
 
 
-def test_connection_setup_timeout_and_idle_close():
+def test_connection_setup_timeout_and_idle_close() -> None:
     conn = Connection(1, "h", 1, state=ConnState.CONNECTING, connect_started_ms=10.0)
     assert conn.next_deadline_ms(CONFIG) == 310.0
     error, backoff = conn.expiry(310.0, CONFIG)
@@ -65,7 +65,7 @@ def test_connection_setup_timeout_and_idle_close():
     assert isinstance(error, KafkaConnectionError) and not backoff  # idle is no failure
 
 
-def test_backoff_grows_with_jitter_up_to_the_cap_and_a_ready_connection_resets_it():
+def test_backoff_grows_with_jitter_up_to_the_cap_and_a_ready_connection_resets_it() -> None:
     conn = Connection(1, "h", 1)
     assert conn.may_connect(0.0)
     backoffs = []
@@ -79,7 +79,7 @@ def test_backoff_grows_with_jitter_up_to_the_cap_and_a_ready_connection_resets_i
     assert conn.failures == 0 and conn.backoff_ms == 0.0 and conn.connect_delay_ms(9000.0) == 0.0
 
 
-def test_disconnected_fails_what_it_held_and_forgets_the_bring_up():
+def test_disconnected_fails_what_it_held_and_forgets_the_bring_up() -> None:
     conn = _ready(in_flight=1)
     got = []
     conn.in_flight[0].callback = got.append
@@ -94,7 +94,7 @@ def test_disconnected_fails_what_it_held_and_forgets_the_bring_up():
     assert conn.versions == {} and conn.setup is None
 
 
-def test_least_loaded_prefers_ready_brokers_with_fewest_in_flight():
+def test_least_loaded_prefers_ready_brokers_with_fewest_in_flight() -> None:
     busy, idle = _ready(1, in_flight=3), _ready(2, in_flight=1)
     assert least_loaded([busy, idle], 0.0) == 2
     assert least_loaded([busy, idle, _ready(-1)], 0.0) == -1  # the load decides

@@ -23,7 +23,7 @@ def _producer(cluster: FakeCluster, **config: object) -> KafkaProducer:
     return KafkaProducer({"bootstrap.servers": "fake:9092", "linger.ms": 0, **config}, network_client=cluster)
 
 
-def test_records_land_in_order_with_their_offsets_and_callbacks():
+def test_records_land_in_order_with_their_offsets_and_callbacks() -> None:
     cluster = FakeCluster(topics={TOPIC: [0, 0]})
     seen = []
     with _producer(cluster) as producer:
@@ -38,7 +38,7 @@ def test_records_land_in_order_with_their_offsets_and_callbacks():
     assert sorted(seen) == sorted((p, o, None) for p, o in offsets)
 
 
-def test_a_lost_answer_is_retried_and_written_once():
+def test_a_lost_answer_is_retried_and_written_once() -> None:
     cluster = FakeCluster(topics={TOPIC: [0]}, lose_answers=1)
     with _producer(cluster) as producer:
         first = producer.send(ProducerRecord(TOPIC, b"a"))
@@ -47,7 +47,7 @@ def test_a_lost_answer_is_retried_and_written_once():
     assert cluster.values((TOPIC, 0)) == [b"a", b"b"]
 
 
-def test_a_retriable_error_is_retried_within_the_delivery_timeout():
+def test_a_retriable_error_is_retried_within_the_delivery_timeout() -> None:
     cluster = FakeCluster(topics={TOPIC: [0]}, fail_next={(TOPIC, 0): [NotLeaderOrFollowerError] * 3})
     with _producer(cluster, **{"retry.backoff.ms": 1}) as producer:
         assert producer.send(ProducerRecord(TOPIC, b"a")).result(10).offset == 0
@@ -56,7 +56,7 @@ def test_a_retriable_error_is_retried_within_the_delivery_timeout():
 
 
 @pytest.mark.parametrize("protocol", [1, 2])
-def test_send_arrow_and_a_committed_transaction(protocol):
+def test_send_arrow_and_a_committed_transaction(protocol: int) -> None:
     cluster = FakeCluster(topics={TOPIC: [0, 0, 0]}, transaction_version=protocol)
     with _producer(cluster, **{"transactional.id": "tx"}) as producer:
         producer.init_transactions()
@@ -73,7 +73,7 @@ def test_send_arrow_and_a_committed_transaction(protocol):
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
-def test_every_acks_setting_completes_every_future(acks):
+def test_every_acks_setting_completes_every_future(acks: str) -> None:
     cluster = FakeCluster(topics={TOPIC: [0]})
     with _producer(cluster, acks=acks, **({"enable.idempotence": "false"} if acks != "all" else {})) as producer:
         futures = [producer.send(ProducerRecord(TOPIC, b"x")) for _ in range(100)]
@@ -82,7 +82,7 @@ def test_every_acks_setting_completes_every_future(acks):
     assert len(cluster.values((TOPIC, 0))) == 100
 
 
-def test_threads_sending_at_once_lose_and_reorder_nothing():
+def test_threads_sending_at_once_lose_and_reorder_nothing() -> None:
     """send()'s short way (compiled: without the accumulator's lock while no thread holds
     it) from several threads at once while batches fill, are drained and complete: every
     record lands once, each thread's records of a key in send order, and every callback
@@ -93,7 +93,7 @@ def test_threads_sending_at_once_lose_and_reorder_nothing():
     errors: list[Exception] = []
 
     def on_ack(value: bytes):
-        def callback(md, err):
+        def callback(md, err) -> None:
             if err is not None:
                 errors.append(err)
             else:
@@ -127,7 +127,7 @@ def test_threads_sending_at_once_lose_and_reorder_nothing():
                 assert of_key == sorted(of_key)
 
 
-def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
+def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close() -> None:
     """send()'s calling conventions (compiled: PlainSender.send in send()'s place)."""
     cluster = FakeCluster(topics={TOPIC: [0]})
     heard: list[int] = []
@@ -148,7 +148,7 @@ def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
         producer.send(record)
 
 
-def test_a_batch_lingers_on_the_producers_clock():
+def test_a_batch_lingers_on_the_producers_clock() -> None:
     """The accumulator stamps a new batch with the producer's clock: a batch started after
     the clock moved two minutes lingers its linger.ms from there (stamped with the real
     time, it would look two minutes old and go at once)."""

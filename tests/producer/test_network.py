@@ -1,9 +1,13 @@
 """NetworkClient against real brokers: handshake, pipelining, timeouts, refused connections."""
 
+from __future__ import annotations
+
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
+from kprod_broker import KafkaCluster
 from spark_sink.client.clock import now_ms
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
@@ -15,13 +19,16 @@ from spark_sink.protocol.records import Record, build_record_batch
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 from tests.clock import MovedClock
 
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka
+
 
 def _client(bootstrap, clock=now_ms, **extra):
     config = ProducerConfig.from_dict({"bootstrap.servers": bootstrap, **extra})
     return NetworkClient(config, config.max_in_flight_requests_per_connection, clock=clock)
 
 
-def _poll_until(client, predicate, timeout_s=15.0):
+def _poll_until(client, predicate, timeout_s=15.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
@@ -58,7 +65,7 @@ def _produce_body(topic, values, acks):
                                topic_data=[kmsg.TopicProduceData(topic, [kmsg.PartitionProduceData(0, batch)])])
 
 
-def test_handshake_and_pipelined_metadata(broker):
+def test_handshake_and_pipelined_metadata(broker: KafkaCluster) -> None:
     client = _client(broker.bootstrap, **{"max.in.flight.requests.per.connection": 3})
     try:
         node = _ready_node(client)
@@ -85,7 +92,7 @@ def test_handshake_and_pipelined_metadata(broker):
         client.close()
 
 
-def test_poll_reports_a_ready_connection_and_a_completed_request(kafka):
+def test_poll_reports_a_ready_connection_and_a_completed_request(kafka: KafkaCluster) -> None:
     """The Sender acts again at once when poll() says something changed, instead of
     sleeping out a wait computed before it (that cost a new producer 20-70 ms)."""
     client = _client(kafka.bootstrap)
@@ -105,7 +112,7 @@ def test_poll_reports_a_ready_connection_and_a_completed_request(kafka):
         client.close()
 
 
-def test_stalled_broker_times_out_then_reconnects(kafka_proxy):
+def test_stalled_broker_times_out_then_reconnects(kafka_proxy: ProxiedKafka) -> None:
     """request.timeout.ms is measured on the client's clock: moved past it, a request the
     stalled broker holds fails at the next poll."""
     proxy, b = kafka_proxy.proxy, kafka_proxy
@@ -131,7 +138,7 @@ def test_stalled_broker_times_out_then_reconnects(kafka_proxy):
         client.close()
 
 
-def test_refused_connection_backs_off():
+def test_refused_connection_backs_off() -> None:
     client = _client(f"127.0.0.1:{free_port()}", **{"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 300})
     try:
         node = client.bootstrap_nodes()[0]
@@ -150,7 +157,7 @@ def test_refused_connection_backs_off():
         client.close()
 
 
-def test_wakeup_interrupts_poll(kafka):
+def test_wakeup_interrupts_poll(kafka: KafkaCluster) -> None:
     client = _client(kafka.bootstrap)
     try:
         threading.Timer(0.1, client.wakeup).start()
@@ -161,7 +168,7 @@ def test_wakeup_interrupts_poll(kafka):
         client.close()
 
 
-def test_close_fails_requests_in_flight(kafka):
+def test_close_fails_requests_in_flight(kafka: KafkaCluster) -> None:
     client = _client(kafka.bootstrap)
     node = _ready_node(client)
     got = []
@@ -170,7 +177,7 @@ def test_close_fails_requests_in_flight(kafka):
     assert isinstance(got[0].error, KafkaConnectionError)
 
 
-def test_metadata_nodes_replace_bootstrap_and_produce_is_answered(broker):
+def test_metadata_nodes_replace_bootstrap_and_produce_is_answered(broker: KafkaCluster) -> None:
     """Brokers learnt from metadata get positive ids and their own connections; a Produce
     request too large for one write (tiny send buffer) is written across polls, pipelined
     behind others, and each is answered."""
@@ -202,7 +209,7 @@ def test_metadata_nodes_replace_bootstrap_and_produce_is_answered(broker):
         client.close()
 
 
-def test_acks0_produce_calls_back_once_written(broker):
+def test_acks0_produce_calls_back_once_written(broker: KafkaCluster) -> None:
     """The callback of an acks=0 Produce fires once the frame is written. Kafka (and the
     mock) never answer one; Tansu does, and that answer must neither break the connection
     nor be taken for the answer to a later request."""
@@ -230,7 +237,7 @@ def test_acks0_produce_calls_back_once_written(broker):
         client.close()
 
 
-def test_connection_setup_timeout():
+def test_connection_setup_timeout() -> None:
     """A listener whose accept queue is full never completes our handshake: the attempt is
     abandoned after socket.connection.setup.timeout.ms and counts as a failure."""
     listener = socket.socket()
@@ -263,7 +270,7 @@ def test_connection_setup_timeout():
         listener.close()
 
 
-def test_repeated_wakeups_keep_interrupting(kafka):
+def test_repeated_wakeups_keep_interrupting(kafka: KafkaCluster) -> None:
     """Every wakeup() from another thread ends the current poll, not only the first."""
     client = _client(kafka.bootstrap)
     try:
@@ -279,7 +286,7 @@ def test_repeated_wakeups_keep_interrupting(kafka):
         client.close()
 
 
-def test_poll_that_consumes_a_wakeup_reports_progress(kafka):
+def test_poll_that_consumes_a_wakeup_reports_progress(kafka: KafkaCluster) -> None:
     """A poll(0) that drains a wakeup() returns True, so a caller that decided before the
     poll (the Sender checking for close) looks again instead of sleeping through the
     wakeup: close() used to wait out the Sender's 100 ms idle wait that way."""
@@ -294,7 +301,7 @@ def test_poll_that_consumes_a_wakeup_reports_progress(kafka):
         client.close()
 
 
-def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy):
+def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy: ProxiedKafka) -> None:
     """acks=0 requests get no response, so only their write can time out: a frame stuck
     behind a stalled peer fails with KafkaTimeoutError; close() fails what is still queued."""
     proxy, b = kafka_proxy.proxy, kafka_proxy

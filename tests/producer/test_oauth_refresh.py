@@ -30,7 +30,7 @@ def _source(clock, provider, **settings):
     return TokenSource(config, clock)
 
 
-def test_token_is_cached_until_the_refresh_window_then_fetched_again():
+def test_token_is_cached_until_the_refresh_window_then_fetched_again() -> None:
     clock, issued = Clock(), []
 
     def provider(options):
@@ -45,7 +45,7 @@ def test_token_is_cached_until_the_refresh_window_then_fetched_again():
     assert source.token().value == "opaque-2" and len(issued) == 2
 
 
-def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept():
+def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept() -> None:
     clock = Clock()
     source = _source(clock, lambda options: ("t", (clock.now + 100) * 1000))  # min period + buffer > lifetime
     source.token()
@@ -65,7 +65,7 @@ def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept():
     assert source.fetches == 2  # 600 s before expiry, not at the window factor's 100%
 
 
-def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired():
+def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired() -> None:
     clock, fail = Clock(), []
 
     def provider(options):
@@ -84,7 +84,7 @@ def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired():
         source.token()
 
 
-def test_the_token_endpoint_is_retried_with_a_doubling_backoff_up_to_its_maximum():
+def test_the_token_endpoint_is_retried_with_a_doubling_backoff_up_to_its_maximum() -> None:
     """An endpoint that cannot be reached: attempts 0.1, 0.2, 0.4, ... s apart (slept on the
     clock, not waited for), given up once the next wait would pass 3.2 s in all."""
     clock, url = Clock(), f"http://127.0.0.1:{free_port()}/token"

@@ -1,10 +1,13 @@
 """KafkaProducer.send against both real brokers, read back with confluent-kafka (CRC checked)."""
 
+from __future__ import annotations
+
 import os
 import threading
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import (
     ConfigError,
     InvalidPartitionError,
@@ -42,7 +45,7 @@ def _records(topic):
 
 
 @pytest.mark.parametrize("codec, level", [(c, None) for c in CODECS] + [("gzip", 1), ("lz4", 12), ("zstd", -3)])
-def test_round_trip_every_codec(broker, codec, level):
+def test_round_trip_every_codec(broker: KafkaCluster, codec, level) -> None:
     topic = create_topic(broker.bootstrap, unique_topic(codec), partitions=3)
     records = _records(topic)
     callbacks = []
@@ -86,7 +89,8 @@ class _RecordSubclass(ProducerRecord):
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
-def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatch):
+def test_keyed_order_and_no_duplicates_many_records(broker: KafkaCluster, compiled: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """send()'s short way, compiled and (as where kprod's extension is not built) Python's:
     every record once, in order per key, each callback told where its record is."""
     if not compiled:
@@ -99,7 +103,7 @@ def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatc
     errors = []
 
     def on_ack(i):
-        def callback(md, err):
+        def callback(md, err) -> None:
             if err is not None:
                 errors.append(err)
             else:
@@ -125,7 +129,7 @@ def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatc
     assert sorted(x for v in seen.values() for x in v) == list(range(n))
 
 
-def test_str_values_and_serializers(kafka):
+def test_str_values_and_serializers(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("ser"), partitions=1)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "key.serializer": lambda k: str(k).encode()}) as p:
         p.send(ProducerRecord(topic, "héllo", key=42)).result(30)
@@ -133,7 +137,7 @@ def test_str_values_and_serializers(kafka):
     assert (m.key(), m.value()) == (b"42", "héllo".encode())
 
 
-def test_bad_input_names_what_is_wrong(kafka):
+def test_bad_input_names_what_is_wrong(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("bad"), partitions=2)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "max.request.size": 10_000}) as p:
         with pytest.raises(SerializationError, match="value must be bytes, str or None"):
@@ -150,25 +154,25 @@ def test_bad_input_names_what_is_wrong(kafka):
         p.send(ProducerRecord(topic, b"late"))
 
 
-def test_config_errors():
+def test_config_errors() -> None:
     with pytest.raises(ConfigError, match="bootstrap.servers"):
         KafkaProducer({})
     with pytest.raises(ConfigError, match="lingerms"):
         KafkaProducer({"bootstrap.servers": "127.0.0.1:1", "lingerms": 5})
 
 
-def test_unreachable_bootstrap_fails_within_max_block():
+def test_unreachable_bootstrap_fails_within_max_block() -> None:
     with KafkaProducer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "max.block.ms": 1500}) as p:
         with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
             p.send(ProducerRecord("nowhere", b"v"))
 
 
-def test_acks_zero_and_one(broker):
+def test_acks_zero_and_one(broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("acks"), partitions=1)
     for acks in ("0", "1"):
         called = []
         with KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
-            def record(md, err, called=called):
+            def record(md, err, called=called) -> None:
                 called.append((md, err))
 
             futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode()), record) for _ in range(10)]
@@ -180,12 +184,12 @@ def test_acks_zero_and_one(broker):
     assert len(consume_all(broker.bootstrap, topic, 20)) == 20
 
 
-def test_callbacks_from_many_threads(kafka):
+def test_callbacks_from_many_threads(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("threads"), partitions=3)
     calls = []
     lock = threading.Lock()
 
-    def cb(md, err):
+    def cb(md, err) -> None:
         with lock:
             calls.append(err)
 
@@ -200,7 +204,7 @@ def test_callbacks_from_many_threads(kafka):
     assert len(calls) == 8000 and not any(calls)
 
 
-def test_the_sending_thread_does_the_io_while_it_sends(kafka):
+def test_the_sending_thread_does_the_io_while_it_sends(kafka: KafkaCluster) -> None:
     """While an application sends, its own thread seals, sends and acknowledges the batches
     it fills (so the two threads do not trade the GIL per record); every record still gets
     exactly one callback."""
@@ -220,17 +224,17 @@ def test_the_sending_thread_does_the_io_while_it_sends(kafka):
     assert on_this_thread > acknowledged_while_sending // 2
 
 
-def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
+def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka: KafkaCluster) -> None:
     """A callback runs on whichever thread does the sender's work, the sending thread
     included: send() from it works, flush() raises instead of waiting for itself (as in
     Java), close() closes without waiting."""
     topic = create_topic(kafka.bootstrap, unique_topic("cb-reentry"), partitions=3)
     outcomes, flush_errors, resent = [], [], []
 
-    def resend(md, err):
+    def resend(md, err) -> None:
         resent.append(err)
 
-    def callback(md, err):
+    def callback(md, err) -> None:
         outcomes.append(err)
         if len(outcomes) % 500 == 1:
             p.send(ProducerRecord(topic, b"from a callback"), resend)
@@ -250,7 +254,7 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
 
     closed = threading.Event()
 
-    def close_on_first(md, err):
+    def close_on_first(md, err) -> None:
         if not closed.is_set():
             closed.set()
             q.close()
@@ -268,14 +272,14 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
     assert all(f.exception(30) is None or "closed" in str(f.exception()) for f in futures)
 
 
-def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(kafka):
+def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(kafka: KafkaCluster) -> None:
     """Ctrl-C can land while the sending thread does the sender's work (here: raised from a
     callback). The producer then stops: every record is acknowledged or failed, none left
     waiting, and a later send() says the producer stopped."""
     topic = create_topic(kafka.bootstrap, unique_topic("interrupted"), partitions=3)
     this_thread = threading.get_ident()
 
-    def interrupt(md, err):
+    def interrupt(md, err) -> None:
         if threading.get_ident() == this_thread:
             raise KeyboardInterrupt
 

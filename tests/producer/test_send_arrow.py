@@ -1,11 +1,14 @@
 """send_arrow on both brokers: every column combination and codec, read back with confluent-kafka."""
 
+from __future__ import annotations
+
 import datetime as dt
 import itertools
 
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import ArrowSendResult, ColumnError, InvalidPartitionError, KafkaProducer
 from spark_sink.producer.arrow_input import HEADER_TYPE
 from spark_sink.producer.partitioner import murmur2
@@ -36,7 +39,7 @@ COMBOS = list(itertools.product([False, True], repeat=4))
 
 
 @pytest.mark.parametrize("key,partition,headers,timestamp", COMBOS)
-def test_every_column_combination(broker, key, partition, headers, timestamp):
+def test_every_column_combination(broker: KafkaCluster, key, partition, headers, timestamp) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("arrow"), partitions=3)
     table = _table(N, key=key, partition=partition, headers=headers, timestamp=timestamp)
     with KafkaProducer({"bootstrap.servers": broker.bootstrap, "batch.size": 2048}) as p:
@@ -82,7 +85,7 @@ def test_every_column_combination(broker, key, partition, headers, timestamp):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_codecs_and_topic_column(broker, codec):
+def test_codecs_and_topic_column(broker: KafkaCluster, codec: str) -> None:
     t1 = create_topic(broker.bootstrap, unique_topic("a"), partitions=2)
     t2 = create_topic(broker.bootstrap, unique_topic("b"), partitions=2)
     table = _table(N, key=True, partition=False, headers=True, timestamp=False, topic_col=[t1, t2], string_values=True)
@@ -95,7 +98,7 @@ def test_codecs_and_topic_column(broker, codec):
         assert got == sorted((v or "").encode() for i, v in enumerate(values) if i % 2 == parity)
 
 
-def test_order_within_partition_follows_rows(kafka):
+def test_order_within_partition_follows_rows(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("ord"), partitions=1)
     table = pa.table({"value": pa.array([b"%06d" % i for i in range(20_000)])})
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "batch.size": 1024}) as p:
@@ -106,7 +109,7 @@ def test_order_within_partition_follows_rows(kafka):
     assert got == table.column("value").to_pylist()
 
 
-def test_bad_columns_are_named_before_anything_is_sent(kafka):
+def test_bad_columns_are_named_before_anything_is_sent(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("badcol"), partitions=2)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         with pytest.raises(ColumnError, match="'extra'.*to_json"):
@@ -123,7 +126,7 @@ def test_bad_columns_are_named_before_anything_is_sent(kafka):
     assert [m.value() for m in consume_all(kafka.bootstrap, topic, 1, settle=0.3)] == [b"fine"]
 
 
-def test_timestamp_as_int64_millis_and_large_types(kafka):
+def test_timestamp_as_int64_millis_and_large_types(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("ts"), partitions=1)
     table = pa.table({"value": pa.array(["a", "b"], pa.large_string()), "key": pa.array([b"x", b"y"], pa.binary_view()),
                       "timestamp": pa.array([1_700_000_000_123, None], pa.int64())})
@@ -134,7 +137,7 @@ def test_timestamp_as_int64_millis_and_large_types(kafka):
     assert b.timestamp()[1] > 1_700_000_000_123
 
 
-def test_summary_ranges_follow_send_order_and_mark_unknown_ends():
+def test_summary_ranges_follow_send_order_and_mark_unknown_ends() -> None:
     """A retried batch the broker had already written comes back without an offset: the
     summary says -1 for that end of the range, never an offset that is not its records'."""
     from spark_sink.encoder.columnar import EncodedRecords

@@ -21,7 +21,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -35,6 +35,9 @@ from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.failover import FAILOVER_CONFIG, transaction_coordinator, wait_in_sync
 from tests.faultproxy import FaultProxy
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka, ProxiedKafka3
 
 PARTITIONS = 2
 SOAK = int(os.environ.get("KPROD_SOAK", "0"))
@@ -259,19 +262,19 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
 STATS: dict[str, int] = {"examples": 0, "kills": 0, "timeouts": 0}  # of the failover runs, reported
 
 
-def test_transactions_match_the_model(kafka, kafka_proxy):
+def test_transactions_match_the_model(kafka: KafkaCluster, kafka_proxy: ProxiedKafka) -> None:
     machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])
     run_state_machine_as_test(machine, settings=settings(
         max_examples=SOAK or 6, stateful_step_count=12, deadline=None, database=None, derandomize=not SOAK,
         suppress_health_check=list(HealthCheck)))
 
 
-def test_transactions_match_the_model_on_protocol_v1(kafka_tv1, kafka_tv1_proxy):
+def test_transactions_match_the_model_on_protocol_v1(kafka_tv1: KafkaCluster, kafka_tv1_proxy: ProxiedKafka) -> None:
     """The same on a cluster without transaction protocol v2 (transaction.version 1)."""
     test_transactions_match_the_model(kafka_tv1, kafka_tv1_proxy)
 
 
-def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka, kafka_tv1):
+def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka: KafkaCluster, kafka_tv1: KafkaCluster) -> None:
     """Kafka 4.x finalizes transaction.version 2 on a fresh node: there each commit bumps
     the epoch (EndTxn v5); formatted with transaction.version 1, it stays."""
     topic = unique_topic("tv")
@@ -296,7 +299,7 @@ def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka, kafka_tv
 # An example costs 5 to 15 s here (kills, restarts, waits for replicas in sync): a soak
 # outlasts the suite's 300 s per test.
 @pytest.mark.timeout(300 + 30 * SOAK)
-def test_transactions_match_the_model_as_coordinators_die(kafka3, kafka3_proxies):
+def test_transactions_match_the_model_as_coordinators_die(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3) -> None:
     """Three nodes; the transaction coordinator's node is SIGKILLed at random steps."""
     machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)
     before = dict(STATS)
@@ -332,20 +335,22 @@ def _run(machine: RuleBasedStateMachine, steps: Sequence[tuple]) -> None:
         machine.teardown()
 
 
-def test_unflushed_records_of_an_aborted_transaction_stay_out_of_the_next(kafka, kafka_proxy):
+def test_unflushed_records_of_an_aborted_transaction_stay_out_of_the_next(kafka: KafkaCluster,
+                                                                          kafka_proxy: ProxiedKafka) -> None:
     """The first records must be failed by the abort, not sent in the next transaction."""
     _replay(kafka, kafka_proxy, ("begin", {}), ("send", {"partition": 0, "n": 3}), ("abort", {"flush": False}),
             ("begin", {}), ("send", {"partition": 0, "n": 1}), ("commit", {}))
 
 
-def test_aborted_offsets_then_a_committed_transaction(kafka, kafka_proxy):
+def test_aborted_offsets_then_a_committed_transaction(kafka: KafkaCluster, kafka_proxy: ProxiedKafka) -> None:
     """The offsets of the aborted transaction were committed by the next one (fixed with
     empty transactions)."""
     _replay(kafka, kafka_proxy, ("begin", {}), ("send_offsets", {"partition": 0, "offset": 5}),
             ("abort", {"flush": True}), ("begin", {}), ("send", {"partition": 1, "n": 1}), ("commit", {}))
 
 
-def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka3, kafka3_proxies):
+def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka3: KafkaCluster,
+                                                                           kafka3_proxies: ProxiedKafka3) -> None:
     """commit_transaction() outlasted max.block.ms with the coordinator's node killed, and
     its retry raised IllegalStateError (COMMITTING_TRANSACTION allowed no call): the retry
     must wait for the same commit, which the new coordinator completes (fixed: the producer
@@ -359,7 +364,8 @@ def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka
     assert machine.timeouts >= 1  # the path under test: the commit did time out, and was retried
 
 
-def test_a_coordinator_moved_back_to_a_node_restarted_is_reconnected(kafka3, kafka3_proxies):
+def test_a_coordinator_moved_back_to_a_node_restarted_is_reconnected(kafka3: KafkaCluster,
+                                                                     kafka3_proxies: ProxiedKafka3) -> None:
     """The coordinator moved to the node killed (and restarted) before: the producer had
     forgotten its connection as failed and so dropped the coordinator at once each time
     FindCoordinator named it, without ever connecting again; the abort hung until the

@@ -46,18 +46,18 @@ CASES = [
 
 
 @pytest.mark.parametrize(("reply", "error"), CASES, ids=lambda v: type(v).__name__)
-def test_each_answer_s_error_is_found_where_its_class_keeps_it(reply, error):
+def test_each_answer_s_error_is_found_where_its_class_keeps_it(reply, error) -> None:
     found = _reply_error(reply, "call")
     assert type(found) is error and "call" in str(found)
 
 
 @pytest.mark.parametrize("reply", [type(r)() for r, _ in CASES] + [kmsg.MetadataResponse()],
                          ids=lambda v: type(v).__name__)
-def test_an_answer_without_error_has_none(reply):
+def test_an_answer_without_error_has_none(reply) -> None:
     assert _reply_error(reply, "call") is None
 
 
-def test_a_reply_is_handed_over_only_without_an_error():
+def test_a_reply_is_handed_over_only_without_an_error() -> None:
     body = kmsg.MetadataResponse()
     assert ClientResponse(1, 3, 12, 7, body, None, 1.0).reply() is body
     refused = KafkaConnectionError("node 1 closed the connection")

@@ -21,7 +21,7 @@ PRODUCE_RESPONSE = kmsg.ProduceResponse(responses=[kmsg.TopicProduceResponse("t"
 
 
 @pytest.mark.parametrize("version", range(3, 12))
-def test_produce_round_trip_every_version(version):
+def test_produce_round_trip_every_version(version: int) -> None:
     body = kmsg.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
         kmsg.TopicProduceData("t", [kmsg.PartitionProduceData(index=2, records=b"\x00" * 70)])])
     assert decode_request_body(ApiKey.PRODUCE, version, encode_request_body(ApiKey.PRODUCE, version, body)) == body
@@ -31,7 +31,7 @@ def test_produce_round_trip_every_version(version):
 
 
 @pytest.mark.parametrize("version", range(1, 13))
-def test_metadata_round_trip_every_version(version):
+def test_metadata_round_trip_every_version(version: int) -> None:
     body = kmsg.MetadataResponse(
         brokers=[kmsg.MetadataResponseBroker(node_id=1, host="h", port=9092, rack=None)], cluster_id="c",
         controller_id=1, topics=[kmsg.MetadataResponseTopic(error_code=0, name="t", is_internal=False, partitions=[
@@ -42,7 +42,7 @@ def test_metadata_round_trip_every_version(version):
     assert decoded.topics[0].partitions[0].leader_id == 1
 
 
-def test_golden_api_versions_v3_request():
+def test_golden_api_versions_v3_request() -> None:
     _, frame = KafkaProtocol("kp").send_request(ApiKey.API_VERSIONS, 3, kmsg.ApiVersionsRequest(
         client_software_name="kprod", client_software_version="1"))
     expected_payload = (
@@ -52,11 +52,11 @@ def test_golden_api_versions_v3_request():
     assert frame == p.INT32.pack(len(expected_payload)) + expected_payload
 
 
-def test_request_header_v1_for_non_flexible():
+def test_request_header_v1_for_non_flexible() -> None:
     assert encode_request_header(0, 8, 7, None) == b"\x00\x00\x00\x08\x00\x00\x00\x07\xff\xff"
 
 
-def test_protocol_matches_responses_to_requests():
+def test_protocol_matches_responses_to_requests() -> None:
     proto = KafkaProtocol()
     cid, _ = proto.send_request(ApiKey.PRODUCE, 9, kmsg.ProduceRequest(acks=-1, timeout_ms=1))
     body = encode_response_body(ApiKey.PRODUCE, 9, PRODUCE_RESPONSE)
@@ -71,7 +71,7 @@ def test_protocol_matches_responses_to_requests():
         proto.receive_data(data)
 
 
-def test_choose_version():
+def test_choose_version() -> None:
     assert choose_version(ApiKey.PRODUCE, 0, 11) == 11
     assert choose_version(ApiKey.PRODUCE, 0, 99) == APIS[ApiKey.PRODUCE].max_version
     with pytest.raises(UnsupportedVersionError, match="PRODUCE"):
@@ -84,7 +84,7 @@ def _response_frame(correlation_id, api_key, version, body):
     return p.INT32.pack(len(payload)) + payload
 
 
-def test_answers_to_requests_sent_expecting_none_are_dropped_at_any_read_boundary():
+def test_answers_to_requests_sent_expecting_none_are_dropped_at_any_read_boundary() -> None:
     """Kafka never answers a Produce with acks=0; Tansu does, in order. Either way, the
     answered requests behind them get their own responses, whether the stream comes whole
     or one byte at a time (headers split across reads)."""
@@ -108,7 +108,7 @@ def test_answers_to_requests_sent_expecting_none_are_dropped_at_any_read_boundar
             assert proto.in_flight == 0 and not proto._unanswered and not proto._buffer
 
 
-def test_a_response_out_of_turn_is_still_corrupt():
+def test_a_response_out_of_turn_is_still_corrupt() -> None:
     """Only answers to requests sent expecting none are dropped: any other mismatch breaks
     the stream."""
     proto = KafkaProtocol("t")
@@ -118,7 +118,7 @@ def test_a_response_out_of_turn_is_still_corrupt():
         proto.receive_data(_response_frame(7, ApiKey.METADATA, 1, kmsg.MetadataResponse()))
 
 
-def test_api_versions_error_in_v0_layout_after_another_frame():
+def test_api_versions_error_in_v0_layout_after_another_frame() -> None:
     """KIP-511: an ApiVersions error comes in v0's layout. Recognised wherever its frame
     starts in the read, not only at the start of the buffer."""
     proto = KafkaProtocol("t")

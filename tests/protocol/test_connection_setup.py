@@ -263,12 +263,12 @@ CASES: dict[tuple[SetupState, Event], Callable[[], ConnectionSetup]] = {
 }
 
 
-def test_every_transition_has_a_case():
+def test_every_transition_has_a_case() -> None:
     assert set(CASES) == set(TRANSITIONS)
 
 
 @pytest.mark.parametrize("transition", list(CASES), ids=lambda t: f"{t[0].name}-{t[1].name}")
-def test_transition(transition):
+def test_transition(transition) -> None:
     setup = CASES[transition]()
     assert setup.state is TRANSITIONS[transition]
     if setup.state in (SetupState.READY, SetupState.RENEWING, SetupState.FAILED):
@@ -277,7 +277,7 @@ def test_transition(transition):
 
 # -- beyond single transitions ------------------------------------------------------
 
-def test_plain_bring_up_in_one_byte_reads():
+def test_plain_bring_up_in_one_byte_reads() -> None:
     """Responses split anywhere give the same outputs as whole ones."""
     setup = _connected(_plain())
     outputs = []
@@ -290,14 +290,14 @@ def test_plain_bring_up_in_one_byte_reads():
     assert setup.state is SetupState.READY and setup.renew_at_ms == 0.0
 
 
-def test_api_versions_stepped_down_to_v0_then_agreed():
+def test_api_versions_stepped_down_to_v0_then_agreed() -> None:
     setup = _connected(_setup())
     setup.receive_data(_api_versions_v0_error(0, 35, [(18, 0, 0)]), 1.0)  # the broker knows v0 only
     v0_response = _frame(struct.pack(">ihi", 1, 0, 2) + struct.pack(">hhh", 0, 3, 9) + struct.pack(">hhh", 18, 0, 0))
     assert setup.receive_data(v0_response, 2.0) == [Ready({0: 9, 18: 0})]
 
 
-def test_unsupported_version_in_the_layout_of_the_version_sent():
+def test_unsupported_version_in_the_layout_of_the_version_sent() -> None:
     """librdkafka's mock cluster answers UNSUPPORTED_VERSION in the layout of the version
     asked (v3: compact array, tagged fields), not v0's. Read as the Java client reads it:
     with the version sent first; the request goes again at the highest version listed."""
@@ -309,37 +309,37 @@ def test_unsupported_version_in_the_layout_of_the_version_sent():
     assert setup.receive_data(v2_response, 2.0) == [Ready({0: 9, 18: 2})]
 
 
-def test_unsupported_version_listing_no_api_versions_steps_down_to_v0():
+def test_unsupported_version_listing_no_api_versions_steps_down_to_v0() -> None:
     setup = _connected(_setup())
     again = _frame(b"\x00\x12\x00\x00\x00\x00\x00\x01" + CLIENT_ID)  # v0: header v1, empty body
     assert setup.receive_data(_api_versions_v3(0, [], code=35), 1.0) == [Send(again)]
 
 
-def test_another_error_in_the_layout_of_the_version_sent_fails():
+def test_another_error_in_the_layout_of_the_version_sent_fails() -> None:
     setup = _connected(_setup())
     assert setup.receive_data(_api_versions_v3(0, [], code=42), 1.0) == [
         Failed("ApiVersions failed: INVALID_REQUEST", authentication=False)]
 
 
-def test_unsupported_version_at_v0_fails():
+def test_unsupported_version_at_v0_fails() -> None:
     setup = _connected(_setup())
     setup.receive_data(_api_versions_v0_error(0, 35, [(18, 0, 0)]), 1.0)
     assert setup.receive_data(_api_versions_v0_error(1, 35, [(18, 0, 0)]), 2.0) == [
         Failed("ApiVersions failed: UNSUPPORTED_VERSION", authentication=False)]
 
 
-def test_a_session_without_lifetime_never_ends():
+def test_a_session_without_lifetime_never_ends() -> None:
     setup = _ready_with_lifetime(0)
     assert setup.renew_at_ms == 0.0 and not setup.session_ending(1e15)
     assert setup.state is SetupState.READY
 
 
-def test_session_ending_is_no_transition_before_ready():
+def test_session_ending_is_no_transition_before_ready() -> None:
     setup = _at_handshake(_plain())
     assert not setup.session_ending(1e15) and setup.state is SetupState.SASL_HANDSHAKE
 
 
-def test_events_the_table_does_not_allow_raise():
+def test_events_the_table_does_not_allow_raise() -> None:
     setup = _connected(_setup())
     with pytest.raises(SetupError, match="CONNECTED in state API_VERSIONS"):
         setup.connected(1.0)
@@ -348,7 +348,7 @@ def test_events_the_table_does_not_allow_raise():
         failed.connected(2.0)
 
 
-def test_the_protocol_carries_on_after_ready():
+def test_the_protocol_carries_on_after_ready() -> None:
     """The bring-up's correlation ids are the connection's: the next request continues them."""
     setup = _at_authenticate(_plain())
     setup.receive_data(_sasl_authenticate_v2(2), 3.0)
@@ -377,7 +377,7 @@ TXN_V2_APIS = [(0, 3, 13), (18, 0, 4), (26, 0, 5), (28, 0, 5)]
     ({"transaction.version": 2}, [(0, 3, 11), (18, 0, 4), (26, 0, 5), (28, 0, 5)], 1),  # no Produce v12
     ({"transaction.version": 2}, [(0, 3, 13), (18, 0, 4), (26, 0, 4), (28, 0, 5)], 1),  # no EndTxn v5
 ])
-def test_the_finalized_features_tell_the_transaction_protocol(features, apis, expected):
+def test_the_finalized_features_tell_the_transaction_protocol(features, apis, expected) -> None:
     from spark_sink.protocol.apis import transaction_version
 
     setup = _connected(_setup())

@@ -28,7 +28,7 @@ def _joined(body: kmsg.ProduceRequest) -> kmsg.ProduceRequest:
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("transactional_id", [None, "tx-é"])
-def test_request_bytes_equal_the_schema_encoder(version, transactional_id):
+def test_request_bytes_equal_the_schema_encoder(version, transactional_id: str | None) -> None:
     big = bytes(range(256)) * 20  # past the copy threshold: travels as its own buffer
     body = kmsg.ProduceRequest(transactional_id, -1, 30000, [
         kmsg.TopicProduceData("a", [
@@ -76,7 +76,7 @@ _topics = st.lists(st.builds(kmsg.TopicProduceResponse, name=st.text(min_size=1,
 
 @settings(max_examples=60, deadline=None)
 @given(version=st.sampled_from(VERSIONS), topics=_topics)
-def test_response_decodes_as_the_schema_decoder(version, topics):
+def test_response_decodes_as_the_schema_decoder(version, topics) -> None:
     expected = _response(version, topics)
     data = encode(RESPONSE, version, expected)
     decoded, end = produce.decode_response(version, memoryview(b"pad" + data), 3)
@@ -84,7 +84,7 @@ def test_response_decodes_as_the_schema_decoder(version, topics):
     assert end == 3 + len(data)
 
 
-def test_tagged_fields_are_read_and_unknown_ones_skipped():
+def test_tagged_fields_are_read_and_unknown_ones_skipped() -> None:
     # v10 with tagged fields in a partition response (current_leader, tag 0, and an unknown
     # tag 9) and at the end of the body (node_endpoints, tag 0, and an unknown tag 7), as
     # Kafka 3.7+ sends on NOT_LEADER_OR_FOLLOWER.
@@ -107,7 +107,7 @@ def test_tagged_fields_are_read_and_unknown_ones_skipped():
 
 
 @pytest.mark.parametrize("version", [3, 9, 11])
-def test_truncated_response_is_a_corrupt_record_error(version):
+def test_truncated_response_is_a_corrupt_record_error(version: int) -> None:
     data = encode(RESPONSE, version, _response(version, [kmsg.TopicProduceResponse("t", [
         kmsg.PartitionProduceResponse(index=0, error_code=0, base_offset=5, error_message="m")])]))
     for cut in range(len(data)):
@@ -115,7 +115,7 @@ def test_truncated_response_is_a_corrupt_record_error(version):
             produce.decode_response(version, memoryview(data[:cut]))
 
 
-def test_framed_parts_are_the_framed_bytes():
+def test_framed_parts_are_the_framed_bytes() -> None:
     body = kmsg.ProduceRequest(acks=1, timeout_ms=5, topic_data=[kmsg.TopicProduceData("t", [
         kmsg.PartitionProduceData(0, (b"h" * 61, b"p" * 5000))])])
     _, parts = KafkaProtocol("kp").send_request_parts(ApiKey.PRODUCE, 9, body)
@@ -125,7 +125,7 @@ def test_framed_parts_are_the_framed_bytes():
 
 
 @pytest.mark.parametrize("value", [0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**31 - 1, 2**35])
-def test_unsigned_varints_at_every_width_boundary(value):
+def test_unsigned_varints_at_every_width_boundary(value) -> None:
     encoded = p.write_uvarint(value)
     # LEB128 by its definition: seven bits a byte, low first, the top bit on all but the last.
     groups = [(value >> shift) & 0x7F for shift in range(0, max(value.bit_length(), 1), 7)]

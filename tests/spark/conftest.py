@@ -44,7 +44,7 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def installed_python(tmp_path_factory):
+def installed_python(tmp_path_factory: pytest.TempPathFactory):
     """A Python with kprod installed as the README's install does (editable), and nothing
     else of this checkout on its path: the Python of Spark services that must find kprod."""
     from tests.installs import venv_with_kprod
@@ -53,7 +53,7 @@ def installed_python(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def deps_only_python(tmp_path_factory):
+def deps_only_python(tmp_path_factory: pytest.TempPathFactory):
     """A Python with kprod's dependencies but not kprod: a Spark Connect client, or
     executors that get kprod only from what a job ships."""
     from tests.installs import venv_with_kprod

@@ -34,10 +34,10 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
                 pass
             return WriterCommitMessage()
 
-        def commit(self, messages, batchId):
+        def commit(self, messages, batchId) -> None:
             pass
 
-        def abort(self, messages, batchId):
+        def abort(self, messages, batchId) -> None:
             pass
 
     class NoopBatchWriter(DataSourceArrowWriter):
@@ -46,10 +46,10 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
                 pass
             return WriterCommitMessage()
 
-        def commit(self, messages):
+        def commit(self, messages) -> None:
             pass
 
-        def abort(self, messages):
+        def abort(self, messages) -> None:
             pass
 
     class NoopSource(DataSource):

@@ -24,6 +24,7 @@ import random
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.spark import exactly_once, exactly_once_abort
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
@@ -123,7 +124,9 @@ def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str
 @pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
 @pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monkeypatch, seed, named, wide):
+def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka: KafkaCluster,
+                                                                     monkeypatch: pytest.MonkeyPatch, seed: int, named: bool,
+                                                                     wide: bool) -> None:
     """1 to 4 tasks, or (wide) 30 to 80 tasks, most without rows, as after a shuffle."""
     rng = random.Random(seed * 4 + named * 2 + wide)
     topic = create_topic(kafka.bootstrap, unique_topic("eos-crashpoints"), partitions=2)
@@ -147,7 +150,7 @@ def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monk
 
 @pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_the_same_on_protocol_v1(kafka_tv1, monkeypatch, seed, named):
+def test_the_same_on_protocol_v1(kafka_tv1: KafkaCluster, monkeypatch: pytest.MonkeyPatch, seed: int, named: bool) -> None:
     """On a cluster without transaction protocol v2 (AddOffsetsToTxn before the markers,
     EndTxn without an epoch bump)."""
     test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka_tv1, monkeypatch, seed, named, False)

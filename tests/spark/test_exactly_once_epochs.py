@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer
@@ -40,7 +41,7 @@ def _settled(describe, admin: AdminClient, tids: list[str], timeout_s: float = 1
         time.sleep(0.05)
 
 
-def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka):
+def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka: KafkaCluster) -> None:
     """Expected: task 0's transaction, committed by the driver's EndTxn at epoch 32766 (its
     producer id's last), is counted as committed when task 1's EndTxn is refused: the error
     says 1 of 2 were committed, as task 0's rows are visible to read_committed."""

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.spark import exactly_once, exactly_once_names
@@ -43,7 +44,7 @@ def _commit(bootstrap: str, eo: ExactlyOnce, topic: str, batch: int, *, crash: b
         return
     real_end = AdminClient.end_transactions
 
-    def die(self, transactions, commit, timeout_ms=None):
+    def die(self, transactions, commit, timeout_ms=None) -> None:
         raise _Crash()
 
     AdminClient.end_transactions = die
@@ -64,7 +65,7 @@ def _drop_markers(bootstrap: str, eo: ExactlyOnce) -> None:
         future.result(30)
 
 
-def test_a_query_idle_longer_than_the_markers_retention_goes_on(kafka):
+def test_a_query_idle_longer_than_the_markers_retention_goes_on(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-idle"), partitions=1)
     eo = ExactlyOnce(unique_topic("idle"), topic)
     for batch in (0, 1):
@@ -74,7 +75,7 @@ def test_a_query_idle_longer_than_the_markers_retention_goes_on(kafka):
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
 
 
-def test_a_replay_whose_markers_may_have_expired_is_refused(kafka):
+def test_a_replay_whose_markers_may_have_expired_is_refused(kafka: KafkaCluster) -> None:
     """Microbatch 1's driver died after recording in the directory that its commit started;
     the query is restarted 8 days later, after the markers expired: whether microbatch 1
     was committed in part cannot be known, so it is refused, naming the way on."""
@@ -90,7 +91,7 @@ def test_a_replay_whose_markers_may_have_expired_is_refused(kafka):
     assert sorted(_committed_values(kafka.bootstrap, topic, 2)) == ["0", "1"]
 
 
-def test_a_replay_within_the_markers_retention_finds_nothing_committed_and_commits(kafka):
+def test_a_replay_within_the_markers_retention_finds_nothing_committed_and_commits(kafka: KafkaCluster) -> None:
     """The same replay a day later: the markers cannot have expired, none is there, so
     nothing of microbatch 1 was committed, and the replay commits it."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-idle"), partitions=1)
@@ -101,7 +102,8 @@ def test_a_replay_within_the_markers_retention_finds_nothing_committed_and_commi
     assert sorted(_committed_values(kafka.bootstrap, topic, 2)) == ["0", "1"]
 
 
-def test_the_directory_is_kept_for_its_own_retention_not_the_brokers(kafka, monkeypatch):
+def test_the_directory_is_kept_for_its_own_retention_not_the_brokers(kafka: KafkaCluster,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The suite's form of the next test (a minute's wait, in make soak): the directory's
     commit gives a retention of its own, which the broker keeps in place of
     offsets.retention.minutes. Made 2 s, it ends the directory within seconds on the
@@ -127,7 +129,7 @@ def test_the_directory_is_kept_for_its_own_retention_not_the_brokers(kafka, monk
 
 
 @pytest.mark.soak
-def test_the_broker_keeps_the_directory_past_offsets_retention():
+def test_the_broker_keeps_the_directory_past_offsets_retention() -> None:
     """On a broker with offsets.retention.minutes=1, the marker groups expire a minute after
     their commit; the directory, committed with a retention of its own, does not: the idle
     query goes on, and the replay is refused. (About 80 s, most of it the minute: in make

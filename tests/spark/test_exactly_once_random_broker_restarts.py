@@ -9,6 +9,8 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
@@ -17,6 +19,9 @@ from tests.brokers import start_kafka, unique_topic
 from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.soak
 
@@ -35,7 +40,7 @@ def _restarts(cluster, rng: random.Random, stop: threading.Event, count: list[in
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_broker_restarts_write_every_row_once(spark, tmp_path, seed):
+def test_broker_restarts_write_every_row_once(spark: SparkSession, tmp_path: Path, seed: int) -> None:
     rng = random.Random(9100 + seed)
     files, rows_per_file, tasks = rng.choice([6, 8]), rng.choice([50, 2000]), rng.choice([2, 3])
     pause_ms = rng.choice([300, 1500])

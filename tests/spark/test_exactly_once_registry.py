@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.options import parse_options
 from tests.brokers import create_topic, unique_topic
@@ -43,7 +44,7 @@ def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -
 
 @pytest.mark.soak
 @pytest.mark.xfail(strict=True, reason=_SHARED)
-def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka):
+def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka: KafkaCluster) -> None:
     """Expected: query A's microbatch, failing before any task reported, leaves no
     transaction of A open (a record produced afterwards is visible to read_committed at
     once), whatever query B, with the same sink options, registered."""
@@ -63,12 +64,12 @@ def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_
 
 @pytest.mark.soak
 @pytest.mark.xfail(strict=True, reason=_SHARED)
-def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_on_protocol_v1(kafka_tv1):
+def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_on_protocol_v1(kafka_tv1: KafkaCluster) -> None:
     """The same on a cluster without transaction protocol v2."""
     test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka_tv1)
 
 
-def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafka):
+def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafka: KafkaCluster) -> None:
     """Expected: a microbatch whose every task failed before reporting leaves no transaction
     open, however long the query ran. The registry is a group offset, which Kafka drops
     offsets.retention.minutes (7 days) after its last commit, and Spark reuses a busy

@@ -18,9 +18,11 @@ skipped tasks out and names them (``alreadyCommittedTasks``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.spark import exactly_once_names, writer
 from spark_sink.spark.task_reports import KProdCommitMessage
@@ -46,7 +48,7 @@ def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[
                               rows_digest=str(digest))
 
 
-def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka, tmp_path):
+def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-report"), partitions=1)
     report = tmp_path / "report.jsonl"
     prefix = unique_topic("rep")

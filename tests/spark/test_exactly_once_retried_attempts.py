@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 
@@ -90,7 +91,7 @@ def random_cases(seed: int, count: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def retried(kafka, tmp_path_factory) -> dict[str, list[tuple[dict, dict]]]:
+def retried(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[dict, dict]]]:
     """Every case of the module in one child process (one JVM): per test, its cases and
     what the child reported of each."""
     seed = int(os.environ.get("KPROD_SEED", "20261187"))
@@ -102,12 +103,12 @@ def retried(kafka, tmp_path_factory) -> dict[str, list[tuple[dict, dict]]]:
 
 
 @pytest.mark.timeout(900)
-def test_an_empty_retry_leaves_nothing_open(kafka, retried):
+def test_an_empty_retry_leaves_nothing_open(kafka: KafkaCluster, retried: dict[str, list[tuple[dict, dict]]]) -> None:
     for case, result in retried["empty"]:
         _check(kafka, case, result)
 
 
 @pytest.mark.timeout(900)
-def test_random_retries_with_other_input(kafka, retried):
+def test_random_retries_with_other_input(kafka: KafkaCluster, retried: dict[str, list[tuple[dict, dict]]]) -> None:
     for case, result in retried["random"]:
         _check(kafka, case, result)

@@ -19,16 +19,22 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests import procs
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import json_input
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import ProxiedKafka
 
 
 def _start(spark, source, bootstrap: str, topic: str, checkpoint: str):
@@ -62,7 +68,8 @@ def _wait_for_the_commit(timeout: float = 120.0) -> int:
 
 
 @pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), (1.0, "stop"), (None, None)])
-def test_a_commit_cut_short_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_path, into_commit_s, cut):
+def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka,
+                                                tmp_path: Path, into_commit_s: float | None, cut: str | None) -> None:
     """Expected: once the query has stopped, nothing of its last microbatch holds
     read_committed readers back (checked within 10 s; transaction.timeout.ms is 60 s);
     restarted, the query writes every row once. ``into_commit_s`` after the commit began

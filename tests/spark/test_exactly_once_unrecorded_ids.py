@@ -23,6 +23,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import pytest
+
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
@@ -30,7 +33,7 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys_by_value, _prepared_tasks
 
 
-def test_a_rerun_with_fewer_tasks_after_a_death_before_the_commit_leaves_nothing_open(kafka):
+def test_a_rerun_with_fewer_tasks_after_a_death_before_the_commit_leaves_nothing_open(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-unrecorded"), partitions=4)
     eo = ExactlyOnce(unique_topic("orders"), topic, batch=True)
     rows = [b"r%02d" % i for i in range(16)]
@@ -47,7 +50,7 @@ def test_a_rerun_with_fewer_tasks_after_a_death_before_the_commit_leaves_nothing
     assert_nothing_left_open(kafka.bootstrap, topic, 4)
 
 
-def test_a_rerun_after_a_death_of_a_run_with_sparse_tasks_leaves_nothing_open(kafka):
+def test_a_rerun_after_a_death_of_a_run_with_sparse_tasks_leaves_nothing_open(kafka: KafkaCluster) -> None:
     """The same with the dead run's tasks with rows far apart, as an aggregation over 200
     shuffle partitions with a few groups gives (only partitions 0 and 150 hold rows): the
     rerun (2 tasks, shuffle partitions lowered, or coalesced by adaptive execution) must
@@ -67,14 +70,16 @@ def test_a_rerun_after_a_death_of_a_run_with_sparse_tasks_leaves_nothing_open(ka
     assert_nothing_left_open(kafka.bootstrap, topic, 4)
 
 
-def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka, monkeypatch, caplog):
+def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka: KafkaCluster,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
     """A broker down (or a cluster before Kafka 3.0) when a restarted query first commits:
     the ids beyond those recorded are left to their timeout, with a WARNING, and the
     commit goes on."""
     from spark_sink.admin import AdminClient
     from spark_sink.producer import KafkaTimeoutError
 
-    def unreachable(self, states=("Ongoing",), timeout_ms=None):
+    def unreachable(self, states=("Ongoing",), timeout_ms=None) -> None:
         raise KafkaTimeoutError("list transactions: 1 of 2 request(s) unanswered after 60000 ms (for broker 2)")
 
     monkeypatch.setattr(AdminClient, "list_transactions", unreachable)
@@ -87,7 +92,7 @@ def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka, mo
     assert "could not be listed" in caplog.text and "broker 2" in caplog.text
 
 
-def test_a_query_restarted_in_the_same_application_fences_what_its_last_run_left(kafka):
+def test_a_query_restarted_in_the_same_application_fences_what_its_last_run_left(kafka: KafkaCluster) -> None:
     """A notebook stops a query and starts it again: Spark reuses the driver's Python
     worker, which fenced the query's leftovers at the first run's start. The new run (a
     new runId) with fewer tasks must fence them again: the last run's driver step died

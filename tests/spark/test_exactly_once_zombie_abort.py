@@ -12,6 +12,7 @@ import collections
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient, PreparedTransaction
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
@@ -55,12 +56,12 @@ def _run(cluster) -> None:
     assert_nothing_left_open(cluster.bootstrap, topic, 1)
 
 
-def test_a_zombie_attempts_late_abort_leaves_the_next_attempts_transaction_to_commit(kafka):
+def test_a_zombie_attempts_late_abort_leaves_the_next_attempts_transaction_to_commit(kafka: KafkaCluster) -> None:
     """Expected: the late aborts are refused, the second attempt's transaction stays open
     under its epoch, the driver commits it, and read_committed sees its row once and the
     zombie's never."""
     _run(kafka)
 
 
-def test_the_same_on_protocol_v1(kafka_tv1):
+def test_the_same_on_protocol_v1(kafka_tv1: KafkaCluster) -> None:
     _run(kafka_tv1)

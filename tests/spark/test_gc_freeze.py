@@ -10,7 +10,7 @@ import numpy as np
 from spark_sink.spark import writer
 
 
-def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded():
+def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded() -> None:
     from spark_sink.encoder import jit  # loads numba
 
     jit.murmur2_rows(np.zeros(1, np.uint8), np.array([0, 1], np.int32), np.zeros(0, np.bool_), 0,

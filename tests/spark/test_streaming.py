@@ -4,17 +4,23 @@ added, the query restarted from its checkpoint; every row exactly once."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import as_sent, read_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SCHEMA = "id bigint, name string"
 
 
-def add_files(spark, directory, start, count, files):
+def add_files(spark, directory, start, count, files) -> None:
     """Write rows start..start+count as ``files`` JSON files (not through a temp dir: the
     file source lists the directory, and Spark writes atomically with a rename)."""
     spark.range(start, start + count, numPartitions=files).select(
@@ -22,7 +28,7 @@ def add_files(spark, directory, start, count, files):
     ).write.mode("append").json(str(directory))
 
 
-def run_to_completion(spark, source, checkpoint, bootstrap, topic, report, mode="append", query=None):
+def run_to_completion(spark, source, checkpoint, bootstrap, topic, report, mode="append", query=None) -> None:
     df = query(spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(source)))
     q = (df.writeStream.format("kprod").outputMode(mode)
          .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
@@ -43,7 +49,8 @@ def as_records(df):
                      F.to_json(F.struct("id", "name")).alias("value"))
 
 
-def test_file_stream_restarted_from_checkpoint_exactly_once(spark, broker, tmp_path):
+def test_file_stream_restarted_from_checkpoint_exactly_once(spark: SparkSession, broker: KafkaCluster,
+                                                            tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("st"), 3)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 300, 3)
@@ -78,7 +85,7 @@ def test_file_stream_restarted_from_checkpoint_exactly_once(spark, broker, tmp_p
         assert min(f for f, _, _ in ranges) == offsets[0] and max(last for _, last, _ in ranges) == offsets[-1]
 
 
-def test_complete_mode_writes_each_result(spark, broker, tmp_path):
+def test_complete_mode_writes_each_result(spark: SparkSession, broker: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sc"), 2)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 40, 2)
@@ -91,7 +98,8 @@ def test_complete_mode_writes_each_result(spark, broker, tmp_path):
     assert sorted((r.key, r.value) for r in got.collect()) == [(str(k).encode(), b"10") for k in range(4)]
 
 
-def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, kafka, tmp_path):
+def test_failed_microbatch_fails_the_query_and_is_not_reported(spark: SparkSession, kafka: KafkaCluster,
+                                                               tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("sx"), 2)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 10, 1)
@@ -114,7 +122,8 @@ def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, kafka, tmp
     assert not report.exists() or report.read_text() == ""
 
 
-def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark, broker, tmp_path):
+def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark: SparkSession, broker: KafkaCluster,
+                                                                         tmp_path: Path) -> None:
     """Spark gives Python data sources no Update mode (its Kafka sink has one); the README's
     way round it, a kprod batch write inside foreachBatch, sends each microbatch's changed
     groups."""
@@ -135,11 +144,11 @@ def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark, 
     finally:
         direct.stop()
 
-    def write(batch, batch_id):
+    def write(batch, batch_id) -> None:
         (batch.write.format("kprod").mode("append")
          .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save())
 
-    def run():
+    def run() -> None:
         q = (stream.writeStream.foreachBatch(write).outputMode("update")
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
         q.awaitTermination(300)

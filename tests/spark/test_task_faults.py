@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,8 +24,14 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consumer, create_topic, subprocess_env, unique_topic
 from tests.procs import RssSampler
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import ProxiedKafka
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -64,7 +71,7 @@ RETRIED_ROWS, RETRIED_ACKED = 300_000, 100_000
 
 
 @pytest.fixture(scope="module")
-def retried_writes(kafka) -> tuple[dict[str, str], dict[str, int], str]:
+def retried_writes(kafka: KafkaCluster) -> tuple[dict[str, str], dict[str, int], str]:
     """One child process (one JVM for both) making one write per fault, each to its own
     topic: the topics, the failed task attempts of each write, the child's stderr."""
     topics = {fault: create_topic(kafka.bootstrap, unique_topic(f"retry-{fault}"), 1) for fault in FAULTS}
@@ -77,7 +84,9 @@ def retried_writes(kafka) -> tuple[dict[str, str], dict[str, int], str]:
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_task_failing_after_acknowledged_rows_is_retried(kafka, retried_writes, fault):
+def test_task_failing_after_acknowledged_rows_is_retried(kafka: KafkaCluster,
+                                                         retried_writes: tuple[dict[str, str], dict[str, int], str],
+                                                         fault) -> None:
     """One task of 300,000 rows meets a fault on its first attempt once 100,000 of them
     are acknowledged: the Python worker running kprod's writer is killed with SIGKILL
     (``sigkill``), or the task's input raises (``raise``). Spark retries the task
@@ -115,7 +124,8 @@ def _write_ids(directory, start: int, count: int, name: str) -> None:
     pq.write_table(pa.table({"id": pa.array(range(start, start + count), pa.int64())}), directory / name)
 
 
-def test_stalled_broker_fails_the_task_then_the_query_resumes(spark, kafka_proxy, tmp_path):
+def test_stalled_broker_fails_the_task_then_the_query_resumes(spark: SparkSession, kafka_proxy: ProxiedKafka,
+                                                              tmp_path: Path) -> None:
     """The proxy holds every byte both ways. The microbatch's tasks fail once their records
     have waited delivery.timeout.ms, with an error naming the broker and that timeout,
     while each writer's memory stays within buffer.memory plus a bounded overhead; the

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import use_session_in_this_thread
 from tests.brokers import consume_all, create_topic, unique_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 N = 50
 
@@ -17,7 +22,7 @@ def _write(df, bootstrap: str, topic: str) -> None:
      .option("topic", topic).save())
 
 
-def test_spark_alone_does_not_find_kprod_from_another_thread(spark):
+def test_spark_alone_does_not_find_kprod_from_another_thread(spark: SparkSession) -> None:
     """Spark's lookup needs the JVM thread's active session (see spark_sink.spark.threads).
     If this starts passing, Spark fixed it and the README's workaround can go."""
     df = spark.range(1).select(F.col("id").cast("string").alias("value"))
@@ -26,7 +31,7 @@ def test_spark_alone_does_not_find_kprod_from_another_thread(spark):
     assert error is not None and "DATA_SOURCE_NOT_FOUND" in str(error) and "kprod" in str(error)
 
 
-def test_a_thread_pool_writes_several_dataframes(spark, kafka):
+def test_a_thread_pool_writes_several_dataframes(spark: SparkSession, kafka: KafkaCluster) -> None:
     topics = [create_topic(kafka.bootstrap, unique_topic("pool"), 2) for _ in range(3)]
     frames = [spark.range(N, numPartitions=2).select(F.concat(F.lit(f"{i}-"), F.col("id")).alias("value"))
               for i in range(len(topics))]
@@ -38,7 +43,7 @@ def test_a_thread_pool_writes_several_dataframes(spark, kafka):
         assert values == sorted(f"{i}-{n}" for n in range(N))
 
 
-def test_without_a_session_given_the_default_one_is_made_active(spark):
+def test_without_a_session_given_the_default_one_is_made_active(spark: SparkSession) -> None:
     def active_before_and_after() -> tuple[bool, bool]:
         before = spark._jvm.SparkSession.getActiveSession().isDefined()
         use_session_in_this_thread()
