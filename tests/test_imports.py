@@ -24,7 +24,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """Every module ``name`` imports, by its full name (a name imported from a package is
     its submodule when there is one; other packages' modules as they are written). kprod
     writes no relative imports."""
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -58,7 +58,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif target in stack:
                 low[name] = min(low[name], index[target])
         if low[name] == index[name]:
-            component = []
+            component: list[str] = []
             while not component or component[-1] != name:
                 component.append(stack.pop())
             if len(component) > 1:

@@ -78,7 +78,7 @@ def _spark_python(where: Path, version: str) -> Path:
 
 
 @pytest.mark.parametrize("version", PYSPARK)
-def test_sink_round_trips_on_pyspark(version, kafka: KafkaCluster, tmp_path: Path) -> None:
+def test_sink_round_trips_on_pyspark(version: str, kafka: KafkaCluster, tmp_path: Path) -> None:
     python = _spark_python(tmp_path / "venv", version)
     assert _round_trip(python, kafka, f"v{version}")["pyspark"] == version
 

@@ -75,7 +75,7 @@ class FakeCluster(ScriptedClient):
         with self._cond:
             super().set_nodes(nodes)
 
-    def values(self, tp: TopicPartition) -> list[bytes]:
+    def values(self, tp: TopicPartition) -> list[bytes | None]:
         with self._cond:
             return super().values(tp)
 

@@ -253,7 +253,7 @@ class ScriptedClient:
         expected = (last.base_sequence + len(last.records)) & 0x7FFFFFFF
         return None if batch.base_sequence == expected else OutOfOrderSequenceNumberError
 
-    def values(self, tp: TopicPartition) -> list[bytes]:
+    def values(self, tp: TopicPartition) -> list[bytes | None]:
         """The record values of ``tp``'s log, in offset order."""
         return [r.value for batch in self.log.get(tp, []) for r in batch.records]
 

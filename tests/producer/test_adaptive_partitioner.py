@@ -14,8 +14,9 @@ from spark_sink.producer.partitioner import StickyPartitions, load_stats, weight
 
 def test_cumulative_frequency_table_as_javas_example() -> None:
     # BuiltInPartitioner's own example: queues 0 3 1 -> weights 4 1 3 -> table 4 5 8.
-    table, ids = load_stats([0, 3, 1], [0, 1, 2], 3)
-    assert (table, ids) == ([4, 5, 8], [0, 1, 2])
+    stats = load_stats([0, 3, 1], [0, 1, 2], 3)
+    assert stats == ([4, 5, 8], [0, 1, 2])
+    table, ids = stats
     assert [weighted_partition(table, ids, draw) for draw in range(8)] == [0, 0, 0, 0, 1, 2, 2, 2]
     assert weighted_partition(table, ids, 8 + 4) == 1  # the draw is taken modulo the total
 
@@ -25,13 +26,12 @@ def test_cumulative_frequency_table_as_javas_example() -> None:
     ([5], [0], 1),  # a single partition: nothing to choose
     ([], [], 4),  # nothing available: the caller falls back to uniform
 ])
-def test_uniform_cases_have_no_table(sizes, ids, count: int) -> None:
+def test_uniform_cases_have_no_table(sizes: list[int], ids: list[int], count: int) -> None:
     assert load_stats(sizes, ids, count) is None
 
 
 def test_a_left_out_partition_keeps_the_table_even_with_equal_queues() -> None:
-    table, ids = load_stats([1, 1], [0, 2], 3)  # partition 1 unavailable
-    assert ids == [0, 2] and table == [1, 2]
+    assert load_stats([1, 1], [0, 2], 3) == ([1, 2], [0, 2])  # partition 1 unavailable: (table, ids)
 
 
 def test_sticky_choice_follows_the_load() -> None:
@@ -43,12 +43,12 @@ def test_sticky_choice_follows_the_load() -> None:
     assert counts[1] < 3000 * 2 / 21 and min(counts[0], counts[2]) > 3000 * 8 / 21
 
 
-def _accumulator(**settings):
+def _accumulator(**settings: object) -> RecordAccumulator:
     config = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "linger.ms": 10, **settings})
     return RecordAccumulator(config, BufferPool(config.buffer_memory))
 
 
-def _fill(acc, topic, partition, batches) -> None:
+def _fill(acc: RecordAccumulator, topic: str, partition: int, batches: int) -> None:
     for _ in range(batches):
         acc.append(topic, partition, 0, None, b"x" * 20000, headers=None, callback=None, key_size=0,  # one batch each
                    value_size=20000, headers_size=0, max_block_ms=1000)

@@ -27,14 +27,14 @@ SLOW_MS = 500
 RECORDS = 6000
 
 
-def _topic(kafka3_proxies, prefix):
+def _topic(kafka3_proxies: ProxiedKafka3, prefix):
     cluster = kafka3_proxies.cluster
     topic = cluster.create_topic(unique_topic(prefix), PARTITIONS)
     leaders = {p: cluster.leader(topic, p) for p in range(PARTITIONS)}
     return topic, leaders
 
 
-def _write(producer, topic, records, path):
+def _write(producer, topic: str, records, path):
     """Send ``records`` keyless values of 1 kB through ``path``; (seconds, partition counts)."""
     started = time.monotonic()
     counts: collections.Counter[int] = collections.Counter()
@@ -51,14 +51,14 @@ def _write(producer, topic, records, path):
     return time.monotonic() - started, counts
 
 
-def _config(kafka3_proxies, **settings):
+def _config(kafka3_proxies: ProxiedKafka3, **settings):
     # A buffer smaller than the write: send() then waits for room as a long write does,
     # and the queues show how fast each broker takes batches.
     return {"bootstrap.servers": kafka3_proxies.bootstrap, "linger.ms": 5, "batch.size": 16384,
             "buffer.memory": 2_000_000, "delivery.timeout.ms": 120000, **settings}
 
 
-def _warm_up(producer, topic) -> None:
+def _warm_up(producer, topic: str) -> None:
     """Connections to every leader and the topic's metadata, before any fault."""
     for partition in range(PARTITIONS):
         producer.send(ProducerRecord(topic, b"warm-up", partition=partition))

@@ -36,7 +36,7 @@ def limits(batch_size=16384, max_request_size=1 << 20, buffer_memory=32 << 20, c
     return SendLimits(batch_size, max_request_size, buffer_memory, codec)
 
 
-def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000, **limit):
+def plan(data, topic: str="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000, **limit):
     """The plan, split into one Group per topic and partition."""
     sticky_calls = itertools.count()
     planned = plan_arrow_send(

@@ -90,14 +90,15 @@ _records_st = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(_records_st, st.sampled_from([200, 1000, 16384, 100_000]))
-def test_batches_hold_the_reference_bytes_whichever_way_records_came(compiled: bool, records, batch_size) -> None:
+def test_batches_hold_the_reference_bytes_whichever_way_records_came(compiled: bool, records: list[Record],
+                                                                     batch_size: int) -> None:
     acc = _accumulator(batch_size, compiled)
     _append_all(acc, records)
     _check_batches(acc, records, batch_size)
 
 
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4, Codec.ZSTD])
-def test_a_batch_of_over_16384_records_keeps_the_short_way(compiled: bool, codec) -> None:
+def test_a_batch_of_over_16384_records_keeps_the_short_way(compiled: bool, codec: Codec) -> None:
     # Offset deltas from 16,384 on are three varint bytes: past the lookup table.
     records = [Record(b"k%d" % (i % 7), b"v" * (i % 30), BASE + i // 1000) for i in range(40_000)]
     acc = _accumulator(1_000_000, compiled)

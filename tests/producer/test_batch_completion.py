@@ -29,7 +29,7 @@ def test_result_and_flush_return_only_after_the_batchs_callbacks_ran(kafka: Kafk
     ran: list[tuple[int, int]] = []
 
     def slow(i):
-        def callback(metadata, error) -> None:
+        def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
             assert error is None
             time.sleep(0.3 if i == 0 else 0.01)  # the first holds the batch's completion up
             ran.append((i, threading.get_ident()))
@@ -55,7 +55,7 @@ def test_threads_waiting_on_one_batch_are_all_released_after_its_callbacks(kafka
     ran: list[int] = []
 
     def slow(i):
-        def callback(metadata, error) -> None:
+        def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
             time.sleep(0.2)
             ran.append(i)
         return callback
@@ -119,7 +119,7 @@ def test_an_interrupted_callback_still_releases_listener_and_waiters() -> None:
     heard = []
     batch = ProducerBatch("t", 0, 0.0, 0, 0, 16384, listener=heard.append)
 
-    def interrupt(md, err) -> None:
+    def interrupt(md: RecordMetadata | None, err: Exception | None) -> None:
         raise KeyboardInterrupt
 
     batch.try_append(5, b"k", b"v", None, interrupt, 1, 1)
@@ -142,10 +142,10 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(monkeypatch: pyte
     batch = ProducerBatch("t", 3, 0.0, 0, 0, 16384, records=None if compiled else PyRecordBuffer(16384))
     seen = []
 
-    def ok(md, err) -> None:
+    def ok(md: RecordMetadata | None, err: Exception | None) -> None:
         seen.append((md, err))
 
-    def bad(md, err) -> None:
+    def bad(md: RecordMetadata | None, err: Exception | None) -> None:
         raise ValueError("boom")
 
     for i, callback in enumerate([ok, bad, ok, None, ok]):
@@ -168,10 +168,10 @@ def test_metadata_a_callback_keeps_stays_as_it_was_told(monkeypatch: pytest.Monk
     kept: list[RecordMetadata] = []
     told: list[tuple] = []
 
-    def keep(md, err) -> None:
+    def keep(md: RecordMetadata | None, err: Exception | None) -> None:
         kept.append(md)
 
-    def glance(md, err) -> None:
+    def glance(md: RecordMetadata | None, err: Exception | None) -> None:
         told.append(tuple(md))
 
     for i in range(40):

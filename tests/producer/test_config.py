@@ -45,7 +45,7 @@ def test_values_parse_from_strings_as_spark_options_do() -> None:
         ({**BOOT, "key.serializer": "str"}, "key.serializer"),
     ],
 )
-def test_bad_config_names_the_key(settings, named) -> None:
+def test_bad_config_names_the_key(settings: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         ProducerConfig.from_dict(settings)
 

@@ -10,7 +10,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord
+from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord, RecordMetadata
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
 from tests.clock import MovedClock
@@ -93,7 +93,7 @@ def test_threads_sending_at_once_lose_and_reorder_nothing() -> None:
     errors: list[Exception] = []
 
     def on_ack(value: bytes):
-        def callback(md, err) -> None:
+        def callback(md: RecordMetadata | None, err: Exception | None) -> None:
             if err is not None:
                 errors.append(err)
             else:

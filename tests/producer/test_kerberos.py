@@ -35,7 +35,7 @@ def _produce(kerberos: Kerberos, *runs: dict) -> list[dict]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _config(secure_kafka, listener: str = "KERBEROS", **extra) -> dict:
+def _config(secure_kafka: SecureKafka, listener: str = "KERBEROS", **extra) -> dict:
     protocol = "SASL_SSL" if listener == "KRBSSL" else "SASL_PLAINTEXT"
     config = {"bootstrap.servers": secure_kafka.bootstrap(listener), "security.protocol": protocol,
               "sasl.mechanism": "GSSAPI", "sasl.kerberos.service.name": KERBEROS_SERVICE,

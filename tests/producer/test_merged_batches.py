@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_sink.encoder.columnar import can_merge, encode_groups
+from spark_sink.encoder.columnar import EncodedRecords, can_merge, encode_groups
+from spark_sink.producer.batch import ProducerBatch
 from spark_sink.protocol.error_codes import InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 from tests.producer.test_sender_scripted import TOPIC, Harness, ack_one_by_one
@@ -40,8 +41,8 @@ class Calls:
                                None, parts, self.partitions, batch_size=self.h.config.batch_size)
         firsts = {p: [v for q, v in zip(parts.tolist(), values) if q == p] for p in range(self.partitions)}
 
-        def listener(batch, firsts=firsts,
-                     seen={}) -> None:  # noqa: B006  (per call: where each partition's next batch starts)
+        def listener(batch: ProducerBatch, firsts: dict[int, list[bytes]] = firsts,
+                     seen: dict[int, int] = {}) -> None:  # noqa: B006  (per call: where each partition's next batch starts)
             start = seen.get(batch.partition, 0)
             seen[batch.partition] = start + batch.record_count
             self.heard.append((batch.partition, firsts[batch.partition][start], batch.base_offset, batch.record_count,
@@ -121,7 +122,7 @@ def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() 
     """Two calls of one 50-byte value each to one partition: joined when batch.size is
     the joined batch's size with room for its growth bound (each moved record's deltas may
     take more bytes), left apart one byte below."""
-    def encoded():
+    def encoded() -> EncodedRecords:
         return encode_groups(None, pa.array([b"x" * 50]), np.full(1, 7, np.int64), None, None, 1,
                              batch_size=1_000_000)[0]
 

@@ -12,7 +12,9 @@ from tests.producer.fake_cluster import FakeCluster
 
 
 def _requested(metadata: Metadata, now: float) -> list[str]:
-    return [t.name for t in metadata.request_body(now).topics]
+    topics = metadata.request_body(now).topics
+    assert topics is not None
+    return [t.name or "" for t in topics]
 
 
 def test_idle_topics_leave_the_request_and_used_ones_stay() -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 
-def _client(bootstrap, clock=now_ms, **extra):
+def _client(bootstrap: str, clock=now_ms, **extra):
     config = ProducerConfig.from_dict({"bootstrap.servers": bootstrap, **extra})
     return NetworkClient(config, config.max_in_flight_requests_per_connection, clock=clock)
 
@@ -49,7 +49,7 @@ def _request(client, node, api_key, body):
     return got[0].body
 
 
-def _leader_of(client, topic, partition=0):
+def _leader_of(client, topic: str, partition=0):
     """Ask metadata for ``topic``, hand its brokers to the client, return the leader's id."""
     node = _ready_node(client)
     body = _request(client, node, ApiKey.METADATA, kmsg.MetadataRequest(
@@ -59,7 +59,7 @@ def _leader_of(client, topic, partition=0):
     return next(p.leader_id for p in meta.partitions if p.partition_index == partition)
 
 
-def _produce_body(topic, values, acks):
+def _produce_body(topic: str, values, acks):
     batch = build_record_batch([Record(None, v, int(time.time() * 1000)) for v in values])
     return kmsg.ProduceRequest(transactional_id=None, acks=acks, timeout_ms=10000,
                                topic_data=[kmsg.TopicProduceData(topic, [kmsg.PartitionProduceData(0, batch)])])

@@ -99,7 +99,7 @@ def test_without_compare_no_peer_is_imported(kafka: KafkaCluster) -> None:
     assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
 
 
-def _one_line_error(capsys) -> str:
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kprod-perf: "), err

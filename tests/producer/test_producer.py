@@ -15,6 +15,7 @@ from spark_sink.producer import (
     KafkaTimeoutError,
     ProducerClosedError,
     ProducerRecord,
+    RecordMetadata,
     RecordTooLargeError,
     SerializationError,
 )
@@ -29,7 +30,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 SIZES = [0, 1, 100, 1000, 20_000, 200_000]
 
 
-def _records(topic):
+def _records(topic: str):
     out = []
     for i, size in enumerate(SIZES * 4):
         value = os.urandom(size)
@@ -103,7 +104,7 @@ def test_keyed_order_and_no_duplicates_many_records(broker: KafkaCluster, compil
     errors = []
 
     def on_ack(i):
-        def callback(md, err) -> None:
+        def callback(md: RecordMetadata | None, err: Exception | None) -> None:
             if err is not None:
                 errors.append(err)
             else:
@@ -189,7 +190,7 @@ def test_callbacks_from_many_threads(kafka: KafkaCluster) -> None:
     calls = []
     lock = threading.Lock()
 
-    def cb(md, err) -> None:
+    def cb(md: RecordMetadata | None, err: Exception | None) -> None:
         with lock:
             calls.append(err)
 
@@ -231,10 +232,10 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka: KafkaCluster)
     topic = create_topic(kafka.bootstrap, unique_topic("cb-reentry"), partitions=3)
     outcomes, flush_errors, resent = [], [], []
 
-    def resend(md, err) -> None:
+    def resend(md: RecordMetadata | None, err: Exception | None) -> None:
         resent.append(err)
 
-    def callback(md, err) -> None:
+    def callback(md: RecordMetadata | None, err: Exception | None) -> None:
         outcomes.append(err)
         if len(outcomes) % 500 == 1:
             p.send(ProducerRecord(topic, b"from a callback"), resend)
@@ -254,7 +255,7 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka: KafkaCluster)
 
     closed = threading.Event()
 
-    def close_on_first(md, err) -> None:
+    def close_on_first(md: RecordMetadata | None, err: Exception | None) -> None:
         if not closed.is_set():
             closed.set()
             q.close()
@@ -279,7 +280,7 @@ def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(kafka: Kafka
     topic = create_topic(kafka.bootstrap, unique_topic("interrupted"), partitions=3)
     this_thread = threading.get_ident()
 
-    def interrupt(md, err) -> None:
+    def interrupt(md: RecordMetadata | None, err: Exception | None) -> None:
         if threading.get_ident() == this_thread:
             raise KeyboardInterrupt
 

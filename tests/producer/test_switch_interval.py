@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -12,13 +14,13 @@ import pytest
 from kprod_broker import KafkaCluster
 from spark_sink.producer import ColumnError, KafkaProducer
 from spark_sink.producer import producer as producer_module
-from spark_sink.producer.arrow_input import plan_arrow_send
+from spark_sink.producer.arrow_input import TopicRows, plan_arrow_send
 from spark_sink.producer.switch_interval import SWITCH_INTERVAL_S, short_switch_interval
 from tests.brokers import create_topic, unique_topic
 
 
 @pytest.fixture(autouse=True)
-def default_interval():
+def default_interval() -> Iterator[None]:
     saved = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     yield
@@ -81,7 +83,8 @@ def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_er
         kafka: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
 
-    def observed_plan(*args, **kwargs):  # the real planner, with the interval it ran under noted
+    # the real planner, with the interval it ran under noted
+    def observed_plan(*args: Any, **kwargs: Any) -> list[TopicRows]:
         seen.append(sys.getswitchinterval())
         return plan_arrow_send(*args, **kwargs)
 

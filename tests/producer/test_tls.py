@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kprod_broker import make_tls_files
+from kprod_broker import TlsFiles, make_tls_files
 from spark_sink.client.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
@@ -21,22 +21,22 @@ from tests.secure_kafka import SecureKafka
 
 
 @pytest.fixture
-def pki(secure_kafka: SecureKafka):
+def pki(secure_kafka: SecureKafka) -> TlsFiles:
     """The CA, the broker's and a client's certificates (PEM files)."""
     return secure_kafka.tls
 
 
 @pytest.fixture
-def tls_broker(secure_kafka: SecureKafka):
+def tls_broker(secure_kafka: SecureKafka) -> str:
     """The TLS listener's address."""
     return secure_kafka.bootstrap("SSL")
 
 
-def _tls(pki, **extra):
+def _tls(pki: TlsFiles, **extra):
     return {"security.protocol": "SSL", "ssl.truststore.location": str(pki.ca), **extra}
 
 
-def test_send_and_send_arrow_over_tls(tls_broker, pki) -> None:
+def test_send_and_send_arrow_over_tls(tls_broker: str, pki: TlsFiles) -> None:
     topic = unique_topic("tls")
     with KafkaProducer({"bootstrap.servers": tls_broker, **_tls(pki)}) as p:
         futures = [p.send(ProducerRecord(topic, b"v%d" % i, key=b"k%d" % (i % 7))) for i in range(500)]
@@ -50,7 +50,7 @@ def test_send_and_send_arrow_over_tls(tls_broker, pki) -> None:
     assert values == sorted([b"v%d" % i for i in range(500)] + [b"a%d" % i for i in range(2000)])
 
 
-def test_pem_text_truststore_and_no_host_name_check(tls_broker, pki) -> None:
+def test_pem_text_truststore_and_no_host_name_check(tls_broker: str, pki: TlsFiles) -> None:
     topic = unique_topic("tls")
     config = {"bootstrap.servers": tls_broker, "security.protocol": "SSL",
               "ssl.truststore.certificates": pki.ca.read_text(), "ssl.endpoint.identification.algorithm": ""}
@@ -58,7 +58,7 @@ def test_pem_text_truststore_and_no_host_name_check(tls_broker, pki) -> None:
         assert p.send(ProducerRecord(topic, b"x")).result(30).offset >= 0
 
 
-def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, tmp_path: Path) -> None:
+def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker: str, tmp_path: Path) -> None:
     other_ca = make_tls_files(tmp_path / "other")
     config = {"bootstrap.servers": tls_broker, "max.block.ms": 30000, **_tls(other_ca)}
     with KafkaProducer(config) as p:
@@ -67,7 +67,7 @@ def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, t
     assert "certificate verify failed" in str(info.value)
 
 
-def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker) -> None:
+def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker: str) -> None:
     with KafkaProducer({"bootstrap.servers": tls_broker, "max.block.ms": 1500}) as p:
         with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
             p.partitions_for(unique_topic("tls"))
@@ -92,13 +92,13 @@ def _keytool(*args) -> None:
 
 
 @pytest.fixture
-def mtls(secure_kafka: SecureKafka):
+def mtls(secure_kafka: SecureKafka) -> tuple[str, Path, Path]:
     """(bootstrap, client cert, client key) of the listener that requires a client
     certificate from the test CA."""
     return secure_kafka.bootstrap("MTLS"), secure_kafka.tls.client_cert, secure_kafka.tls.client_key
 
 
-def _pkcs12_truststore(pki, tmp_path):
+def _pkcs12_truststore(pki: TlsFiles, tmp_path: Path):
     """The CA in a PKCS12 truststore as keytool writes it (password changeit)."""
     truststore = tmp_path / "truststore.p12"
     _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
@@ -107,7 +107,7 @@ def _pkcs12_truststore(pki, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("keytool") is None, reason="needs Java's keytool to write the stores")
-def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path: Path) -> None:
+def test_pkcs12_stores_written_by_keytool_and_openssl(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     bootstrap, cert, key = mtls
     # A truststore as Java users have them: keytool's PKCS12 with a trusted-certificate entry.
     truststore = _pkcs12_truststore(pki, tmp_path)
@@ -128,7 +128,7 @@ def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path: Path)
             p.partitions_for(topic)
 
 
-def test_pem_keystore_for_mutual_tls(mtls, pki, tmp_path: Path) -> None:
+def test_pem_keystore_for_mutual_tls(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     bootstrap, cert, key = mtls
     keystore = tmp_path / "client.pem"
     keystore.write_bytes(key.read_bytes() + cert.read_bytes())
@@ -137,7 +137,7 @@ def test_pem_keystore_for_mutual_tls(mtls, pki, tmp_path: Path) -> None:
         assert p.send(ProducerRecord(unique_topic("pem-mtls"), b"mutual")).result(30).offset >= 0
 
 
-def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls, pki) -> None:
+def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls: tuple[str, Path, Path], pki: TlsFiles) -> None:
     """A broker that requires a client certificate refuses the session (with TLS 1.3, by an
     alert after the client's side of the handshake is done): a fatal authentication error
     naming the setting, not retries until max.block.ms."""
@@ -151,7 +151,7 @@ def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls, pki)
     assert "certificate" in str(info.value)
 
 
-def _jks_stores(pki, tmp_path):
+def _jks_stores(pki: TlsFiles, tmp_path: Path):
     """Stores as Java shops hand them out, written by keytool: a JKS truststore with the
     CA as a trusted-certificate entry, and a JKS keystore whose key has a password of its
     own (ssl.key.password)."""
@@ -174,7 +174,7 @@ needs_keytool = pytest.mark.skipif(shutil.which("keytool") is None and not os.en
 
 
 @needs_keytool
-def test_jks_stores_written_by_keytool(mtls, pki, tmp_path: Path) -> None:
+def test_jks_stores_written_by_keytool(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     """JKS stores with no ssl.*.type given (JKS is Java's default) against the listener
     that requires a client certificate, read back by confluent-kafka."""
     bootstrap, _, _ = mtls
@@ -199,7 +199,7 @@ def test_jks_stores_written_by_keytool(mtls, pki, tmp_path: Path) -> None:
 
 
 @needs_keytool
-def test_pkcs12_store_under_the_default_type(mtls, pki, tmp_path: Path) -> None:
+def test_pkcs12_store_under_the_default_type(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     """A PKCS12 truststore with no ssl.truststore.type: Java's default, JKS, reads it."""
     bootstrap, cert, key = mtls
     truststore = _pkcs12_truststore(pki, tmp_path)
@@ -212,7 +212,7 @@ def test_pkcs12_store_under_the_default_type(mtls, pki, tmp_path: Path) -> None:
         assert p.send(ProducerRecord(unique_topic("p12-default"), b"x")).result(30).offset >= 0
 
 
-def test_store_errors_name_the_setting_and_hide_the_password(pki, tmp_path: Path) -> None:
+def test_store_errors_name_the_setting_and_hide_the_password(pki: TlsFiles, tmp_path: Path) -> None:
     base = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}
     truststore = tmp_path / "t.p12"
     subprocess.run(["openssl", "pkcs12", "-export", "-nokeys", "-in", str(pki.ca), "-out", str(truststore),

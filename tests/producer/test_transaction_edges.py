@@ -21,6 +21,7 @@ from spark_sink.producer import (
     KafkaTimeoutError,
     PreparedTransaction,
     ProducerRecord,
+    RecordMetadata,
 )
 from spark_sink.protocol.error_codes import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -199,7 +200,7 @@ def test_send_from_a_callback_with_a_full_buffer_fails_at_once(kafka: KafkaClust
     done = threading.Event()
     with _producer(kafka.bootstrap, **{"buffer.memory": 200_000, "batch.size": 16384, "max.block.ms": 20_000}) as p:
 
-        def callback(metadata, error) -> None:
+        def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
             started = time.monotonic()
             try:
                 for _ in range(100):  # 1 MB into a 200 kB buffer that only this thread frees

@@ -135,7 +135,9 @@ def test_prepared_transaction_is_ended_by_another_client(kafka: KafkaCluster) ->
             p.begin_transaction()
             for i in range(n):
                 p.send(ProducerRecord(topic, f"{name}-{i}".encode()))
-            prepared.append(p.prepare_transaction())
+            transaction = p.prepare_transaction()
+            assert transaction is not None
+            prepared.append(transaction)
             with pytest.raises(IllegalStateError):
                 p.send(ProducerRecord(topic, b"after prepare"))
     assert all(t.producer_id >= 0 and t.producer_epoch >= 0 for t in prepared)

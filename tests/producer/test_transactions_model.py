@@ -312,12 +312,12 @@ def test_transactions_match_the_model_as_coordinators_die(kafka3: KafkaCluster, 
 # -- sequences the model found, kept as they were shrunk --------------------------
 
 
-def _replay(kafka, kafka_proxy, *steps: tuple) -> None:
+def _replay(kafka: KafkaCluster, kafka_proxy: ProxiedKafka, *steps: tuple) -> None:
     """Run one sequence of the model's steps, ``(rule, {argument: value})`` each."""
     _run(_machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])(), steps)
 
 
-def _replay_failover(kafka3, kafka3_proxies, *steps: tuple) -> RuleBasedStateMachine:
+def _replay_failover(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3, *steps: tuple) -> RuleBasedStateMachine:
     """:func:`_replay` on three nodes, with the coordinator kills among the steps; returns
     the machine (its ``timeouts`` count the calls retried)."""
     machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)()

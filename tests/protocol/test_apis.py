@@ -78,7 +78,7 @@ def test_choose_version() -> None:
         choose_version(ApiKey.PRODUCE, 0, 2)
 
 
-def _response_frame(correlation_id, api_key, version, body):
+def _response_frame(correlation_id: int, api_key: int, version: int, body: object) -> bytes:
     """A response as a broker writes it (non-flexible versions: header v0)."""
     payload = p.INT32.pack(correlation_id) + encode_response_body(api_key, version, body)
     return p.INT32.pack(len(payload)) + payload

@@ -5,7 +5,7 @@ it writes checked the same way."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -15,13 +15,14 @@ from spark_sink.protocol.connection_setup import (
     ConnectionSetup,
     Event,
     Failed,
+    Output,
     Ready,
     Send,
     SetupError,
     SetupState,
 )
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.sasl import Plain, Scram
+from spark_sink.protocol.sasl import Plain, SaslMechanism, Scram
 
 CLIENT_ID = b"\x00\x02kp"  # the client id "kp" as a (non-compact) string
 
@@ -55,7 +56,7 @@ def _api_versions_v3(cid: int, apis: list[tuple[int, int, int]], code: int = 0) 
     return _frame(struct.pack(">ih", cid, code) + _uvarint(len(apis) + 1) + entries + struct.pack(">i", 0) + b"\x00")
 
 
-def _api_versions_v0_error(cid: int, code: int, apis: list[tuple[int, int, int]] = ()) -> bytes:
+def _api_versions_v0_error(cid: int, code: int, apis: Sequence[tuple[int, int, int]] = ()) -> bytes:
     """An ApiVersions error in v0's layout, whatever version was asked (KIP-511)."""
     entries = b"".join(struct.pack(">hhh", *api) for api in apis)
     return _frame(struct.pack(">ihi", cid, code, len(apis)) + entries)
@@ -97,7 +98,7 @@ def _authenticate_request(cid: int, token: bytes) -> bytes:
 
 # -- driving the machine ----------------------------------------------------------
 
-def _setup(exchange=None) -> ConnectionSetup:
+def _setup(exchange: SaslMechanism | None = None) -> ConnectionSetup:
     return ConnectionSetup(KafkaProtocol("kp"), exchange, renew_fraction=0.9)
 
 
@@ -109,20 +110,31 @@ def _scram() -> ConnectionSetup:
     return _setup(Scram("SCRAM-SHA-256", "user", "pencil", nonce=RFC_NONCE))
 
 
+def _mechanism(setup: ConnectionSetup) -> SaslMechanism:
+    assert setup._exchange is not None
+    return setup._exchange
+
+
+def _failed(outputs: list[Output]) -> Failed:
+    (failed,) = outputs
+    assert isinstance(failed, Failed), failed
+    return failed
+
+
 def _connected(setup: ConnectionSetup, now: float = 0.0) -> ConnectionSetup:
     assert setup.connected(now) == [Send(API_VERSIONS_V3_REQUEST)]
     return setup
 
 
 def _at_handshake(setup: ConnectionSetup) -> ConnectionSetup:
-    mechanism = setup._exchange.name.encode()
+    mechanism = _mechanism(setup).name.encode()
     assert _connected(setup).receive_data(_api_versions_v3(0, BROKER_APIS), 1.0) == [
         Send(_handshake_request(1, mechanism))]
     return setup
 
 
 def _at_authenticate(setup: ConnectionSetup) -> ConnectionSetup:
-    first = setup._exchange.first_token()
+    first = _mechanism(setup).first_token()
     assert _at_handshake(setup).receive_data(_sasl_handshake_v1(1, 0, [b"PLAIN", b"SCRAM-SHA-256"]), 2.0) == [
         Send(_authenticate_request(2, first))]
     return setup
@@ -166,7 +178,7 @@ def _case_versions_agreed_sasl() -> ConnectionSetup:
 
 def _case_no_sasl_api() -> ConnectionSetup:
     setup = _connected(_plain())
-    (failed,) = setup.receive_data(_api_versions_v3(0, NO_SASL_APIS), 1.0)
+    failed = _failed(setup.receive_data(_api_versions_v3(0, NO_SASL_APIS), 1.0))
     assert failed == Failed(failed.reason, authentication=True)
     assert "does not support SaslHandshake" in failed.reason
     return setup
@@ -231,7 +243,7 @@ def _case_exchange_failed() -> ConnectionSetup:
     """A server that does not know the password cannot sign the server-final message."""
     setup = _case_challenge()
     forged = b"v=" + b"A" * 43 + b"="
-    (failed,) = setup.receive_data(_sasl_authenticate_v2(3, forged), 4.0)
+    failed = _failed(setup.receive_data(_sasl_authenticate_v2(3, forged), 4.0))
     assert failed.authentication and "signature is wrong" in failed.reason
     return setup
 
@@ -268,7 +280,7 @@ def test_every_transition_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("transition", list(CASES), ids=lambda t: f"{t[0].name}-{t[1].name}")
-def test_transition(transition) -> None:
+def test_transition(transition: tuple[SetupState, Event]) -> None:
     setup = CASES[transition]()
     assert setup.state is TRANSITIONS[transition]
     if setup.state in (SetupState.READY, SetupState.RENEWING, SetupState.FAILED):
@@ -377,7 +389,8 @@ TXN_V2_APIS = [(0, 3, 13), (18, 0, 4), (26, 0, 5), (28, 0, 5)]
     ({"transaction.version": 2}, [(0, 3, 11), (18, 0, 4), (26, 0, 5), (28, 0, 5)], 1),  # no Produce v12
     ({"transaction.version": 2}, [(0, 3, 13), (18, 0, 4), (26, 0, 4), (28, 0, 5)], 1),  # no EndTxn v5
 ])
-def test_the_finalized_features_tell_the_transaction_protocol(features, apis, expected) -> None:
+def test_the_finalized_features_tell_the_transaction_protocol(features: dict[str, int],
+                                                               apis: list[tuple[int, int, int]], expected: int) -> None:
     from spark_sink.protocol.apis import transaction_version
 
     setup = _connected(_setup())

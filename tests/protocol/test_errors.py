@@ -57,6 +57,7 @@ def test_an_unknown_code_is_kept_and_not_retriable() -> None:
 def test_errors_survive_pickling() -> None:
     """Spark ships exceptions between processes."""
     for error in (OutOfOrderSequenceNumberError("t-1: seq 5"), error_for_code(32001, "x")):
+        assert error is not None
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and copy.code == error.code
 

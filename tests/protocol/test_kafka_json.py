@@ -51,13 +51,14 @@ def test_every_version_kprod_implements_is_one_kafka_defines(jar: Path) -> None:
 def test_the_tables_cover_exactly_the_apis_kprod_implements() -> None:
     assert set(kmsg.SCHEMAS) == {int(k) for k in ApiKey} == set(APIS)
     for key, api in APIS.items():
-        assert api.request.versions == api.response.versions == (api.min_version, api.max_version) == VERSIONS[key]
+        versions = VERSIONS[ApiKey(key)]
+        assert api.request.versions == api.response.versions == (api.min_version, api.max_version) == versions
 
 
 def test_each_request_class_names_its_reply_as_the_tables_pair_them() -> None:
     """What types a send by its reply (``Request[Reply]``) is what the codec decodes."""
     for api in APIS.values():
-        (base,) = [b for b in api.request.cls.__orig_bases__ if typing.get_origin(b) is Request]
+        (base,) = [b for b in vars(api.request.cls)["__orig_bases__"] if typing.get_origin(b) is Request]
         (reply,) = typing.get_args(base)  # a forward reference: the reply class comes after
         assert getattr(kmsg, reply.__forward_arg__) is api.response.cls, api.request.cls
 

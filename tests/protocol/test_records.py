@@ -34,12 +34,12 @@ records_st = st.lists(
 
 
 @given(st.integers(-(2**63), 2**63 - 1))
-def test_varint_round_trip(n) -> None:
+def test_varint_round_trip(n: int) -> None:
     assert Reader(write_varint(n)).varint() == n
 
 
 @given(st.integers(0, 2**64 - 1))
-def test_uvarint_round_trip(n) -> None:
+def test_uvarint_round_trip(n: int) -> None:
     assert Reader(write_uvarint(n)).uvarint() == n
 
 
@@ -50,7 +50,7 @@ def test_zigzag_matches_the_spec_examples() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(records_st, st.sampled_from(list(Codec)))
-def test_batch_round_trip_every_codec(records, codec) -> None:
+def test_batch_round_trip_every_codec(records: list[Record], codec: Codec) -> None:
     data = build_record_batch(records, codec=codec, producer_id=7, producer_epoch=1, base_sequence=42)
     (batch,) = decode_record_batches(data)
     assert batch.codec == codec and (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (7, 1, 42)
@@ -65,8 +65,9 @@ def test_batch_round_trip_every_codec(records, codec) -> None:
 @given(st.integers(0, 70_000), st.integers(-(2**42), 2**42), st.none() | st.binary(max_size=40),
        st.none() | st.binary(max_size=300) | st.integers(16_380, 16_390).map(lambda n: b"v" * n),
        st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=8)), max_size=3))
-def test_record_parts_join_to_the_record_and_count_its_bytes(offset_delta, timestamp_delta, key, value,
-                                                             headers) -> None:
+def test_record_parts_join_to_the_record_and_count_its_bytes(offset_delta: int, timestamp_delta: int,
+                                                             key: bytes | None, value: bytes | None,
+                                                             headers: list[tuple[str, bytes | None]]) -> None:
     parts, size = record_parts(offset_delta, timestamp_delta, key, value, headers)
     assert b"".join(parts) == encode_record(offset_delta, timestamp_delta, key, value, headers)
     assert size == sum(map(len, parts))
@@ -92,14 +93,14 @@ def test_corrupted_batch_is_rejected() -> None:
 
 
 @pytest.mark.parametrize("codec", list(Codec))
-def test_codecs_round_trip_large_payload(codec) -> None:
+def test_codecs_round_trip_large_payload(codec: Codec) -> None:
     payload = b"kafka " * 50000 + bytes(range(256)) * 10
     assert decompress(codec, compress(codec, payload)) == payload
 
 
 @pytest.mark.parametrize("codec, levels", [(Codec.GZIP, [-1, 1, 9]), (Codec.LZ4, [1, 3, 9, 12, 17]),
                                            (Codec.ZSTD, [-5, 1, 3, 19])])
-def test_every_level_round_trips(codec, levels) -> None:
+def test_every_level_round_trips(codec: Codec, levels: list[int]) -> None:
     payload = b"level " * 20000 + bytes(range(256)) * 40
     for level in levels:
         assert decompress(codec, compress(codec, payload, level)) == payload
@@ -160,7 +161,7 @@ def test_codec_names() -> None:
 
 @pytest.mark.parametrize("codec, levels", [(Codec.NONE, [None]), (Codec.GZIP, [None, 1, 9]), (Codec.SNAPPY, [None]),
                                            (Codec.LZ4, [None, 1, 17]), (Codec.ZSTD, [None, -5, 1, 19])])
-def test_nothing_compresses_past_its_bound(codec, levels) -> None:
+def test_nothing_compresses_past_its_bound(codec: Codec, levels: list[int | None]) -> None:
     # Random bytes are what a codec cannot shrink: each library's worst case.
     for size in (0, 1, 100, 16_383, 65_536, 65_537, 200_000, 1_048_576):
         data = os.urandom(size)

@@ -27,12 +27,18 @@ def test_scram_sha_256_matches_rfc_7677_example() -> None:
 def test_scram_against_an_independent_server(name: str, user: str, password: str) -> None:
     server_mechanism = scramp.ScramMechanism(name)
     auth_info = server_mechanism.make_auth_info(password, iteration_count=4096)
-    seen_users = []
-    server = server_mechanism.make_server(lambda username: seen_users.append(username) or auth_info)
+    seen_users: list[str] = []
+
+    def auth_for(username: str) -> object:
+        seen_users.append(username)
+        return auth_info
+
+    server = server_mechanism.make_server(auth_for)
     client = mechanism(name, user, password)
     server.set_client_first(client.first_token().decode())
     assert seen_users == [user]  # the escaped name arrives as the user's
     client_final = client.respond(server.get_server_first().encode())
+    assert client_final is not None
     server.set_client_final(client_final.decode())  # raises if the proof is wrong
     assert client.respond(server.get_server_final().encode()) is None
 

@@ -18,19 +18,19 @@ from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import as_sent, read_topics
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 600
 
 
-def write(df, bootstrap, **options) -> None:
+def write(df: DataFrame, bootstrap: str, **options) -> None:
     w = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         w = w.option(k, v)
     w.save()
 
 
-def compare(spark, df, broker, topics, topic=None, with_timestamp=False):
+def compare(spark: SparkSession, df: DataFrame, broker, topics, topic: str=None, with_timestamp=False):
     """Check every row arrived exactly once with its key, value, headers (and timestamp)."""
     got, messages = read_topics(spark, broker.bootstrap, topics)
     expected = as_sent(df, topic)

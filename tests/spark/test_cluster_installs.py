@@ -58,7 +58,8 @@ def _submit(cluster: StandaloneCluster, driver_python: str, executor_python: str
     return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def _check(cluster: StandaloneCluster, kafka, done: subprocess.CompletedProcess, topic: str, encoder: str) -> None:
+def _check(cluster: StandaloneCluster, kafka: KafkaCluster, done: subprocess.CompletedProcess, topic: str,
+           encoder: str) -> None:
     with logs_on_failure(cluster, [done]):
         assert done.returncode == 0
         assert json.loads(done.stdout.strip().splitlines()[-1]) == {"encoders": [encoder]}

@@ -51,7 +51,7 @@ def run_client(server: ConnectServer, python: Path, body: str, **settings: objec
     """Run ``body`` (after the prelude) in ``python``; on failure show both sides' output."""
     script = _CLIENT_PRELUDE + textwrap.dedent(body)
     done = subprocess.run([str(python), "-c", script, server.url, json.dumps(settings)], env=spark_env(str(python)),
-                          cwd=Path(settings.get("cwd", "/")), capture_output=True, text=True, timeout=480)
+                          cwd=Path(str(settings.get("cwd", "/"))), capture_output=True, text=True, timeout=480)
     assert done.returncode == 0, f"client failed:\n{done.stderr[-4000:]}\n{server.logs()}"
 
 

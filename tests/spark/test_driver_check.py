@@ -27,7 +27,7 @@ from tests.faultproxy import FaultProxy
 from tests.secure_kafka import USERS, SecureKafka
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 UNRESOLVABLE = "no-such-broker.invalid:9092"
@@ -39,11 +39,11 @@ def _closed_port() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def _df(spark, rows=20, partitions=2):
+def _df(spark: SparkSession, rows=20, partitions=2):
     return spark.range(rows, numPartitions=partitions).select(F.col("id").cast("string").alias("value"))
 
 
-def _save(df, bootstrap, **options) -> None:
+def _save(df: DataFrame, bootstrap: str, **options) -> None:
     writer = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         writer = writer.option(k, v)
@@ -51,7 +51,7 @@ def _save(df, bootstrap, **options) -> None:
 
 
 @contextmanager
-def _jobs(spark):
+def _jobs(spark: SparkSession):
     """The ids of the Spark jobs (so, tasks) run inside the block."""
     sc = spark.sparkContext
     group = f"kprod-check-{uuid.uuid4().hex[:8]}"
@@ -64,7 +64,7 @@ def _jobs(spark):
         jobs += sc.statusTracker().getJobIdsForGroup(group)
 
 
-def _refused(spark, df, bootstrap, **options) -> tuple[str, float]:
+def _refused(spark: SparkSession, df: DataFrame, bootstrap: str, **options) -> tuple[str, float]:
     """The error text of a write that must fail on the driver, and how long it took."""
     started = time.monotonic()
     with _jobs(spark) as jobs, pytest.raises(Exception) as err:
@@ -174,7 +174,7 @@ def test_a_failing_task_shows_kprods_message_after_one_frame(spark: SparkSession
     assert _kprod_line(text) <= 4  # Spark's "An exception was thrown..." and "Traceback" lines, one frame
 
 
-def _proxy(kafka) -> FaultProxy:
+def _proxy(kafka: KafkaCluster) -> FaultProxy:
     """A proxy in front of the node's plain listener, used as the bootstrap address only:
     the producers' connections to the leader go straight to the node (its advertised
     address), so the proxy sees the driver's checks and each new producer's bootstrap."""

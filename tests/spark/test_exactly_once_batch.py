@@ -14,17 +14,17 @@ from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.readback import CommittedView
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 3000
 
 
-def _write(df, bootstrap, topic, guarantee) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, guarantee) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kprod.deliveryGuarantee", guarantee).save())
 
 
-def _visible(bootstrap, topic, seconds=3.0) -> list[str]:
+def _visible(bootstrap: str, topic: str, seconds=3.0) -> list[str]:
     t = CommittedView(bootstrap, topic, "read_committed")
     try:
         t.poll(seconds)

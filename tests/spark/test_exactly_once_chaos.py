@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
 from tests.brokers import create_topic, unique_topic
+from tests.faultproxy import FaultProxy
 from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
@@ -33,7 +34,7 @@ SEEDS = int(os.environ.get("KPROD_CHAOS", "1"))
 FIRST = int(os.environ.get("KPROD_CHAOS_FROM", "0"))
 
 
-def _chaos(proxy, rng: random.Random, stop: threading.Event) -> None:
+def _chaos(proxy: FaultProxy, rng: random.Random, stop: threading.Event) -> None:
     while not stop.wait(rng.uniform(0.1, 1.2)):
         fault = rng.choice(["cut", "cut", "stall", "delay"])
         if fault == "cut":

@@ -28,6 +28,7 @@ from tests.spark.test_exactly_once_time import _committed_values
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 
 def test_a_microbatch_whose_commit_is_refused_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster,
@@ -36,7 +37,7 @@ def test_a_microbatch_whose_commit_is_refused_leaves_nothing_open(spark: SparkSe
     source = tmp_path / "in"
     source.mkdir()
 
-    def run():
+    def run() -> StreamingQuery:
         rows = spark.readStream.schema("id LONG").json(str(source)).select(
             F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
         return (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", kafka.bootstrap)

@@ -88,7 +88,7 @@ class _Dying:
             self.at = None
 
 
-def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str, query: str | None,
+def _chain(kafka: KafkaCluster, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str, query: str | None,
            batch_id: int | None, rows: dict[int, list[bytes]], log: list[str]) -> None:
     """Commit one microbatch (or named batch write) through up to four deaths of its driver;
     the fifth run neither dies nor deals the rows otherwise than the run that committed

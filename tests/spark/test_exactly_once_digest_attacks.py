@@ -47,7 +47,7 @@ SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("timestamp", 
                     ("headers", HEADER_TYPE)])
 
 
-def _row(value: bytes = b"ping", key: bytes | None = b"sensor-1", ts: int = TS,
+def _row(value: bytes | None = b"ping", key: bytes | None = b"sensor-1", ts: int = TS,
          headers: list[tuple[str, bytes | None]] | None = None, **more: object) -> dict:
     return {"key": key, "value": value, "timestamp": ts,
             "headers": [{"key": k, "value": v} for k, v in (headers or [])], **more}
@@ -99,7 +99,7 @@ def _as_seen(row: dict, topic: str, with_partition: bool) -> tuple:
             raw(row["value"]), row["timestamp"], tuple((h["key"], h["value"]) for h in row["headers"]))
 
 
-def _swap_attack(kafka, a: list[dict], b: list[dict], *, schema: pa.Schema = SCHEMA,
+def _swap_attack(kafka: KafkaCluster, a: list[dict], b: list[dict], *, schema: pa.Schema = SCHEMA,
                  schema2: pa.Schema | None = None, topics: int = 1, with_partition: bool = False
                  ) -> PartlyCommittedError | None:
     """Run 1: task 0 sends ``a``, task 1 ``b``; its driver dies after committing task 0.
@@ -202,7 +202,7 @@ def test_rows_whose_values_share_a_murmur2_hash(kafka: KafkaCluster) -> None:
     pytest.param(_row(key=b"ab", value=b"c"), _row(key=b"a", value=b"bc"), id="bytes-moved-key-to-value"),
     pytest.param(_row(key=b"x", value=b"y"), _row(key=b"y", value=b"x"), id="key-and-value-swapped"),
 ])
-def test_rows_that_differ_in_one_detail_are_told_apart(kafka: KafkaCluster, a, b) -> None:
+def test_rows_that_differ_in_one_detail_are_told_apart(kafka: KafkaCluster, a: dict, b: dict) -> None:
     """Rows alike but for one detail, dealt the other way round by the replay: refused."""
     assert _swap_attack(kafka, [a], [b]) is not None
 

@@ -46,7 +46,7 @@ def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_n
     with driver_dies_committing(0):
         exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), 1)
     # Days later: offsets.retention.minutes dropped the markers (the directory is kept).
-    admin = ConfluentAdmin(config)  # kept: its futures need it
+    admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})  # kept: its futures need it
     groups = [exactly_once_names.transactional_id(prefix, p) for p in rows]
     for future in admin.delete_consumer_groups(groups).values():
         future.result(30)

@@ -35,10 +35,10 @@ from tests.spark.test_exactly_once_shapes import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
-def _write(df, bootstrap: str, topic: str, prefix: str) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, prefix: str) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
      .option("kprod.transactionalIdPrefix", prefix).save())

@@ -26,7 +26,7 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly, _write
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @pytest.mark.parametrize("first", ["foreachBatch", "batch job"])
@@ -36,7 +36,7 @@ def test_a_named_write_committed_whole_is_not_written_again(spark: SparkSession,
     name = unique_topic("orders-2026-11-27")
     source = json_input(tmp_path, 1, 50)
 
-    def write(df, batch_id=None) -> None:
+    def write(df: DataFrame, batch_id: int | None = None) -> None:
         rows = df.select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")).repartition(2, "key")
         _write(rows, kafka.bootstrap, topic, **{"kprod.transactionalIdPrefix": name})
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import start_kafka, unique_topic
 from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.soak
 SEEDS = max(1, int(os.environ.get("KPROD_SOAK", "1")) // 25)
 
 
-def _restarts(cluster, rng: random.Random, stop: threading.Event, count: list[int]) -> None:
+def _restarts(cluster: KafkaCluster, rng: random.Random, stop: threading.Event, count: list[int]) -> None:
     node = cluster.nodes[0]
     while not stop.wait(rng.uniform(2.0, 8.0)):
         node.kill()

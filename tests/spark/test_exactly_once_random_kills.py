@@ -28,6 +28,7 @@ from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 # Up to two minutes a seed on the 2-core machine: make soak runs them, not the suite.
 pytestmark = pytest.mark.soak
@@ -67,7 +68,7 @@ def test_random_process_kills_and_stops_write_every_row_once(spark: SparkSession
     checkpoint = str(tmp_path / "chk")
     value = paused_value(rows_per_file, pause_ms)
 
-    def start(q: int):
+    def start(q: int) -> StreamingQuery:
         rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
                 .repartition(tasks + q, "id")
                 .select(F.concat(F.lit(f"q{q}-"), F.col("id").cast("string")).alias("key"), value.alias("value")))

@@ -31,7 +31,7 @@ from tests.spark.test_exactly_once_time import _prepare
 _SHARED = "the abort's registry is shared by queries with the same sink options"
 
 
-def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -> None:
+def _abort_with_a_transaction_held(kafka: KafkaCluster, config, eo, prefix: str, topic: str) -> None:
     """Task 0 of ``prefix`` holds an open transaction with rows when its worker dies and no
     task of the microbatch reported: after the driver's abort nothing may be left open."""
     producer, _ = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"held"])

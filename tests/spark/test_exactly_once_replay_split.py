@@ -37,7 +37,7 @@ REPLAYS = {
 SEEDS = int(os.environ.get("KPROD_SOAK", "0")) or 2
 
 
-def _crash(kafka, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[str, ExactlyOnce, str]:
+def _crash(kafka: KafkaCluster, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[str, ExactlyOnce, str]:
     """Run 1 of microbatch 0 dies after committing the transactions of the tasks in
     ``committed``. Returns its topic, settings and query id; the next commit is a new
     driver process's."""
@@ -51,7 +51,7 @@ def _crash(kafka, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[st
     return topic, eo, query
 
 
-def _replay(kafka, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list[bytes]], *,
+def _replay(kafka: KafkaCluster, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list[bytes]], *,
             tasks_only: bool = False) -> PartlyCommittedError | None:
     """Run 2 commits microbatch 0 again (its tasks without a rows digest if ``tasks_only``,
     as under kprod.replayMatch=tasks); a refusal aborts it. Returns the refusal, if any."""
@@ -67,7 +67,7 @@ def _replay(kafka, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list
     return None
 
 
-def _crash_then_replay(kafka, run1: dict[int, list[bytes]], committed: set[int],
+def _crash_then_replay(kafka: KafkaCluster, run1: dict[int, list[bytes]], committed: set[int],
                        run2: dict[int, list[bytes]]) -> bool:
     """Run 1 dies part-way through its commit, run 2 replays the same rows: no row visible
     twice or lost (every row once, or, if run 2 was refused with PartlyCommittedError, run
@@ -81,7 +81,7 @@ def _crash_then_replay(kafka, run1: dict[int, list[bytes]], committed: set[int],
 
 @pytest.mark.parametrize("replay", sorted(REPLAYS))
 def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_loses_none(kafka: KafkaCluster,
-                                                                                        replay) -> None:
+                                                                                        replay: str) -> None:
     """Run 1 (two tasks) dies after committing task 1's transaction; run 2 replays microbatch 0
     in two tasks holding the same rows dealt otherwise: it is refused, as the committed
     task's rows are not the ones run 2's task 1 holds."""
@@ -89,7 +89,7 @@ def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_los
 
 
 @pytest.mark.parametrize("replay", sorted(REPLAYS))
-def test_a_replay_split_into_as_many_tasks_otherwise_on_protocol_v1(kafka_tv1: KafkaCluster, replay) -> None:
+def test_a_replay_split_into_as_many_tasks_otherwise_on_protocol_v1(kafka_tv1: KafkaCluster, replay: str) -> None:
     """The same on a cluster without transaction protocol v2."""
     assert _crash_then_replay(kafka_tv1, RUN1, {1}, REPLAYS[replay])
 

@@ -31,7 +31,7 @@ PARTITIONS = 4
 RANDOM_CASES = int(os.environ.get("KPROD_SOAK", "0")) // 5 or 2
 
 
-def _run(kafka, tmp_path: Path, cases: list[dict]) -> list[dict]:
+def _run(kafka: KafkaCluster, tmp_path: Path, cases: list[dict]) -> list[dict]:
     for case in cases:
         case["topic"] = create_topic(kafka.bootstrap, unique_topic(f"eos-retry-{case['mode']}"), PARTITIONS)
     done = subprocess.run([sys.executable, str(CHILD), kafka.bootstrap, str(tmp_path),
@@ -45,7 +45,7 @@ def _run(kafka, tmp_path: Path, cases: list[dict]) -> list[dict]:
     return results
 
 
-def _check(kafka, case: dict, result: dict) -> None:
+def _check(kafka: KafkaCluster, case: dict, result: dict) -> None:
     """The write succeeded with the retry's rows once each, and nothing is left open."""
     note = f" ({case})"
     assert result["outcome"] == "ok", result["outcome"] + note

@@ -32,7 +32,7 @@ from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from tests.conftest import ProxiedKafka
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 SHAPES = int(os.environ.get("KPROD_SOAK", "0")) or 3
 
 
-def _write(df, bootstrap: str, topic: str, **options: str) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, **options: str) -> None:
     writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once"))
     for key, value in options.items():
@@ -128,7 +128,7 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, k
     counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
               .groupBy((F.col("id") % 5).alias("k")).count())
 
-    def write(batch_df, batch_id) -> None:
+    def write(batch_df: DataFrame, batch_id) -> None:
         _write(batch_df.select(F.concat_ws("@", F.col("k").cast("string"), F.lit(str(batch_id))).alias("key"),
                                F.col("count").cast("string").alias("value")), kafka.bootstrap, topic)
 
@@ -198,7 +198,7 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
     _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
 
 
-def assert_visible_once(kafka, topic: str, rows: list[bytes], note: str = "", partitions: int = 2) -> None:
+def assert_visible_once(kafka: KafkaCluster, topic: str, rows: list[bytes], note: str = "", partitions: int = 2) -> None:
     """Every one of ``rows`` visible to read_committed once (none twice, none lost), and
     nothing left open on the topic's partitions."""
     expected = collections.Counter(v.decode() for v in rows)

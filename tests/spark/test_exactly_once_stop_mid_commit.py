@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 
-def _start(spark, source, bootstrap: str, topic: str, checkpoint: str):
+
+def _start(spark: SparkSession, source, bootstrap: str, topic: str, checkpoint: str):
     rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
             .repartition(2, "id").select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
     return (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap)
@@ -90,8 +91,8 @@ def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: Kafk
     stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut_short)
 
 
-def stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut: Callable[[Any], None], *, files: int = 1,
-                          open_after_cut: bool = True) -> None:
+def stopped_and_restarted(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka, tmp_path: Path,
+                          cut: Callable[[Any], None], *, files: int = 1, open_after_cut: bool = True) -> None:
     """A query writing ``files`` microbatches of 100 rows through replies slowed to 0.7 s,
     ``cut`` short, restarted without the delay: nothing is left open (``open_after_cut``:
     once the query is cut, else once the restarted one is done) and every row is there once."""

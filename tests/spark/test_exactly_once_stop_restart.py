@@ -26,11 +26,12 @@ from tests.spark.test_exactly_once_stop_mid_commit import stopped_and_restarted
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from tests.conftest import ProxiedKafka
 
 
-def _wait_for_commit_phase(spark, tasks: int, timeout: float = 120.0) -> None:
+def _wait_for_commit_phase(spark: SparkSession, tasks: int, timeout: float = 120.0) -> None:
     """Until the microbatch's write job (a stage of ``tasks`` tasks) has finished: the
     driver commits then."""
     tracker = spark.sparkContext.statusTracker()
@@ -58,7 +59,7 @@ def test_a_query_stopped_at_a_random_moment_of_its_commit_and_restarted_writes_e
     nothing is left open once the restarted query is done (its tasks fence their ids)."""
     rng = random.Random(500 + seed)
 
-    def stop_at_random(query) -> None:
+    def stop_at_random(query: StreamingQuery) -> None:
         _wait_for_commit_phase(spark, 2)
         time.sleep(rng.uniform(0.0, 4.0))
         query.stop()

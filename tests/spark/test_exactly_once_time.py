@@ -251,7 +251,7 @@ def test_the_driver_finds_the_prefix_its_tasks_registered(kafka: KafkaCluster) -
 # -- names -------------------------------------------------------------------------------
 
 
-def _die_after_committing_task_1(monkeypatch) -> None:
+def _die_after_committing_task_1(monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver dies in the middle of its commit: its EndTxns reach task 1's transaction
     only (``monkeypatch.undo()`` brings the real commit back)."""
     real_end = AdminClient.end_transactions

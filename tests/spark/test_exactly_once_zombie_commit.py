@@ -11,11 +11,13 @@ again (closed only at the end of the test, after the assertions).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 
 from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, PreparedTransaction, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once import TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce
@@ -70,10 +72,11 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
     prefix = unique_topic("zc")
     config = {"bootstrap.servers": kafka.bootstrap}
     eo, messages = _batch_write_of_two_tasks(kafka.bootstrap, prefix, topic)
-    zombies = []
+    zombies: list[KafkaProducer] = []
     real_end = AdminClient.end_transactions
 
-    def zombie_then_end(self, transactions, commit, timeout_ms=None) -> None:
+    def zombie_then_end(self: AdminClient, transactions: Iterable[PreparedTransaction], commit: bool,
+                        timeout_ms: float | None = None) -> None:
         if commit and not zombies:
             zombies.append(_zombie(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 1), topic))
         real_end(self, transactions, commit, timeout_ms)

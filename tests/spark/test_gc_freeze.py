@@ -20,11 +20,11 @@ def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded() -> None:
         writer._freeze_long_lived()
         frozen = gc.get_freeze_count()
         assert frozen > 50_000  # numba alone holds ~100,000
-        garbage = [[]]
+        garbage: list[list[object]] = [[]]
         garbage[0].append(garbage)  # a cycle made after the freeze is still collected
         del garbage
         assert gc.collect() >= 2
-        kept = [[] for _ in range(1000)]  # made after the freeze, alive at the second call
+        kept: list[list[object]] = [[] for _ in range(1000)]  # made after the freeze, alive at the second call
         writer._freeze_long_lived()  # once per process: nothing more is frozen
         # At most as many: a frozen object can be freed since (under pytest-xdist, by
         # the thread that talks to the controller), but a second freeze would add ``kept``.

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -37,7 +38,7 @@ def test_file_job_asks_for_the_format_before_starting_anything(tmp_path: Path) -
     assert "starting Apache Kafka" not in done.stderr and "SparkContext" not in done.stderr
 
 
-def _import_job(name: str):
+def _import_job(name: str) -> ModuleType:
     sys.path.insert(0, str(JOBS))
     try:
         return __import__(name)

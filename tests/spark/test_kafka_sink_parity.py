@@ -265,7 +265,7 @@ def test_timestamp_column(spark: SparkSession, kafka: KafkaCluster) -> None:
     assert all(ts > given for ts in stamps["kafka"])
 
 
-def _stream(spark, source_dir, fmt: str, bootstrap: str, topic: str, checkpoint: str, mode: str = "append"):
+def _stream(spark: SparkSession, source_dir, fmt: str, bootstrap: str, topic: str, checkpoint: str, mode: str = "append"):
     df = (spark.readStream.schema("id long").json(str(source_dir))
           .selectExpr("CAST(id AS STRING) AS value"))
     return (df.writeStream.format(fmt).outputMode(mode).trigger(availableNow=True)

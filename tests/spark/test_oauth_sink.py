@@ -15,10 +15,10 @@ from tests.oauth_kafka import LOGIN_MODULE, OAuthKafka
 from tests.oidc import CLIENTS
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
-def _write(df, bootstrap, topic, options) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, options) -> None:
     writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("kafka.sasl.mechanism", "OAUTHBEARER")
               .option("kafka.max.block.ms", "20000"))
@@ -27,7 +27,7 @@ def _write(df, bootstrap, topic, options) -> None:
     writer.save()
 
 
-def _frame(spark):
+def _frame(spark: SparkSession):
     return spark.range(200, numPartitions=2).select(F.col("id").cast("string").alias("value"))
 
 

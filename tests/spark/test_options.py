@@ -27,7 +27,7 @@ from spark_sink.spark.columns import ACCEPTED, plan_columns
 from spark_sink.spark.options import parse_options
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
 
@@ -198,7 +198,7 @@ def test_topic_option_overrides_the_topic_column() -> None:
     (dict(value=VariantType()), "t", ["'value'", "variant", "to_json"]),
     (dict(value=StringType(), topic=StringType(), TOPIC=StringType()), None, ["'topic'", "'TOPIC'"]),
 ])
-def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic, names) -> None:
+def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic: str, names) -> None:
     with pytest.raises(ColumnError) as err:
         plan_columns(schema(**cols), topic)
     for name in names:
@@ -208,7 +208,7 @@ def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic, names) ->
 # Through Spark: the same errors stop the write at planning time, before any task runs.
 # The bootstrap address is a closed port: a record sent would fail, not pass silently.
 
-def _write(df, mode="append", **options) -> None:
+def _write(df: DataFrame, mode="append", **options) -> None:
     writer = df.write.format("kprod").mode(mode)
     for k, v in {**BOOT, **options}.items():
         writer = writer.option(k, v)

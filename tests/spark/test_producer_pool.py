@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
-from spark_sink.producer import ConfigError, ProducerClosedError
+from spark_sink.producer import ConfigError, KafkaProducer, ProducerClosedError
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.producer_pool import ProducerPool
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 
-def _send_one(producer, topic) -> None:
+def _send_one(producer: KafkaProducer, topic: str) -> None:
     producer.send_arrow(pa.table({"value": [b"x"]}), topic).result(30)
 
 
@@ -100,7 +100,7 @@ def test_cache_timeout_option_takes_spark_durations() -> None:
         parse_options({**base, "kprod.producer.cache.timeout": "soon"})
 
 
-def _write(spark, bootstrap, topic, rows, **options) -> None:
+def _write(spark: SparkSession, bootstrap: str, topic: str, rows: int, **options: str) -> None:
     # The driver's check of the cluster opens a connection of its own for each write: off,
     # so that the proxy counts the tasks' connections alone.
     writer = (spark.range(rows, numPartitions=2).select(F.col("id").cast("string").alias("value"))

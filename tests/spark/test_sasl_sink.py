@@ -13,12 +13,12 @@ from tests.brokers import consume_all, unique_topic
 from tests.secure_kafka import USERS, SecureKafka
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
-def _write(df, bootstrap, topic, password) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, password: str) -> None:
     (df.write.format("kprod").mode("append")
      .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kafka.security.protocol", "SASL_PLAINTEXT").option("kafka.sasl.mechanism", "SCRAM-SHA-512")

@@ -27,7 +27,7 @@ from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 20
 
@@ -41,7 +41,7 @@ REJECTED = [
 ]
 
 
-def save(df, bootstrap, topic, mode) -> None:
+def save(df: DataFrame, bootstrap: str, topic: str, mode: str) -> None:
     writer = df.write.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     if mode is not None:
         writer = writer.mode(mode)

@@ -15,12 +15,12 @@ from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import as_sent, read_topics
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SCHEMA = "id bigint, name string"
 
 
-def add_files(spark, directory, start, count, files) -> None:
+def add_files(spark: SparkSession, directory, start, count, files) -> None:
     """Write rows start..start+count as ``files`` JSON files (not through a temp dir: the
     file source lists the directory, and Spark writes atomically with a rename)."""
     spark.range(start, start + count, numPartitions=files).select(
@@ -28,7 +28,8 @@ def add_files(spark, directory, start, count, files) -> None:
     ).write.mode("append").json(str(directory))
 
 
-def run_to_completion(spark, source, checkpoint, bootstrap, topic, report, mode="append", query=None) -> None:
+def run_to_completion(spark: SparkSession, source, checkpoint, bootstrap: str, topic: str, report, mode="append",
+                      query=None) -> None:
     df = query(spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(source)))
     q = (df.writeStream.format("kprod").outputMode(mode)
          .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
@@ -39,12 +40,12 @@ def run_to_completion(spark, source, checkpoint, bootstrap, topic, report, mode=
     assert q.exception() is None, q.exception()
 
 
-def _counts_by_group(df):
+def _counts_by_group(df: DataFrame):
     return df.groupBy((F.col("id") % 4).alias("k")).count().select(
         F.col("k").cast("string").alias("key"), F.col("count").cast("string").alias("value"))
 
 
-def as_records(df):
+def as_records(df: DataFrame):
     return df.select(F.col("id").cast("string").alias("key"),
                      F.to_json(F.struct("id", "name")).alias("value"))
 
@@ -104,7 +105,7 @@ def test_failed_microbatch_fails_the_query_and_is_not_reported(spark: SparkSessi
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 10, 1)
 
-    def bad_partition(df):
+    def bad_partition(df: DataFrame):
         return df.select(F.col("name").alias("value"), F.lit(7).alias("partition"))
 
     df = bad_partition(spark.readStream.schema(SCHEMA).json(str(source)))

@@ -12,12 +12,12 @@ from spark_sink.spark import use_session_in_this_thread
 from tests.brokers import consume_all, create_topic, unique_topic
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 50
 
 
-def _write(df, bootstrap: str, topic: str) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).save())
 
@@ -44,10 +44,13 @@ def test_a_thread_pool_writes_several_dataframes(spark: SparkSession, kafka: Kaf
 
 
 def test_without_a_session_given_the_default_one_is_made_active(spark: SparkSession) -> None:
+    jvm = spark._jvm
+    assert jvm is not None  # a classic session, not a Connect client
+
     def active_before_and_after() -> tuple[bool, bool]:
-        before = spark._jvm.SparkSession.getActiveSession().isDefined()
+        before = jvm.SparkSession.getActiveSession().isDefined()
         use_session_in_this_thread()
-        return before, spark._jvm.SparkSession.getActiveSession().get().equals(spark._jsparkSession)
+        return before, jvm.SparkSession.getActiveSession().get().equals(spark._jsparkSession)
 
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(active_before_and_after).result(30) == (False, True)
