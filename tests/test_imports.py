@@ -30,8 +30,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert not node.level, f"{path}: a relative import"
-            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                         for a in node.names)
+            assert node.module is not None
+            module = node.module
+            found.update(f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names)
     return found - {name}
 
 

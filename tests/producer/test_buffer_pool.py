@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -17,6 +18,8 @@ from spark_sink.producer.buffer_pool import BufferPool
 from tests.brokers import consume_all, create_topic, unique_topic
 
 if TYPE_CHECKING:
+    from spark_sink.encoder.columnar import EncodedRecords
+    from spark_sink.producer.accumulator import RecordAccumulator
     from tests.conftest import ProxiedKafka
 
 
@@ -29,7 +32,7 @@ def _allocate_in_thread(pool: BufferPool, size: int, done: list, max_block_ms: f
     return thread
 
 
-def _wait_for(condition, timeout: float = 5.0) -> None:
+def _wait_for(condition: Callable[[], object], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
@@ -45,7 +48,7 @@ def test_a_caller_about_to_wait_tells_on_block_once() -> None:
     pool.allocate(60, 1000)
     pool.allocate(40, 1000)
     assert calls == []  # no wait, no call
-    done = []
+    done: list[int] = []
     _allocate_in_thread(pool, 50, done)
     _wait_for(lambda: pool.exhausted)
     assert calls == [1]
@@ -135,7 +138,7 @@ def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(kafka: KafkaClu
     assert sorted(m.value()[:8] for m in got) == [b"%08d" % i for i in range(n)]
 
 
-def _accumulator(buffer_memory: int):
+def _accumulator(buffer_memory: int) -> tuple[RecordAccumulator, BufferPool]:
     from spark_sink.producer.accumulator import RecordAccumulator
     from spark_sink.producer.config import ProducerConfig
 
@@ -156,7 +159,7 @@ def _encoded_groups(rows: int) -> list:
     return list(enumerate(groups))
 
 
-def _append_and_take(accumulator, groups) -> list:
+def _append_and_take(accumulator: RecordAccumulator, groups: list[tuple[int, list[EncodedRecords]]]) -> list:
     accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda batch: None, queued=lambda encoded: None,
                                wakeup=lambda: None)
     return accumulator.abort_undrained()
@@ -195,7 +198,7 @@ def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch
     thread.start()
     while thread.is_alive() or accumulator.has_undrained():
         for batch in accumulator.abort_undrained():  # as the sender would, one at a time
-            assert isinstance(batch.encoded.payload, bytes)
+            assert batch.encoded is not None and isinstance(batch.encoded.payload, bytes)
             accumulator.completed([batch])
             appended.append(batch)
         time.sleep(0.001)

@@ -35,11 +35,13 @@ def _produce(kerberos: Kerberos, *runs: dict) -> list[dict]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _config(secure_kafka: SecureKafka, listener: str = "KERBEROS", **extra) -> dict:
+def _config(secure_kafka: SecureKafka, listener: str = "KERBEROS", **extra: object) -> dict[str, object]:
     protocol = "SASL_SSL" if listener == "KRBSSL" else "SASL_PLAINTEXT"
-    config = {"bootstrap.servers": secure_kafka.bootstrap(listener), "security.protocol": protocol,
-              "sasl.mechanism": "GSSAPI", "sasl.kerberos.service.name": KERBEROS_SERVICE,
-              "sasl.jaas.config": secure_kafka.kerberos.jaas(), "max.block.ms": 60000}
+    assert secure_kafka.kerberos is not None, secure_kafka.kerberos_missing
+    config: dict[str, object] = {
+        "bootstrap.servers": secure_kafka.bootstrap(listener), "security.protocol": protocol,
+        "sasl.mechanism": "GSSAPI", "sasl.kerberos.service.name": KERBEROS_SERVICE,
+        "sasl.jaas.config": secure_kafka.kerberos.jaas(), "max.block.ms": 60000}
     if protocol == "SASL_SSL":
         config["ssl.truststore.location"] = str(secure_kafka.tls.ca)
     return {**config, **extra}
@@ -110,7 +112,7 @@ def test_missing_credentials_and_wrong_principals_are_clear_errors(secure_kafka:
     ({"sasl.jaas.config": f'{_KRB5} required useTicketCache=true;', "sasl.kerberos.service.name": None},
      "sasl.kerberos.service.name: required"),
 ])
-def test_bad_gssapi_settings_name_the_key(settings, named) -> None:
+def test_bad_gssapi_settings_name_the_key(settings: dict[str, str | None], named: str) -> None:
     config = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_PLAINTEXT",
               "sasl.kerberos.service.name": "kafka", **settings}
     with pytest.raises(ConfigError, match=named) as info:

@@ -122,7 +122,7 @@ def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() 
     """Two calls of one 50-byte value each to one partition: joined when batch.size is
     the joined batch's size with room for its growth bound (each moved record's deltas may
     take more bytes), left apart one byte below."""
-    def encoded() -> EncodedRecords:
+    def encoded() -> list[EncodedRecords]:
         return encode_groups(None, pa.array([b"x" * 50]), np.full(1, 7, np.int64), None, None, 1,
                              batch_size=1_000_000)[0]
 

@@ -2,6 +2,10 @@
 endpoint's retry backoff, on a clock the test moves (no broker; the provider is a
 function, the endpoint a closed port): hours of token lifetime in milliseconds."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 import pytest
 
 from spark_sink.client.errors import SaslAuthenticationError
@@ -23,7 +27,7 @@ class Clock(MovedClock):
         self.advance((value - self.now) * 1000)
 
 
-def _source(clock, provider, **settings):
+def _source(clock: Clock, provider: Callable[[dict[str, str]], tuple[str, float]], **settings: object) -> TokenSource:
     config = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
                                        "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.provider": provider,
                                        "sasl.login.refresh.window.jitter": 0, **settings})
@@ -33,7 +37,7 @@ def _source(clock, provider, **settings):
 def test_token_is_cached_until_the_refresh_window_then_fetched_again() -> None:
     clock, issued = Clock(), []
 
-    def provider(options):
+    def provider(options: dict[str, str]) -> tuple[str, float]:
         issued.append(clock.now)
         return f"opaque-{len(issued)}", (clock.now + 3600) * 1000  # not a JWT: expiry from the provider
 
@@ -66,9 +70,10 @@ def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept() -> No
 
 
 def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired() -> None:
-    clock, fail = Clock(), []
+    clock = Clock()
+    fail: list[bool] = []
 
-    def provider(options):
+    def provider(options: dict[str, str]) -> tuple[str, float]:
         if fail:
             raise OSError("identity service down")
         return "t", (clock.now + 1000) * 1000

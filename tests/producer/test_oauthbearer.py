@@ -11,18 +11,24 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.client.errors import ConfigError, SaslAuthenticationError
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import FutureRecordMetadata, KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, free_port, unique_topic
 from tests.oauth_kafka import LOGIN_MODULE, REAUTH_MS, OAuthKafka
-from tests.oidc import CLIENTS
+from tests.oidc import CLIENTS, IdentityProvider
 
 
-def _oidc(idp, client="kprod-app", secret=None, protocol="SASL_PLAINTEXT", url=None, **jaas):
+def _token_url(idp: IdentityProvider | None) -> str:
+    assert idp is not None, "a token endpoint URL or an identity provider"
+    return idp.token_url
+
+
+def _oidc(idp: IdentityProvider | None, client: str = "kprod-app", secret: str | None = None,
+          protocol: str = "SASL_PLAINTEXT", url: str | None = None, **jaas: str) -> dict[str, str]:
     secret = CLIENTS[client] if secret is None else secret
     options = " ".join(f'{k}="{v}"' for k, v in {"clientId": client, "clientSecret": secret, "scope": "kafka",
                                                     **jaas}.items())
     return {"security.protocol": protocol, "sasl.mechanism": "OAUTHBEARER",
-            "sasl.oauthbearer.token.endpoint.url": url or idp.token_url,
+            "sasl.oauthbearer.token.endpoint.url": url or _token_url(idp),
             "sasl.jaas.config": f"{LOGIN_MODULE} required {options};"}
 
 
@@ -117,7 +123,7 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka: OAuthKafka)
         config = {"bootstrap.servers": bootstrap, "linger.ms": 20, "sasl.login.refresh.min.period.seconds": 0,
                   "sasl.login.refresh.buffer.seconds": REAUTH_MS // 1000, **_oidc(idp)}
         with KafkaProducer(config) as p:
-            futures = []
+            futures: list[FutureRecordMetadata] = []
             # Until the proxy has seen four connections: the first two (bootstrap and leader)
             # and two that replaced one whose session was ending; or ten sessions long.
             deadline = time.monotonic() + 10 * REAUTH_MS / 1000
@@ -152,7 +158,7 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka: OAuthKafka)
      "sasl.login.callback.handler.class: .*sasl.oauthbearer.token.provider"),
     ({"sasl.login.refresh.window.factor": 0.2}, r"sasl.login.refresh.window.factor: expected a number in \[0.5"),
 ])
-def test_bad_oauthbearer_settings_name_the_key(settings, named) -> None:
+def test_bad_oauthbearer_settings_name_the_key(settings: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError, match=named) as info:
         KafkaProducer({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_SSL",
                        "sasl.mechanism": "OAUTHBEARER", **settings})
@@ -160,7 +166,7 @@ def test_bad_oauthbearer_settings_name_the_key(settings, named) -> None:
 
 
 def test_provider_errors_name_the_provider() -> None:
-    def failing(options) -> None:
+    def failing(options: dict[str, str]) -> tuple[str, float]:
         raise RuntimeError("no credentials in this environment")
 
     with pytest.raises(SaslAuthenticationError, match="token.provider .*failing failed: RuntimeError: no credentials"):

@@ -33,13 +33,13 @@ def test_known_java_values() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.binary(max_size=37), min_size=1, max_size=50))
-def test_vectorised_equals_scalar(keys) -> None:
+def test_vectorised_equals_scalar(keys: list[bytes]) -> None:
     assert murmur2_array(pa.array(keys, pa.binary())).tolist() == [murmur2(k) for k in keys]
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 13), st.lists(st.binary(min_size=13, max_size=13), min_size=1, max_size=30), st.integers(0, 3))
-def test_vectorised_equal_length_keys(length, raw, cut) -> None:
+def test_vectorised_equal_length_keys(length: int, raw: list[bytes], cut: int) -> None:
     # Every length mod 4 (the tail bytes), and a slice that starts them mid-buffer.
     keys = [k[:length] for k in raw]
     arr = pa.array([b"x" * 5] * cut + keys, pa.binary()).slice(cut)
@@ -53,16 +53,22 @@ def test_vectorised_handles_slices_nulls_and_strings() -> None:
 
 
 def test_partition_matches_librdkafka_murmur2_partitioner(kafka: KafkaCluster) -> None:
-    from confluent_kafka import Producer
+    from confluent_kafka import Message, Producer
 
     from tests.brokers import create_topic, unique_topic
 
     topic = create_topic(kafka.bootstrap, unique_topic("murmur"), partitions=7)
-    placed = {}
+    placed: dict[bytes, int] = {}
+
+    def delivered(err: object, msg: Message) -> None:
+        key, partition = msg.key(), msg.partition()
+        assert isinstance(key, bytes) and partition is not None, (err, key, partition)
+        placed[key] = partition
+
     p = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random"})
     for i in range(50):
         key = b"key-%d" % i
-        p.produce(topic, b"v", key=key, on_delivery=lambda err, msg: placed.__setitem__(msg.key(), msg.partition()))
+        p.produce(topic, b"v", key=key, on_delivery=delivered)
     assert p.flush(30) == 0
     assert placed == {k: partition_for_hash(murmur2(k), 7) for k in placed}
 

@@ -11,19 +11,20 @@ import pytest
 
 from spark_sink.client.config import jaas_options
 from spark_sink.client.errors import ConfigError, SaslAuthenticationError
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import FutureRecordMetadata, KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
 from tests.brokers import consume_all, unique_topic
 from tests.secure_kafka import JAAS, REAUTH_MS, USERS, SecureKafka
 
 
-def _sasl(mechanism, user="alice", password=None, protocol="SASL_PLAINTEXT"):
+def _sasl(mechanism: str, user: str = "alice", password: str | None = None,
+          protocol: str = "SASL_PLAINTEXT") -> dict[str, str]:
     password = USERS[user] if password is None else password
     return {"security.protocol": protocol, "sasl.mechanism": mechanism,
             "sasl.jaas.config": f'{JAAS[mechanism]} required username="{user}" password="{password}";'}
 
 
-def _reader(mechanism, user="alice", protocol="sasl_plaintext", **extra):
+def _reader(mechanism: str, user: str = "alice", protocol: str = "sasl_plaintext", **extra: str) -> dict[str, str]:
     return {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": user,
             "sasl.password": USERS[user], **extra}
 
@@ -85,7 +86,7 @@ def test_session_lifetime_is_renewed_before_the_broker_ends_it(secure_kafka: Sec
     topic = unique_topic("sasl-reauth")
     closed_by_broker, opened = proxy.closed_by_target, proxy.connections_accepted
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, **_sasl("SCRAM-SHA-256")}) as p:
-        futures = []
+        futures: list[FutureRecordMetadata] = []
         # Until the proxy has seen four connections: the first two (bootstrap and leader)
         # and two that replaced one whose session was ending; or ten sessions long.
         deadline = time.monotonic() + 10 * REAUTH_MS / 1000

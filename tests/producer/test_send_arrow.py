@@ -17,7 +17,8 @@ from tests.brokers import consume_all, create_topic, unique_topic
 N = 500
 
 
-def _table(n, *, key, partition, headers, timestamp, topic_col=None, string_values=False):
+def _table(n: int, *, key: bool, partition: bool, headers: bool, timestamp: bool, topic_col: str | None = None,
+           string_values: bool = False) -> pa.Table:
     cols = {"value": pa.array([None if i % 97 == 5 else f"v{i}" * (i % 7) for i in range(n)],
                               pa.string() if string_values else pa.binary()) if string_values else
             pa.array([None if i % 97 == 5 else b"v%d" % i * (i % 7) for i in range(n)], pa.binary())}
@@ -39,7 +40,8 @@ COMBOS = list(itertools.product([False, True], repeat=4))
 
 
 @pytest.mark.parametrize("key,partition,headers,timestamp", COMBOS)
-def test_every_column_combination(broker: KafkaCluster, key, partition, headers, timestamp) -> None:
+def test_every_column_combination(broker: KafkaCluster, key: bool, partition: bool, headers: bool,
+                                  timestamp: bool) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("arrow"), partitions=3)
     table = _table(N, key=key, partition=partition, headers=headers, timestamp=timestamp)
     with KafkaProducer({"bootstrap.servers": broker.bootstrap, "batch.size": 2048}) as p:
@@ -49,7 +51,7 @@ def test_every_column_combination(broker: KafkaCluster, key, partition, headers,
     messages = consume_all(broker.bootstrap, topic, N, settle=0.3)
     assert len(messages) == N
     rows = table.to_pylist()
-    by_value_index = {}
+    by_value_index: dict[int, list] = {}
     for m in messages:
         (idx,) = [h[1] for h in (m.headers() or []) if h[0] == "i"] or [None]
         by_value_index.setdefault(m.partition(), []).append(m)
@@ -57,8 +59,9 @@ def test_every_column_combination(broker: KafkaCluster, key, partition, headers,
         offsets = sorted(m.offset() for m in by_value_index[part])
         assert (count, first, last) == (len(offsets), offsets[0], offsets[-1])
     # order per partition follows row order, and each row is where it should be
-    expected = {}
+    expected: dict[int, int | None] = {}
     for i, row in enumerate(rows):
+        part: int | None
         if partition and row.get("partition") is not None:
             part = row["partition"]
         elif key and row.get("key") is not None:
@@ -67,7 +70,7 @@ def test_every_column_combination(broker: KafkaCluster, key, partition, headers,
             part = None
         expected[i] = part
     got = sorted(messages, key=lambda m: (m.partition(), m.offset()))
-    per_part = {}
+    per_part: dict[int, list] = {}
     for m in got:
         per_part.setdefault(m.partition(), []).append(m)
     seen_rows = []
@@ -144,7 +147,7 @@ def test_summary_ranges_follow_send_order_and_mark_unknown_ends() -> None:
     from spark_sink.producer.batch import ProducerBatch
     from spark_sink.producer.producer import ArrowSendFuture
 
-    def queue(future, counts):
+    def queue(future: ArrowSendFuture, counts: list[int]) -> list[ProducerBatch]:
         encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]
         future._queued(encoded)
         return [ProducerBatch("t", 0, 0.0, order, 0, 16384, encoded=e, listener=future._on_batch)

@@ -32,7 +32,7 @@ def tls_broker(secure_kafka: SecureKafka) -> str:
     return secure_kafka.bootstrap("SSL")
 
 
-def _tls(pki: TlsFiles, **extra):
+def _tls(pki: TlsFiles, **extra: object) -> dict[str, object]:
     return {"security.protocol": "SSL", "ssl.truststore.location": str(pki.ca), **extra}
 
 
@@ -87,7 +87,7 @@ def test_bad_tls_settings_name_the_key(settings: dict[str, str], named: str) -> 
         KafkaProducer({"bootstrap.servers": "127.0.0.1:9", **settings})
 
 
-def _keytool(*args) -> None:
+def _keytool(*args: str) -> None:
     subprocess.run(["keytool", *args], check=True, capture_output=True)
 
 
@@ -98,7 +98,7 @@ def mtls(secure_kafka: SecureKafka) -> tuple[str, Path, Path]:
     return secure_kafka.bootstrap("MTLS"), secure_kafka.tls.client_cert, secure_kafka.tls.client_key
 
 
-def _pkcs12_truststore(pki: TlsFiles, tmp_path: Path):
+def _pkcs12_truststore(pki: TlsFiles, tmp_path: Path) -> Path:
     """The CA in a PKCS12 truststore as keytool writes it (password changeit)."""
     truststore = tmp_path / "truststore.p12"
     _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
@@ -151,7 +151,7 @@ def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls: tupl
     assert "certificate" in str(info.value)
 
 
-def _jks_stores(pki: TlsFiles, tmp_path: Path):
+def _jks_stores(pki: TlsFiles, tmp_path: Path) -> tuple[Path, Path]:
     """Stores as Java shops hand them out, written by keytool: a JKS truststore with the
     CA as a trusted-certificate entry, and a JKS keystore whose key has a password of its
     own (ssl.key.password)."""

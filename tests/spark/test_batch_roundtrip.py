@@ -23,14 +23,15 @@ if TYPE_CHECKING:
 N = 600
 
 
-def write(df: DataFrame, bootstrap: str, **options) -> None:
+def write(df: DataFrame, bootstrap: str, **options: str) -> None:
     w = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         w = w.option(k, v)
     w.save()
 
 
-def compare(spark: SparkSession, df: DataFrame, broker, topics, topic: str=None, with_timestamp=False):
+def compare(spark: SparkSession, df: DataFrame, broker: KafkaCluster, topics: dict[str, int], topic: str | None = None,
+            with_timestamp: bool = False) -> tuple[DataFrame, list]:
     """Check every row arrived exactly once with its key, value, headers (and timestamp)."""
     got, messages = read_topics(spark, broker.bootstrap, topics)
     expected = as_sent(df, topic)
@@ -140,7 +141,7 @@ def test_topic_option_overrides_topic_column_and_report(spark: SparkSession, bro
     (line,) = report.read_text().splitlines()
     entry = json.loads(line)
     assert entry["batchId"] is None and entry["records"] == 100 and entry["tasks"] == 2
-    offsets = {}
+    offsets: dict[int, list[int]] = {}
     for m in messages:
         offsets.setdefault(m.partition(), []).append(m.offset())
     assert {(p["partition"], p["count"], p["firstOffset"], p["lastOffset"]) for p in entry["partitions"]} == {

@@ -67,7 +67,9 @@ def submit(cluster: StandaloneCluster, python: Path, *args: str | Path, cwd: Pat
 
 def workers_that_ran_tasks(cluster: StandaloneCluster, driver_stderr: str) -> set[str]:
     """The workers whose executor for this application finished at least one task."""
-    app = re.search(r"Connected to Spark cluster with app ID (\S+)", driver_stderr).group(1)
+    connected = re.search(r"Connected to Spark cluster with app ID (\S+)", driver_stderr)
+    assert connected is not None, driver_stderr[-4000:]
+    app = connected.group(1)
     return {path.parts[-4] for path in cluster.directory.glob(f"worker-*/{app}/*/stderr")
             if "Finished task" in path.read_text(errors="replace")}
 
@@ -151,13 +153,14 @@ def test_first_microbatch_on_fresh_executors(cluster: StandaloneCluster, kafka: 
     wheel_python = venv_with_kprod(tmp_path / "venv-wheel", kprod_wheel)
     deps_python = venv_with_kprod(tmp_path / "venv-deps", None)
     jars = ",".join(str(j) for j in spark_kafka_jars())
-    runs = {
+    runs: dict[str, tuple[Path, str, list[str | Path]]] = {
         "kprod (wheel installed)": (wheel_python, "kprod", []),
         "Spark's Kafka sink": (wheel_python, "kafka", ["--jars", jars]),
         "kprod (--py-files zip)": (deps_python, "kprod", ["--py-files", kprod_zip(tmp_path / "kprod.zip")]),
         "no-op Python sink": (wheel_python, "kprodnoop", []),
     }
-    timings, done = {}, []
+    timings: dict[str, float] = {}
+    done: list[subprocess.CompletedProcess] = []
     with logs_on_failure(cluster, done):
         for n, (name, (python, sink, ship)) in enumerate(runs.items()):
             topic = create_topic(kafka.bootstrap, unique_topic(f"first-{sink}"), 2)

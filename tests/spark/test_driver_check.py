@@ -11,6 +11,7 @@ import pickle
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from tests.secure_kafka import USERS, SecureKafka
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 UNRESOLVABLE = "no-such-broker.invalid:9092"
@@ -39,11 +41,11 @@ def _closed_port() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def _df(spark: SparkSession, rows=20, partitions=2):
+def _df(spark: SparkSession, rows: int = 20, partitions: int = 2) -> DataFrame:
     return spark.range(rows, numPartitions=partitions).select(F.col("id").cast("string").alias("value"))
 
 
-def _save(df: DataFrame, bootstrap: str, **options) -> None:
+def _save(df: DataFrame, bootstrap: str, **options: str) -> None:
     writer = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         writer = writer.option(k, v)
@@ -51,7 +53,7 @@ def _save(df: DataFrame, bootstrap: str, **options) -> None:
 
 
 @contextmanager
-def _jobs(spark: SparkSession):
+def _jobs(spark: SparkSession) -> Iterator[list[int]]:
     """The ids of the Spark jobs (so, tasks) run inside the block."""
     sc = spark.sparkContext
     group = f"kprod-check-{uuid.uuid4().hex[:8]}"
@@ -60,11 +62,11 @@ def _jobs(spark: SparkSession):
     try:
         yield jobs
     finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]  # None unsets it (PySpark's own doc)
         jobs += sc.statusTracker().getJobIdsForGroup(group)
 
 
-def _refused(spark: SparkSession, df: DataFrame, bootstrap: str, **options) -> tuple[str, float]:
+def _refused(spark: SparkSession, df: DataFrame, bootstrap: str, **options: str) -> tuple[str, float]:
     """The error text of a write that must fail on the driver, and how long it took."""
     started = time.monotonic()
     with _jobs(spark) as jobs, pytest.raises(Exception) as err:
@@ -243,7 +245,7 @@ def test_the_commit_runners_copy_of_the_source_checks_nothing() -> None:
     assert copy.streamWriter(schema, False).options.topic == "t"
 
 
-def _schema():
+def _schema() -> StructType:
     from pyspark.sql.types import StringType, StructField, StructType
 
     return StructType([StructField("value", StringType())])

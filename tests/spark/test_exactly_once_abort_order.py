@@ -25,12 +25,13 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _prepare
 
 
-def _run(cluster) -> None:
+def _run(cluster: KafkaCluster) -> None:
     topic = create_topic(cluster.bootstrap, unique_topic("eos-abort-order"), partitions=2)
     options = {"kafka.bootstrap.servers": cluster.bootstrap, "topic": topic,
                "kprod.deliveryGuarantee": "exactly-once", "kafka.transaction.timeout.ms": "600000",
                "checkpointLocation": "/x/" + topic}
     eo = parse_options(options, streaming=True).exactly_once
+    assert eo is not None
     config = {"bootstrap.servers": cluster.bootstrap}
     query = unique_topic("query")
     prefix = eo.prefix_for(query)

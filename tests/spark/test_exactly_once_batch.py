@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 N = 3000
 
 
-def _write(df: DataFrame, bootstrap: str, topic: str, guarantee) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, guarantee: str) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kprod.deliveryGuarantee", guarantee).save())
 
 
-def _visible(bootstrap: str, topic: str, seconds=3.0) -> list[str]:
+def _visible(bootstrap: str, topic: str, seconds: float = 3.0) -> list[str]:
     t = CommittedView(bootstrap, topic, "read_committed")
     try:
         t.poll(seconds)
@@ -49,7 +49,7 @@ def test_a_failed_batch_write_leaves_nothing_visible(spark: SparkSession, kafka:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-fail"), partitions=2)
 
     @F.udf(StringType())
-    def fail_in_last_partition(i):
+    def fail_in_last_partition(i: int) -> str:
         if i >= N - 10:  # the last of three partitions, which starts once an earlier task is done (local[2])
             raise RuntimeError("injected failure")
         return str(i)

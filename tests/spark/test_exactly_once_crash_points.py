@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pytest
 
@@ -54,8 +56,9 @@ class _Dying:
             real = getattr(AdminClient, name)
             monkeypatch.setattr(AdminClient, name, self._wrap(name, real))
 
-    def _wrap(self, name: str, real):
-        def call(admin, first, *args, **kwargs):
+    def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        # Any: one wrapper for AdminClient methods of different signatures.
+        def call(admin: AdminClient, first: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
             n = self.calls
             self.calls += 1
             if self.at is None or n != self.at:
@@ -72,7 +75,7 @@ class _Dying:
             raise _Crash()
         return call
 
-    def run(self, commit, die: bool) -> tuple[str, object]:
+    def run(self, commit: Callable[[], object], die: bool) -> tuple[str, object]:
         """Commit, dying at a random call if ``die``. Returns what happened."""
         self.calls = 0
         self.committed_some = False
@@ -133,6 +136,7 @@ def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka: Kafk
     dying = _Dying(monkeypatch, rng)
     log: list[str] = []
     if named:
+        batches: list[int | None]
         eo, query, batches = ExactlyOnce(unique_topic("orders"), topic, batch=True), None, [None]
     else:
         eo, query, batches = ExactlyOnce(None, topic), unique_topic("query"), [0, 1, 2]

@@ -58,7 +58,7 @@ def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka: KafkaC
     rows = {0: [b"a%d" % i for i in range(5)], 1: [b"b%d" % i for i in range(5)]}
     assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query),
                                batch_id).transactions == 2
-    admin = ConfluentAdmin(config)  # kept: its futures need it
+    admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})  # kept: its futures need it
     for future in admin.delete_consumer_groups([exactly_once_names.transactional_id(prefix, p) for p in rows]).values():
         future.result(30)
     again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id,

@@ -82,7 +82,8 @@ def test_random_process_kills_and_stops_write_every_row_once(spark: SparkSession
         outcome = None
         for query in running:
             try:
-                finished = query.awaitTermination(stop_after if stop_after is not None else 240)
+                # PySpark's hint says int; it passes any number of seconds on to the JVM.
+                finished = query.awaitTermination(stop_after if stop_after is not None else 240)  # type: ignore[arg-type]
                 if not finished:
                     query.stop()
                     outcome = "stopped"

@@ -210,7 +210,7 @@ def assert_visible_once(kafka: KafkaCluster, topic: str, rows: list[bytes], note
     assert_nothing_left_open(kafka.bootstrap, topic, partitions)
 
 
-def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str
+def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str | None
                     ) -> list[KProdCommitMessage]:
     """What a run's tasks return: each partition's rows sent in a prepared transaction (none
     for a partition without rows)."""

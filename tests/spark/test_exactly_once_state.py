@@ -42,17 +42,17 @@ REGISTRY = [("kprod-0123456789abcdef0123", RegistryEntry("kprod-0123456789abcdef
 
 
 @pytest.mark.parametrize(("text", "value"), MARKERS)
-def test_markers_of_every_release_are_read(text, value) -> None:
+def test_markers_of_every_release_are_read(text: str, value: Marker) -> None:
     assert Marker.decode(text) == value
 
 
 @pytest.mark.parametrize(("text", "value"), DIRECTORY)
-def test_directory_records_of_every_release_are_read(text, value) -> None:
+def test_directory_records_of_every_release_are_read(text: str, value: DirectoryRecord) -> None:
     assert DirectoryRecord.decode(text) == value
 
 
 @pytest.mark.parametrize(("text", "value"), REGISTRY)
-def test_registry_entries_of_every_release_are_read(text, value) -> None:
+def test_registry_entries_of_every_release_are_read(text: str, value: RegistryEntry) -> None:
     assert RegistryEntry.decode(text) == value
 
 
@@ -91,15 +91,15 @@ _counts = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 @given(st.builds(Marker, st.none() | _texts, _counts, st.none() | _counts, st.none() | _texts))
-def test_markers_round_trip(marker) -> None:
+def test_markers_round_trip(marker: Marker) -> None:
     assert Marker.decode(marker.encode()) == marker
 
 
 @given(st.builds(DirectoryRecord, st.none() | _texts, _counts, st.none() | st.integers(0, 2**53), st.booleans()))
-def test_directory_records_round_trip(record) -> None:
+def test_directory_records_round_trip(record: DirectoryRecord) -> None:
     assert DirectoryRecord.decode(record.encode()) == record
 
 
 @given(_texts.filter(lambda s: s and not s.startswith("{")))
-def test_registry_entries_round_trip(prefix) -> None:
+def test_registry_entries_round_trip(prefix: str) -> None:
     assert RegistryEntry.decode(RegistryEntry(prefix).encode()) == RegistryEntry(prefix)

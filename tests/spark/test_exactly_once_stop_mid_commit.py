@@ -33,12 +33,13 @@ from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from tests.conftest import ProxiedKafka
 
 
 
-def _start(spark: SparkSession, source, bootstrap: str, topic: str, checkpoint: str):
+def _start(spark: SparkSession, source: Path, bootstrap: str, topic: str, checkpoint: str) -> StreamingQuery:
     rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
             .repartition(2, "id").select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
     return (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap)
@@ -81,7 +82,7 @@ def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: Kafk
         into_commit_s, cut = random.uniform(0.0, 3.0), random.choice(["stop", "kill"])
         print("cut:", cut, into_commit_s, "s into the commit")
 
-    def cut_short(query) -> None:
+    def cut_short(query: StreamingQuery) -> None:
         worker = procs.parent(_wait_for_the_commit())
         time.sleep(into_commit_s)
         if cut == "kill" and worker is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Iterable
 
 import pytest
 
@@ -38,10 +39,10 @@ def test_a_rerun_with_fewer_tasks_after_a_death_before_the_commit_leaves_nothing
     eo = ExactlyOnce(unique_topic("orders"), topic, batch=True)
     rows = [b"r%02d" % i for i in range(16)]
     # Run 1: four tasks sent their rows in transactions; the driver dies before committing.
-    _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {p: rows[p::4] for p in range(4)}, "")
+    _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, {p: rows[p::4] for p in range(4)}, "")
     exactly_once._fenced.clear()  # the rerun is a new driver process
     rerun = [dataclasses.replace(m, query_id=None) for m in
-             _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {p: rows[p::2] for p in range(2)}, "")]
+             _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, {p: rows[p::2] for p in range(2)}, "")]
     assert exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None).transactions == 2
     # Left open, the dead run's transactions on ids 2 and 3 would hold back the partitions
     # they wrote to: even the rerun's committed rows there would not be visible.
@@ -60,10 +61,10 @@ def test_a_rerun_after_a_death_of_a_run_with_sparse_tasks_leaves_nothing_open(ka
     topic = create_topic(kafka.bootstrap, unique_topic("eos-sparse"), partitions=4)
     eo = ExactlyOnce(unique_topic("orders"), topic, batch=True)
     rows = [b"s%02d" % i for i in range(16)]
-    _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {0: rows[:8], 150: rows[8:]}, "")
+    _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, {0: rows[:8], 150: rows[8:]}, "")
     exactly_once._fenced.clear()  # the rerun is a new driver process
     rerun = [dataclasses.replace(m, query_id=None) for m in
-             _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {p: rows[p::2] for p in range(2)}, "")]
+             _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, {p: rows[p::2] for p in range(2)}, "")]
     exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None)
     got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(rows)))
     assert got == collections.Counter(r.decode() for r in rows)
@@ -79,7 +80,7 @@ def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka: Ka
     from spark_sink.admin import AdminClient
     from spark_sink.producer import KafkaTimeoutError
 
-    def unreachable(self, states=("Ongoing",), timeout_ms=None) -> None:
+    def unreachable(self: AdminClient, states: Iterable[str] = ("Ongoing",), timeout_ms: float | None = None) -> None:
         raise KafkaTimeoutError("list transactions: 1 of 2 request(s) unanswered after 60000 ms (for broker 2)")
 
     monkeypatch.setattr(AdminClient, "list_transactions", unreachable)
@@ -87,7 +88,7 @@ def test_a_restart_goes_on_when_the_open_transactions_cannot_be_listed(kafka: Ka
     eo = ExactlyOnce(unique_topic("orders"), topic, batch=True)
     exactly_once._fenced.clear()  # a new driver process
     rerun = [dataclasses.replace(m, query_id=None) for m in
-             _prepared_tasks(kafka.bootstrap, eo.prefix, topic, {0: [b"a"], 1: [b"b"]}, "")]
+             _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, {0: [b"a"], 1: [b"b"]}, "")]
     assert exactly_once.commit({"bootstrap.servers": kafka.bootstrap}, eo, rerun, None).transactions == 2
     assert "could not be listed" in caplog.text and "broker 2" in caplog.text
 

@@ -23,7 +23,7 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _committed_values
 
 
-def _run(cluster) -> None:
+def _run(cluster: KafkaCluster) -> None:
     topic = create_topic(cluster.bootstrap, unique_topic("eos-zombie"), partitions=1)
     prefix = unique_topic("zombie")
     tid = exactly_once_names.transactional_id(prefix, 0)
@@ -38,6 +38,7 @@ def _run(cluster) -> None:
         exactly_once_names.fence_and_begin(second)
         second.send(ProducerRecord(topic, b"b0", key=b"b0")).result(10)
         txn = second.prepare_transaction()
+        assert txn is not None
         for epoch in sorted({first_epoch, txn.producer_epoch - 1}):
             with pytest.raises(Exception):  # noqa: B017 - refused, whatever the error
                 admin.end_transactions([PreparedTransaction(tid, txn.producer_id, epoch)], commit=False,

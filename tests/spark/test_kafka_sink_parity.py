@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from tests.brokers import consume_all, create_topic, unique_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 FORMATS = ("kafka", "kprod")
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -57,12 +58,13 @@ def records(bootstrap: str, topic: str, n: int, partitions: bool = False) -> lis
 
 
 def both(bootstrap: str, make: Callable[[str], DataFrame], n: int, partitions: int = 1, *,
-         same_partitions: bool = False, topic_option: bool = True, **options: str) -> dict[str, list[tuple]]:
-    """Write ``make(topic)`` through each sink to a new topic; the records each wrote."""
+         same_partitions: bool = False, topic_option: bool = True, options: Mapping[str, str] | None = None,
+         ) -> dict[str, list[tuple]]:
+    """Write ``make(topic)`` through each sink (with ``options``) to a new topic; the records each wrote."""
     out = {}
     for fmt in FORMATS:
         topic = create_topic(bootstrap, unique_topic(f"parity-{fmt}"), partitions)
-        save(make(topic), fmt, bootstrap, topic if topic_option else None, **options)
+        save(make(topic), fmt, bootstrap, topic if topic_option else None, **(options or {}))
         out[fmt] = records(bootstrap, topic, n, same_partitions)
     return out
 
@@ -128,7 +130,8 @@ def test_partition_column_overrides_the_partitioner_class(spark: SparkSession, k
     Spark's suite's TestKafkaPartitioner is a test class, not in the connector jar)."""
     make = lambda t: spark.range(5).selectExpr(  # noqa: E731
         "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value", "2 AS partition")
-    got = both(kafka.bootstrap, make, 5, partitions=4, same_partitions=True, **{"kafka.partitioner.class": ROUND_ROBIN})
+    got = both(kafka.bootstrap, make, 5, partitions=4, same_partitions=True,
+               options={"kafka.partitioner.class": ROUND_ROBIN})
     assert got["kafka"] == got["kprod"] and {r[0] for r in got["kprod"]} == {2}
 
 
@@ -138,7 +141,8 @@ def test_round_robin_partitioner_class(spark: SparkSession, kafka: KafkaCluster)
     called twice for a record that starts a new batch (KAFKA-9965), kprod's once."""
     make = lambda t: spark.range(1, numPartitions=1).selectExpr(  # noqa: E731
         "explode(sequence(0, 15)) AS id").selectExpr("'same key' AS key", "CAST(id AS STRING) AS value")
-    got = both(kafka.bootstrap, make, 16, partitions=4, same_partitions=True, **{"kafka.partitioner.class": ROUND_ROBIN})
+    got = both(kafka.bootstrap, make, 16, partitions=4, same_partitions=True,
+               options={"kafka.partitioner.class": ROUND_ROBIN})
     for fmt in FORMATS:
         assert len({r[0] for r in got[fmt]}) > 1, fmt
     assert sorted(r[1:] for r in got["kafka"]) == sorted(r[1:] for r in got["kprod"])
@@ -246,7 +250,7 @@ def test_extra_columns_and_read_options_are_ignored(spark: SparkSession, kafka: 
     """Not in KafkaSinkSuite, what jobs do: select("*") brings columns beside key/value,
     and read options (includeHeaders) are copied into writes; both sinks ignore them."""
     make = lambda t: spark.range(5).selectExpr("id", "CAST(id AS STRING) AS value", "current_date() AS day")  # noqa: E731
-    got = both(kafka.bootstrap, make, 5, includeHeaders="true")
+    got = both(kafka.bootstrap, make, 5, options={"includeHeaders": "true"})
     assert got["kafka"] == got["kprod"] and len(got["kprod"]) == 5
 
 
@@ -265,7 +269,8 @@ def test_timestamp_column(spark: SparkSession, kafka: KafkaCluster) -> None:
     assert all(ts > given for ts in stamps["kafka"])
 
 
-def _stream(spark: SparkSession, source_dir, fmt: str, bootstrap: str, topic: str, checkpoint: str, mode: str = "append"):
+def _stream(spark: SparkSession, source_dir: Path, fmt: str, bootstrap: str, topic: str, checkpoint: str,
+            mode: str = "append") -> StreamingQuery:
     df = (spark.readStream.schema("id long").json(str(source_dir))
           .selectExpr("CAST(id AS STRING) AS value"))
     return (df.writeStream.format(fmt).outputMode(mode).trigger(availableNow=True)

@@ -12,13 +12,13 @@ from pyspark.sql import functions as F
 
 from tests.brokers import consume_all, unique_topic
 from tests.oauth_kafka import LOGIN_MODULE, OAuthKafka
-from tests.oidc import CLIENTS
+from tests.oidc import CLIENTS, IdentityProvider
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def _write(df: DataFrame, bootstrap: str, topic: str, options) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, options: dict[str, str]) -> None:
     writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("kafka.sasl.mechanism", "OAUTHBEARER")
               .option("kafka.max.block.ms", "20000"))
@@ -27,11 +27,11 @@ def _write(df: DataFrame, bootstrap: str, topic: str, options) -> None:
     writer.save()
 
 
-def _frame(spark: SparkSession):
+def _frame(spark: SparkSession) -> DataFrame:
     return spark.range(200, numPartitions=2).select(F.col("id").cast("string").alias("value"))
 
 
-def _client_credentials(idp, secret, ca):
+def _client_credentials(idp: IdentityProvider, secret: str, ca: str) -> dict[str, str]:
     return {"security.protocol": "SASL_SSL", "ssl.truststore.location": ca,
             "sasl.oauthbearer.token.endpoint.url": idp.https_token_url,
             "sasl.jaas.config": f'{LOGIN_MODULE} required clientId="kprod-app" clientSecret="{secret}" '

@@ -41,7 +41,7 @@ REJECTED = [
 ]
 
 
-def save(df: DataFrame, bootstrap: str, topic: str, mode: str) -> None:
+def save(df: DataFrame, bootstrap: str, topic: str, mode: str | None) -> None:
     writer = df.write.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     if mode is not None:
         writer = writer.mode(mode)
