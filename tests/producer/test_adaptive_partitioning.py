@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pytest
 
+from spark_sink.client.network import NetworkClient
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 from tests.clock import MovedClock
@@ -27,14 +28,14 @@ SLOW_MS = 500
 RECORDS = 6000
 
 
-def _topic(kafka3_proxies: ProxiedKafka3, prefix):
+def _topic(kafka3_proxies: ProxiedKafka3, prefix: str) -> tuple[str, dict[int, int]]:
     cluster = kafka3_proxies.cluster
     topic = cluster.create_topic(unique_topic(prefix), PARTITIONS)
     leaders = {p: cluster.leader(topic, p) for p in range(PARTITIONS)}
     return topic, leaders
 
 
-def _write(producer, topic: str, records, path):
+def _write(producer: KafkaProducer, topic: str, records: int, path: str) -> tuple[float, collections.Counter[int]]:
     """Send ``records`` keyless values of 1 kB through ``path``; (seconds, partition counts)."""
     started = time.monotonic()
     counts: collections.Counter[int] = collections.Counter()
@@ -44,21 +45,21 @@ def _write(producer, topic: str, records, path):
         counts.update(f.result(0).partition for f in futures)
     else:
         table = pa.table({"value": [VALUE] * 250})
-        futures = [producer.send_arrow(table, topic=topic) for _ in range(records // 250)]
-        for future in futures:
+        calls = [producer.send_arrow(table, topic=topic) for _ in range(records // 250)]
+        for future in calls:
             for (_, partition), (count, _, _) in future.result(120).partitions.items():
                 counts[partition] += count
     return time.monotonic() - started, counts
 
 
-def _config(kafka3_proxies: ProxiedKafka3, **settings):
+def _config(kafka3_proxies: ProxiedKafka3, **settings: object) -> dict[str, object]:
     # A buffer smaller than the write: send() then waits for room as a long write does,
     # and the queues show how fast each broker takes batches.
     return {"bootstrap.servers": kafka3_proxies.bootstrap, "linger.ms": 5, "batch.size": 16384,
             "buffer.memory": 2_000_000, "delivery.timeout.ms": 120000, **settings}
 
 
-def _warm_up(producer, topic: str) -> None:
+def _warm_up(producer: KafkaProducer, topic: str) -> None:
     """Connections to every leader and the topic's metadata, before any fault."""
     for partition in range(PARTITIONS):
         producer.send(ProducerRecord(topic, b"warm-up", partition=partition))
@@ -74,7 +75,7 @@ def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies: ProxiedKafka3
         _warm_up(producer, topic)
         kafka3_proxies.proxies[slow].set_delay(SLOW_MS, replies_only=True)
         _, counts = _write(producer, topic, records, path)
-    shares = collections.Counter()
+    shares: collections.Counter[int] = collections.Counter()
     for partition, count in counts.items():
         shares[leaders[partition]] += count
     others = [shares[node] for node in set(leaders.values()) if node != slow]
@@ -101,11 +102,13 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
         proxy = kafka3_proxies.proxies[stalled]
         proxy.stall(True)
         queues = producer._accumulator._by_topic[topic]
+        client = producer._client
+        assert isinstance(client, NetworkClient)
         try:
             # Until the stalled node has a batch it cannot take (as many requests in flight
             # as it may have, unanswered): then it is overdue once the timeout has passed.
             during: list = []
-            while not (producer._client.in_flight_count(stalled) >= 5 and any(queues.get(p) for p in stalled_partitions)):
+            while not (client.in_flight_count(stalled) >= 5 and any(queues.get(p) for p in stalled_partitions)):
                 assert len(during) < 20_000, "the stalled node's partitions never queued a batch"
                 during += [producer.send(ProducerRecord(topic, VALUE)) for _ in range(20)]
             clock.advance(2 * timeout_ms)

@@ -21,7 +21,7 @@ from spark_sink.producer import (
 )
 from spark_sink.producer import accumulator as accumulator_module
 from spark_sink.producer import batch as batch_module
-from spark_sink.producer.batch import PyRecordBuffer
+from spark_sink.producer.batch import PyRecordBuffer, SendCallback
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.protocol.error_codes import KProdError
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
@@ -30,7 +30,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 SIZES = [0, 1, 100, 1000, 20_000, 200_000]
 
 
-def _records(topic: str):
+def _records(topic: str) -> list[ProducerRecord]:
     out = []
     for i, size in enumerate(SIZES * 4):
         value = os.urandom(size)
@@ -46,7 +46,7 @@ def _records(topic: str):
 
 
 @pytest.mark.parametrize("codec, level", [(c, None) for c in CODECS] + [("gzip", 1), ("lz4", 12), ("zstd", -3)])
-def test_round_trip_every_codec(broker: KafkaCluster, codec, level) -> None:
+def test_round_trip_every_codec(broker: KafkaCluster, codec: str, level: int | None) -> None:
     topic = create_topic(broker.bootstrap, unique_topic(codec), partitions=3)
     records = _records(topic)
     callbacks = []
@@ -72,7 +72,7 @@ def test_round_trip_every_codec(broker: KafkaCluster, codec, level) -> None:
         elif record.key is not None:
             assert md.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3
     # per-key order: offsets grow in send order within each key
-    by_key = {}
+    by_key: dict[bytes, list[int]] = {}
     for record, md in zip(records, metadata):
         if record.key is not None:
             by_key.setdefault(record.key, []).append(md.offset)
@@ -81,7 +81,7 @@ def test_round_trip_every_codec(broker: KafkaCluster, codec, level) -> None:
 
 class _RecordSubclass(ProducerRecord):
     @property
-    def topic(self) -> str:  # type: ignore[override]
+    def topic(self) -> str:
         return self._topic
 
     @topic.setter
@@ -103,11 +103,12 @@ def test_keyed_order_and_no_duplicates_many_records(broker: KafkaCluster, compil
     acked: dict[tuple[int, int], int] = {}
     errors = []
 
-    def on_ack(i):
+    def on_ack(i: int) -> SendCallback:
         def callback(md: RecordMetadata | None, err: Exception | None) -> None:
             if err is not None:
                 errors.append(err)
             else:
+                assert md is not None
                 acked[(md.partition, md.offset)] = i
         return callback
 
@@ -123,7 +124,7 @@ def test_keyed_order_and_no_duplicates_many_records(broker: KafkaCluster, compil
     messages = consume_all(broker.bootstrap, topic, n, settle=0.5)
     assert len(messages) == n
     assert not errors and acked == {(m.partition(), m.offset()): int(m.value()) for m in messages}
-    seen = {}
+    seen: dict[bytes, list[int]] = {}
     for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
         seen.setdefault(m.key(), []).append(int(m.value()))
     assert all(v == sorted(v) for v in seen.values())
@@ -171,9 +172,9 @@ def test_unreachable_bootstrap_fails_within_max_block() -> None:
 def test_acks_zero_and_one(broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("acks"), partitions=1)
     for acks in ("0", "1"):
-        called = []
+        called: list[tuple[RecordMetadata | None, Exception | None]] = []
         with KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
-            def record(md, err, called=called) -> None:
+            def record(md: RecordMetadata | None, err: Exception | None, called: list = called) -> None:
                 called.append((md, err))
 
             futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode()), record) for _ in range(10)]
@@ -210,7 +211,7 @@ def test_the_sending_thread_does_the_io_while_it_sends(kafka: KafkaCluster) -> N
     it fills (so the two threads do not trade the GIL per record); every record still gets
     exactly one callback."""
     topic = create_topic(kafka.bootstrap, unique_topic("caller-io"), partitions=3)
-    calls = []
+    calls: list[tuple[RecordMetadata | None, Exception | None, int]] = []
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         p.partitions_for(topic)
         for i in range(50_000):
@@ -219,7 +220,7 @@ def test_the_sending_thread_does_the_io_while_it_sends(kafka: KafkaCluster) -> N
         acknowledged_while_sending = len(calls)
         p.flush(60)
     assert len(calls) == 50_000 and not any(err for _, err, _ in calls)
-    assert len({(md.partition, md.offset) for md, _, _ in calls}) == 50_000
+    assert len({(md.partition, md.offset) for md, _, _ in calls if md is not None}) == 50_000
     assert acknowledged_while_sending > 0
     on_this_thread = sum(thread == threading.get_ident() for _, _, thread in calls[:acknowledged_while_sending])
     assert on_this_thread > acknowledged_while_sending // 2
@@ -230,7 +231,9 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka: KafkaCluster)
     included: send() from it works, flush() raises instead of waiting for itself (as in
     Java), close() closes without waiting."""
     topic = create_topic(kafka.bootstrap, unique_topic("cb-reentry"), partitions=3)
-    outcomes, flush_errors, resent = [], [], []
+    outcomes: list[Exception | None] = []
+    flush_errors: list[Exception] = []
+    resent: list[Exception | None] = []
 
     def resend(md: RecordMetadata | None, err: Exception | None) -> None:
         resent.append(err)

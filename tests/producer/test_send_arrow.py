@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
@@ -17,7 +18,7 @@ from tests.brokers import consume_all, create_topic, unique_topic
 N = 500
 
 
-def _table(n: int, *, key: bool, partition: bool, headers: bool, timestamp: bool, topic_col: str | None = None,
+def _table(n: int, *, key: bool, partition: bool, headers: bool, timestamp: bool, topic_col: list[str] | None = None,
            string_values: bool = False) -> pa.Table:
     cols = {"value": pa.array([None if i % 97 == 5 else f"v{i}" * (i % 7) for i in range(n)],
                               pa.string() if string_values else pa.binary()) if string_values else
@@ -61,14 +62,12 @@ def test_every_column_combination(broker: KafkaCluster, key: bool, partition: bo
     # order per partition follows row order, and each row is where it should be
     expected: dict[int, int | None] = {}
     for i, row in enumerate(rows):
-        part: int | None
         if partition and row.get("partition") is not None:
-            part = row["partition"]
+            expected[i] = row["partition"]
         elif key and row.get("key") is not None:
-            part = (murmur2(row["key"]) & 0x7FFFFFFF) % 3
+            expected[i] = (murmur2(row["key"]) & 0x7FFFFFFF) % 3
         else:
-            part = None
-        expected[i] = part
+            expected[i] = None
     got = sorted(messages, key=lambda m: (m.partition(), m.offset()))
     per_part: dict[int, list] = {}
     for m in got:
@@ -147,7 +146,7 @@ def test_summary_ranges_follow_send_order_and_mark_unknown_ends() -> None:
     from spark_sink.producer.batch import ProducerBatch
     from spark_sink.producer.producer import ArrowSendFuture
 
-    def queue(future: ArrowSendFuture, counts: list[int]) -> list[ProducerBatch]:
+    def queue(future: ArrowSendFuture, counts: Sequence[int]) -> list[ProducerBatch]:
         encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]
         future._queued(encoded)
         return [ProducerBatch("t", 0, 0.0, order, 0, 16384, encoded=e, listener=future._on_batch)

@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 COMMITTED = {"isolation.level": "read_committed"}
 
 
-def _producer(bootstrap: str, txn_id: str | None = None, **extra: object) -> KafkaProducer:
+def _prepared(producer: KafkaProducer) -> PreparedTransaction:
+    """The producer's transaction, prepared: it holds records."""
+    transaction = producer.prepare_transaction()
+    assert transaction is not None
+    return transaction
+
+
+def _producer(bootstrap: str, txn_id: str | None = None, /, **extra: object) -> KafkaProducer:
     config = {"bootstrap.servers": bootstrap, "linger.ms": 0, **extra}
     if txn_id is not None:
         config["transactional.id"] = txn_id
@@ -139,13 +146,13 @@ def test_calls_that_timed_out_are_retried_to_their_outcome(kafka_proxy: ProxiedK
 
 def test_end_transactions_ends_every_one_it_can_and_names_the_refused(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("admin"), partitions=2)
-    prepared = []
+    prepared: list[PreparedTransaction] = []
     for i in range(3):
         with _producer(kafka.bootstrap, unique_topic(f"tid{i}")) as p:
             p.init_transactions()
             p.begin_transaction()
             p.send(ProducerRecord(topic, b"v%d" % i))
-            prepared.append(p.prepare_transaction())
+            prepared.append(_prepared(p))
     stale = PreparedTransaction(prepared[1].transactional_id, prepared[1].producer_id, prepared[1].producer_epoch - 1)
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         with pytest.raises((ProducerFencedError, InvalidProducerEpochError)) as raised:
@@ -181,10 +188,10 @@ def test_an_exception_in_a_response_handler_fails_the_send_instead_of_hanging(ka
         p.send(ProducerRecord(topic, b"warm")).result(30)
         sender = p._sender
 
-        def broken(response, batches) -> None:
+        def broken(response: object, batches: object) -> None:
             raise RuntimeError("injected bug in the Produce handler")
 
-        sender._on_produce = broken  # a fault injected into kprod's own code, not the broker's
+        sender._on_produce = broken  # type: ignore[method-assign]  # a fault injected into kprod's own code, not the broker's
         future = p.send(ProducerRecord(topic, b"x"))
         started = time.monotonic()
         with pytest.raises(Exception, match="injected bug"):
@@ -198,7 +205,8 @@ def test_send_from_a_callback_with_a_full_buffer_fails_at_once(kafka: KafkaClust
     topic = create_topic(kafka.bootstrap, unique_topic("cb"), partitions=1)
     outcome: list = []
     done = threading.Event()
-    with _producer(kafka.bootstrap, **{"buffer.memory": 200_000, "batch.size": 16384, "max.block.ms": 20_000}) as p:
+    settings: dict[str, object] = {"buffer.memory": 200_000, "batch.size": 16384, "max.block.ms": 20_000}
+    with _producer(kafka.bootstrap, **settings) as p:
 
         def callback(metadata: RecordMetadata | None, error: Exception | None) -> None:
             started = time.monotonic()
@@ -224,14 +232,14 @@ def test_an_admin_client_whose_connections_were_cut_connects_again(kafka: KafkaC
     topic = create_topic(kafka.bootstrap, unique_topic("admin-cut"), partitions=1)
     with AdminClient({"bootstrap.servers": kafka_proxy.bootstrap}) as admin:
         for round_ in range(3):
-            prepared = []
+            prepared: list[PreparedTransaction] = []
             for i in range(30):
                 producer = _producer(kafka.bootstrap, unique_topic("cut"))
                 try:
                     producer.init_transactions()
                     producer.begin_transaction()
                     producer.send(ProducerRecord(topic, b"%d-%d" % (round_, i)))
-                    prepared.append(producer.prepare_transaction())
+                    prepared.append(_prepared(producer))
                 finally:
                     producer.close()
             assert kafka_proxy.proxy.cut_all() >= (1 if round_ else 0)

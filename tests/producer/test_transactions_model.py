@@ -47,15 +47,24 @@ T = TypeVar("T")
 # On three nodes: retries outlast a coordinator's move, while max.block.ms does not, so
 # that calls time out and are retried too. A killed node is fenced 2.5 to 3 s after the
 # kill (its last heartbeat, every 0.5 s, plus 3 s): a call made at the kill times out.
-FAILOVER_PRODUCER = {**FAILOVER_CONFIG, "linger.ms": 0, "max.block.ms": 1500}
+FAILOVER_PRODUCER: dict[str, object] = {**FAILOVER_CONFIG, "linger.ms": 0, "max.block.ms": 1500}
 TIMEOUT_RETRIES = 40  # a move takes seconds: 60 s of calls are far more than it needs
 
 
+class ModelMachine(RuleBasedStateMachine):
+    """What a replay drives of the machines :func:`_machine` makes."""
+
+    timeouts = 0  # calls retried after KafkaTimeoutError
+
+    def setup(self) -> None:
+        raise NotImplementedError
+
+
 def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
-             cluster: KafkaCluster | None = None) -> type[RuleBasedStateMachine]:
+             cluster: KafkaCluster | None = None) -> type[ModelMachine]:
     """The machine on the node(s) at ``bootstrap``; with ``cluster`` (three nodes) it also
     kills the transaction coordinator's node."""
-    class Transactions(RuleBasedStateMachine):
+    class Transactions(ModelMachine):
         """One transactional id; the model: committed values per partition, committed
         offsets, and what the open transaction holds."""
 
@@ -201,6 +210,7 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
 
     if cluster is None:
         return Transactions
+    nodes: KafkaCluster = cluster  # three, one of them killed now and then
 
     class TransactionsFailover(Transactions):
         """The same on three nodes, with the coordinator's node killed and restarted."""
@@ -219,12 +229,12 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
             with a delay, in the middle of the next step (a commit's EndTxn in flight, say).
             Every replica is in sync first: a kill before the last restarted node caught up
             would leave partitions below min.insync.replicas, which is no coordinator move."""
-            cluster.wait_ready()
+            nodes.wait_ready()
             for topic in ("__transaction_state", "__consumer_offsets", self.topic):
-                wait_in_sync(cluster, topic)
-            victim = transaction_coordinator(cluster, self.tid)
+                wait_in_sync(nodes, topic)
+            victim = transaction_coordinator(nodes, self.tid)
             assert victim > 0, f"no coordinator for {self.tid}"
-            self.killer = threading.Timer(after, cluster.node(victim).kill)
+            self.killer = threading.Timer(after, nodes.node(victim).kill)
             self.killer.start()
             if not after:
                 self.killer.join()
@@ -236,8 +246,9 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
         def restart(self) -> None:
             """Start the killed node again (killed by now); it catches up while the next
             steps run."""
+            assert self.killer is not None and self.dead is not None
             self.killer.join()
-            cluster.node(self.dead).start()
+            nodes.node(self.dead).start()
             self.dead = None
 
         def teardown(self) -> None:
@@ -247,11 +258,11 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
                 super().teardown()
             finally:
                 # The cluster is shared: whole again, every replica in sync, for what runs next.
-                for node in cluster.nodes:
+                for node in nodes.nodes:
                     node.start()
-                cluster.wait_ready()
+                nodes.wait_ready()
                 for topic in ("__transaction_state", "__consumer_offsets"):
-                    wait_in_sync(cluster, topic)
+                    wait_in_sync(nodes, topic)
                 STATS["kills"] += getattr(self, "kills", 0)
                 STATS["timeouts"] += getattr(self, "timeouts", 0)
                 STATS["examples"] += 1
@@ -317,7 +328,7 @@ def _replay(kafka: KafkaCluster, kafka_proxy: ProxiedKafka, *steps: tuple) -> No
     _run(_machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])(), steps)
 
 
-def _replay_failover(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3, *steps: tuple) -> RuleBasedStateMachine:
+def _replay_failover(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3, *steps: tuple) -> ModelMachine:
     """:func:`_replay` on three nodes, with the coordinator kills among the steps; returns
     the machine (its ``timeouts`` count the calls retried)."""
     machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)()
@@ -325,7 +336,7 @@ def _replay_failover(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3, *steps
     return machine
 
 
-def _run(machine: RuleBasedStateMachine, steps: Sequence[tuple]) -> None:
+def _run(machine: ModelMachine, steps: Sequence[tuple]) -> None:
     """``steps`` on ``machine`` (set up here), then its teardown and final checks."""
     machine.setup()
     try:

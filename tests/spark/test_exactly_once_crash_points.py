@@ -22,6 +22,7 @@ import dataclasses
 import os
 import random
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -110,14 +111,14 @@ def _chain(kafka: KafkaCluster, dying: _Dying, rng: random.Random, eo: ExactlyOn
         messages = _prepared_tasks(kafka.bootstrap, prefix, topic, dealt, query or "")
         if query is None:  # a batch write's tasks know no query
             messages = [dataclasses.replace(m, query_id=None) for m in messages]
-        outcome, result = dying.run(lambda m=messages: exactly_once.commit(config, eo, m, batch_id), die)
+        outcome, result = dying.run(partial(exactly_once.commit, config, eo, messages, batch_id), die)
         log.append(f"batch {batch_id} run {attempt}: {'resplit ' if dealt is not rows else ''}{outcome}")
         if dying.committed_some:
             committed_split = dealt
         if outcome == "refused":
             assert committed_split is not None and dealt is not committed_split, (
                 f"a replay dealt as the run that committed part of it was refused: {result}")
-            dying.run(lambda m=messages: exactly_once_abort.abort(config, eo, m), False)  # as Spark does
+            dying.run(partial(exactly_once_abort.abort, config, eo, messages), False)  # as Spark does
         exactly_once._fenced.clear()  # the next run is a new driver process
         if outcome == "done":
             return

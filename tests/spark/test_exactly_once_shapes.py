@@ -12,7 +12,7 @@ import json
 import os
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
-from spark_sink.producer import KafkaProducer, ProducerRecord, RowsDigest
+from spark_sink.producer import KafkaProducer, PreparedTransaction, ProducerRecord, RowsDigest
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
@@ -68,6 +68,22 @@ def _exactly(keys: list[str], expected: set[str]) -> None:
     assert not duplicated, f"written more than once: {list(duplicated.items())[:5]}"
 
 
+def _setting(spark: SparkSession, key: str) -> str:
+    """A Spark SQL setting the session has a value for."""
+    value = spark.conf.get(key)
+    assert value is not None, key
+    return value
+
+
+def _partition_id() -> int:
+    """The partition of the Spark task this runs in."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    assert ctx is not None, "runs in a Spark task"
+    return ctx.partitionId()
+
+
 def test_a_dataframe_with_empty_partitions(spark: SparkSession, kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-empty"), partitions=2)
     df = spark.range(3, numPartitions=6).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
@@ -79,7 +95,7 @@ def test_a_dataframe_with_empty_partitions(spark: SparkSession, kafka: KafkaClus
 def test_an_aggregation_over_200_shuffle_partitions(spark: SparkSession, kafka: KafkaCluster) -> None:
     """The default spark.sql.shuffle.partitions: most of the 200 tasks have no row."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-agg"), partitions=3)
-    saved = {k: spark.conf.get(k) for k in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
+    saved = {k: _setting(spark, k) for k in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
     # Without adaptive execution, which would coalesce the empty partitions away.
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     spark.conf.set("spark.sql.shuffle.partitions", "200")
@@ -101,11 +117,9 @@ def test_a_task_that_fails_after_sending_aborts_its_transaction(spark: SparkSess
     topic = create_topic(kafka.bootstrap, unique_topic("eos-taskfail"), partitions=2)
     schema = "key string, value string"
 
-    def fail_after_sending(batches):
-        from pyspark import TaskContext
-
+    def fail_after_sending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from batches
-        if TaskContext.get().partitionId() == 1:
+        if _partition_id() == 1:
             raise RuntimeError("injected failure after the rows were handed to the sink")
 
     df = (spark.range(4000, numPartitions=2).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
@@ -128,7 +142,7 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, k
     counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
               .groupBy((F.col("id") % 5).alias("k")).count())
 
-    def write(batch_df: DataFrame, batch_id) -> None:
+    def write(batch_df: DataFrame, batch_id: int) -> None:
         _write(batch_df.select(F.concat_ws("@", F.col("k").cast("string"), F.lit(str(batch_id))).alias("key"),
                                F.col("count").cast("string").alias("value")), kafka.bootstrap, topic)
 
@@ -152,7 +166,7 @@ def test_a_streaming_aggregation_over_50_shuffle_partitions(spark: SparkSession,
     source.mkdir()
     for f in range(2):
         (source / f"{f}.json").write_text("\n".join(json.dumps({"id": f * 100 + i}) for i in range(100)) + "\n")
-    saved = spark.conf.get("spark.sql.shuffle.partitions")
+    saved = _setting(spark, "spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "50")  # a stateful query keeps its count
     try:
         counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
@@ -194,7 +208,7 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
     directory = exactly_once_names.directory_group(ExactlyOnce(None, topic).prefix_for(ids[0]))
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         offset, metadata = admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)]
-    assert offset == 1 and json.loads(metadata)["query"] == ids[0]
+    assert offset == 1 and metadata is not None and json.loads(metadata)["query"] == ids[0]
     _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
 
 
@@ -245,19 +259,20 @@ def driver_dies_committing(*tasks: int) -> Iterator[None]:
     real_end = AdminClient.end_transactions
     ends = tuple(f"-{p}" for p in tasks)
 
-    def end_some_then_crash(self, transactions, commit, timeout_ms=None) -> None:
+    def end_some_then_crash(self: AdminClient, transactions: Iterable[PreparedTransaction], commit: bool,
+                            timeout_ms: float | None = None) -> None:
         transactions = list(transactions)
         if commit:
             real_end(self, [t for t in transactions if t.transactional_id.endswith(ends)], commit)
             raise _Crash()
         real_end(self, transactions, commit, timeout_ms)
 
-    AdminClient.end_transactions = end_some_then_crash
+    AdminClient.end_transactions = end_some_then_crash  # type: ignore[method-assign]  # the driver dies mid-commit
     try:
         with pytest.raises(_Crash):
             yield
     finally:
-        AdminClient.end_transactions = real_end
+        AdminClient.end_transactions = real_end  # type: ignore[method-assign]
         exactly_once._fenced.clear()
 
 
@@ -322,10 +337,8 @@ def test_random_shapes_timings_and_failures(spark: SparkSession, kafka: KafkaClu
     print("shape:", shape)
     topic = create_topic(kafka.bootstrap, unique_topic(f"eos-rand{seed}"), partitions=partitions)
 
-    def python_fault(batches):
-        from pyspark import TaskContext
-
-        failing = fault == "python" and TaskContext.get().partitionId() == fail_task
+    def python_fault(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        failing = fault == "python" and _partition_id() == fail_task
         for i, batch in enumerate(batches):
             if failing and i == fail_after:
                 raise RuntimeError("injected failure")

@@ -4,6 +4,7 @@ added, the query restarted from its checkpoint; every row exactly once."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 SCHEMA = "id bigint, name string"
 
 
-def add_files(spark: SparkSession, directory, start, count, files) -> None:
+def add_files(spark: SparkSession, directory: Path, start: int, count: int, files: int) -> None:
     """Write rows start..start+count as ``files`` JSON files (not through a temp dir: the
     file source lists the directory, and Spark writes atomically with a rename)."""
     spark.range(start, start + count, numPartitions=files).select(
@@ -28,8 +29,9 @@ def add_files(spark: SparkSession, directory, start, count, files) -> None:
     ).write.mode("append").json(str(directory))
 
 
-def run_to_completion(spark: SparkSession, source, checkpoint, bootstrap: str, topic: str, report, mode="append",
-                      query=None) -> None:
+def run_to_completion(spark: SparkSession, source: Path, checkpoint: Path, bootstrap: str, topic: str, report: Path,
+                      mode: str = "append", query: Callable[[DataFrame], DataFrame] | None = None) -> None:
+    assert query is not None, "how the stream's rows become records"
     df = query(spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(source)))
     q = (df.writeStream.format("kprod").outputMode(mode)
          .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
@@ -40,12 +42,12 @@ def run_to_completion(spark: SparkSession, source, checkpoint, bootstrap: str, t
     assert q.exception() is None, q.exception()
 
 
-def _counts_by_group(df: DataFrame):
+def _counts_by_group(df: DataFrame) -> DataFrame:
     return df.groupBy((F.col("id") % 4).alias("k")).count().select(
         F.col("k").cast("string").alias("key"), F.col("count").cast("string").alias("value"))
 
 
-def as_records(df: DataFrame):
+def as_records(df: DataFrame) -> DataFrame:
     return df.select(F.col("id").cast("string").alias("key"),
                      F.to_json(F.struct("id", "name")).alias("value"))
 
@@ -76,7 +78,7 @@ def test_file_stream_restarted_from_checkpoint_exactly_once(spark: SparkSession,
     assert_df_equality(got.drop("partition", "timestamp"), expected.drop("timestamp"),
                        ignore_row_order=True, ignore_column_order=True, ignore_nullable=True)
     # The report's offset ranges cover exactly what was read.
-    per_partition = {}
+    per_partition: dict[int, list[tuple[int, int, int]]] = {}
     for e in entries:
         for p in e["partitions"]:
             per_partition.setdefault(p["partition"], []).append((p["firstOffset"], p["lastOffset"], p["count"]))
@@ -105,7 +107,7 @@ def test_failed_microbatch_fails_the_query_and_is_not_reported(spark: SparkSessi
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 10, 1)
 
-    def bad_partition(df: DataFrame):
+    def bad_partition(df: DataFrame) -> DataFrame:
         return df.select(F.col("name").alias("value"), F.lit(7).alias("partition"))
 
     df = bad_partition(spark.readStream.schema(SCHEMA).json(str(source)))
@@ -145,7 +147,7 @@ def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark: 
     finally:
         direct.stop()
 
-    def write(batch, batch_id) -> None:
+    def write(batch: DataFrame, batch_id: int) -> None:
         (batch.write.format("kprod").mode("append")
          .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save())
 
