@@ -75,7 +75,7 @@ class FakeCluster(ScriptedClient):
         with self._cond:
             super().set_nodes(nodes)
 
-    def values(self, tp: TopicPartition) -> list[bytes | None]:
+    def values(self, tp: TopicPartition) -> list[bytes]:
         with self._cond:
             return super().values(tp)
 

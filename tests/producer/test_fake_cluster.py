@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord, RecordMetadata
+from spark_sink.producer.batch import SendCallback
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
 from tests.clock import MovedClock
@@ -23,12 +24,18 @@ def _producer(cluster: FakeCluster, **config: object) -> KafkaProducer:
     return KafkaProducer({"bootstrap.servers": "fake:9092", "linger.ms": 0, **config}, network_client=cluster)
 
 
+def _acked_at(md: RecordMetadata | None) -> tuple[int, int]:
+    """(partition, offset) of an acknowledged record."""
+    assert md is not None
+    return md.partition, md.offset
+
+
 def test_records_land_in_order_with_their_offsets_and_callbacks() -> None:
     cluster = FakeCluster(topics={TOPIC: [0, 0]})
     seen = []
     with _producer(cluster) as producer:
         futures = [producer.send(ProducerRecord(TOPIC, b"%d" % i, partition=i % 2),
-                                 lambda md, err: seen.append((md.partition, md.offset, err)))
+                                 lambda md, err: seen.append((*_acked_at(md), err)))
                    for i in range(2000)]
         producer.flush(10)
         offsets = [(f.result(0).partition, f.result(0).offset) for f in futures]
@@ -92,12 +99,12 @@ def test_threads_sending_at_once_lose_and_reorder_nothing() -> None:
     where: dict[bytes, tuple[int, int]] = {}
     errors: list[Exception] = []
 
-    def on_ack(value: bytes):
+    def on_ack(value: bytes) -> SendCallback:
         def callback(md: RecordMetadata | None, err: Exception | None) -> None:
             if err is not None:
                 errors.append(err)
             else:
-                where[value] = (md.partition, md.offset)
+                where[value] = _acked_at(md)
         return callback
 
     with _producer(cluster, **{"batch.size": 512, "linger.ms": 1}) as producer:
@@ -133,14 +140,14 @@ def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close() -
     heard: list[int] = []
     record = ProducerRecord(TOPIC, b"v", key=b"k")
     with _producer(cluster) as producer:
-        futures = [producer.send(record), producer.send(record, lambda md, err: heard.append(md.offset)),
-                   producer.send(record, callback=lambda md, err: heard.append(md.offset))]
+        futures = [producer.send(record), producer.send(record, lambda md, err: heard.append(_acked_at(md)[1])),
+                   producer.send(record, callback=lambda md, err: heard.append(_acked_at(md)[1]))]
         with pytest.raises(TypeError):
-            producer.send()
+            producer.send()  # type: ignore[call-arg]  # wrong on purpose
         with pytest.raises(TypeError):
-            producer.send(record, None, None)
+            producer.send(record, None, None)  # type: ignore[call-arg]  # wrong on purpose
         with pytest.raises(TypeError):
-            producer.send(record, on_ack=None)
+            producer.send(record, on_ack=None)  # type: ignore[call-arg]  # wrong on purpose
         producer.flush(10)
     assert [f.result(0).offset for f in futures] == [0, 1, 2]
     assert heard == [1, 2]

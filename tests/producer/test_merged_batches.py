@@ -66,7 +66,7 @@ class Calls:
 
 def _started(partitions: int, **config: object) -> tuple[Harness, Calls]:
     """A Harness whose producer has its id, with nothing in flight."""
-    h = Harness(leaders=[p % 2 for p in range(partitions)], nodes=2, **config)
+    h = Harness(leaders=[p % 2 for p in range(partitions)], nodes=2, settings=config)
     h.run()
     return h, Calls(h, partitions)
 

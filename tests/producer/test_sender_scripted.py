@@ -8,12 +8,14 @@ producer test runs against a real broker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
 
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.metadata import Metadata
+from spark_sink.producer import RecordMetadata
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
@@ -46,17 +48,18 @@ class Sent:
     producer_id: int
     epoch: int
     sequence: int
-    values: tuple[bytes, ...]
+    values: tuple[bytes | None, ...]
 
 
 class Harness:
     """A Sender, its accumulator and TransactionManager, and a scripted client; the test
     drives the rounds (no Sender thread) and moves the Sender's clock."""
 
-    def __init__(self, leaders: list[int] | None = None, nodes: int = 1, **config: object) -> None:
+    def __init__(self, leaders: list[int] | None = None, nodes: int = 1, settings: Mapping[str, object] | None = None,
+                 **config: object) -> None:
         self.config = ProducerConfig.from_dict({
             "bootstrap.servers": "scripted:9092", "linger.ms": 0, "batch.size": 0,  # one record a batch
-            "retry.backoff.ms": 0, **config})
+            "retry.backoff.ms": 0, **(settings or {}), **config})
         c = self.config
         self.client = ScriptedClient(nodes={n: ("scripted", 9092 + n) for n in range(nodes)},
                                      topics={TOPIC: leaders or [0]})
@@ -70,11 +73,11 @@ class Harness:
         self.sender = Sender(c, self.accumulator, self.metadata, self.client, self.txn, self.metrics,
                              clock=self.clock)
         # (value, offset, error) in the order the callbacks ran
-        self.callbacks: list[tuple[bytes, int, Exception | None]] = []
+        self.callbacks: list[tuple[bytes, int | None, Exception | None]] = []
 
     def send(self, *values: bytes, partition: int = 0) -> None:
         for value in values:
-            def callback(md, error, value=value) -> None:
+            def callback(md: RecordMetadata | None, error: Exception | None, value: bytes = value) -> None:
                 self.callbacks.append((value, md.offset if md is not None else None, error))
             self.accumulator.append(TOPIC, partition, 0, None, value, headers=None, callback=callback, key_size=0,
                                     value_size=len(value), headers_size=0, max_block_ms=1000)
@@ -97,7 +100,7 @@ class Harness:
         return [Sent(r.node, tp, b.producer_id, b.producer_epoch, b.base_sequence, tuple(x.value for x in b.records))
                 for r in self.client.requests if r.api_key == ApiKey.PRODUCE for tp, b in r.batches().items()]
 
-    def sequences(self, tp: tuple[str, int] = TP0) -> list[tuple[int, int, tuple[bytes, ...]]]:
+    def sequences(self, tp: tuple[str, int] = TP0) -> list[tuple[int, int, tuple[bytes | None, ...]]]:
         """(epoch, sequence, values) of each batch of ``tp`` on the wire, in order."""
         return [(s.epoch, s.sequence, s.values) for s in self.wire() if s.tp == tp]
 
@@ -332,7 +335,7 @@ def test_a_failing_batch_runs_its_callbacks_before_it_leaves_the_incomplete_set(
 
 @pytest.mark.parametrize("idempotent", [True, False])
 def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent: bool) -> None:
-    h = Harness(retries=1, **({} if idempotent else {"enable.idempotence": False}))
+    h = Harness(retries=1, settings=({} if idempotent else {"enable.idempotence": False}))
     h.send(b"a")
     h.run()
     for _ in range(2):
@@ -346,7 +349,7 @@ def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent: bool
 def test_a_retried_batch_waits_out_the_growing_backoff_on_the_senders_clock() -> None:
     """retry.backoff.ms, doubling per attempt: the batch goes again only once the Sender's
     clock has moved past each backoff."""
-    h = Harness(**{"retry.backoff.ms": 60_000, "retry.backoff.max.ms": 600_000, "delivery.timeout.ms": 3_600_000})
+    h = Harness(settings={"retry.backoff.ms": 60_000, "retry.backoff.max.ms": 600_000, "delivery.timeout.ms": 3_600_000})
     h.send(b"a")
     h.run()
     h.client.respond_produce(h.only_in_flight(), {TP0: NotEnoughReplicasError})
@@ -405,7 +408,7 @@ def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over(
     first batch must not carry sequence 1 under the same epoch (a gap the broker refuses
     with OUT_OF_ORDER_SEQUENCE_NUMBER), so the abort bumps the epoch first: with
     InitProducerId under protocol v1, by EndTxn itself under v2."""
-    h = Harness(**{"transactional.id": "tx", "retry.backoff.ms": 60_000})
+    h = Harness(settings={"transactional.id": "tx", "retry.backoff.ms": 60_000})
     h.client.transaction_version = transaction_version
     h.txn.init_transactions()
     h.run()
@@ -433,7 +436,7 @@ def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives
     """Where the cluster finalizes transaction.version 2: no AddPartitionsToTxn (Produce
     v12 adds the partition), offsets by TxnOffsetCommit v5 alone, and EndTxn v5, whose
     bumped epoch the next transaction's batches carry from sequence 0."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.transaction_version = 2
     h.txn.init_transactions()
     h.run()
@@ -455,7 +458,7 @@ def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives
 def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_first() -> None:
     """transaction.version went to 2 during a v1 transaction: it ends as v1 (EndTxn v4),
     then InitProducerId bumps the epoch before the first v2 transaction, as Java does."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.transaction_version = 1
     h.txn.init_transactions()
     h.run()
@@ -474,7 +477,7 @@ def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_fi
 def test_protocol_v1_stays_below_v2s_versions() -> None:
     """Where the cluster does not finalize transaction.version 2, a transaction adds its
     partitions and offsets itself and ends with EndTxn v4 under an unchanged epoch."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.transaction_version = 1
     h.txn.init_transactions()
     h.run()
@@ -493,7 +496,7 @@ def test_protocol_v1_stays_below_v2s_versions() -> None:
 def test_a_coordinator_that_moved_is_found_again() -> None:
     """EndTxn answered NOT_COORDINATOR: the cached coordinator is forgotten, found again
     with FindCoordinator, and EndTxn sent again; the commit then succeeds."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.end_txn_script = [NotCoordinatorError]
     h.txn.init_transactions()
     h.run()
@@ -511,7 +514,7 @@ def test_a_coordinator_that_cannot_be_reached_is_found_again() -> None:
     """The coordinator's node went down before EndTxn could be sent, and another node
     took over its transaction log: the commit looks the coordinator up again (as Java's
     Sender does) instead of waiting for the dead node, and succeeds on the new one."""
-    h = Harness(nodes=2, leaders=[1], **{"transactional.id": "tx"})
+    h = Harness(nodes=2, leaders=[1], settings={"transactional.id": "tx"})
     h.txn.init_transactions()
     h.run()
     _transaction_with(h, b"a")
@@ -530,7 +533,7 @@ def test_a_coordinator_that_cannot_be_reached_is_found_again() -> None:
 def test_an_empty_transaction_ends_without_a_request() -> None:
     """Java's transactionStarted: EndTxn for a transaction the coordinator never heard
     of is refused with INVALID_TXN_STATE, so nothing is sent, for a commit or an abort."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.txn.init_transactions()
     h.run()
     for commit in (True, False, True):
@@ -548,7 +551,7 @@ def test_drain_starts_where_the_last_one_ran_out_of_room() -> None:
     """Twelve partitions with three batches each on one node, and room for a few batches a
     request: every partition has its first batch sent before any has its second, not the
     first few again and again while the others wait."""
-    h = Harness(leaders=[0] * 12, **{"max.request.size": 400, "enable.idempotence": False, "acks": 1})
+    h = Harness(leaders=[0] * 12, settings={"max.request.size": 400, "enable.idempotence": False, "acks": 1})
     for p in range(12):
         h.send(b"x1" * 30, b"x2" * 30, b"x3" * 30, partition=p)
     h.run(8)  # metadata, then a request a round
