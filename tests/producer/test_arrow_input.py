@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from spark_sink.client.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.arrow_input import HEADER_TYPE, SendLimits, TopicRows, plan_arrow_send
 from spark_sink.producer.partitioner import murmur2, partition_for_hash
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_record_batches, encode_record_batch
 
 
 @dataclass(frozen=True)
@@ -32,38 +32,53 @@ class Group:
         return len(self.rows)
 
 
-def limits(batch_size=16384, max_request_size=1 << 20, buffer_memory=32 << 20, codec=0):
+def _number(record: Record, digits: int | None = None) -> int:
+    """The row number a test wrote as ``record``'s value (its first ``digits`` characters)."""
+    assert record.value is not None
+    return int(record.value[:digits])
+
+
+def _view(payload: bytes | memoryview) -> memoryview:
+    """An uncompressed section's payload: a view of its partition's buffer."""
+    assert isinstance(payload, memoryview)
+    return payload
+
+
+def limits(batch_size: int = 16384, max_request_size: int = 1 << 20, buffer_memory: int = 32 << 20,
+           codec: int = 0) -> SendLimits:
     return SendLimits(batch_size, max_request_size, buffer_memory, codec)
 
 
-def plan(data, topic: str="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000, **limit):
+def plan(data: pa.Table, topic: str | None = "t", *, partitions: int = 4, ignore_keys: bool = False,
+         batch_size: int = 16384, now_ms: int = 1_000, **limit: int) -> list[Group]:
     """The plan, split into one Group per topic and partition."""
     sticky_calls = itertools.count()
     planned = plan_arrow_send(
         data, topic, partition_count=lambda _t: partitions,
         sticky_partition=lambda _t, n: next(sticky_calls) % n,
         ignore_keys=ignore_keys, limits=limits(batch_size, **limit), now_ms=now_ms)
-    groups = []
+    groups: list[Group] = []
     for t in planned:
         parts = np.full(len(t), t.partitions) if isinstance(t.partitions, int) else t.partitions
         for p in sorted(set(parts.tolist())):
             mask = parts == p
-            def cut(a, mask=mask):
+            def cut(a: pa.Array | None, mask: np.ndarray = mask) -> pa.Array | None:
                 return None if a is None else a.filter(pa.array(mask))
             groups.append(Group(t.topic, p, TopicRows(t.topic, cut(t.keys), cut(t.values), t.timestamps[mask],
                                                       cut(t.headers), p, t.partition_count)))
     return groups
 
 
-def decoded(group, batch_size=16384, codec=0):
+def decoded(group: Group, batch_size: int = 16384, codec: int = 0) -> list[Record]:
     """Every record of a group, through real record batch bytes."""
-    out = []
+    out: list[Record] = []
     for chunk in group.rows.encode(batch_size, codec):
         ((partition, encoded),) = chunk
         assert partition == group.partition
         for e in encoded:
-            wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
-                                       base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec)
+            wire = encode_record_batch(bytes(e.payload), record_count=e.record_count,
+                                       last_offset_delta=e.last_offset_delta, base_timestamp=e.base_timestamp,
+                                       max_timestamp=e.max_timestamp, codec=e.codec)
             out += decode_record_batches(wire)[0].records
     return out
 
@@ -76,7 +91,7 @@ def decoded(group, batch_size=16384, codec=0):
     ("headers", pa.array([["a"]]), "list<struct<key: string, value: binary>>"),
     ("timestamp", pa.array([1], pa.int32()), "timestamp"),
 ])
-def test_wrong_type_names_column_and_accepted_types(column, array, accepted) -> None:
+def test_wrong_type_names_column_and_accepted_types(column: str, array: pa.Array, accepted: str) -> None:
     cols = {"value": pa.array([b"v"]), column: array}
     with pytest.raises(ColumnError) as e:
         plan(pa.table(cols))
@@ -112,7 +127,8 @@ def test_keys_hash_like_java_explicit_wins_and_null_keys_stick() -> None:
         for v in g.values.to_pylist():
             where[int(v)] = g.partition
     for i in range(150):
-        assert where[i] == partition_for_hash(murmur2(keys[i]), 7), i
+        key = keys[i]
+        assert key is not None and where[i] == partition_for_hash(murmur2(key), 7), i
     assert all(where[i] == 3 for i in range(150, 200))
     assert len({where[i] for i in range(200, 203)}) == 1  # one sticky run
 
@@ -131,7 +147,7 @@ def test_ignore_keys_and_sticky_runs_switch_after_a_batch() -> None:
 def test_groups_keep_row_order_per_topic_and_partition_and_decode() -> None:
     n = 300
     rng = np.random.default_rng(3)
-    topics = pa.array(rng.choice(["a", "b", None], n).tolist())
+    topics = pa.array(rng.choice(np.array(["a", "b", None], dtype=object), n).tolist())
     parts = pa.array(rng.integers(0, 4, n), pa.int32())
     headers = pa.array([[{"key": "i", "value": b"%d" % i}] if i % 2 else [] for i in range(n)], HEADER_TYPE)
     data = pa.table({"value": [b"%d" % i for i in range(n)], "topic": topics, "partition": parts,
@@ -140,10 +156,10 @@ def test_groups_keep_row_order_per_topic_and_partition_and_decode() -> None:
     seen = []
     for g in groups:
         records = decoded(g, batch_size=200)
-        rows = [int(r.value) for r in records]
+        rows = [_number(r) for r in records]
         assert rows == sorted(rows)  # input order within a partition
         for r in records:
-            i = int(r.value)
+            i = _number(r)
             expected_topic = topics[i].as_py() or "dflt"
             assert (g.topic, g.partition) == (expected_topic, parts[i].as_py())
             assert r.timestamp == 5_000 + i
@@ -187,9 +203,9 @@ def test_groups_larger_than_a_chunk_encode_in_pieces_in_order() -> None:
     chunks = [encoded for chunk in g.rows.encode(100_000, 0) for _, encoded in chunk]
     assert len(chunks) >= 2
     records = [r for chunk in chunks for e in chunk for r in decode_record_batches(encode_record_batch(
-        e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
+        bytes(e.payload), record_count=e.record_count, last_offset_delta=e.last_offset_delta,
         base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp))[0].records]
-    assert [int(r.value[:6]) for r in records] == list(range(n))
+    assert [_number(r, 6) for r in records] == list(range(n))
     assert all(RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000 for chunk in chunks for e in chunk)
 
 
@@ -204,15 +220,16 @@ def test_every_partition_of_a_multi_chunk_plan_encodes_in_order() -> None:
     pieces = [piece for chunk in chunks for piece in chunk]
     assert len(pieces) > 5  # some partition came in two pieces
     for chunk in chunks:  # each partition's payloads share a buffer of its own
-        buffers = [{id(e.payload.obj) for e in encoded} for _, encoded in chunk]
+        buffers = [{id(_view(e.payload).obj) for e in encoded} for _, encoded in chunk]
         assert all(len(ids) == 1 for ids in buffers) and len(set.union(*buffers)) == len(chunk)
     got: dict[int, list[int]] = {}
     for partition, encoded in pieces:
         for e in encoded:
             assert RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000
-            wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
-                                       base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp)
-            got.setdefault(partition, []).extend(int(r.value[:6]) for r in decode_record_batches(wire)[0].records)
+            wire = encode_record_batch(bytes(e.payload), record_count=e.record_count,
+                                       last_offset_delta=e.last_offset_delta, base_timestamp=e.base_timestamp,
+                                       max_timestamp=e.max_timestamp)
+            got.setdefault(partition, []).extend(_number(r, 6) for r in decode_record_batches(wire)[0].records)
     assert got == {p: [i for i in range(n) if (i * 7) % 5 == p] for p in range(5)}
 
 
@@ -275,12 +292,12 @@ _ROW = st.tuples(
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_ROW, min_size=1, max_size=40), st.integers(0, 3), st.booleans())
-def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ignore_keys) -> None:
+def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows: list[tuple], cut: int, ignore_keys: bool) -> None:
     """Each row lands in its topic (the default for a null), its explicit partition, else
     murmur2 of its key (unless keys are ignored), else a sticky one; a null timestamp takes
     now, a null header list is none; every row once, in input order per partition. The
     columns are sliced, so their buffers start at an offset."""
-    def column(values, arrow_type):
+    def column(values: list, arrow_type: pa.DataType) -> pa.Array:
         return pa.array(values, arrow_type).slice(cut)
 
     data = pa.table({
@@ -296,7 +313,7 @@ def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ig
     for g in plan(data, topic="dflt", ignore_keys=ignore_keys, now_ms=7):
         numbers = []
         for record in decoded(g):
-            i = int(record.value)
+            i = _number(record)
             key, topic, partition, timestamp, headers = rows[i]
             assert record.key == key and g.topic == (topic or "dflt")
             if partition is not None:

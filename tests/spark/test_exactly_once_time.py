@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, PreparedTransaction, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
@@ -237,6 +238,7 @@ def test_the_driver_finds_the_prefix_its_tasks_registered(kafka: KafkaCluster) -
     eo = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                         "kprod.deliveryGuarantee": "exactly-once", "checkpointLocation": "/x/" + topic},
                        streaming=True).exactly_once
+    assert eo is not None
     prefix = eo.prefix_for(unique_topic("query"))
     config = {"bootstrap.servers": kafka.bootstrap}
     exactly_once_state.register_prefix(config, eo, prefix)
@@ -256,7 +258,8 @@ def _die_after_committing_task_1(monkeypatch: pytest.MonkeyPatch) -> None:
     only (``monkeypatch.undo()`` brings the real commit back)."""
     real_end = AdminClient.end_transactions
 
-    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None) -> None:
+    def commit_task_1_then_die(self: AdminClient, transactions: Iterable[PreparedTransaction], commit: bool,
+                               timeout_ms: float | None = None) -> None:
         transactions = list(transactions)
         if commit:
             real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
@@ -272,7 +275,7 @@ def _names(prefix: str, tasks: int) -> set[str]:
 
 
 @given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12), st.integers(1, 120))
-def test_the_names_of_two_prefixes_never_meet(a, b, tasks) -> None:
+def test_the_names_of_two_prefixes_never_meet(a: str, b: str, tasks: int) -> None:
     if a != b:
         assert not _names(a, tasks) & _names(b, tasks)
         assert exactly_once_names.registry_group(a) not in _names(b, tasks)
@@ -287,7 +290,7 @@ def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka: KafkaCluster, monkey
     a, b = ExactlyOnce(x, topic), ExactlyOnce(x + "-1", topic)
 
     def prepared(eo: ExactlyOnce, query: str, tasks: int, tag: str) -> list[KProdCommitMessage]:
-        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic, query, tag, tasks, rows=50)
+        return _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, query, tag, tasks, rows=50)
 
     _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
@@ -339,24 +342,25 @@ def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka: 
     topic = create_topic(kafka.bootstrap, unique_topic("eos-expired"), partitions=1)
     config = {"bootstrap.servers": kafka.bootstrap}
     eo = ExactlyOnce(unique_topic("exp"), topic)
+    prefix = eo.prefix_for(None)
     for batch in (0, 1):
-        producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic,
+        producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic,
                                      [b"%d" % batch])
         producer.close()
         exactly_once.commit(config, eo, [message], batch)
     # As offsets.retention.minutes does after a long stop: the groups are gone.
-    groups = [exactly_once_names.directory_group(eo.prefix), exactly_once_names.transactional_id(eo.prefix, 0)]
+    groups = [exactly_once_names.directory_group(prefix), exactly_once_names.transactional_id(prefix, 0)]
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
     for future in admin.delete_consumer_groups(groups).values():
         future.result(30)
     exactly_once._fenced.clear()
-    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"2"])
+    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"2"])
     producer.close()
     with pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
         exactly_once.commit(config, eo, [message], 2)
     exactly_once_abort.abort(config, eo, [message])
-    resumed = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
-    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"2"])
+    resumed = ExactlyOnce(prefix, topic, missing_markers="ignore")
+    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"2"])
     producer.close()
     assert exactly_once.commit(config, resumed, [message], 2).transactions == 1
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
@@ -372,16 +376,17 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
     topic = create_topic(kafka.bootstrap, unique_topic("eos-dir0"), partitions=1)
     config = {"bootstrap.servers": kafka.bootstrap}
     eo = ExactlyOnce(unique_topic("dir0"), topic)
+    prefix = eo.prefix_for(None)
 
     def prepared() -> list[KProdCommitMessage]:
-        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic)
+        return _prepared_tasks(kafka.bootstrap, prefix, topic)
 
     _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         exactly_once.commit(config, eo, prepared(), 0)
     monkeypatch.undo()  # a new driver process
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
-    for future in admin.delete_consumer_groups([exactly_once_names.directory_group(eo.prefix)]).values():
+    for future in admin.delete_consumer_groups([exactly_once_names.directory_group(prefix)]).values():
         future.result(30)
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, eo, prepared(), 0).transactions == 1  # task 0 only
@@ -399,10 +404,11 @@ def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafk
     eo = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                         "kprod.deliveryGuarantee": "exactly-once",
                         "kprod.transactionalIdPrefix": unique_topic("daily")}).exactly_once
-    assert eo.batch and not eo.one_write
+    assert eo is not None and eo.batch and not eo.one_write
 
     def prepared() -> list[KProdCommitMessage]:
-        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic, query=None)  # a batch write's tasks have none
+        # A batch write's tasks have no query.
+        return _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, query=None)
 
     _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):

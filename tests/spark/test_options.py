@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     DoubleType,
     IntegerType,
     LongType,
@@ -24,7 +25,7 @@ from pyspark.sql.types import (
 from spark_sink.client.errors import ColumnError, ConfigError
 from spark_sink.producer import ARROW_COLUMNS
 from spark_sink.spark.columns import ACCEPTED, plan_columns
-from spark_sink.spark.options import parse_options
+from spark_sink.spark.options import ExactlyOnce, parse_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -68,7 +69,7 @@ transactional.id value.serializer
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
-def schema(**cols):
+def schema(**cols: DataType) -> StructType:
     return StructType([StructField(n, t) for n, t in cols.items()])
 
 
@@ -115,7 +116,7 @@ def test_sink_default_batch_size_yields_to_the_option() -> None:
      ["kafka.partitioner.class", "'com.acme.MyPartitioner'", "No module named 'com'", "module:function"]),
     ({**BOOT, "kafka.partitioner.class": "tests.spark.test_options:BOOT"}, ["kafka.partitioner.class", "not a callable"]),
 ])
-def test_bad_options_name_the_option(options, names) -> None:
+def test_bad_options_name_the_option(options: dict[str, str], names: list[str]) -> None:
     with pytest.raises(ConfigError) as err:
         parse_options(options)
     for name in names:
@@ -198,7 +199,8 @@ def test_topic_option_overrides_the_topic_column() -> None:
     (dict(value=VariantType()), "t", ["'value'", "variant", "to_json"]),
     (dict(value=StringType(), topic=StringType(), TOPIC=StringType()), None, ["'topic'", "'TOPIC'"]),
 ])
-def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic: str, names) -> None:
+def test_bad_columns_name_the_column_and_what_is_accepted(cols: dict[str, DataType], topic: str | None,
+                                                          names: list[str]) -> None:
     with pytest.raises(ColumnError) as err:
         plan_columns(schema(**cols), topic)
     for name in names:
@@ -208,7 +210,7 @@ def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic: str, name
 # Through Spark: the same errors stop the write at planning time, before any task runs.
 # The bootstrap address is a closed port: a record sent would fail, not pass silently.
 
-def _write(df: DataFrame, mode="append", **options) -> None:
+def _write(df: DataFrame, mode: str = "append", **options: str) -> None:
     writer = df.write.format("kprod").mode(mode)
     for k, v in {**BOOT, **options}.items():
         writer = writer.option(k, v)
@@ -238,22 +240,29 @@ def test_streaming_rejects_bad_column_at_start(spark: SparkSession, tmp_path: Pa
             q.stop()
 
 
+def _exactly_once(options: dict[str, str], streaming: bool = False) -> ExactlyOnce:
+    """The exactly-once settings ``options`` ask for."""
+    eo = parse_options(options, streaming=streaming).exactly_once
+    assert eo is not None
+    return eo
+
+
 def test_exactly_once_prefix_comes_from_the_query_id_and_is_new_for_each_batch_write() -> None:
     eo = {**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once"}
     # A streaming query's prefix: from its id (kept in its checkpoint), however the
     # checkpoint is spelled, and with no checkpointLocation option at all.
     for checkpoint in ("/tmp/cp", "chk", "s3a://bucket/chk", None):
         options = {**eo, "checkpointlocation": checkpoint} if checkpoint else eo
-        streaming = parse_options(options, streaming=True).exactly_once
+        streaming = _exactly_once(options, streaming=True)
         assert streaming.prefix is None and streaming.marker_topic == "t"
         assert streaming.prefix_for("q-1") == streaming.prefix_for("q-1") != streaming.prefix_for("q-2")
     with pytest.raises(ConfigError, match="kprod.transactionalIdPrefix"):
         streaming.prefix_for(None)
-    batch = parse_options(eo).exactly_once
-    assert batch.prefix and batch.one_write and batch.prefix != parse_options(eo).exactly_once.prefix
+    batch = _exactly_once(eo)
+    assert batch.prefix and batch.one_write and batch.prefix != _exactly_once(eo).prefix
     assert batch.prefix_for(None) == batch.prefix
-    named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
-    assert named.exactly_once.prefix_for("q-1") == "orders" and named.exactly_once.marker_topic == "m"
+    named = _exactly_once({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
+    assert named.prefix_for("q-1") == "orders" and named.marker_topic == "m"
     assert parse_options({**BOOT, "topic": "t"}).exactly_once is None
 
 
