@@ -1,5 +1,9 @@
 """Schemas and framing: round trips at every version, golden header bytes, correlation."""
 
+from __future__ import annotations
+
+from typing import TypeVar
+
 import pytest
 
 from spark_sink.protocol import kmsg
@@ -25,7 +29,8 @@ def test_produce_round_trip_every_version(version: int) -> None:
     body = kmsg.ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
         kmsg.TopicProduceData("t", [kmsg.PartitionProduceData(index=2, records=b"\x00" * 70)])])
     assert decode_request_body(ApiKey.PRODUCE, version, encode_request_body(ApiKey.PRODUCE, version, body)) == body
-    decoded = decode_response_body(ApiKey.PRODUCE, version, encode_response_body(ApiKey.PRODUCE, version, PRODUCE_RESPONSE))
+    wire = encode_response_body(ApiKey.PRODUCE, version, PRODUCE_RESPONSE)
+    decoded = _as(kmsg.ProduceResponse, decode_response_body(ApiKey.PRODUCE, version, wire))
     part = decoded.responses[0].partition_responses[0]
     assert (part.index, part.base_offset) == (2, 41)
 
@@ -37,7 +42,8 @@ def test_metadata_round_trip_every_version(version: int) -> None:
         controller_id=1, topics=[kmsg.MetadataResponseTopic(error_code=0, name="t", is_internal=False, partitions=[
             kmsg.MetadataResponsePartition(error_code=0, partition_index=0, leader_id=1, leader_epoch=3,
                                            replica_nodes=[1], isr_nodes=[1], offline_replicas=[])])])
-    decoded = decode_response_body(ApiKey.METADATA, version, encode_response_body(ApiKey.METADATA, version, body))
+    decoded = _as(kmsg.MetadataResponse, decode_response_body(ApiKey.METADATA, version,
+                                                               encode_response_body(ApiKey.METADATA, version, body)))
     assert decoded.brokers[0].port == 9092
     assert decoded.topics[0].partitions[0].leader_id == 1
 
@@ -65,7 +71,7 @@ def test_protocol_matches_responses_to_requests() -> None:
     assert proto.receive_data(data[:5]) == []  # partial frames wait for the rest
     ((got_cid, key, version, decoded),) = proto.receive_data(data[5:])
     assert (got_cid, key, version) == (cid, ApiKey.PRODUCE, 9)
-    assert decoded.responses[0].partition_responses[0].base_offset == 41
+    assert _as(kmsg.ProduceResponse, decoded).responses[0].partition_responses[0].base_offset == 41
     assert proto.in_flight == 0
     with pytest.raises(CorruptRecordError):
         proto.receive_data(data)
@@ -76,6 +82,15 @@ def test_choose_version() -> None:
     assert choose_version(ApiKey.PRODUCE, 0, 99) == APIS[ApiKey.PRODUCE].max_version
     with pytest.raises(UnsupportedVersionError, match="PRODUCE"):
         choose_version(ApiKey.PRODUCE, 0, 2)
+
+
+T = TypeVar("T")
+
+
+def _as(cls: type[T], value: object) -> T:
+    """A decoded body, of the class its API decodes into."""
+    assert isinstance(value, cls), value
+    return value
 
 
 def _response_frame(correlation_id: int, api_key: int, version: int, body: object) -> bytes:
@@ -104,7 +119,7 @@ def test_answers_to_requests_sent_expecting_none_are_dropped_at_any_read_boundar
             got = [r for piece in pieces for r in proto.receive_data(piece)]
             assert [(cid, key) for cid, key, _, _ in got] == [(1, ApiKey.METADATA), (3, ApiKey.METADATA),
                                                               (5, ApiKey.METADATA), (7, ApiKey.METADATA)]
-            assert got[0][3].brokers[0].port == 9092
+            assert _as(kmsg.MetadataResponse, got[0][3]).brokers[0].port == 9092
             assert proto.in_flight == 0 and not proto._unanswered and not proto._buffer
 
 
@@ -128,4 +143,5 @@ def test_api_versions_error_in_v0_layout_after_another_frame() -> None:
     v0_error = p.INT32.pack(16) + p.INT32.pack(1) + b"\x00\x23" + p.INT32.pack(1) + b"\x00\x12\x00\x00\x00\x02"
     (_, (cid, key, version, body)) = proto.receive_data(metadata + v0_error)
     assert (cid, key, version) == (1, ApiKey.API_VERSIONS, 0)
+    body = _as(kmsg.ApiVersionsResponse, body)
     assert body.error_code == 35 and body.api_keys == [kmsg.ApiVersion(api_key=18, min_version=0, max_version=2)]

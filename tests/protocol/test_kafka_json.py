@@ -120,6 +120,7 @@ def test_a_flexible_response_header_with_tagged_fields_is_read_past() -> None:
     body = encode_response_body(ApiKey.FIND_COORDINATOR, 3, kmsg.FindCoordinatorResponse(node_id=4, host="h", port=1))
     frame = p.INT32.pack(cid) + b"\x01" + b"\x05" + b"\x02zz" + body  # header v1: one unknown tag (5)
     ((got_cid, _, _, decoded),) = proto.receive_data(p.INT32.pack(len(frame)) + frame)
+    assert isinstance(decoded, kmsg.FindCoordinatorResponse)
     assert got_cid == cid and (decoded.node_id, decoded.host, decoded.port) == (4, "h", 1)
 
 
