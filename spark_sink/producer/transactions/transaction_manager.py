@@ -299,12 +299,11 @@ class TransactionManager:
                       result: TransactionalResult | None = None) -> TransactionalResult:
         self._new_transaction()
         result = result or TransactionalResult()
-        self._requests.append(CoordinatorRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self._txn_id,
-                                         kmsg.InitProducerIdRequest(
-                                             transactional_id=self._txn_id,
-                                             transaction_timeout_ms=self._transaction_timeout_ms,
-                                             producer_id=producer_id, producer_epoch=epoch),
-                                         self._on_init_producer_id, result=result))
+        body = kmsg.InitProducerIdRequest(transactional_id=self._txn_id,
+                                          transaction_timeout_ms=self._transaction_timeout_ms,
+                                          producer_id=producer_id, producer_epoch=epoch)
+        self._requests.append(CoordinatorRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self._txn_id, body,
+                                                 self._on_init_producer_id, result=result))
         return result
 
     def begin_transaction(self) -> None:
