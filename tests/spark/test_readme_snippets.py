@@ -16,10 +16,16 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 pytestmark = pytest.mark.jvm
 
@@ -47,7 +53,7 @@ def run(code: str, substitutions: dict[str, str], **names: object) -> str:
     return printed.getvalue()
 
 
-def test_the_producer_in_ten_lines(kafka):
+def test_the_producer_in_ten_lines(kafka: KafkaCluster) -> None:
     topic = f"readme-producer-{uuid.uuid4().hex[:8]}"
     printed = run(snippet("README.md", "### The producer in ten lines"),
                   {"localhost:9092": kafka.bootstrap, '"events"': repr(topic)})
@@ -56,7 +62,7 @@ def test_the_producer_in_ten_lines(kafka):
     assert values == [b"one", b"two", b"value"]
 
 
-def wait_for_rows(query, timeout: float = 180.0) -> None:
+def wait_for_rows(query: StreamingQuery, timeout: float = 180.0) -> None:
     """Until a microbatch with rows is committed (the query's progress counts them)."""
     deadline = time.monotonic() + timeout
     while not any(p["numInputRows"] for p in query.recentProgress):
@@ -65,7 +71,7 @@ def wait_for_rows(query, timeout: float = 180.0) -> None:
         time.sleep(0.5)
 
 
-def test_the_sink_in_ten_lines(kafka, spark, tmp_path):
+def test_the_sink_in_ten_lines(kafka: KafkaCluster, spark: SparkSession, tmp_path: Path) -> None:
     topic = f"readme-sink-{uuid.uuid4().hex[:8]}"
     run(snippet("README.md", "### The sink in ten lines"),
         {"localhost:9092": kafka.bootstrap, '"events"': repr(topic),
@@ -77,7 +83,7 @@ def test_the_sink_in_ten_lines(kafka, spark, tmp_path):
     assert len(records) > 1000  # and the stream wrote too
 
 
-def test_the_transactions_snippet(kafka):
+def test_the_transactions_snippet(kafka: KafkaCluster) -> None:
     suffix = uuid.uuid4().hex[:8]
     topic, source = f"readme-orders-{suffix}", f"readme-input-{suffix}"
     run(snippet("docs/producer.md", "## Transactions"),
