@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group is None:
             definitions = getattr(item, "_fixtureinfo", None)
             definitions = definitions.name2fixturedefs if definitions else {}
-            if any(defs[-1].scope == "module" for defs in definitions.values()):
+            if isinstance(item, pytest.Function) and any(defs[-1].scope == "module" for defs in definitions.values()):
                 group = item.module.__name__
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
@@ -97,7 +97,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After a test's own teardown, stop the shared services the worker's next test does
     not use (tests/services.py). Under xdist ``nextitem`` is None only for a worker's last
     test."""

@@ -10,15 +10,17 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, partition_counts, subprocess_env, unique_topic
 from tests.procs import descendants
 
 
-def test_broker_round_trip_with_reference_client(kafka):
+def test_broker_round_trip_with_reference_client(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("fixture"), partitions=3)
     p = Producer({"bootstrap.servers": kafka.bootstrap})
     for i in range(30):
@@ -29,7 +31,7 @@ def test_broker_round_trip_with_reference_client(kafka):
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
 
 
-def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
+def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
     """``kprod-broker`` prints an address that serves (a record goes in and comes back,
     on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
     exit status 0, its JVM gone. The JVM takes KAFKA_OPTS."""
@@ -37,6 +39,7 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert broker.stdout is not None and broker.stderr is not None
         bootstrap = broker.stdout.readline().strip()
         assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
         (jvm,) = descendants(broker.pid)  # the Kafka node's JVM

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.protocol.error_codes import MessageTooLargeError
 from tests.brokers import consume_all, unique_topic
@@ -43,7 +44,8 @@ SETTINGS = {
 
 @pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka, setting, seed):
+def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka: KafkaCluster, setting: str,
+                                                                      seed: int) -> None:
     rng = random.Random(f"{setting}-{seed}")
     topic = _small_topic(kafka.bootstrap, rng.choice([1, 3]))
     n = rng.choice([40, 700, 5000])
@@ -51,7 +53,7 @@ def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka, sett
     sizes = [rng.choice([0, rng.randrange(1, 200), rng.randrange(200, LIMIT - 200)]) for _ in range(n)]
     values = [b"%06d:" % i + rng.randbytes(s) for i, s in enumerate(sizes)]
     keys = [b"k%d" % rng.randrange(20) for _ in range(n)]
-    config = {"bootstrap.servers": kafka.bootstrap, **SETTINGS[setting]}
+    config: dict[str, str] = {"bootstrap.servers": kafka.bootstrap, **SETTINGS[setting]}
     if "transactional.id" in config:
         config["transactional.id"] = unique_topic("split-txn")
     with KafkaProducer(config) as p:
@@ -82,7 +84,7 @@ def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka, sett
         assert f.result(0).offset == offsets[b"single-%03d|" % i]
 
 
-def test_a_record_too_large_on_its_own_fails_naming_topic_partition_and_size(kafka):
+def test_a_record_too_large_on_its_own_fails_naming_topic_partition_and_size(kafka: KafkaCluster) -> None:
     topic = _small_topic(kafka.bootstrap, 1)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         with pytest.raises(MessageTooLargeError) as failure:

@@ -13,6 +13,8 @@ from spark_sink.protocol.compression import Codec, compress
 from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.records import (
     Record,
+    RecordBatch,
+    RecordsPiece,
     encode_record_batch,
     encode_records,
     split_records,
@@ -25,7 +27,7 @@ _RECORDS = st.lists(st.builds(
     st.lists(st.tuples(st.text(max_size=8), _BYTES), max_size=3).map(tuple)), min_size=2, max_size=60)
 
 
-def _batches(records: list[Record], codec: Codec, at: int) -> tuple:
+def _batches(records: list[Record], codec: Codec, at: int) -> list[tuple[RecordsPiece, RecordBatch]]:
     base = records[0].timestamp
     section = encode_records(records, base)
     payload = compress(codec, section) if codec else section
@@ -42,7 +44,7 @@ def _batches(records: list[Record], codec: Codec, at: int) -> tuple:
 
 @settings(max_examples=150, deadline=None)
 @given(_RECORDS, st.sampled_from(list(Codec)), st.data())
-def test_both_pieces_read_back_as_the_records(records, codec, data):
+def test_both_pieces_read_back_as_the_records(records: list[Record], codec: Codec, data: st.DataObject) -> None:
     at = data.draw(st.integers(1, len(records) - 1))
     (first, a), (second, b) = _batches(records, codec, at)
     for piece, decoded, expected in ((first, a, records[:at]), (second, b, records[at:])):
@@ -56,7 +58,7 @@ def test_both_pieces_read_back_as_the_records(records, codec, data):
         assert piece.uncompressed_size == len(encode_records(expected, records[0].timestamp))
 
 
-def test_a_cut_outside_the_records_and_a_corrupt_section_are_refused():
+def test_a_cut_outside_the_records_and_a_corrupt_section_are_refused() -> None:
     records = [Record(b"k", b"v%d" % i, 1000 + i) for i in range(3)]
     section = encode_records(records, 1000)
     for at in (0, 3):

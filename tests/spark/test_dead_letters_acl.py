@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, deny_topic, unique_topic
 
 
 @pytest.mark.parametrize(("guarantee", "seed"), [("at-least-once", 0), ("exactly-once", 1), ("exactly-once", 2)])
-def test_rows_for_a_topic_the_principal_may_not_write_are_dead_letters(spark, acl_kafka, tmp_path, guarantee, seed):
+def test_rows_for_a_topic_the_principal_may_not_write_are_dead_letters(spark: SparkSession, acl_kafka: KafkaCluster,
+                                                                       tmp_path: Path, guarantee: str, seed: int) -> None:
     bootstrap = acl_kafka.bootstrap
     rng = random.Random(seed)
     good_topic = create_topic(bootstrap, unique_topic("acl-good"), 3)

@@ -12,10 +12,13 @@ import collections
 import json
 import random
 import re
+from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.test_formats_sink import _decode
 
@@ -33,7 +36,7 @@ def _invalid_topic() -> str:
     return unique_topic("no spaces allowed!")
 
 
-def _frame(spark, kinds: list[str], good_topic: str, invalid_topic: str = "-"):
+def _frame(spark: SparkSession, kinds: list[str], good_topic: str, invalid_topic: str = "-") -> DataFrame:
     rows = [(i, kinds[i]) for i in range(len(kinds))]
     kind = F.col("kind")
     return spark.createDataFrame(rows, "id long, kind string").repartition(3).select(
@@ -45,7 +48,7 @@ def _frame(spark, kinds: list[str], good_topic: str, invalid_topic: str = "-"):
         F.when(kind == "invalid_topic", F.lit(invalid_topic)).otherwise(F.lit(good_topic)).alias("topic"))
 
 
-def _options(fmt: str, bootstrap: str, registry: str, dead_topic: str | None, report, guarantee: str,
+def _options(fmt: str, bootstrap: str, registry: str, dead_topic: str | None, report: Path, guarantee: str,
              good_topic: str) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": bootstrap, "kprod.schema.registry.url": registry,
             "kprod.value.format": fmt, "kprod.deliveryReport.path": str(report),
@@ -62,8 +65,8 @@ def _options(fmt: str, bootstrap: str, registry: str, dead_topic: str | None, re
 @pytest.mark.parametrize(("fmt", "guarantee", "seed"), [
     ("json", "at-least-once", 0), ("avro", "at-least-once", 1), ("json", "exactly-once", 2),
     ("avro", "exactly-once", 3)])
-def test_rows_a_format_cannot_encode_are_dead_letters(spark, kafka, schema_registry, tmp_path, fmt, guarantee,
-                                                      seed):
+def test_rows_a_format_cannot_encode_are_dead_letters(spark: SparkSession, kafka: KafkaCluster, schema_registry: str,
+                                                      tmp_path: Path, fmt: str, guarantee: str, seed: int) -> None:
     rng = random.Random(seed)
     good_topic = create_topic(kafka.bootstrap, unique_topic(f"fmt-good-{fmt}"), 3)
     dead_topic = create_topic(kafka.bootstrap, unique_topic(f"fmt-dlq-{fmt}"), 2)
@@ -109,7 +112,8 @@ def test_rows_a_format_cannot_encode_are_dead_letters(spark, kafka, schema_regis
 
 
 @pytest.mark.parametrize("fmt", ["json", "avro"])
-def test_without_tolerance_the_write_fails_naming_column_and_row(spark, kafka, schema_registry, tmp_path, fmt):
+def test_without_tolerance_the_write_fails_naming_column_and_row(spark: SparkSession, kafka: KafkaCluster,
+                                                                  schema_registry: str, tmp_path: Path, fmt: str) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic(f"fmt-fail-{fmt}"), 1)
     kinds = ["good"] * 5 + ["unencodable"] + ["good"] * 3
     writer = _frame(spark, kinds, topic).coalesce(1).write.format("kprod").mode("append") \
