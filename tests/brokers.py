@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -150,3 +151,44 @@ def subprocess_env() -> dict[str, str]:
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return with_test_jvm_options(env)
+
+
+def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0) -> None:
+    """Deny User:ANONYMOUS (every PLAINTEXT client) ``operation`` (an AclOperation name:
+    ALL, WRITE, ...) on ``topic``, on a broker with an authorizer (``acl_kafka``); returns
+    once the broker's authorizer lists the ACL (it answers from the same state)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    def acl(op: AclOperation, permission: AclPermissionType) -> AclBinding:
+        return AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*", op,
+                          permission)
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    bindings = [acl(AclOperation[operation], AclPermissionType.DENY)]
+    if operation != "ALL":
+        # allow.everyone.if.no.acl.found stops applying to a topic once an ACL names it:
+        # the rest is allowed again by name.
+        bindings += [acl(AclOperation.DESCRIBE, AclPermissionType.ALLOW), acl(AclOperation.READ,
+                                                                              AclPermissionType.ALLOW)]
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout)
+    anyone: Any = None  # a filter's None matches every principal and host
+    wanted = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, anyone, anyone,
+                              AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + timeout
+    while not set(bindings) <= set(admin.describe_acls(wanted).result(timeout)):
+        assert time.monotonic() < deadline, f"the ACLs denying {operation} on {topic} never showed"
+        time.sleep(0.1)
+    if operation == "ALL":
+        # Until an independent client is refused the topic's metadata.
+        while admin.list_topics(topic, timeout=10).topics[topic].error is None:
+            assert time.monotonic() < deadline, "the ACL never took effect"
+            time.sleep(0.1)
+

@@ -52,7 +52,7 @@ _HEAVY_GROUPS = {
 # fixture, is marked ``jvm``; ``make unit`` runs the others, with no Java to be found.
 _JVM_FIXTURES = {"kafka", "_kafka_session", "kafka_proxy", "kafka3", "_kafka3_session", "kafka3_proxies", "broker",
                  "secure_kafka", "kerberos", "oauth_kafka", "strict_kafka", "spark", "_kafka_tv1_session",
-                 "kafka_tv1", "kafka_tv1_proxy", "schema_registry"}
+                 "kafka_tv1", "kafka_tv1_proxy", "schema_registry", "acl_kafka"}
 
 # Modules whose tests start a JVM themselves (kprod-broker as a command).
 _JVM_MODULES = {"test_brokers.py"}
@@ -230,6 +230,18 @@ def _clear_faults(proxy: FaultProxy) -> None:
     """No delay and no stall: what a test's faults leave behind for the next one."""
     proxy.set_delay(0)
     proxy.stall(False)
+
+
+@pytest.fixture(scope="module")
+def acl_kafka() -> Iterator[KafkaCluster]:
+    """A node with Kafka's authorizer (StandardAuthorizer), allowing what no ACL names: the
+    clients, all User:ANONYMOUS on PLAINTEXT, may do everything but what an ACL denies
+    (``tests.brokers.deny_topic``)."""
+    cluster = start_kafka(config={
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "true"})
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -175,6 +175,21 @@ class PartitionSequences:
         p.on_wire -= 1
         p.recovering = True
 
+    def handle_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """A batch on the wire, refused as too large, goes back as ``pieces`` (its records
+        in order): as Java's split, they take its sequences one after another, so that no
+        gap is left and the batches behind it keep theirs."""
+        p = self._partitions[batch.tp]
+        p.on_wire -= 1
+        p.recovering = True
+        if batch.base_sequence >= 0 and (batch.producer_id, batch.producer_epoch) == p.identity:
+            sequence = batch.base_sequence
+            for piece in pieces:
+                piece.producer_id, piece.producer_epoch, piece.base_sequence = batch.producer_id, \
+                    batch.producer_epoch, sequence
+                sequence = (sequence + piece.record_count) & _SEQUENCE_MASK
+            p.unsettled += len(pieces) - 1
+
     def handle_completed_batch(self, batch: ProducerBatch) -> None:
         """A batch on the wire was acknowledged (or recognised as a duplicate)."""
         p = self._partitions[batch.tp]

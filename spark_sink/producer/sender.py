@@ -23,6 +23,8 @@ from spark_sink.protocol.error_codes import (
     NO_ERROR,
     DuplicateSequenceNumberError,
     KProdError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
     UnknownServerError,
     failure_for_code,
     is_invalid_metadata,
@@ -40,6 +42,8 @@ from spark_sink.protocol.schema import Request
 log = logging.getLogger(__name__)
 
 _MAX_POLL_MS = 100.0
+# A partition's answer saying its batch is larger than the topic (or broker) takes.
+_TOO_LARGE = frozenset({MessageTooLargeError.code, RecordListTooLargeError.code})
 # A transaction in these states takes no more records: those not yet sent fail.
 _NO_MORE_SENDS = frozenset({State.ABORTING_TRANSACTION, State.ABORTABLE_ERROR, State.FATAL_ERROR})
 # How long after a sending thread last did the sender's work the Sender thread leaves the
@@ -91,6 +95,7 @@ class KafkaClient(Protocol):
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
     def close(self) -> None: ...
     def describe_bootstrap(self) -> str: ...
+    def api_version(self, node_id: int, api_key: int) -> int | None: ...
     @property
     def authentication_error(self) -> Exception | None:
         """The last failed authentication: threads waiting for metadata fail at once with it."""
@@ -363,7 +368,9 @@ class Sender(threading.Thread):
         if node is None or not self._client.ready(node, now):
             return 10.0  # connecting: come back soon
         self._metadata_in_flight = True
-        self._client.send(node, ApiKey.METADATA, self._metadata.request_body(now), self._on_metadata)
+        body = self._metadata.ask_operations(self._metadata.request_body(now),
+                                             self._client.api_version(node, ApiKey.METADATA))
+        self._client.send(node, ApiKey.METADATA, body, self._on_metadata)
         return _MAX_POLL_MS
 
     def _on_metadata(self, response: ClientResponse[MetadataResponse]) -> None:
@@ -443,13 +450,29 @@ class Sender(threading.Thread):
                     # offset this answer does not tell.
                     self._succeed(batch, -1, -1)
                     succeeded.append(batch)
+                elif code in _TOO_LARGE and batch.record_count > 1:
+                    self._split(batch, now)
                 else:
                     message = part.error_message or ""
+                    if code in _TOO_LARGE:
+                        message = (f"a record batch of {batch.wire_size} bytes holding one record is larger than "
+                                   "the topic's max.message.bytes (or the broker's message.max.bytes) allows")
                     error = failure_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
                     self._retry_or_fail(batch, error, now)
         self._acc.completed(succeeded)  # their memory, in one go
         for batch in batches.values():  # the broker did not mention these: treat as lost
             self._retry_or_fail(batch, UnknownServerError("no response for this partition"), now)
+
+    def _split(self, batch: ProducerBatch, now: float) -> None:
+        """A batch of several records refused as too large goes back as smaller batches
+        ahead of the partition's others, as Java's producer does (its records' sequences
+        with them); a single record still too large is that record's error."""
+        self._in_flight_batches.discard(batch)
+        pieces = batch.split(self._config.compression_level, lambda whole: self._acc.completed((whole,)))
+        log.info("%s refused as too large: sent again as %d batches", batch, len(pieces))
+        self._txn.handle_split(batch, pieces)
+        for piece in pieces:  # their orders keep them in their records' order
+            self._acc.reenqueue(piece, now, backoff=False)  # no retry: Java waits for none either
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Acknowledged: the caller releases its memory (once per response, not per batch)."""

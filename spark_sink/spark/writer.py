@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
+from spark_sink.producer import MetricTotals, RowRefusals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
@@ -194,8 +194,12 @@ class _TaskWrite:
         options = self.options
         producer = self.producer if self.producer is not None else self.open()
         if options.formats is not None:
-            # Before the digest: a replay is told by the bytes it sends.
-            table = serialize_columns(table, options.topic, options.formats.key, options.formats.value)
+            # Before the digest: a replay is told by the bytes it sends. Rows a format
+            # cannot encode are dead letters with their fields as they were.
+            refusals = None if self.dead is None else RowRefusals(table)
+            table = serialize_columns(table, options.topic, options.formats.key, options.formats.value, refusals)
+            if self.dead is not None and refusals is not None:
+                self.dead.refused(producer, refusals.refused)
         if self.digest is not None:
             self.digest.add(table)
         pending = self.pending

@@ -131,6 +131,10 @@ class ScriptedClient:
     def least_loaded_node(self, now: float) -> int | None:
         return next((n for n in sorted(self.nodes) if self.ready(n, now)), None)
 
+    def api_version(self, node_id: int, api_key: int) -> int | None:
+        """The version ``send`` would use: kprod's highest."""
+        return VERSIONS[ApiKey(api_key)][1]
+
     def send(self, node_id: int, api_key: int, body: KRequest[Reply],
              callback: Callable[[ClientResponse[Reply]], None] | None,
              expect_response: bool = True, max_version: int | None = None) -> None:

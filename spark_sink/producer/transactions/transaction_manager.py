@@ -221,6 +221,10 @@ class TransactionManager:
         """A batch that was on the wire goes back to the accumulator for another attempt."""
         self._sequences.handle_retry(batch)
 
+    def handle_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """A batch on the wire, refused as too large, goes back as smaller ``pieces``."""
+        self._sequences.handle_split(batch, pieces)
+
     def handle_completed_batch(self, batch: ProducerBatch) -> None:
         """A batch on the wire was acknowledged (or recognised as a duplicate)."""
         self._sequences.handle_completed_batch(batch)
