@@ -54,7 +54,8 @@ def ivy_jar() -> Path:
     """The Ivy jar inside the installed PySpark (found without importing pyspark)."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise KafkaUnavailableError("fetching Kafka's jars uses the Ivy that PySpark ships: pip install 'kprod[spark]'")
+        raise KafkaUnavailableError("fetching Kafka's jars uses the Ivy that PySpark ships: "
+                                    "pip install -e '.[spark]' in a clone of kprod")
     found = sorted(Path(next(iter(spec.submodule_search_locations)), "jars").glob("ivy-*.jar"))
     if not found:
         raise KafkaUnavailableError(f"no ivy-*.jar in {spec.submodule_search_locations[0]}/jars")

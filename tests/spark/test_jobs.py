@@ -1,6 +1,6 @@
-"""The jobs in jobs/: --help, and real runs against Apache Kafka as a user would start them.
-(file_to_kafka.py and stream_to_kafka.py run under spark-submit on a standalone cluster, in
-test_cluster.py.)"""
+"""The jobs in jobs/: real runs against Apache Kafka as a user would start them (each
+one's --help: tests/jobs/test_job_scripts.py; file_to_kafka.py and stream_to_kafka.py run
+under spark-submit on a standalone cluster, in test_cluster.py)."""
 
 from __future__ import annotations
 
@@ -20,13 +20,6 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 def run_job(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(JOBS / name), *args], env=subprocess_env(), capture_output=True,
                           text=True, timeout=timeout)
-
-
-@pytest.mark.parametrize("job", ["stream_to_kafka.py", "file_to_kafka.py", "bench_sink.py", "demo.py", "avro_to_kafka.py"])
-def test_help(job):
-    done = run_job(job, "--help", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "usage:" in done.stdout and "--" in done.stdout
 
 
 def test_file_job_asks_for_the_format_before_starting_anything(tmp_path):
