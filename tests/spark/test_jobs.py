@@ -4,6 +4,7 @@ under spark-submit on a standalone cluster, in test_cluster.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -17,9 +18,9 @@ from tests.brokers import consume_all, subprocess_env, unique_topic
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
 
-def run_job(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(JOBS / name), *args], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=timeout)
+def run_job(name: str, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(JOBS / name), *args], env={**subprocess_env(), **env},
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_file_job_asks_for_the_format_before_starting_anything(tmp_path):
@@ -42,10 +43,18 @@ def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates()
     local Apache Kafka node, streams, reads everything back, and labels kprod's steady
     rate apart from the first microbatch's (which includes starting Python workers). Two
     seconds end before Spark has started: the demo goes on until a microbatch had rows."""
-    done = run_job("demo.py", "--duration", "2", "--rows-per-second", "3000", "--partitions", "2")
+    # Spark's WARN lines shown (the demo's own default is ERROR), as in the other jobs.
+    done = run_job("demo.py", "--duration", "2", "--rows-per-second", "3000", "--partitions", "2",
+                   KPROD_SPARK_LOG_LEVEL="WARN")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "starting Apache Kafka" in done.stderr and "local broker stopped" in done.stderr
     assert "every committed record was read back, once" in done.stdout, done.stdout
+    # It ends with its summary: Spark stopped in order, before the process exits, so no
+    # worker or accumulator server prints a traceback; no WARN for registering kprod over
+    # the installed (statically registered) data source; no WARNING or ERROR of kprod's.
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]
+    assert "replaced a statically registered data source" not in done.stderr, done.stderr[-3000:]
+    assert not re.search(r"(WARNING|ERROR) spark_sink", done.stderr), done.stderr[-3000:]
     # The steady-state line needs a second microbatch with rows, which a slow machine may
     # not reach within the run; the rates themselves are computed below, on fixed input.
     assert "kprod, first microbatch: " in done.stdout, done.stdout
