@@ -10,13 +10,16 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import (  # noqa: F401 (free_port re-exported)
+    KAFKA_VERSION,
     KafkaCluster,
     KafkaUnavailableError,
+    Listener,
     LocalRegistry,
     free_port,
     start_local_registry,
@@ -35,18 +38,20 @@ def _skip_without_java(what: str) -> None:
         pytest.skip(f"{what} needs Java 17 or newer on PATH")
 
 
-def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
+def start_kafka(nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
+                features: Mapping[str, int] | None = None, jvm_args: Sequence[str] = (), scram_users: Sequence[str] = (),
+                version: str = KAFKA_VERSION) -> KafkaCluster:
     """Start Apache Kafka for a test. Without Java the test skips, except in CI (``CI``
     set), where a test that needs Kafka must fail rather than pass unexercised."""
     import pytest
 
     _skip_without_java("Apache Kafka")
-    kwargs["jvm_args"] = [*kafka_jvm_options(), *kwargs.get("jvm_args", ())]  # type: ignore[misc]
     # Tests write records with timestamps from 2024: the retention check (every 5 minutes)
     # would delete them from under a test that reads them back.
-    kwargs["config"] = {"log.retention.ms": "-1", **kwargs.get("config", {})}  # type: ignore[dict-item]
+    settings = {"log.retention.ms": "-1", **(config or {})}
     try:
-        return KafkaCluster(nodes, **kwargs)
+        return KafkaCluster(nodes, listeners=listeners, config=settings, features=features,
+                            scram_users=scram_users, jvm_args=[*kafka_jvm_options(), *jvm_args], version=version)
     except KafkaUnavailableError as exc:
         pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
 
@@ -99,7 +104,7 @@ def consumer(bootstrap: str, **overrides: object) -> Consumer:
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, settle: float = 0.0,
-                overrides: dict[str, object] | None = None) -> list:
+                overrides: Mapping[str, object] | None = None) -> list:
     """Read ``topic`` from the beginning of every partition until ``expected`` records.
 
     Partitions are assigned directly (no group rebalance to wait for). With ``settle``,
@@ -112,7 +117,7 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
         metadata = c.list_topics(topic, timeout=timeout)
         partitions = sorted(metadata.topics[topic].partitions)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        messages = []
+        messages: list[Message] = []
         deadline = time.monotonic() + timeout
         settle_until = None
         while time.monotonic() < deadline:

@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group is None:
             definitions = getattr(item, "_fixtureinfo", None)
             definitions = definitions.name2fixturedefs if definitions else {}
-            if any(defs[-1].scope == "module" for defs in definitions.values()):
+            if isinstance(item, pytest.Function) and any(defs[-1].scope == "module" for defs in definitions.values()):
                 group = item.module.__name__
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
@@ -119,7 +119,7 @@ def _no_java_dir() -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """A test without a Java marker, and every fixture it sets up whatever its scope, finds
     a ``java`` that fails first on PATH (JAVA_HOME unset): one that would run Java unmarked
     fails in every run, not only under ``make unit``, which has none."""
@@ -140,7 +140,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After a test's own teardown, stop the shared services the worker's next test does
     not use (tests/services.py). Under xdist ``nextitem`` is None only for a worker's last
     test."""

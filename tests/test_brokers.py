@@ -10,15 +10,17 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, partition_counts, subprocess_env, unique_topic
 from tests.procs import descendants
 
 
-def test_broker_round_trip_with_reference_client(kafka):
+def test_broker_round_trip_with_reference_client(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("fixture"), partitions=3)
     p = Producer({"bootstrap.servers": kafka.bootstrap})
     for i in range(30):
@@ -29,7 +31,7 @@ def test_broker_round_trip_with_reference_client(kafka):
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
 
 
-def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
+def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
     """``kprod-broker`` prints an address that serves (a record goes in and comes back,
     on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
     exit status 0, its JVM gone. The JVM takes KAFKA_OPTS."""
@@ -37,6 +39,7 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert broker.stdout is not None and broker.stderr is not None
         bootstrap = broker.stdout.readline().strip()
         assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
         (jvm,) = descendants(broker.pid)  # the Kafka node's JVM
@@ -60,7 +63,7 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
             broker.kill()
 
 
-def test_kprod_broker_port_serves_there_and_a_taken_port_is_named(tmp_path):
+def test_kprod_broker_port_serves_there_and_a_taken_port_is_named() -> None:
     """``kprod-broker --port N`` listens on N (a record goes in and comes back through
     127.0.0.1:N); a second ``--port N`` while the first serves exits 1 before starting a
     JVM, its error naming the port."""
@@ -70,6 +73,7 @@ def test_kprod_broker_port_serves_there_and_a_taken_port_is_named(tmp_path):
     broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--port", str(port), "--partitions", "1"],
                               env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert broker.stdout is not None and broker.stderr is not None
         bootstrap = broker.stdout.readline().strip()
         assert bootstrap == f"127.0.0.1:{port}", broker.stderr.read() if broker.poll() is not None else bootstrap
         topic = unique_topic("port")
@@ -91,7 +95,7 @@ def test_kprod_broker_port_serves_there_and_a_taken_port_is_named(tmp_path):
             broker.kill()
 
 
-def test_kprod_broker_refuses_a_port_out_of_range():
+def test_kprod_broker_refuses_a_port_out_of_range() -> None:
     done = subprocess.run([sys.executable, "-m", "kprod_broker", "--port", "70000"], env=subprocess_env(),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--port must be a TCP port, 1 to 65535, got 70000" in done.stderr, done.stderr

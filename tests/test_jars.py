@@ -12,13 +12,14 @@ from kprod_broker import KafkaUnavailableError, maven_jars, spark_kafka_jars
 from kprod_broker.jars import SPARK_PACKAGES_VERSION
 
 
-def test_the_pyspark_the_errors_name_is_the_one_make_venv_installs():
+def test_the_pyspark_the_errors_name_is_the_one_make_venv_installs() -> None:
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert f"pyspark[connect]=={SPARK_PACKAGES_VERSION}" in project["project"]["optional-dependencies"]["dev"]
 
 
 @pytest.mark.jvm  # Ivy runs in a JVM
-def test_a_failed_fetch_leaves_no_folder_and_a_later_one_is_tried_again(tmp_path, monkeypatch):
+def test_a_failed_fetch_leaves_no_folder_and_a_later_one_is_tried_again(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KPROD_CACHE", str(tmp_path))
     missing = "org.apache.kafka:kafka-clients:0.0.0-kprod-missing"
     for _ in range(2):  # the second is fetched again, not read from a half-made entry
@@ -28,7 +29,8 @@ def test_a_failed_fetch_leaves_no_folder_and_a_later_one_is_tried_again(tmp_path
 
 
 @pytest.mark.jvm
-def test_a_spark_without_its_kafka_connector_on_maven_central_is_told_what_to_use(tmp_path, monkeypatch):
+def test_a_spark_without_its_kafka_connector_on_maven_central_is_told_what_to_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As PySpark 4.3.0 from PyPI, whose spark-sql-kafka Maven Central does not serve."""
     monkeypatch.setenv("KPROD_CACHE", str(tmp_path))
     with pytest.raises(KafkaUnavailableError) as failed:

@@ -37,7 +37,7 @@ def _failing_tools(bin_dir: Path) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_make_demo_venv_needs_no_kerberos_and_no_maven(tmp_path):
+def test_make_demo_venv_needs_no_kerberos_and_no_maven(tmp_path: Path) -> None:
     checkout = tmp_path / "kprod"
     _copy_checkout(checkout)
     _failing_tools(tmp_path / "bin")

@@ -37,6 +37,7 @@ from spark_sink.protocol.error_codes import (
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     UnknownProducerIdError,
+    is_retriable,
 )
 from spark_sink.protocol.txn_coordinator import MAX_EPOCH
 
@@ -148,7 +149,7 @@ class PartitionSequences:
         where the partition's sequences cannot go on (if ``can_bump_epoch``: the producer
         bumps its own epoch)."""
         if not self.idempotent or batch.base_sequence < 0:
-            return getattr(error, "retriable", False)
+            return is_retriable(error)
         p = self._partitions[batch.tp]
         current = (batch.producer_id, batch.producer_epoch) == p.identity and not p.rewrite
         if isinstance(error, OutOfOrderSequenceNumberError):
@@ -166,7 +167,7 @@ class PartitionSequences:
             if current:
                 self._request_bump(p, batch)
             return True
-        return getattr(error, "retriable", False)
+        return is_retriable(error)
 
     def handle_retry(self, batch: ProducerBatch) -> None:
         """A batch that was on the wire goes back to the accumulator for another attempt."""

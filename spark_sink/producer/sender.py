@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.connections import ClientResponse
@@ -25,8 +25,17 @@ from spark_sink.protocol.error_codes import (
     KProdError,
     UnknownServerError,
     failure_for_code,
+    is_invalid_metadata,
 )
-from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
+from spark_sink.protocol.kmsg import (
+    InitProducerIdResponse,
+    MetadataResponse,
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
+from spark_sink.protocol.schema import Request
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,8 @@ _NO_MORE_SENDS = frozenset({State.ABORTING_TRANSACTION, State.ABORTABLE_ERROR, S
 # How long after a sending thread last did the sender's work the Sender thread leaves the
 # broker connections to it.
 _HANDOVER_MS = 10.0
+
+Reply = TypeVar("Reply")
 
 
 class IoLock:
@@ -74,7 +85,8 @@ class KafkaClient(Protocol):
     def connection_failed(self, node_id: int) -> bool: ...
     def connection_delay_ms(self, node_id: int, now: float) -> float: ...
     def least_loaded_node(self, now: float) -> int | None: ...
-    def send(self, node_id: int, api_key: int, body: Any, callback: Callable[[ClientResponse], None] | None,
+    def send(self, node_id: int, api_key: int, body: Request[Reply],
+             callback: Callable[[ClientResponse[Reply]], None] | None,
              expect_response: bool = True, max_version: int | None = None) -> None: ...
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
     def close(self) -> None: ...
@@ -336,9 +348,7 @@ class Sender(threading.Thread):
         if not self._client.ready(node, now):
             return max(5.0, self._client.connection_delay_ms(node, now))
         txn.request_sent()
-        self._client.send(node, request.api_key, request.body,
-                          lambda r: txn.handle_response(request, r.body, r.error, self._clock()),
-                          max_version=request.max_version)
+        request.send(self._client, node, lambda: txn.handle_response(request, self._clock()))
         return _MAX_POLL_MS
 
     # -- metadata and producer id ---------------------------------------------
@@ -356,7 +366,7 @@ class Sender(threading.Thread):
         self._client.send(node, ApiKey.METADATA, self._metadata.request_body(now), self._on_metadata)
         return _MAX_POLL_MS
 
-    def _on_metadata(self, response: ClientResponse) -> None:
+    def _on_metadata(self, response: ClientResponse[MetadataResponse]) -> None:
         self._metadata_in_flight = False
         if response.error is not None:
             self._metadata.failed_update(self._clock())
@@ -378,7 +388,7 @@ class Sender(threading.Thread):
         self._client.send(node, ApiKey.INIT_PRODUCER_ID, txn.init_producer_id_request(), self._on_producer_id)
         return False
 
-    def _on_producer_id(self, response: ClientResponse) -> None:
+    def _on_producer_id(self, response: ClientResponse[InitProducerIdResponse]) -> None:
         self._txn.handle_init_producer_id_response(response.body, response.error, self._clock())
         if self._txn.fatal_error is not None:
             self.fatal_error = self._txn.fatal_error
@@ -402,7 +412,7 @@ class Sender(threading.Thread):
         self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0,
                           max_version=self._txn.produce_max_version())
 
-    def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
+    def _on_produce(self, response: ClientResponse[ProduceResponse], batches: dict[tuple[str, int], ProducerBatch]) -> None:
         now = self._clock()
         if response.error is None and response.body is not None:
             self._metrics.response_received(response.request_latency_ms)
@@ -456,7 +466,7 @@ class Sender(threading.Thread):
                 and self._txn.can_retry(batch, error)):
             log.debug("retrying %s after %s", batch, error)
             self._metrics.batch_retried(batch)
-            if getattr(error, "invalid_metadata", False):
+            if is_invalid_metadata(error):
                 self._metadata.request_update()
             self._txn.handle_retry(batch)
             self._acc.reenqueue(batch, now)

@@ -9,11 +9,11 @@ hand its rows, their columns and the error's class and message over the same way
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.protocol.error_codes import KProdError
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class TaskDeadLetters:
     reasons: dict[str, tuple[int, str]] = field(default_factory=dict)
     futures: list[ArrowSendFuture] = field(default_factory=list)
     sent: int = 0
+    clock: Time = SYSTEM_TIME  # the dead letters' timestamp header
 
     def refused(self, producer: KafkaProducer, refused: Iterable[RefusedRows]) -> None:
         """Count ``refused`` and send their dead letters (not waited for: see ``settle``)."""
@@ -64,7 +65,7 @@ class TaskDeadLetters:
         """The dead letters of ``groups``: key, value and the row's headers, then kprod's."""
         import pyarrow as pa
 
-        now = str(int(time.time() * 1000)).encode()
+        now = str(int(self.clock.wall_ms())).encode()
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
         headers: list[list[dict[str, object]]] = []

@@ -26,12 +26,12 @@ def test_every_bench_script_is_listed():
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_help_names_only_options_the_script_has(script):
+def test_help_names_only_options_the_script_has(script: str) -> None:
     text = help_text(BENCH / script)
     assert unknown_options(text) == set(), text
 
 
-def test_kprod_perf_help_says_how_to_install_its_peers_from_a_clone():
+def test_kprod_perf_help_says_how_to_install_its_peers_from_a_clone() -> None:
     """No package index serves kprod: the help names the install that works from a clone."""
     text = help_text("spark_sink.perf")
     assert unknown_options(text) == set(), text

@@ -14,16 +14,16 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 SCRIPTS = sorted(p.name for p in JOBS.glob("*.py") if not p.name.startswith("_"))
 
 
-def test_every_job_is_listed():
+def test_every_job_is_listed() -> None:
     assert {"demo.py", "stream_to_kafka.py", "bench_sink.py"} <= set(SCRIPTS), SCRIPTS
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_help_names_only_options_the_job_has(script):
+def test_help_names_only_options_the_job_has(script: str) -> None:
     text = help_text(JOBS / script)
     assert unknown_options(text) == set(), text
 
 
-def test_the_check_finds_an_option_a_help_names_but_lacks():
+def test_the_check_finds_an_option_a_help_names_but_lacks() -> None:
     text = "usage: x [-h] [--rows ROWS]\n\nrun with --rows, or --broker\n\noptions:\n  --rows ROWS\n"
     assert unknown_options(text) == {"--broker"}

@@ -29,7 +29,7 @@ def abort_stderr(messages: str) -> str:
 
 
 @pytest.mark.parametrize("tasks", [1, 2, 5])
-def test_an_abort_with_no_finished_task_is_info(tasks):
+def test_an_abort_with_no_finished_task_is_info(tasks: int) -> None:
     stderr = abort_stderr(repr([None] * tasks))
     assert f"INFO spark_sink.spark.writer: kprod microbatch 7 aborted: none of its {tasks} task(s) had completed; " \
            "nothing of it was delivered" in stderr, stderr

@@ -9,28 +9,30 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, subprocess_env, unique_topic
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
 
-def run_job(name: str, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+def run_job(name: str, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(JOBS / name), *args], env={**subprocess_env(), **env},
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_file_job_asks_for_the_format_before_starting_anything(tmp_path):
+def test_file_job_asks_for_the_format_before_starting_anything(tmp_path: Path) -> None:
     """No Kafka node, no Spark: the job stops at once, naming --format."""
     done = run_job("file_to_kafka.py", str(tmp_path / "events.dat"), timeout=60)
     assert done.returncode != 0 and "give --format parquet|csv|json" in done.stderr
     assert "starting Apache Kafka" not in done.stderr and "SparkContext" not in done.stderr
 
 
-def _import_job(name: str):
+def _import_job(name: str) -> ModuleType:
     sys.path.insert(0, str(JOBS))
     try:
         return __import__(name)
@@ -38,7 +40,7 @@ def _import_job(name: str):
         sys.path.remove(str(JOBS))
 
 
-def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates():
+def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates() -> None:
     """``make demo``'s script, as a newcomer runs it: no address given, so it starts a
     local Apache Kafka node, streams, reads everything back, and labels kprod's steady
     rate apart from the first microbatch's (which includes starting Python workers). Two
@@ -60,7 +62,7 @@ def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates()
     assert "kprod, first microbatch: " in done.stdout, done.stdout
 
 
-def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart():
+def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart() -> None:
     demo = _import_job("demo")
     steady, first = demo.kprod_rates([(0, 0.01), (1000, 2.0), (3000, 0.5), (0, 0.0), (1000, 0.5)])
     assert steady.startswith("  kprod, steady state:     4,000 records/s") and "2 microbatches: 4,000 records" in steady
@@ -68,7 +70,7 @@ def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart():
     assert demo.kprod_rates([(0, 0.0)]) == []
 
 
-def test_bench_sink_delivers_every_row_it_times(kafka):
+def test_bench_sink_delivers_every_row_it_times(kafka: KafkaCluster) -> None:
     """The benchmark's figures stand for real deliveries: each Kafka writer's every write
     (the untimed one and one per round) went to a topic of its own, which holds each row
     exactly once, on Java's partition; the script checks this itself and so does this
@@ -100,7 +102,7 @@ def test_bench_sink_delivers_every_row_it_times(kafka):
         assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages), name
 
 
-def test_conf_files_are_read_as_their_formats_say(tmp_path):
+def test_conf_files_are_read_as_their_formats_say(tmp_path: Path) -> None:
     _common = _import_job("_common")
     props = tmp_path / "producer.properties"
     props.write_text("# comment\n! also a comment\n\nlinger.ms = 10\nacks: all\nclient.id=a=b\n")
@@ -115,7 +117,7 @@ def test_conf_files_are_read_as_their_formats_say(tmp_path):
     assert _common.read_properties(str(tmp_path / "missing")) == {} == _common.read_spark_defaults(str(tmp_path / "x"))
 
 
-def test_producer_properties_lists_every_setting_a_file_can_hold():
+def test_producer_properties_lists_every_setting_a_file_can_hold() -> None:
     # Callables, the bootstrap servers and PEM text cannot come from the file; every other
     # key is there, commented out at its default, so that the file documents the producer.
     from spark_sink.producer.config import KEYS, ProducerConfig
