@@ -1,7 +1,8 @@
 """kprod-broker: a local Apache Kafka (one KRaft node) for development.
 
-    kprod-broker [--partitions 6] [--kafka-version 4.3.1] [--no-auto-create-topics]
+    kprod-broker [--port 9092] [--partitions 6] [--kafka-version 4.3.1] [--no-auto-create-topics]
 
+Listens on 127.0.0.1, on --port (a taken port is refused, naming it) or else a free port.
 Prints the node's bootstrap address on stdout (one line, for scripts), what it is on
 stderr, and runs until Ctrl-C (or SIGTERM), which stops the JVM and deletes its data.
 Topics are created on first use, unless --no-auto-create-topics (as on most production
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kprod-broker", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--port", type=int, default=None,
+                        help="the plain listener's port on 127.0.0.1, e.g. 9092 (default: a free port)")
     parser.add_argument("--partitions", type=int, default=6,
                         help="partitions of topics created on first use (default: %(default)s)")
     parser.add_argument("--kafka-version", default=KAFKA_VERSION, metavar="VERSION",
@@ -32,12 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.partitions < 1:
         parser.error(f"--partitions must be at least 1, got {args.partitions}")
+    if args.port is not None and not 0 < args.port < 65536:
+        parser.error(f"--port must be a TCP port, 1 to 65535, got {args.port}")
 
     # This process is the command, not a library: SIGTERM stops it as Ctrl-C does.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         cluster = start_local_kafka(partitions=args.partitions, heap=args.heap, version=args.kafka_version,
-                                    config={"auto.create.topics.enable": str(args.auto_create).lower()})
+                                    config={"auto.create.topics.enable": str(args.auto_create).lower()},
+                                    port=args.port)
     except KafkaUnavailableError as exc:
         print(f"kprod-broker: {exc}", file=sys.stderr)
         return 1
