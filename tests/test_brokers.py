@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,15 @@ def test_kprod_broker_refuses_a_port_out_of_range() -> None:
     done = subprocess.run([sys.executable, "-m", "kprod_broker", "--port", "70000"], env=subprocess_env(),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--port must be a TCP port, 1 to 65535, got 70000" in done.stderr, done.stderr
+
+
+def test_kprod_broker_names_a_taken_registry_port_before_starting_kafka() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "kprod_broker", "--registry-port", str(port)],
+                              env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is taken" in done.stderr, done.stderr
+    assert "Apache Kafka" not in done.stderr  # refused before the node started

@@ -91,3 +91,19 @@ def test_the_transactions_snippet(kafka: KafkaCluster) -> None:
          '"orders-7"': repr(f"readme-{suffix}")})
     records = consume_all(kafka.bootstrap, topic, 3, settle=0.5, overrides={"isolation.level": "read_committed"})
     assert sorted(m.value() for m in records) == [b"...", b"one", b"two"]
+
+
+def test_the_value_formats_snippet(kafka: KafkaCluster, spark: SparkSession, schema_registry: str) -> None:
+    from decimal import Decimal
+
+    from tests.spark.test_formats_sink import _decode
+
+    topic = f"readme-orders-{uuid.uuid4().hex[:8]}"
+    run(snippet("README.md", "## Value formats: Avro and JSON Schema"),
+        {"localhost:9092": kafka.bootstrap, '"orders"': repr(topic),
+         "http://localhost:8081/apis/ccompat/v7": schema_registry})
+    [record] = consume_all(kafka.bootstrap, topic, 1, settle=0.5)
+    [value] = _decode(schema_registry, "avro", [record])
+    assert record.key() == b"1"
+    assert value["order_id"] == 1 and value["customer"] == {"name": "Ada", "country": "UK"}
+    assert value["amount"] == Decimal("12.50")
