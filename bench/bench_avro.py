@@ -16,7 +16,10 @@ on the same broker:
   no registry, the nearest thing Spark has;
 - ``confluent-kafka per row``: a Python data source whose tasks turn each Arrow batch into
   dicts and call confluent-kafka's ``AvroSerializer`` (registry client, cached schema id)
-  and ``Producer.produce`` once per row, as a hand-written PySpark sink does.
+  and ``Producer.produce`` once per row, as a hand-written PySpark sink does;
+- ``no-op``: a Python data source that takes the value column's Arrow batches and drops
+  them: Spark's own share of kprod's cost (reading the cache, the column into Arrow, the
+  batches to a Python worker), which no Python sink can go below.
 
 Every sink writes once untimed (workers started, code compiled, the schema registered),
 then each round writes once through every sink in a rotating order. Every timed write is
@@ -53,6 +56,7 @@ import _common  # noqa: E402  (jobs/ on the path first)
 from bench_partitions import _cpu, _cpu_model, _create_topics, _tree_cpu  # noqa: E402
 
 KPROD, SPARK, CONFLUENT = "kprod", "Spark to_avro + Kafka sink", "confluent-kafka per row"
+NOOP = "no-op (Spark's share)"
 QUICK = ["--rows", "20000", "--rounds", "1", "--partitions", "2"]
 MASK = (1 << 64) - 1
 
@@ -153,6 +157,20 @@ def register_sinks(spark):
                 raise RuntimeError(f"confluent-kafka delivered {delivered[0]} of {sent}: {errors[:3]}")
             return _Count(sent)
 
+    class _NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            return _Count(sum(batch.num_rows for batch in iterator))
+
+    class NoopDataSource(DataSource):
+        """Takes Spark's Arrow batches of the value column and drops them."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "bench_avro_noop"
+
+        def writer(self, schema, overwrite):
+            return _NoopWriter()
+
     class ConfluentAvroDataSource(DataSource):
         """confluent-kafka's AvroSerializer and produce() once per row."""
 
@@ -164,6 +182,7 @@ def register_sinks(spark):
             return _ConfluentAvroWriter(dict(self.options))
 
     spark.dataSource.register(ConfluentAvroDataSource)
+    spark.dataSource.register(NoopDataSource)
 
 
 @contextlib.contextmanager
@@ -250,7 +269,9 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, l
 
     def write(label: str, topic: str) -> float:
         started = time.perf_counter()
-        if label == KPROD:
+        if label == NOOP:
+            df.select(value).write.format("bench_avro_noop").mode("append").save()
+        elif label == KPROD:
             df.select(value).write.format("kprod").mode("append").options(**kprod_options, topic=topic).save()
         elif label == SPARK:
             (df.select(to_avro(value).alias("value")).write.format("kafka").mode("append")
@@ -260,10 +281,12 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, l
              .options(**{"bootstrap.servers": bootstrap, "topic": topic, "registry": url, "schema": schema}).save())
         return time.perf_counter() - started
 
-    labels = [KPROD] + ([] if args.skip_spark_kafka else [SPARK]) + ([] if args.skip_confluent else [CONFLUENT])
+    labels = [NOOP, KPROD] + ([] if args.skip_spark_kafka else [SPARK]) + ([] if args.skip_confluent else [CONFLUENT])
     written: list[tuple[str, str]] = []
 
     def new_topic(label: str) -> str:
+        if label == NOOP:
+            return ""
         topic = f"{args.topic}-{uuid.uuid4().hex[:8]}"
         _create_topics(bootstrap, [topic], args.partitions)
         written.append((label, topic))
@@ -292,6 +315,7 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, l
     if len(set(digests.values())) != 1:
         raise SystemExit(f"the writes' Avro bodies differ: {digests}")
     _common.say(f"read back {len(written)} timed writes: every record counted, the same Avro bodies in each")
+    spark.stop()  # before the broker: Spark's cached Kafka producers would try it until the process ends
     return rates, cpu
 
 
@@ -308,9 +332,11 @@ def report(args: argparse.Namespace, rates: dict[str, list[float]], cpu: dict[st
     for label in rates:
         broker_cpu = f"{median(c[1] for c in per_m[label]):>15.2f}" if have_broker else f"{'':>15}"
         print(f"  {label:<28} {median(rates[label]):>10,.0f} {median(c[0] for c in per_m[label]):>14.2f} {broker_cpu}")
+    own = median(k[0] - n[0] for k, n in zip(per_m[KPROD], per_m[NOOP]))
+    print(f"  kprod's own Spark-side CPU (kprod less no-op, per round): {own:.2f} s/M")
     print("\n  kprod's ratios (medians of per-round ratios; CPU: the peer's per row over kprod's):")
     for peer in rates:
-        if peer == KPROD:
+        if peer in (KPROD, NOOP):
             continue
         speed = median(k / p for k, p in zip(rates[KPROD], rates[peer]))
         cost = median(p[0] / k[0] if k[0] else math.inf for k, p in zip(cpu[KPROD], cpu[peer]))
