@@ -1,5 +1,6 @@
 """The scripts in bench/: each imports and answers --help; bench_partitions.py and
-bench_avro.py run their --quick forms against the suite's Kafka node (and registry). No figure is asserted: they are measurements."""
+bench_avro.py run their --quick forms against the suite's Kafka node (and registry). No
+figure is asserted: they are measurements."""
 
 from __future__ import annotations
 
