@@ -27,7 +27,7 @@ read back with confluent-kafka's consumer: each record counted, kprod's and conf
 framed with a registry id (a sample decoded by confluent's AvroDeserializer), and the Avro
 bodies of every write the same multiset as Spark's ``to_avro`` bytes. Prints the median
 rows/s, the median CPU seconds per million rows of Spark's side (the driver JVM and its
-Python workers, from /proc) and the broker's, and kprod's ratios to the others (medians of
+Python workers, from /proc; each apart too) and the broker's, and kprod's ratios to the others (medians of
 per-round ratios). Without --bootstrap-servers an Apache Kafka node is started for the
 run, without --registry-url an Apicurio Registry.
 """
@@ -246,7 +246,8 @@ def read_back(bootstrap: str, topic: str, rows: int, framed: bool, url: str) -> 
 
 
 def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, list[float]], dict[str, list]]:
-    """rows/s of each sink per round, and (Spark-side, broker) CPU seconds per write."""
+    """rows/s of each sink per round, and (Spark-side, broker, Spark's JVM alone) CPU seconds
+    per write."""
     from kprod_broker import spark_avro_jars, spark_kafka_jars
 
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
@@ -297,16 +298,16 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, l
     written.clear()
     jvm, broker = spark.sparkContext._gateway.proc.pid, getattr(args, "broker_pid", None)
     rates: dict[str, list[float]] = {label: [] for label in labels}
-    cpu: dict[str, list[tuple[float, float]]] = {label: [] for label in labels}
+    cpu: dict[str, list[tuple[float, ...]]] = {label: [] for label in labels}
     for round_no in range(args.rounds):
         turn = round_no % len(labels)
         for label in labels[turn:] + labels[:turn]:
             topic = new_topic(label)
-            before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
+            before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0, _cpu(jvm))
             seconds = write(label, topic)
-            after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
+            after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0, _cpu(jvm))
             rates[label].append(args.rows / seconds)
-            cpu[label].append((after[0] - before[0], after[1] - before[1]))
+            cpu[label].append(tuple(b - a for a, b in zip(before, after)))
             _common.say(f"round {round_no + 1}: {label}: {rates[label][-1]:,.0f} rows/s, "
                         f"Spark side {cpu[label][-1][0]:.2f} CPU s, broker {cpu[label][-1][1]:.2f} CPU s")
     df.unpersist()
@@ -328,19 +329,22 @@ def report(args: argparse.Namespace, rates: dict[str, list[float]], cpu: dict[st
           f"({_cpu_model()}), load average {args.load_before:.1f} before, {os.getloadavg()[0]:.1f} at the end; "
           f"{args.rows} rows of 10 fields, {args.tasks} tasks, {args.partitions} partitions, "
           f"{args.rounds} alternating round(s), medians")
-    print(f"  {'sink':<28} {'rows/s':>10} {'Spark CPU s/M':>14} {'broker CPU s/M':>15}")
+    print(f"  {'sink':<28} {'rows/s':>10} {'Spark CPU s/M':>14} {'(JVM':>6} {'workers)':>9} {'broker CPU s/M':>15}")
     for label in rates:
-        broker_cpu = f"{median(c[1] for c in per_m[label]):>15.2f}" if have_broker else f"{'':>15}"
-        print(f"  {label:<28} {median(rates[label]):>10,.0f} {median(c[0] for c in per_m[label]):>14.2f} {broker_cpu}")
+        broker_cpu = f"{median(c[1] for c in per_m[label]):>15.2f}" if have_broker and label != NOOP else ""
+        spark_cpu, jvm_cpu = (median(c[i] for c in per_m[label]) for i in (0, 2))
+        print(f"  {label:<28} {median(rates[label]):>10,.0f} {spark_cpu:>14.2f} {jvm_cpu:>6.2f}"
+              f" {spark_cpu - jvm_cpu:>9.2f} {broker_cpu}")
     own = median(k[0] - n[0] for k, n in zip(per_m[KPROD], per_m[NOOP]))
     print(f"  kprod's own Spark-side CPU (kprod less no-op, per round): {own:.2f} s/M")
-    print("\n  kprod's ratios (medians of per-round ratios; CPU: the peer's per row over kprod's):")
+    print("\n  kprod's ratios (medians of per-round ratios):")
     for peer in rates:
         if peer in (KPROD, NOOP):
             continue
         speed = median(k / p for k, p in zip(rates[KPROD], rates[peer]))
         cost = median(p[0] / k[0] if k[0] else math.inf for k, p in zip(cpu[KPROD], cpu[peer]))
-        print(f"  kprod vs {peer:<28} rows/s {speed:>6.2f}x   Spark-side CPU per row {cost:>6.2f}x less")
+        print(f"  kprod vs {peer:<28} rows/s {speed:>6.2f}x   Spark-side CPU per row, the peer's over kprod's "
+              f"{cost:>6.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
