@@ -27,15 +27,14 @@ read back with confluent-kafka's consumer: each record counted, kprod's and conf
 framed with a registry id (a sample decoded by confluent's AvroDeserializer), and the Avro
 bodies of every write the same multiset as Spark's ``to_avro`` bytes. Prints the median
 rows/s, the median CPU seconds per million rows of Spark's side (the driver JVM and its
-Python workers, from /proc; each apart too) and the broker's, and kprod's ratios to the others (medians of
-per-round ratios). Without --bootstrap-servers an Apache Kafka node is started for the
-run, without --registry-url an Apicurio Registry.
+Python workers, from /proc; each apart too) and the broker's, and kprod's ratios to the
+others (medians of per-round ratios). Without --bootstrap-servers an Apache Kafka node is
+started for the run, without --registry-url an Apicurio Registry.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -44,7 +43,6 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
 
@@ -53,6 +51,7 @@ sys.path.insert(0, str(BENCH.parent / "jobs"))
 sys.path.insert(0, str(BENCH))
 
 import _common  # noqa: E402  (jobs/ on the path first)
+from avro_to_kafka import registry  # noqa: E402
 from bench_partitions import _cpu, _cpu_model, _create_topics, _tree_cpu  # noqa: E402
 
 KPROD, SPARK, CONFLUENT = "kprod", "Spark to_avro + Kafka sink", "confluent-kafka per row"
@@ -183,22 +182,6 @@ def register_sinks(spark):
 
     spark.dataSource.register(ConfluentAvroDataSource)
     spark.dataSource.register(NoopDataSource)
-
-
-@contextlib.contextmanager
-def registry(args: argparse.Namespace) -> Iterator[str]:
-    """The registry's URL: --registry-url, or a local Apicurio Registry for the run."""
-    if args.registry_url:
-        yield args.registry_url
-        return
-    from kprod_broker import APICURIO_VERSION, start_local_registry
-
-    _common.say(f"no --registry-url given: starting Apicurio Registry {APICURIO_VERSION} on loopback")
-    local = start_local_registry()
-    try:
-        yield local.url
-    finally:
-        local.stop()
 
 
 def read_back(bootstrap: str, topic: str, rows: int, framed: bool, url: str) -> int:
