@@ -10,13 +10,17 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import (  # noqa: F401 (free_port re-exported)
+    KAFKA_VERSION,
     KafkaCluster,
     KafkaUnavailableError,
+    Listener,
     LocalRegistry,
     free_port,
     start_local_registry,
@@ -35,18 +39,20 @@ def _skip_without_java(what: str) -> None:
         pytest.skip(f"{what} needs Java 17 or newer on PATH")
 
 
-def start_kafka(nodes: int = 1, **kwargs: object) -> KafkaCluster:
+def start_kafka(nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
+                features: Mapping[str, int] | None = None, jvm_args: Sequence[str] = (), scram_users: Sequence[str] = (),
+                version: str = KAFKA_VERSION) -> KafkaCluster:
     """Start Apache Kafka for a test. Without Java the test skips, except in CI (``CI``
     set), where a test that needs Kafka must fail rather than pass unexercised."""
     import pytest
 
     _skip_without_java("Apache Kafka")
-    kwargs["jvm_args"] = [*kafka_jvm_options(), *kwargs.get("jvm_args", ())]  # type: ignore[misc]
     # Tests write records with timestamps from 2024: the retention check (every 5 minutes)
     # would delete them from under a test that reads them back.
-    kwargs["config"] = {"log.retention.ms": "-1", **kwargs.get("config", {})}  # type: ignore[dict-item]
+    settings = {"log.retention.ms": "-1", **(config or {})}
     try:
-        return KafkaCluster(nodes, **kwargs)
+        return KafkaCluster(nodes, listeners=listeners, config=settings, features=features,
+                            scram_users=scram_users, jvm_args=[*kafka_jvm_options(), *jvm_args], version=version)
     except KafkaUnavailableError as exc:
         pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
 
@@ -99,7 +105,7 @@ def consumer(bootstrap: str, **overrides: object) -> Consumer:
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, settle: float = 0.0,
-                overrides: dict[str, object] | None = None) -> list:
+                overrides: Mapping[str, object] | None = None) -> list:
     """Read ``topic`` from the beginning of every partition until ``expected`` records.
 
     Partitions are assigned directly (no group rebalance to wait for). With ``settle``,
@@ -112,7 +118,7 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
         metadata = c.list_topics(topic, timeout=timeout)
         partitions = sorted(metadata.topics[topic].partitions)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        messages = []
+        messages: list[Message] = []
         deadline = time.monotonic() + timeout
         settle_until = None
         while time.monotonic() < deadline:
@@ -145,3 +151,44 @@ def subprocess_env() -> dict[str, str]:
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     return with_test_jvm_options(env)
+
+
+def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0) -> None:
+    """Deny User:ANONYMOUS (every PLAINTEXT client) ``operation`` (an AclOperation name:
+    ALL, WRITE, ...) on ``topic``, on a broker with an authorizer (``acl_kafka``); returns
+    once the broker's authorizer lists the ACL (it answers from the same state)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    def acl(op: AclOperation, permission: AclPermissionType) -> AclBinding:
+        return AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*", op,
+                          permission)
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    bindings = [acl(AclOperation[operation], AclPermissionType.DENY)]
+    if operation != "ALL":
+        # allow.everyone.if.no.acl.found stops applying to a topic once an ACL names it:
+        # the rest is allowed again by name.
+        bindings += [acl(AclOperation.DESCRIBE, AclPermissionType.ALLOW), acl(AclOperation.READ,
+                                                                              AclPermissionType.ALLOW)]
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout)
+    anyone: Any = None  # a filter's None matches every principal and host
+    wanted = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, anyone, anyone,
+                              AclOperation.ANY, AclPermissionType.ANY)
+    deadline = time.monotonic() + timeout
+    while not set(bindings) <= set(admin.describe_acls(wanted).result(timeout)):
+        assert time.monotonic() < deadline, f"the ACLs denying {operation} on {topic} never showed"
+        time.sleep(0.1)
+    if operation == "ALL":
+        # Until an independent client is refused the topic's metadata.
+        while admin.list_topics(topic, timeout=10).topics[topic].error is None:
+            assert time.monotonic() < deadline, "the ACL never took effect"
+            time.sleep(0.1)
+

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -50,7 +51,7 @@ def tree_cpu(pid: int) -> float:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     before, started = tree_cpu(os.getpid()), time.monotonic()
     yield
     with open(OUT, "a") as out:

@@ -8,10 +8,13 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable, Sequence
 
+from confluent_kafka import Message
 from confluent_kafka.admin import AdminClient
 
 from kprod_broker import KafkaCluster
+from spark_sink.producer import ArrowSendResult, RecordMetadata
 
 # Retries must outlast an election: a killed node is fenced after broker.session.timeout.ms (3 s).
 FAILOVER_CONFIG = {"linger.ms": 2, "request.timeout.ms": 5000, "delivery.timeout.ms": 120000,
@@ -70,11 +73,25 @@ def transaction_coordinator(cluster: KafkaCluster, transactional_id: str) -> int
     return cluster.leader("__transaction_state", transaction_log_partition(transactional_id))
 
 
-def assert_order_per_key(messages) -> None:
+def _number(m: Message) -> int:
+    """The integer a test sent as ``m``'s value."""
+    value = m.value()
+    assert value is not None, f"a null value at offset {m.offset()}"
+    return int(value)
+
+
+def _where(m: Message) -> tuple[int, int]:
+    """(partition, offset) of a consumed message."""
+    partition, offset = m.partition(), m.offset()
+    assert partition is not None and offset is not None
+    return partition, offset
+
+
+def assert_order_per_key(messages: Sequence[Message]) -> None:
     """Values (increasing integers per key as sent) come back increasing for every key."""
-    per_key = collections.defaultdict(list)
-    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
-        per_key[m.key()].append(int(m.value()))
+    per_key: dict[bytes | str | None, list[int]] = collections.defaultdict(list)
+    for m in sorted(messages, key=_where):
+        per_key[m.key()].append(_number(m))
     assert all(v == sorted(v) for v in per_key.values())
 
 
@@ -88,12 +105,13 @@ class Deliveries:
         self.errors: list[Exception] = []
         self._lock = threading.Lock()
 
-    def callback(self, i: int):
+    def callback(self, i: int) -> Callable[[RecordMetadata | None, Exception | None], None]:
         """The callback of send number ``i``."""
-        def done(metadata, error) -> None:
+        def done(metadata: RecordMetadata | None, error: Exception | None) -> None:
             with self._lock:
                 self.outcomes[i] += 1
                 if error is None:
+                    assert metadata is not None
                     self.acked[i] = (metadata.partition, metadata.offset)
                 else:
                     self.errors.append(error)
@@ -102,23 +120,24 @@ class Deliveries:
     def assert_one_callback_each(self, sent: int) -> None:
         assert sorted(self.outcomes) == list(range(sent)) and set(self.outcomes.values()) == {1}
 
-    def assert_offsets_match(self, messages) -> None:
+    def assert_offsets_match(self, messages: Sequence[Message]) -> None:
         """Acknowledged offsets are where the records are. A retry the broker recognised as
         already written (DUPLICATE_SEQUENCE_NUMBER) carries no offset: -1, as in Java."""
-        where = {int(m.value()): (m.partition(), m.offset()) for m in messages}
+        where = {_number(m): _where(m) for m in messages}
         wrong = [(i, where[i], self.acked[i]) for i in self.acked
                  if where[i] != self.acked[i] and self.acked[i] != (where[i][0], -1)]
         assert not wrong, (len(wrong), wrong[:5])
 
 
-def assert_arrow_offsets_match(results, messages, chunk: int) -> int:
+def assert_arrow_offsets_match(results: Sequence[ArrowSendResult], messages: Sequence[Message], chunk: int) -> int:
     """Each send_arrow call's summary is where its own records are (call ``c`` sent the
     values ``c * chunk`` up to ``(c + 1) * chunk``): per partition their count, and their
     first and last offsets, -1 only where a retry came back as a duplicate (no offset).
     Returns how many ends were -1."""
-    offsets = collections.defaultdict(list)  # (call, partition) -> offsets
+    offsets: dict[tuple[int, int], list[int]] = collections.defaultdict(list)  # (call, partition) -> offsets
     for m in messages:
-        offsets[(int(m.value()) // chunk, m.partition())].append(m.offset())
+        partition, offset = _where(m)
+        offsets[(_number(m) // chunk, partition)].append(offset)
     unknown = 0
     for call, r in enumerate(results):
         assert {p for _, p in r.partitions} == {p for c, p in offsets if c == call}

@@ -30,13 +30,21 @@ class KdcUnavailableError(RuntimeError):
     """The KDC could not be set up or started (the message says why)."""
 
 
-def _program(name: str) -> str | None:
+def _find(name: str) -> str | None:
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+
+
+def _program(name: str) -> str:
+    """The path of a KDC program ``kdc_missing`` found."""
+    path = _find(name)
+    if path is None:
+        raise KdcUnavailableError(f"{name} is not installed")
+    return path
 
 
 def kdc_missing() -> str | None:
     """Why no KDC can be started here (a program is missing), or None."""
-    missing = [name for name in _PROGRAMS if _program(name) is None]
+    missing = [name for name in _PROGRAMS if _find(name) is None]
     if missing:
         return f"MIT Kerberos KDC programs missing: {', '.join(missing)} (apt-get install krb5-kdc krb5-admin-server)"
     try:

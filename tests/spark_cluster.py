@@ -64,7 +64,7 @@ class _Service:
             found = re.search(pattern, self.text())
             if found:
                 return found
-            if self.process.poll() is not None:
+            if self.process is not None and self.process.poll() is not None:
                 raise SparkServiceError(f"{self.name} exited with {self.process.returncode}:\n{self.text()[-4000:]}")
             time.sleep(0.2)
         raise SparkServiceError(f"{self.name}: no {pattern!r} in its log after {timeout:.0f} s:\n{self.text()[-4000:]}")

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, partition_counts, subprocess_env, unique_topic
 from tests.procs import descendants
 
 
-def test_broker_round_trip_with_reference_client(kafka):
+def test_broker_round_trip_with_reference_client(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("fixture"), partitions=3)
     p = Producer({"bootstrap.servers": kafka.bootstrap})
     for i in range(30):
@@ -29,7 +32,7 @@ def test_broker_round_trip_with_reference_client(kafka):
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
 
 
-def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
+def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
     """``kprod-broker`` prints an address that serves (a record goes in and comes back,
     on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
     exit status 0, its JVM gone. The JVM takes KAFKA_OPTS."""
@@ -37,6 +40,7 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        assert broker.stdout is not None and broker.stderr is not None
         bootstrap = broker.stdout.readline().strip()
         assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
         (jvm,) = descendants(broker.pid)  # the Kafka node's JVM
@@ -58,3 +62,53 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path):
     finally:
         if broker.poll() is None:
             broker.kill()
+
+
+def test_kprod_broker_port_serves_there_and_a_taken_port_is_named() -> None:
+    """``kprod-broker --port N`` listens on N (a record goes in and comes back through
+    127.0.0.1:N); a second ``--port N`` while the first serves exits 1 before starting a
+    JVM, its error naming the port."""
+    from kprod_broker import free_port
+
+    port = free_port()
+    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--port", str(port), "--partitions", "1"],
+                              env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert broker.stdout is not None and broker.stderr is not None
+        bootstrap = broker.stdout.readline().strip()
+        assert bootstrap == f"127.0.0.1:{port}", broker.stderr.read() if broker.poll() is not None else bootstrap
+        topic = unique_topic("port")
+        p = Producer({"bootstrap.servers": f"localhost:{port}"})
+        p.produce(topic, value=b"on a fixed port")
+        assert p.flush(30) == 0
+        assert [m.value() for m in consume_all(bootstrap, topic, 1)] == [b"on a fixed port"]
+
+        second = subprocess.run([sys.executable, "-m", "kprod_broker", "--port", str(port)], env=subprocess_env(),
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1 and second.stdout == "", second.stdout + second.stderr
+        assert f"port {port} on 127.0.0.1 is taken" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr, second.stderr
+
+        broker.send_signal(signal.SIGINT)
+        assert broker.wait(60) == 0, broker.stderr.read()
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+
+
+def test_kprod_broker_refuses_a_port_out_of_range() -> None:
+    done = subprocess.run([sys.executable, "-m", "kprod_broker", "--port", "70000"], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--port must be a TCP port, 1 to 65535, got 70000" in done.stderr, done.stderr
+
+
+def test_kprod_broker_names_a_taken_registry_port_before_starting_kafka() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "kprod_broker", "--registry-port", str(port)],
+                              env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is taken" in done.stderr, done.stderr
+    assert "Apache Kafka" not in done.stderr  # refused before the node started

@@ -1,11 +1,18 @@
 """The fault proxy forwards faithfully, and its cuts are real: checked with confluent-kafka."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from confluent_kafka import Producer
 
 from tests.brokers import consume_all, create_topic, unique_topic
 
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka
 
-def test_proxy_forwards_every_connection_and_cuts_them(kafka_proxy):
+
+def test_proxy_forwards_every_connection_and_cuts_them(kafka_proxy: ProxiedKafka) -> None:
     proxy, broker = kafka_proxy.proxy, kafka_proxy
     assert broker.bootstrap == f"127.0.0.1:{proxy.port}"
     topic = create_topic(broker.bootstrap, unique_topic("proxy"), partitions=2)
@@ -19,7 +26,7 @@ def test_proxy_forwards_every_connection_and_cuts_them(kafka_proxy):
     assert sorted(m.value() for m in consume_all(broker.bootstrap, topic, 2)) == [b"after", b"before"]
 
 
-def test_delayed_replies_come_late_but_whole_and_in_order(kafka_proxy):
+def test_delayed_replies_come_late_but_whole_and_in_order(kafka_proxy: ProxiedKafka) -> None:
     import time
 
     proxy, broker = kafka_proxy.proxy, kafka_proxy

@@ -24,14 +24,15 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """Every module ``name`` imports, by its full name (a name imported from a package is
     its submodule when there is one; other packages' modules as they are written). kprod
     writes no relative imports."""
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert not node.level, f"{path}: a relative import"
-            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                         for a in node.names)
+            assert node.module is not None
+            module = node.module
+            found.update(f"{module}.{a.name}" if f"{module}.{a.name}" in modules else module for a in node.names)
     return found - {name}
 
 
@@ -58,7 +59,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif target in stack:
                 low[name] = min(low[name], index[target])
         if low[name] == index[name]:
-            component = []
+            component: list[str] = []
             while not component or component[-1] != name:
                 component.append(stack.pop())
             if len(component) > 1:
@@ -70,11 +71,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_module_imports_itself_back():
+def test_no_module_imports_itself_back() -> None:
     assert _cycles(_graph()) == []
 
 
-def test_the_cycle_finder_finds_a_circle():
+def test_the_cycle_finder_finds_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c", "x"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
 
@@ -130,14 +131,14 @@ def _allowed(name: str, target: str) -> bool:
                for rule in ROOMS[_room(name)]) or _room(target) == _room(name)
 
 
-def test_every_room_imports_only_what_it_may():
+def test_every_room_imports_only_what_it_may() -> None:
     graph = _graph()
     wrong = {name: sorted(t for t in targets if not _allowed(name, t)) for name, targets in graph.items()}
     assert {name: targets for name, targets in wrong.items() if targets} == {}
     assert "spark_sink.protocol.compression" in graph["spark_sink.encoder.columnar"]  # edges are seen
 
 
-def test_the_exactly_once_jobs_import_only_the_jobs_before_them():
+def test_the_exactly_once_jobs_import_only_the_jobs_before_them() -> None:
     graph = _graph()
     assert set(EXACTLY_ONCE) <= graph.keys()
     assert {name: sorted(t for t in graph[name] if t in EXACTLY_ONCE[i:]) for i, name in enumerate(EXACTLY_ONCE)} == {
@@ -145,7 +146,7 @@ def test_the_exactly_once_jobs_import_only_the_jobs_before_them():
     assert "spark_sink.spark.exactly_once_state" in graph["spark_sink.spark.exactly_once"]  # edges are seen
 
 
-def test_the_rules_catch_a_wrong_import():
+def test_the_rules_catch_a_wrong_import() -> None:
     assert not _allowed("spark_sink.protocol.framing", "spark_sink.client.network")
     assert not _allowed("spark_sink.client.network", "spark_sink.producer.config")
     assert not _allowed("spark_sink.spark.writer", "spark_sink.producer.sender")  # internals, not the API
@@ -154,14 +155,14 @@ def test_the_rules_catch_a_wrong_import():
     assert _allowed("spark_sink.producer.sender", "spark_sink.producer.transactions.transaction_manager")
 
 
-def test_protocol_and_encoder_import_no_numba_and_protocol_no_third_party_io():
+def test_protocol_and_encoder_import_no_numba_and_protocol_no_third_party_io() -> None:
     graph = _graph()
     assert {name: sorted(t for t in targets if t.startswith(("numba", "llvmlite")))
             for name, targets in graph.items() if name.startswith("spark_sink.protocol")} == {
         name: [] for name in graph if name.startswith("spark_sink.protocol")}
 
 
-def test_finding_and_creating_the_data_source_imports_no_producer():
+def test_finding_and_creating_the_data_source_imports_no_producer() -> None:
     """What Spark's lookup and create workers do, each a fresh Python process per Spark
     application: import the ``pyspark_*`` module, ask the source its name, create it with
     options. The producer, numpy and pyarrow (half a second of CPU) wait for a writer."""

@@ -34,7 +34,7 @@ from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, start_kafka, subprocess_env, unique_topic
 from tests.installs import ROOT
 from tests.producer.test_tls import _jks_stores
-from tests.secure_kafka import KERBEROS_SERVICE
+from tests.secure_kafka import KERBEROS_SERVICE, Kerberos, SecureKafka
 
 pytestmark = pytest.mark.versions
 
@@ -78,7 +78,7 @@ def _spark_python(where: Path, version: str) -> Path:
 
 
 @pytest.mark.parametrize("version", PYSPARK)
-def test_sink_round_trips_on_pyspark(version, kafka, tmp_path):
+def test_sink_round_trips_on_pyspark(version: str, kafka: KafkaCluster, tmp_path: Path) -> None:
     python = _spark_python(tmp_path / "venv", version)
     assert _round_trip(python, kafka, f"v{version}")["pyspark"] == version
 
@@ -124,7 +124,7 @@ def _wheel_venv(interpreter: str, where: Path) -> Path:
 
 
 @pytest.fixture(scope="module", params=PYTHONS)
-def wheel_python(request, tmp_path_factory) -> tuple[str, Path]:
+def wheel_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """(minor, python): a venv of CPython ``minor`` with the wheel that Python built."""
     minor = request.param
     interpreter = _interpreter(minor)
@@ -136,7 +136,7 @@ def wheel_python(request, tmp_path_factory) -> tuple[str, Path]:
     return minor, _wheel_venv(interpreter, where)
 
 
-def test_wheel_on_python(wheel_python, kafka, tmp_path):
+def test_wheel_on_python(wheel_python: tuple[str, Path], kafka: KafkaCluster, tmp_path: Path) -> None:
     """kprod's wheel built and used by CPython ``minor``: its compiled encoder loaded (numba
     is not even installed), batch and streaming writes through Spark with it as
     PYSPARK_PYTHON."""
@@ -152,7 +152,8 @@ def test_wheel_on_python(wheel_python, kafka, tmp_path):
     assert report["driver_encoder"] == report["worker_encoder"] == C_ENCODER, report
 
 
-def test_kerberos_and_jks_on_python(wheel_python, secure_kafka, kerberos, tmp_path):
+def test_kerberos_and_jks_on_python(wheel_python: tuple[str, Path], secure_kafka: SecureKafka, kerberos: Kerberos,
+                                    tmp_path: Path) -> None:
     """The same venv's producer over SASL_SSL with Kerberos (gssapi) and a JKS truststore
     (pyjks), each a dependency built or read differently on each Python."""
     minor, python = wheel_python
@@ -173,13 +174,13 @@ def test_kerberos_and_jks_on_python(wheel_python, secure_kafka, kerberos, tmp_pa
 
 
 @pytest.fixture(scope="module", params=KAFKA)
-def old_kafka(request) -> Iterator[KafkaCluster]:
+def old_kafka(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
     cluster = start_kafka(version=request.param)
     yield cluster
     cluster.stop()
 
 
-def test_producer_round_trip_and_transactions_on_kafka(old_kafka):
+def test_producer_round_trip_and_transactions_on_kafka(old_kafka: KafkaCluster) -> None:
     bootstrap = old_kafka.bootstrap
     topic = create_topic(bootstrap, unique_topic(f"k{old_kafka.version}"), 3)
     with KafkaProducer({"bootstrap.servers": bootstrap, "compression.type": "lz4"}) as producer:

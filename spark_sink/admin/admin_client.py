@@ -27,7 +27,7 @@ from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.protocol import kmsg
 from spark_sink.protocol.apis import V1_MAX_VERSIONS, ApiKey
-from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code
+from spark_sink.protocol.error_codes import TransactionalIdNotFoundError, error_for_code, is_retriable
 from spark_sink.protocol.schema import Request
 from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR as GROUP,
@@ -359,7 +359,7 @@ class AdminClient:
         moved); otherwise the whole call fails with the broker's error."""
         call.error = error
         self._coordinators.failed(call.key_type, call.key, error)
-        if not getattr(error, "retriable", False):
+        if not is_retriable(error):
             call.done = True  # _run raises it: callbacks must not
             return
         log.debug("%s for %s: %s; retrying", call.api_key.name, call.key, error)

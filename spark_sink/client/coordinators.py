@@ -9,16 +9,19 @@ network client; one thread uses it at a time (the one doing that client's I/O).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from spark_sink.client.connections import ClientResponse
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, KafkaConnectionError, NotCoordinatorError
 from spark_sink.protocol.kmsg import FindCoordinatorResponse
+from spark_sink.protocol.schema import Request
 from spark_sink.protocol.txn_coordinator import coordinator_error, find_coordinator_body
 
 # The coordinator a request went to is not (or no longer) the one: find it again.
 COORDINATOR_MOVED = (NotCoordinatorError, CoordinatorNotAvailableError, KafkaConnectionError)
+
+Reply = TypeVar("Reply")
 
 
 class Client(Protocol):
@@ -27,8 +30,9 @@ class Client(Protocol):
     def ready(self, node_id: int, now: float) -> bool: ...
     def connection_failed(self, node_id: int) -> bool: ...
     def least_loaded_node(self, now: float) -> int | None: ...
-    def send(self, node_id: int, api_key: int, body: Any,
-             callback: Callable[[ClientResponse], None] | None, expect_response: bool = True) -> None: ...
+    def send(self, node_id: int, api_key: int, body: Request[Reply],
+             callback: Callable[[ClientResponse[Reply]], None] | None, expect_response: bool = True,
+             max_version: int | None = None) -> None: ...
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
 
 

@@ -33,6 +33,11 @@ _FATAL_TOPIC_ERRORS = (InvalidTopicException, TopicAuthorizationFailedError)
 # exist and will not be created by asking. Java waits max.block.ms (60 s) instead.
 UNKNOWN_TOPIC_GRACE_MS = 2_000
 
+# A topic's authorized operations (KIP-430) are a bit field indexed by Kafka's AclOperation
+# codes; WRITE is code 4. The broker leaves the field at int32's minimum when not asked.
+ACL_WRITE_BIT = 1 << 4
+OPERATIONS_UNKNOWN = -2147483648
+
 
 class Metadata:
     """What the producer knows about the cluster."""
@@ -51,6 +56,8 @@ class Metadata:
         self.leaders: dict[str, list[int]] = {}
         self.topics: set[str] = set()
         self.topic_errors: dict[str, KafkaError] = {}
+        # Topics the principal may describe but not write (the broker's authorizer says so).
+        self.unwritable: frozenset[str] = frozenset()
         # topic -> monotonic time of the first of the answers in a row that said it is unknown
         self._unknown_since: dict[str, float] = {}
         self.version = 0
@@ -63,6 +70,11 @@ class Metadata:
     def partition_count(self, topic: str) -> int | None:
         leaders = self.leaders.get(topic)
         return len(leaders) if leaders else None
+
+    def writable(self, topic: str) -> bool:
+        """False once the brokers said the principal may not write ``topic`` (true where
+        they did not say: no authorizer, or a broker before Metadata v8)."""
+        return topic not in self.unwritable
 
     def leader(self, tp: tuple[str, int]) -> int | None:
         leaders = self.leaders.get(tp[0])
@@ -159,11 +171,20 @@ class Metadata:
         return MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in sorted(self.topics)],
                                allow_auto_topic_creation=True)
 
+    @staticmethod
+    def ask_operations(body: MetadataRequest, version: int | None) -> MetadataRequest:
+        """``body`` asking for each topic's authorized operations where the version has
+        the field (v8 on): a topic the principal may not write is then known before a
+        record is sent to it."""
+        body.include_topic_authorized_operations = version is not None and version >= 8
+        return body
+
     def update(self, body: MetadataResponse, now: float) -> None:
         """Apply a Metadata response."""
         nodes = {b.node_id: (b.host, b.port) for b in body.brokers}
         leaders: dict[str, list[int]] = dict(self.leaders)
         errors: dict[str, KafkaError] = {}
+        unwritable = set()
         need_update = False
         received = now
         for topic in body.topics:
@@ -181,12 +202,16 @@ class Metadata:
                 if leader_list[p.partition_index] < 0:
                     need_update = True
             leaders[name] = leader_list
+            ops = topic.topic_authorized_operations
+            if ops != OPERATIONS_UNKNOWN and not ops & ACL_WRITE_BIT:
+                unwritable.add(name)
         unknown = {name: self._unknown_since.get(name, received)
                    for name, error in errors.items() if isinstance(error, UnknownTopicOrPartitionError)}
         with self._cond:
             self.nodes = nodes
             self.leaders = leaders
             self.topic_errors = errors
+            self.unwritable = frozenset(unwritable)
             self._unknown_since = unknown
             self._last_refresh_ms = received
             self.version += 1

@@ -463,22 +463,28 @@ static int get_buffer(PyObject *obj, Py_buffer *views, int *count, const void **
 }
 
 PyDoc_STRVAR(encode_doc,
-"encode(nodes, children, rows, validity, offset, prefix, json) -> (data, offsets)\n--\n\n"
+"encode(nodes, children, rows, validity, offset, prefix, json, skip=False) -> (data, offsets[, refused])\n--\n\n"
 "Each of `rows` rows of node 0 (rows whose bit in `validity`, at `offset`, is clear are\n"
 "skipped: empty) as `prefix` + its Avro body (or JSON text, when `json`). nodes: tuples\n"
 "(kind, nulls, validity, offset, data, offsets, param, param2, first_child, n_children);\n"
 "children: an int32 buffer of node indices. Returns the bytes and the rows' int64\n"
 "offsets into them (rows + 1). A row the schema refuses raises\n"
-"ValueError(error, node, row, detail).");
+"ValueError(error, node, row, detail); with `skip`, it is left empty instead and listed\n"
+"in `refused`, int64 quadruples (row, error, node, detail), and the loop goes on.");
 
 static PyObject *encode_rows(PyObject *self, PyObject *args) {
     PyObject *nodes_obj, *children_obj, *validity_obj;
     Py_ssize_t rows, offset;
     Py_buffer prefix, children_view;
-    int json;
-    if (!PyArg_ParseTuple(args, "OOnOny*p", &nodes_obj, &children_obj, &rows, &validity_obj, &offset, &prefix, &json))
+    int json, skip = 0;
+    if (!PyArg_ParseTuple(args, "OOnOny*p|p", &nodes_obj, &children_obj, &rows, &validity_obj, &offset, &prefix,
+                          &json, &skip))
         return NULL;
-    PyObject *result = NULL, *data = NULL, *offsets = NULL;
+    PyObject *result = NULL, *data = NULL, *offsets = NULL, *refused_obj = NULL;
+    /* With skip: the rows the schema refused, four int64 each (row, error, node, detail);
+       grown by doubling, as rare as the bad rows are. */
+    int64_t *refused = NULL;
+    size_t n_refused = 0, refused_cap = 0;
     Py_ssize_t n_nodes = PySequence_Size(nodes_obj);
     Node *nodes = n_nodes > 0 ? calloc((size_t)n_nodes, sizeof(Node)) : NULL;
     Py_buffer *views = n_nodes > 0 ? calloc((size_t)n_nodes * 3 + 1, sizeof(Py_buffer)) : NULL;
@@ -531,7 +537,28 @@ static PyObject *encode_rows(PyObject *self, PyObject *args) {
     ends[0] = 0;
     for (c.row = 0; c.row < rows; c.row++) {
         if (!top_validity || bit(top_validity, offset + c.row)) {
-            if (!put(&c, prefix.buf, (size_t)prefix.len) || !encode(&c, 0, c.row)) break;
+            size_t start = c.out.len;
+            if (!put(&c, prefix.buf, (size_t)prefix.len) || !encode(&c, 0, c.row)) {
+                if (!skip || c.error == E_MEMORY) break;
+                /* The row's own error: its partial bytes dropped, the row listed. */
+                if (n_refused == refused_cap) {
+                    size_t cap = refused_cap ? refused_cap * 2 : 16;
+                    int64_t *grown = realloc(refused, cap * 4 * sizeof(int64_t));
+                    if (!grown) {
+                        c.error = E_MEMORY;
+                        break;
+                    }
+                    refused = grown;
+                    refused_cap = cap;
+                }
+                int64_t *r = refused + 4 * n_refused++;
+                r[0] = c.row;
+                r[1] = c.error;
+                r[2] = c.error_node;
+                r[3] = c.error_detail;
+                c.out.len = start;
+                c.error = E_NONE;
+            }
         }
         ends[c.row + 1] = (int64_t)c.out.len;
     }
@@ -545,7 +572,12 @@ static PyObject *encode_rows(PyObject *self, PyObject *args) {
         Py_XDECREF(e);
     } else if ((data = PyBytes_FromStringAndSize((const char *)c.out.buf, (Py_ssize_t)c.out.len)) &&
                (offsets = PyBytes_FromStringAndSize((const char *)ends, (Py_ssize_t)((rows + 1) * 8)))) {
-        result = PyTuple_Pack(2, data, offsets);
+        if (!skip) {
+            result = PyTuple_Pack(2, data, offsets);
+        } else if ((refused_obj = PyBytes_FromStringAndSize((const char *)refused,
+                                                            (Py_ssize_t)(n_refused * 4 * sizeof(int64_t))))) {
+            result = PyTuple_Pack(3, data, offsets, refused_obj);
+        }
     }
 done:
     for (int k = 0; k < count; k++) PyBuffer_Release(&views[k]);
@@ -553,6 +585,8 @@ done:
     PyBuffer_Release(&prefix);
     Py_XDECREF(data);
     Py_XDECREF(offsets);
+    Py_XDECREF(refused_obj);
+    free(refused);
     free(nodes);
     free(views);
     free(ends);

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 
 from spark_sink.protocol.error_codes import KProdError
 
-__all__ = ["AvroEncoder", "FormatSchemaError", "FormatValueError", "JsonEncoder", "avro_schema_for",
-           "json_schema_for"]
+__all__ = ["AvroEncoder", "FormatSchemaError", "FormatValueError", "JsonEncoder", "RefusedValues",
+           "avro_schema_for", "json_schema_for"]
 
 
 class FormatSchemaError(KProdError, TypeError):
@@ -399,8 +399,16 @@ def _bind(plan: _Plan, arr: pa.Array | None, nodes: list, children: list[int], p
     return node
 
 
+# The loop's error kinds, by their number in _formats.c's enum.
+_ERROR_NAMES = ("", "null", "fixed_size", "precision", "not_finite", "year", "memory")
+
+# Rows a format refused: (their indices in the column, ascending; the error naming the
+# column path and what the schema expects there), one entry per column path and reason.
+RefusedValues = list[tuple[np.ndarray, FormatValueError]]
+
+
 def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa.ChunkedArray, prefix: bytes,
-         json_text: bool) -> pa.Array:
+         json_text: bool, refused: RefusedValues | None = None) -> pa.Array:
     if array.type != arrow_type:
         raise FormatSchemaError(f"column {column}: this encoder was made for Arrow type {arrow_type}, given "
                                 f"{array.type}")
@@ -413,13 +421,16 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
         _bind(plan, chunk, nodes, children, paths)
         validity = pc.is_valid(chunk).buffers()[1] if chunk.null_count else None
         try:
-            data, ends = _compiled().encode(nodes, np.asarray(children, np.int32), len(chunk), validity, 0,
-                                            prefix, json_text)
+            data, ends, *skipped = _compiled().encode(nodes, np.asarray(children, np.int32), len(chunk), validity,
+                                                      0, prefix, json_text, refused is not None)
         except ValueError as exc:
             if len(exc.args) != 4:
                 raise
             error, node, row, detail = exc.args
             raise FormatValueError(_value_error(error, paths[node], base + row, detail)) from None
+        if skipped and skipped[0]:
+            assert refused is not None
+            validity = _refuse_rows(chunk, np.frombuffer(skipped[0], np.int64).reshape(-1, 4), paths, base, refused)
         offsets = np.frombuffer(ends, np.int64)
         if len(data) < 2 ** 31:
             out.append(pa.Array.from_buffers(pa.binary(), len(chunk), [validity, pa.py_buffer(
@@ -437,8 +448,23 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
     return pa.concat_arrays(out)
 
 
-def _value_error(error: str, plan: _Plan, row: int, detail: int) -> str:
-    where = f"column {plan.path}, row {row}"
+def _refuse_rows(chunk: pa.Array, found: np.ndarray, paths: list[_Plan], base: int,
+                 refused: RefusedValues) -> pa.Buffer:
+    """Group the loop's refused rows (row, error, node, detail) of ``chunk`` (its first
+    row ``base`` of the column) by reason into ``refused``; the chunk's validity with
+    them cleared (the loop left them empty)."""
+    keys = found[:, 1:]
+    reasons, which = np.unique(keys, axis=0, return_inverse=True)
+    for k, (error, node, detail) in enumerate(reasons.tolist()):
+        rows = found[which.reshape(-1) == k, 0] + base
+        refused.append((rows, FormatValueError(_value_error(_ERROR_NAMES[error], paths[node], None, detail))))
+    valid = pc.is_valid(chunk).to_numpy(zero_copy_only=False).copy()
+    valid[found[:, 0]] = False
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _value_error(error: str, plan: _Plan, row: int | None, detail: int) -> str:
+    where = f"column {plan.path}" + (f", row {row}" if row is not None else "")
     if error == "null":
         return f"{where}: null, but the schema has no null there ({plan.expected})"
     if error == "fixed_size":
@@ -477,6 +503,12 @@ class AvroEncoder:
         """``prefix`` + the Avro body of each row (binary, large_binary past 2 GiB); a null
         row is null (a tombstone)."""
         return _run(self._plan, self.arrow_type, self.column, array, prefix, False)
+
+    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> tuple[pa.Array, RefusedValues]:
+        """As ``encode``, but a row the schema cannot carry is null in the result and
+        listed, by reason, in the second item instead of failing the call."""
+        refused: RefusedValues = []
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, refused), refused
 
 
 # ---- JSON Schema ----------------------------------------------------------------------
@@ -647,3 +679,9 @@ class JsonEncoder:
         """``prefix`` + the JSON text of each row; a null row is null (a tombstone). NaN
         and infinities, which JSON has no numbers for, are refused naming the row."""
         return _run(self._plan, self.arrow_type, self.column, array, prefix, True)
+
+    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> tuple[pa.Array, RefusedValues]:
+        """As ``encode``, but a row the schema cannot carry is null in the result and
+        listed, by reason, in the second item instead of failing the call."""
+        refused: RefusedValues = []
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, refused), refused

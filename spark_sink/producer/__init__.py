@@ -28,7 +28,7 @@ from spark_sink.producer.metrics import MetricTotals
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.producer.producer import ArrowSendFuture, ArrowSendResult, KafkaProducer
 from spark_sink.producer.producer_record import ProducerRecord, RecordMetadata
-from spark_sink.producer.row_errors import RefusedRows
+from spark_sink.producer.row_errors import RefusedRows, RowRefusals
 from spark_sink.producer.rows_digest import RowsDigest
 from spark_sink.producer.serializers import ArrowSerializer, serialize_columns
 from spark_sink.producer.switch_interval import short_switch_interval
@@ -45,7 +45,7 @@ __all__ = [
     "InvalidPartitionError", "UnknownTopicError",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",
-    "RecordTooLargeError", "RefusedRows", "RowsDigest", "SaslAuthenticationError", "SerializationError",
+    "RecordTooLargeError", "RefusedRows", "RowRefusals", "RowsDigest", "SaslAuthenticationError", "SerializationError",
     "SslAuthenticationError", "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2",
     "serialize_columns", "short_switch_interval",
 ]

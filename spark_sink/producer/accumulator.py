@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -392,10 +393,11 @@ class RecordAccumulator:
         dq.appendleft(merged)
         return merged, joined
 
-    def reenqueue(self, batch: ProducerBatch, now: float) -> None:
-        """Put a batch back for a retry, ahead of later batches of its partition."""
-        batch.attempts += 1
-        batch.last_attempt_ms = now
+    def reenqueue(self, batch: ProducerBatch, now: float, backoff: bool = True) -> None:
+        """Put a batch back for a retry, ahead of later batches of its partition (to be
+        sent at once, without ``backoff``: a piece of a batch split as too large)."""
+        batch.attempts += 1  # never merged again either
+        batch.last_attempt_ms = now if backoff else -math.inf
         with self._lock:
             self._created(batch.created_ms)
             dq = self._deque(batch.tp)

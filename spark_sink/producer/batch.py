@@ -23,7 +23,13 @@ from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
 from spark_sink.encoder.columnar import EncodedRecords, merge_sections
 from spark_sink.producer.producer_record import RecordMetadata
 from spark_sink.protocol.compression import compress
-from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, RECORD_BATCH_OVERHEAD, record_batch_header, record_parts
+from spark_sink.protocol.records import (
+    MAX_HEADER_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    record_batch_header,
+    record_parts,
+    split_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +170,13 @@ class ProducerBatch:
     """Records for one topic-partition, sent in one record batch."""
 
     __slots__ = (
-        "topic", "partition", "tp", "created_ms", "order", "memory", "batch_size", "records", "callbacks", "encoded",
-        "closed", "listener", "parts",
+        "topic", "partition", "tp", "created_ms", "order", "order_span", "memory", "batch_size", "records", "callbacks",
+        "encoded", "closed", "listener", "parts",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence",
         "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
 
-    def __init__(self, topic: str, partition: int, created_ms: float, order: int, memory: int | SharedReservation,
+    def __init__(self, topic: str, partition: int, created_ms: float, order: float, memory: int | SharedReservation,
                  batch_size: int, encoded: EncodedRecords | None = None,
                  listener: Callable[[ProducerBatch], None] | None = None,
                  records: RecordBuffer | PyRecordBuffer | None = None) -> None:
@@ -179,6 +185,9 @@ class ProducerBatch:
         self.tp: TopicPartition = (topic, partition)
         self.created_ms = created_ms
         self.order = order  # creation order within the partition: retries go back in this order
+        # The orders up to order + order_span are this batch's: the pieces it may be split
+        # into take orders between, so that they go back in the order of their records.
+        self.order_span = 1.0
         self.memory = memory  # bytes reserved in the BufferPool for this batch alone, or a share
         self.batch_size = batch_size
         # The records so far, encoded, while the batch is open; None once it is sealed.
@@ -227,6 +236,35 @@ class ProducerBatch:
             payload = merge_sections([e.payload for e in sections], [e.record_count for e in sections],
                                      [e.base_timestamp for e in sections])
             self.encoded = dataclasses.replace(self._sealed(), payload=payload, uncompressed_size=len(payload))
+
+    def split(self, codec_level: int | None, done: Callable[[ProducerBatch], None]) -> list[ProducerBatch]:
+        """Smaller batches with this batch's records, in order, for a broker refused it as
+        too large (Java's ProducerBatch.split): a merged batch's parts, else its records cut
+        in two halves, each taking the send() callbacks of its records. This batch then
+        completes once both halves have (``done(self)`` after), at the first half's offset
+        if the second's follows it, else at -1 (another producer wrote in between)."""
+        if self.parts is not None:
+            return list(self.parts)
+        e = self._sealed()
+        at = e.record_count // 2
+        join = _SplitJoin(self, done)
+        span = self.order_span / 2
+        for k, (piece, first) in enumerate(zip(split_records(e.payload, e.record_count, e.codec, at, codec_level),
+                                               (0, at))):
+            half = ProducerBatch(self.topic, self.partition, self.created_ms, self.order + k * span, 0,
+                                 self.batch_size, listener=join,
+                                 encoded=EncodedRecords(piece.payload, e.codec, piece.record_count, e.base_timestamp,
+                                                        e.base_timestamp + piece.max_timestamp_delta,
+                                                        piece.uncompressed_size))
+            half.order_span = span
+            half.attempts, half.last_attempt_ms = self.attempts, self.last_attempt_ms
+            entries = iter(self.callbacks)
+            for callback, index, timestamp, key_size, value_size in zip(entries, entries, entries, entries, entries):
+                if first <= index < first + piece.record_count:
+                    half.callbacks += (callback, index - first, timestamp, key_size, value_size)
+            join.halves.append(half)
+        self.callbacks = []  # the halves run them
+        return list(join.halves)
 
     @property
     def record_count(self) -> int:
@@ -373,6 +411,30 @@ class ProducerBatch:
 
     def __repr__(self) -> str:
         return f"ProducerBatch({self.topic}-{self.partition}, records={self.record_count}, seq={self.base_sequence})"
+
+
+class _SplitJoin:
+    """The listener of a split batch's halves: completes the batch once every half has."""
+
+    __slots__ = ("whole", "done", "halves", "finished")
+
+    def __init__(self, whole: ProducerBatch, done: Callable[[ProducerBatch], None]) -> None:
+        self.whole = whole
+        self.done = done
+        self.halves: list[ProducerBatch] = []
+        self.finished = 0
+
+    def __call__(self, half: ProducerBatch) -> None:
+        self.finished += 1
+        if self.finished < len(self.halves):
+            return
+        halves = self.halves
+        error = next((h.error for h in halves if h.error is not None), None)
+        follows = all(a.base_offset >= 0 and b.base_offset == a.base_offset + a.record_count
+                      for a, b in zip(halves, halves[1:]))
+        self.whole.complete(halves[0].base_offset if error is None and follows else -1,
+                            halves[0].log_append_time, error)
+        self.done(self.whole)
 
 
 def headers_size(headers: Any) -> int:

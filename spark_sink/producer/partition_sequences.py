@@ -37,6 +37,7 @@ from spark_sink.protocol.error_codes import (
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     UnknownProducerIdError,
+    is_retriable,
 )
 from spark_sink.protocol.txn_coordinator import MAX_EPOCH
 
@@ -148,7 +149,7 @@ class PartitionSequences:
         where the partition's sequences cannot go on (if ``can_bump_epoch``: the producer
         bumps its own epoch)."""
         if not self.idempotent or batch.base_sequence < 0:
-            return getattr(error, "retriable", False)
+            return is_retriable(error)
         p = self._partitions[batch.tp]
         current = (batch.producer_id, batch.producer_epoch) == p.identity and not p.rewrite
         if isinstance(error, OutOfOrderSequenceNumberError):
@@ -166,13 +167,28 @@ class PartitionSequences:
             if current:
                 self._request_bump(p, batch)
             return True
-        return getattr(error, "retriable", False)
+        return is_retriable(error)
 
     def handle_retry(self, batch: ProducerBatch) -> None:
         """A batch that was on the wire goes back to the accumulator for another attempt."""
         p = self._partitions[batch.tp]
         p.on_wire -= 1
         p.recovering = True
+
+    def handle_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """A batch on the wire, refused as too large, goes back as ``pieces`` (its records
+        in order): as Java's split, they take its sequences one after another, so that no
+        gap is left and the batches behind it keep theirs."""
+        p = self._partitions[batch.tp]
+        p.on_wire -= 1
+        p.recovering = True
+        if batch.base_sequence >= 0 and (batch.producer_id, batch.producer_epoch) == p.identity:
+            sequence = batch.base_sequence
+            for piece in pieces:
+                piece.producer_id, piece.producer_epoch, piece.base_sequence = batch.producer_id, \
+                    batch.producer_epoch, sequence
+                sequence = (sequence + piece.record_count) & _SEQUENCE_MASK
+            p.unsettled += len(pieces) - 1
 
     def handle_completed_batch(self, batch: ProducerBatch) -> None:
         """A batch on the wire was acknowledged (or recognised as a duplicate)."""

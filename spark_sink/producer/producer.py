@@ -44,7 +44,7 @@ from spark_sink.producer.sender import KafkaClient, Sender
 from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
-from spark_sink.protocol.error_codes import KProdError, UnknownTopicOrPartitionError
+from spark_sink.protocol.error_codes import KProdError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD
 from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
@@ -110,7 +110,7 @@ class ArrowSendFuture:
         self._refused: tuple[RefusedRows, ...] = ()  # rows refused before any was queued
         # per partition: [count, order of the first batch, its first offset, order of the
         # last batch, its last offset]
-        self._ranges: dict[tuple[str, int], list[int]] = {}
+        self._ranges: dict[tuple[str, int], list[float]] = {}
         self._callbacks: list[Callable[[ArrowSendFuture], None]] = []
 
     def add_done_callback(self, fn: Callable[[ArrowSendFuture], None]) -> None:
@@ -185,7 +185,8 @@ class ArrowSendFuture:
             raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
                 if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
         return ArrowSendResult(self._records, self._bytes,
-                               {tp: (count, first, last) for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
+                               {tp: (int(count), int(first), int(last))
+                                for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
                                self._refused)
 
 
@@ -412,7 +413,8 @@ class KafkaProducer:
 
         With a serializer (``ArrowSerializer("avro", {"url": ...})``) the ``key`` or
         ``value`` column is a struct, sent in the Schema Registry's wire format (Avro or
-        JSON Schema); a row the schema cannot carry fails the call before any row is queued.
+        JSON Schema); a row the schema cannot carry fails the call before any row is queued
+        (with ``on_error="skip"``: is refused, its columns as given).
 
         All or nothing at validation: a bad column, a row whose record is larger than
         max.request.size (or buffer.memory), a topic that is missing, invalid or that the
@@ -432,11 +434,18 @@ class KafkaProducer:
         # The Sender thread reads responses while this thread encodes: hand it the GIL
         # within 0.5 ms instead of 5 (see switch_interval).
         with short_switch_interval():
-            if key_serializer is not None or value_serializer is not None:
-                from spark_sink.producer.serializers import serialize_columns
+            skip = on_error == "skip"
+            if key_serializer is None and value_serializer is None:
+                return self._send_arrow(data, topic, skip)
+            from spark_sink.producer.serializers import serialize_columns
 
-                data = serialize_columns(data, topic, key_serializer, value_serializer)
-            return self._send_arrow(data, topic, on_error == "skip")
+            # Rows a format cannot encode are refused with their columns as given.
+            refusals = RowRefusals(data) if skip else None
+            data = serialize_columns(data, topic, key_serializer, value_serializer, refusals)
+            future = self._send_arrow(data, topic, skip)
+            if refusals is not None and refusals.refused:
+                future._refused = refusals.followed_by(future._refused)
+            return future
 
     def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None, skip: bool) -> ArrowSendFuture:
         c = self.config
@@ -445,7 +454,14 @@ class KafkaProducer:
             txn.ensure_sendable()
 
         def partition_count(t: str) -> int:
-            return self._metadata.partition_count(t) or self._wait_for_topic(t)
+            count = self._metadata.partition_count(t) or self._wait_for_topic(t)
+            if not self._metadata.writable(t):
+                # Refused before any row is queued: under a transaction a Produce the broker
+                # refuses would leave it abortable, the good rows with it.
+                raise TopicAuthorizationFailedError(
+                    f"topic {t!r}: the principal may describe it but not write it (WRITE is not among the "
+                    "operations the brokers' authorizer allows it there)")
+            return count
 
         # Every check runs on the whole input before any row is queued.
         refusals = topics = None

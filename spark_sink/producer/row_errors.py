@@ -11,8 +11,8 @@ ones. To refuse rows for one more reason: where it is found, call
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -60,6 +60,12 @@ class RowRefusals:
         data = self._data.take(as_arrow_indices(rows))
         self.refused.append(RefusedRows(rows, data if isinstance(data, pa.Table) else pa.Table.from_batches([data]),
                                         type(error).__name__, str(error), topic, partition))
+
+    def followed_by(self, later: Iterable[RefusedRows]) -> tuple[RefusedRows, ...]:
+        """These refusals, then ``later``'s, made over the rows left once these were
+        taken out (their indices mapped back to this input's)."""
+        kept = np.flatnonzero(~self.mask)
+        return (*self.refused, *(replace(r, rows=kept[r.rows]) for r in later))
 
 
 def screen_topics(refusals: RowRefusals, codes: np.ndarray, names: list[str],

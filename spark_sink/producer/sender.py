@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.connections import ClientResponse
@@ -23,19 +23,34 @@ from spark_sink.protocol.error_codes import (
     NO_ERROR,
     DuplicateSequenceNumberError,
     KProdError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
     UnknownServerError,
     failure_for_code,
+    is_invalid_metadata,
 )
-from spark_sink.protocol.kmsg import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
+from spark_sink.protocol.kmsg import (
+    InitProducerIdResponse,
+    MetadataResponse,
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
+from spark_sink.protocol.schema import Request
 
 log = logging.getLogger(__name__)
 
 _MAX_POLL_MS = 100.0
+# A partition's answer saying its batch is larger than the topic (or broker) takes.
+_TOO_LARGE = frozenset({MessageTooLargeError.code, RecordListTooLargeError.code})
 # A transaction in these states takes no more records: those not yet sent fail.
 _NO_MORE_SENDS = frozenset({State.ABORTING_TRANSACTION, State.ABORTABLE_ERROR, State.FATAL_ERROR})
 # How long after a sending thread last did the sender's work the Sender thread leaves the
 # broker connections to it.
 _HANDOVER_MS = 10.0
+
+Reply = TypeVar("Reply")
 
 
 class IoLock:
@@ -74,11 +89,13 @@ class KafkaClient(Protocol):
     def connection_failed(self, node_id: int) -> bool: ...
     def connection_delay_ms(self, node_id: int, now: float) -> float: ...
     def least_loaded_node(self, now: float) -> int | None: ...
-    def send(self, node_id: int, api_key: int, body: Any, callback: Callable[[ClientResponse], None] | None,
+    def send(self, node_id: int, api_key: int, body: Request[Reply],
+             callback: Callable[[ClientResponse[Reply]], None] | None,
              expect_response: bool = True, max_version: int | None = None) -> None: ...
     def set_nodes(self, nodes: Mapping[int, tuple[str, int]]) -> None: ...
     def close(self) -> None: ...
     def describe_bootstrap(self) -> str: ...
+    def api_version(self, node_id: int, api_key: int) -> int | None: ...
     @property
     def authentication_error(self) -> Exception | None:
         """The last failed authentication: threads waiting for metadata fail at once with it."""
@@ -336,9 +353,7 @@ class Sender(threading.Thread):
         if not self._client.ready(node, now):
             return max(5.0, self._client.connection_delay_ms(node, now))
         txn.request_sent()
-        self._client.send(node, request.api_key, request.body,
-                          lambda r: txn.handle_response(request, r.body, r.error, self._clock()),
-                          max_version=request.max_version)
+        request.send(self._client, node, lambda: txn.handle_response(request, self._clock()))
         return _MAX_POLL_MS
 
     # -- metadata and producer id ---------------------------------------------
@@ -353,10 +368,12 @@ class Sender(threading.Thread):
         if node is None or not self._client.ready(node, now):
             return 10.0  # connecting: come back soon
         self._metadata_in_flight = True
-        self._client.send(node, ApiKey.METADATA, self._metadata.request_body(now), self._on_metadata)
+        body = self._metadata.ask_operations(self._metadata.request_body(now),
+                                             self._client.api_version(node, ApiKey.METADATA))
+        self._client.send(node, ApiKey.METADATA, body, self._on_metadata)
         return _MAX_POLL_MS
 
-    def _on_metadata(self, response: ClientResponse) -> None:
+    def _on_metadata(self, response: ClientResponse[MetadataResponse]) -> None:
         self._metadata_in_flight = False
         if response.error is not None:
             self._metadata.failed_update(self._clock())
@@ -378,7 +395,7 @@ class Sender(threading.Thread):
         self._client.send(node, ApiKey.INIT_PRODUCER_ID, txn.init_producer_id_request(), self._on_producer_id)
         return False
 
-    def _on_producer_id(self, response: ClientResponse) -> None:
+    def _on_producer_id(self, response: ClientResponse[InitProducerIdResponse]) -> None:
         self._txn.handle_init_producer_id_response(response.body, response.error, self._clock())
         if self._txn.fatal_error is not None:
             self.fatal_error = self._txn.fatal_error
@@ -402,7 +419,7 @@ class Sender(threading.Thread):
         self._client.send(node, ApiKey.PRODUCE, body, lambda r: self._on_produce(r, by_tp), expect_response=not acks0,
                           max_version=self._txn.produce_max_version())
 
-    def _on_produce(self, response: ClientResponse, batches: dict[tuple[str, int], ProducerBatch]) -> None:
+    def _on_produce(self, response: ClientResponse[ProduceResponse], batches: dict[tuple[str, int], ProducerBatch]) -> None:
         now = self._clock()
         if response.error is None and response.body is not None:
             self._metrics.response_received(response.request_latency_ms)
@@ -433,13 +450,29 @@ class Sender(threading.Thread):
                     # offset this answer does not tell.
                     self._succeed(batch, -1, -1)
                     succeeded.append(batch)
+                elif code in _TOO_LARGE and batch.record_count > 1:
+                    self._split(batch, now)
                 else:
                     message = part.error_message or ""
+                    if code in _TOO_LARGE:
+                        message = (f"a record batch of {batch.wire_size} bytes holding one record is larger than "
+                                   "the topic's max.message.bytes (or the broker's message.max.bytes) allows")
                     error = failure_for_code(code, f"{batch.topic}-{batch.partition}: {message}".rstrip(": "))
                     self._retry_or_fail(batch, error, now)
         self._acc.completed(succeeded)  # their memory, in one go
         for batch in batches.values():  # the broker did not mention these: treat as lost
             self._retry_or_fail(batch, UnknownServerError("no response for this partition"), now)
+
+    def _split(self, batch: ProducerBatch, now: float) -> None:
+        """A batch of several records refused as too large goes back as smaller batches
+        ahead of the partition's others, as Java's producer does (its records' sequences
+        with them); a single record still too large is that record's error."""
+        self._in_flight_batches.discard(batch)
+        pieces = batch.split(self._config.compression_level, lambda whole: self._acc.completed((whole,)))
+        log.info("%s refused as too large: sent again as %d batches", batch, len(pieces))
+        self._txn.handle_split(batch, pieces)
+        for piece in pieces:  # their orders keep them in their records' order
+            self._acc.reenqueue(piece, now, backoff=False)  # no retry: Java waits for none either
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         """Acknowledged: the caller releases its memory (once per response, not per batch)."""
@@ -456,7 +489,7 @@ class Sender(threading.Thread):
                 and self._txn.can_retry(batch, error)):
             log.debug("retrying %s after %s", batch, error)
             self._metrics.batch_retried(batch)
-            if getattr(error, "invalid_metadata", False):
+            if is_invalid_metadata(error):
                 self._metadata.request_update()
             self._txn.handle_retry(batch)
             self._acc.reenqueue(batch, now)

@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_sink.client.errors import ConfigError
+from spark_sink.client.errors import ColumnError, ConfigError
 from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, avro_schema_for, json_schema_for
+from spark_sink.producer.row_errors import RowRefusals
 from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient, subject_name
 
 FORMATS = ("avro", "json")
@@ -157,37 +158,62 @@ class ArrowSerializer:
             encoder = self._encoders[key] = kind(schema_text, arrow_type, column=self.column)
         return encoder
 
-    def serialize(self, column: pa.Array | pa.ChunkedArray, topics: str | pa.Array | pa.ChunkedArray) -> pa.Array:
+    def serialize(self, column: pa.Array | pa.ChunkedArray, topics: str | pa.Array | pa.ChunkedArray,
+                  refused: list[tuple[np.ndarray, Exception]] | None = None) -> pa.Array:
         """The column's rows in the wire format (a null row stays null: a tombstone), to
-        ``topics`` (one topic, or each row's)."""
+        ``topics`` (one topic, or each row's). With ``refused`` (a list), a row the
+        schema cannot carry (or with a null topic) is null in the result and listed there,
+        by reason, instead of failing the call."""
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
         if isinstance(topics, str):
-            return self._serialize_one(column, topics)
+            return self._serialize_one(column, topics, refused)
         if isinstance(topics, pa.ChunkedArray):
             topics = topics.combine_chunks()
         distinct = pc.unique(topics).to_pylist()
         if len(distinct) == 1 and distinct[0] is not None:
-            return self._serialize_one(column, distinct[0])
+            return self._serialize_one(column, distinct[0], refused)
         # Each topic's rows with its own id, then back in the rows' order (compiled takes).
         pieces, order = [], []
         for topic in distinct:
             if topic is None:
-                raise ConfigError("column 'topic': a null topic (every row needs one, or set the topic option)")
+                if refused is None:
+                    raise ConfigError("column 'topic': a null topic (every row needs one, or set the topic option)")
+                rows = np.flatnonzero(topics.is_null().to_numpy(zero_copy_only=False))
+                refused.append((rows, ColumnError("column 'topic' is null and no default topic is set")))
+                pieces.append(pa.nulls(len(rows), pa.binary()))
+                order.append(rows)
+                continue
             rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-            pieces.append(self._serialize_one(column.take(pa.array(rows)), topic))
+            piece_refused: list[tuple[np.ndarray, Exception]] | None = None if refused is None else []
+            pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused))
             order.append(rows)
+            if refused is not None and piece_refused:
+                refused.extend((rows[bad], error) for bad, error in piece_refused)
+        if len({p.type for p in pieces}) > 1:
+            pieces = [p.cast(pa.large_binary()) for p in pieces]
         joined = pa.concat_arrays(pieces)
         return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
-    def _serialize_one(self, column: pa.Array, topic: str) -> pa.Array:
+    def _serialize_one(self, column: pa.Array, topic: str,
+                       refused: list[tuple[np.ndarray, Exception]] | None = None) -> pa.Array:
         schema_id, text = self._prepared(column.type, topic)
-        return self._encoder(text, column.type).encode(column, prefix=MAGIC + schema_id.to_bytes(4, "big"))
+        encoder = self._encoder(text, column.type)
+        prefix = MAGIC + schema_id.to_bytes(4, "big")
+        if refused is None:
+            return encoder.encode(column, prefix=prefix)
+        encoded, bad = encoder.encode_valid(column, prefix=prefix)
+        refused += bad
+        return encoded
 
 
 def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_serializer: ArrowSerializer | None,
-                      value_serializer: ArrowSerializer | None) -> pa.Table:
-    """``data`` with its key and value columns serialized, by the serializers given."""
+                      value_serializer: ArrowSerializer | None, refusals: RowRefusals | None = None) -> pa.Table:
+    """``data`` with its key and value columns serialized, by the serializers given.
+
+    With ``refusals`` (made over ``data``), a row its key or value format cannot carry is
+    refused there (its columns as they were: the dead letter's) and left out of the
+    result; else it fails the call, naming the column path and the row."""
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     topics: str | pa.ChunkedArray | None = topic
     if topics is None and "topic" in table.column_names:
@@ -200,6 +226,19 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
             raise ConfigError(f"column {name!r}: missing; a {serializer.format} {name} serializer was given")
         if topics is None:
             raise ConfigError("a topic is needed to name the schema's subject: give topic= or a 'topic' column")
-        encoded = serializer.serialize(table.column(name), topics)
+        refused: list[tuple[np.ndarray, Exception]] | None = None if refusals is None else []
+        encoded = serializer.serialize(table.column(name), topics, refused)
         table = table.set_column(table.column_names.index(name), name, encoded)
-    return table
+        if refusals is not None and refused:
+            for rows, error in refused:
+                refusals.refuse(rows, error, _topic_of(topics, rows))
+    if refusals is None or not refusals.mask.any():
+        return table
+    return table.filter(pa.array(~refusals.mask))
+
+
+def _topic_of(topics: str | pa.ChunkedArray | None, rows: np.ndarray) -> str | None:
+    """The topic of ``rows`` (all of one topic, as the serializer groups them), if known."""
+    if isinstance(topics, str) or topics is None:
+        return topics
+    return topics.take(pa.array(rows[:1])).to_pylist()[0]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
 
 from spark_sink.protocol import kmsg, produce
 from spark_sink.protocol import primitives as p
@@ -117,27 +116,29 @@ def is_flexible(api_key: int, version: int, response: bool = False) -> bool:
     return version >= (api.response if response else api.request).flexible_from
 
 
-def encode_request_parts(api_key: int, version: int, body: Any) -> list[Buffer]:
+def encode_request_parts(api_key: int, version: int, body: object) -> list[Buffer]:
     """A request body (an instance of the API's request class in kmsg) as buffers to write
     in order (record bytes are not copied)."""
     if api_key == ApiKey.PRODUCE:
+        if not isinstance(body, kmsg.ProduceRequest):
+            raise TypeError(f"a Produce request body must be a kmsg.ProduceRequest, not {type(body).__name__}")
         return produce.encode_request(version, body)
     return [encode(APIS[api_key].request, version, body)]
 
 
-def encode_request_body(api_key: int, version: int, body: Any) -> bytes:
+def encode_request_body(api_key: int, version: int, body: object) -> bytes:
     return b"".join(encode_request_parts(api_key, version, body))
 
 
-def decode_request_body(api_key: int, version: int, data: bytes | memoryview) -> Any:
+def decode_request_body(api_key: int, version: int, data: bytes | memoryview) -> object:
     return decode(APIS[api_key].request, version, data)
 
 
-def encode_response_body(api_key: int, version: int, body: Any) -> bytes:
+def encode_response_body(api_key: int, version: int, body: object) -> bytes:
     return encode(APIS[api_key].response, version, body)
 
 
-def decode_response_body(api_key: int, version: int, data: bytes | memoryview | p.Reader) -> Any:
+def decode_response_body(api_key: int, version: int, data: bytes | memoryview | p.Reader) -> object:
     """A response body, as an instance of the API's response class in kmsg."""
     if api_key == ApiKey.PRODUCE:
         reader = data if isinstance(data, p.Reader) else p.Reader(data)

@@ -193,7 +193,7 @@ class ConnectionSetup:
         self.request_sent_ms = None
         return self._ENTRY[target](self, event, detail, now)
 
-    def _request(self, api_key: ApiKey, version: int, body: Any, now: float) -> list[Output]:
+    def _request(self, api_key: ApiKey, version: int, body: object, now: float) -> list[Output]:
         _, frame = self.protocol.send_request(api_key, version, body)
         self.request_sent_ms = now
         return [Send(frame)]

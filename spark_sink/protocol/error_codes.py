@@ -29,6 +29,16 @@ class KProdError(Exception):
     invalid_metadata: ClassVar[bool] = False
 
 
+def is_retriable(error: BaseException) -> bool:
+    """Whether ``error`` is one of kprod's that trying again may cure."""
+    return isinstance(error, KProdError) and error.retriable
+
+
+def is_invalid_metadata(error: BaseException) -> bool:
+    """Whether ``error`` says the client's view of the cluster is out of date."""
+    return isinstance(error, KProdError) and error.invalid_metadata
+
+
 class CorruptRecordError(KProdError):
     """Bytes that do not decode: a bad CRC, a truncated frame, an unexpected correlation id."""
 

@@ -19,7 +19,6 @@ request queued behind it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
 
 from spark_sink.protocol import primitives as p
 from spark_sink.protocol.apis import ApiKey, decode_response_body, encode_request_parts, is_flexible
@@ -65,13 +64,13 @@ class KafkaProtocol:
         """Requests sent that still await a response."""
         return len(self._pending)
 
-    def send_request(self, api_key: int, api_version: int, body: Any,
+    def send_request(self, api_key: int, api_version: int, body: object,
                      expect_response: bool = True) -> tuple[int, bytes]:
         """Frame a request; returns (correlation id, bytes to write including the size prefix)."""
         correlation_id, parts = self.send_request_parts(api_key, api_version, body, expect_response)
         return correlation_id, b"".join(parts)
 
-    def send_request_parts(self, api_key: int, api_version: int, body: Any,
+    def send_request_parts(self, api_key: int, api_version: int, body: object,
                            expect_response: bool = True) -> tuple[int, list[Buffer]]:
         """As :meth:`send_request`, but the frame comes as buffers to write in order (for
         ``sendmsg``), so record bytes are never copied into one frame."""
@@ -90,7 +89,7 @@ class KafkaProtocol:
             parts.insert(0, p.INT32.pack(size) + header)
         return correlation_id, parts
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, Any]]:
+    def receive_data(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int, object]]:
         """Feed bytes read from the socket; returns completed responses in arrival order as
         (correlation id, api key, api version, decoded body)."""
         buf = self._buffer
@@ -117,6 +116,7 @@ class KafkaProtocol:
                 raise CorruptRecordError(f"correlation id {correlation_id} does not match the expected {expected}")
             reader = p.Reader(memoryview(buf)[start:end])
             decode(RESPONSE_HEADER, response_header_version(api_key, version), reader)
+            body: object
             if api_key == ApiKey.API_VERSIONS and p.INT16.unpack_from(reader.buf, reader.pos)[0] != 0:
                 version, body = _decode_api_versions_error(version, reader)
             else:
@@ -155,7 +155,9 @@ def _decode_api_versions_error(version: int, reader: p.Reader) -> tuple[int, Api
         except (CorruptRecordError, ValueError):
             pass
         else:
-            if reader.pos == reader.end:
+            if reader.pos == reader.end and isinstance(body, ApiVersionsResponse):
                 return version, body
         reader.pos = start
-    return 0, decode_response_body(ApiKey.API_VERSIONS, 0, reader)
+    body = decode_response_body(ApiKey.API_VERSIONS, 0, reader)
+    assert isinstance(body, ApiVersionsResponse)  # the codec decodes ApiVersions into its class
+    return 0, body

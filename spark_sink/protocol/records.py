@@ -231,6 +231,54 @@ def _decode_records(section: bytes | memoryview, count: int, base_offset: int, b
     return records
 
 
+@dataclass(frozen=True)
+class RecordsPiece:
+    """Part of a records section cut by ``split_records``: its bytes (compressed with the
+    batch's codec), record count, largest timestamp delta and uncompressed size."""
+
+    payload: bytes
+    record_count: int
+    max_timestamp_delta: int
+    uncompressed_size: int
+
+
+def split_records(payload: bytes | memoryview, count: int, codec: int, at: int,
+                  level: int | None = None) -> tuple[RecordsPiece, RecordsPiece]:
+    """A records section of ``count`` records (compressed with ``codec``) cut before record
+    ``at``, as two sections for two batches with the same base timestamp: the second's
+    offset deltas start again at 0 (a broker refuses a batch whose deltas do not), its
+    timestamp deltas are kept. What a producer does with a batch the broker refused as too
+    large (Java's ProducerBatch.split)."""
+    if not 0 < at < count:
+        raise ValueError(f"split_records: cannot cut {count} records before record {at}")
+    section = memoryview(decompress(codec, payload) if codec else payload)
+    reader = Reader(section)
+    out = (bytearray(), bytearray())
+    largest = [-(1 << 63), -(1 << 63)]
+    for i in range(count):
+        start = reader.pos
+        length = reader.varint()
+        end = reader.pos + length
+        reader.fixed(INT8)  # attributes
+        ts_delta = reader.varint()
+        offset_delta = reader.varint()
+        if offset_delta != i:
+            raise CorruptRecordError(f"record {i} of the section has offset delta {offset_delta}")
+        side = int(i >= at)
+        if side:
+            body = b"\x00" + write_varint(ts_delta) + write_varint(i - at) + section[reader.pos:end]
+            out[1].extend(write_varint(len(body)) + body)
+        else:
+            out[0].extend(section[start:end])
+        largest[side] = max(largest[side], ts_delta)
+        reader.pos = end
+    if reader.pos != len(section):
+        raise CorruptRecordError("the records section is longer than its records")
+    first, second = (RecordsPiece(compress(codec, bytes(o), level) if codec else bytes(o), n, ts, len(o))
+                     for o, n, ts in zip(out, (at, count - at), largest))
+    return first, second
+
+
 def _read_sized(reader: Reader) -> bytes | None:
     n = reader.varint()
     return None if n < 0 else reader.raw(n)

@@ -19,10 +19,9 @@ import logging
 import random
 import socket
 import ssl
-import time
 from typing import Any
 
-from spark_sink.client.clock import now_ms
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.tls import is_alert
 from spark_sink.registry.config import Endpoint, RegistryConfig
 from spark_sink.registry.errors import (
@@ -47,8 +46,9 @@ _NOT_FOUND = {RegistryErrorCode.SUBJECT_NOT_FOUND, RegistryErrorCode.VERSION_NOT
 class Transport:
     """Sends the registry's REST calls; ``request`` returns the decoded JSON answer."""
 
-    def __init__(self, config: RegistryConfig) -> None:
+    def __init__(self, config: RegistryConfig, clock: Time = SYSTEM_TIME) -> None:
         self.config = config
+        self._clock = clock  # the deadline's, and the backoff's sleep
         self._ssl = config.ssl_context() if any(e.scheme == "https" for e in config.endpoints) else None
         self._first = 0  # the URL that answered last: tried first
 
@@ -57,7 +57,7 @@ class Transport:
         ``what`` says what the call does, for messages; ``subject`` is named by an
         IncompatibleSchemaError."""
         config = self.config
-        deadline = now_ms() + config.timeout_ms
+        deadline = self._clock() + config.timeout_ms
         data = None if body is None else json.dumps(body).encode()
         causes: dict[str, str] = {}
         attempts = 0
@@ -93,7 +93,7 @@ class Transport:
                 causes[endpoint.url] = f"HTTP {status} {reason}: {message}"
             wait_ms = min(config.retries_max_wait_ms, config.retries_wait_ms * 2 ** (attempts - 1))
             wait_ms *= random.uniform(0.5, 1.0)  # many drivers retrying after one outage spread out
-            left_ms = deadline - now_ms()
+            left_ms = deadline - self._clock()
             if attempts > config.max_retries or wait_ms >= left_ms:
                 tried = "; ".join(f"{url}: {cause}" for url, cause in causes.items())
                 raise RegistryUnavailableError(
@@ -101,14 +101,14 @@ class Transport:
                     f"{config.timeout_ms} (max.retries={config.max_retries}): {tried}",
                     url=endpoint.url, status=status)
             log.info("%s: %s: %s; retrying in %.0f ms", what, endpoint.url, causes.get(endpoint.url), wait_ms)
-            time.sleep(wait_ms / 1000)
+            self._clock.sleep(wait_ms / 1000)
 
     def _has_credentials(self, endpoint: Endpoint) -> bool:
         return bool(endpoint.user_info or self.config.user_info)
 
     def _send(self, endpoint: Endpoint, method: str, path: str, data: bytes | None,
               deadline: float) -> tuple[int, str, bytes]:
-        timeout = max(deadline - now_ms(), 1.0) / 1000  # covers the connect and each read
+        timeout = max(deadline - self._clock(), 1.0) / 1000  # covers the connect and each read
         connection: http.client.HTTPConnection
         if endpoint.scheme == "https":
             connection = http.client.HTTPSConnection(endpoint.host, endpoint.port, timeout=timeout,

@@ -3,17 +3,22 @@ into dead letters, records of the row's key and value with ``kprod.errors.*`` he
 naming why (Kafka Connect's ``__connect.errors.*`` headers, under kprod's prefix).
 
 Any source of ``RefusedRows`` goes through ``TaskDeadLetters.refused``: ``send_arrow``'s
-result, and whatever refuses rows before it (a value format that cannot encode a row:
-hand its rows, their columns and the error's class and message over the same way).
+result, and ``serialize_columns``' refusals (rows a key or value format cannot encode,
+their fields as they were, kept in the dead letter as JSON).
 """
 
 from __future__ import annotations
 
-import time
+import base64
+import datetime
+import decimal
+import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.protocol.error_codes import KProdError
 
 if TYPE_CHECKING:
@@ -43,6 +48,7 @@ class TaskDeadLetters:
     reasons: dict[str, tuple[int, str]] = field(default_factory=dict)
     futures: list[ArrowSendFuture] = field(default_factory=list)
     sent: int = 0
+    clock: Time = SYSTEM_TIME  # the dead letters' timestamp header
 
     def refused(self, producer: KafkaProducer, refused: Iterable[RefusedRows]) -> None:
         """Count ``refused`` and send their dead letters (not waited for: see ``settle``)."""
@@ -64,20 +70,20 @@ class TaskDeadLetters:
         """The dead letters of ``groups``: key, value and the row's headers, then kprod's."""
         import pyarrow as pa
 
-        now = str(int(time.time() * 1000)).encode()
+        now = str(int(self.clock.wall_ms())).encode()
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
         headers: list[list[dict[str, object]]] = []
         for r in groups:
             data = r.data
-            cols = {name: data.column(name).to_pylist() for name in ("key", "value", "topic", "partition", "headers")
-                    if name in data.column_names}
+            cols = {name: data.column(name).to_pylist(maps_as_pydicts="lossy")
+                    for name in ("key", "value", "topic", "partition", "headers") if name in data.column_names}
             message = r.message + (" (the dead letter leaves the value out)" if r.error == _TOO_LARGE else "")
             for i in range(len(r)):
                 key = cols["key"][i] if "key" in cols else None
                 value = None if r.error == _TOO_LARGE else cols["value"][i]
-                keys.append(key.encode() if isinstance(key, str) else key)
-                values.append(value.encode() if isinstance(value, str) else value)
+                keys.append(_as_bytes(key))
+                values.append(_as_bytes(value))
                 topic = r.topic or (cols["topic"][i] if "topic" in cols else None) or self.default_topic
                 partition = r.partition if r.partition is not None else (
                     cols["partition"][i] if "partition" in cols else None)
@@ -91,6 +97,33 @@ class TaskDeadLetters:
         header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
         return pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
                          "headers": pa.array(headers, header_type)})
+
+
+def _as_bytes(value: object) -> bytes | None:
+    """A dead letter's key or value: bytes as they were, text as UTF-8, and a struct a
+    format could not encode as its fields in JSON."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _plain(value: object) -> object:
+    """``value`` (what Arrow's to_pylist gives) in JSON's types: binaries in base64, dates
+    and timestamps in ISO 8601, decimals, NaN and infinities as strings (JSON has no
+    number for the last two, and a decimal's digits should not pass through a float)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (datetime.date, datetime.time, decimal.Decimal, datetime.timedelta)):
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return value
 
 
 def task_context() -> dict[str, str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.producer import MetricTotals, RowsDigest, serialize_columns
+from spark_sink.producer import MetricTotals, RowRefusals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
@@ -22,6 +22,7 @@ from spark_sink.spark.options import SinkOptions, parse_options
 from spark_sink.spark.producer_pool import POOL
 from spark_sink.spark.task_reports import (
     KProdCommitMessage,
+    PartitionRanges,
     WriteSummary,
     append_report,
     extend_ranges,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from spark_sink.producer import ArrowSendFuture
+    from spark_sink.producer import ArrowSendFuture, KafkaProducer, PreparedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -125,39 +126,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     """
     from spark_sink.producer import short_switch_interval
 
-    started = clock()
-    partition_id, attempt = _task_identity()
-    eo = options.exactly_once
-    # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
-    # stream's id): a named one run again outside the stream must find its own markers.
-    query, run = exactly_once_names.query_run() if eo is not None and not eo.batch else (None, None)
-    config = options.producer_config if eo is None else exactly_once_names.transactional_config(
-        options.producer_config, eo.prefix_for(query), partition_id)
-    # A batch write's own transactional ids: no later task could reuse the producer.
-    keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
-    producer = None
-    transaction = None
-    began_ms = None
-    begun = False
-    counts = before = MetricTotals()
-    records = nbytes = 0
-    ranges: dict = {}
-    pending: list = []
-    # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
-    digest = RowsDigest() if eo is not None and eo.replay_match == "rows" else None
-    tolerance = options.errors
-    on_error = "fail" if tolerance is None else "skip"
-    dead = None if tolerance is None else TaskDeadLetters(tolerance.dead_letter_topic, options.topic, task_context())
-
-    def settle(future: ArrowSendFuture) -> None:
-        nonlocal records, nbytes
-        result = future.result(options.flush_timeout_s)
-        records += result.records
-        nbytes += result.bytes
-        extend_ranges(ranges, result.partitions)  # futures settle in send order
-        if result.refused and dead is not None and producer is not None:
-            dead.refused(producer, result.refused)
-
+    task = _TaskWrite(options, clock)
     ok = False
     try:
         # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
@@ -165,60 +134,133 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
         with short_switch_interval():
             send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
             for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
-                if producer is None:
-                    # From the worker's pool (a producer an earlier task left, flushed) or
-                    # new, at the first row: an empty task (a filter, the empty shuffle
-                    # partitions of an aggregation) opens no producer and no transaction.
-                    producer = POOL.acquire(config)
-                    before = producer.metric_totals()  # a pooled producer's include earlier tasks'
-                    if eo is not None:
-                        exactly_once_state.register_prefix(options.producer_config, eo, eo.prefix_for(query), clock)
-                        began_ms = clock.wall_ms()
-                        exactly_once_names.fence_and_begin(producer)
-                        begun = True
-                if options.formats is not None:
-                    # Before the digest: a replay is told by the bytes it sends.
-                    table = serialize_columns(table, options.topic, options.formats.key, options.formats.value)
-                if digest is not None:
-                    digest.add(table)
-                pending.append(producer.send_arrow(table, options.topic, on_error=on_error))
-                # Settle what is already done (cheap) and, past the bound, wait for the oldest.
-                while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
-                    settle(pending.pop(0))
-        if producer is None and eo is not None and attempt > 0:
-            # An earlier attempt may have opened a transaction under this id and died with it
-            # open (a SIGKILLed worker), and this one, given other input, has no row to
-            # open its own with: it fences the id all the same, or that transaction would
-            # hold read_committed readers back until its timeout.
-            _fence_earlier_attempts(config, keep_s)
-        if producer is not None:
-            producer.flush(options.flush_timeout_s)
-            for future in pending:
-                settle(future)
-            if dead is not None:
-                dead.settle(options.flush_timeout_s)
-            counts = producer.metric_totals().since(before)  # before the pool may hand it on
-            if eo is not None:
-                # Committed by the driver, with the others.
-                transaction = producer.prepare_transaction()
+                task.send(table)
+        task.finish()
         ok = True
     finally:
-        if begun and not ok and producer is not None:
+        task.release(healthy=ok)
+    return task.commit_message()
+
+
+class _TaskWrite:
+    """One task's write: its producer (opened at the first row), transaction, digest,
+    dead letters and what its acknowledged sends add up to."""
+
+    def __init__(self, options: SinkOptions, clock: Time) -> None:
+        self.options = options
+        self.clock = clock
+        self.started = clock()
+        self.partition_id, self.attempt = _task_identity()
+        eo = self.eo = options.exactly_once
+        # A batch write belongs to no query, even inside foreachBatch (whose tasks see the
+        # stream's id): a named one run again outside the stream must find its own markers.
+        self.query, self.run = exactly_once_names.query_run() if eo is not None and not eo.batch else (None, None)
+        self.config = options.producer_config if eo is None else exactly_once_names.transactional_config(
+            options.producer_config, eo.prefix_for(self.query), self.partition_id)
+        # A batch write's own transactional ids: no later task could reuse the producer.
+        self.keep_s = 0.0 if eo is not None and eo.one_write else options.producer_cache_timeout_s
+        self.producer: KafkaProducer | None = None
+        self.transaction: PreparedTransaction | None = None
+        self.began_ms: float | None = None
+        self.begun = False
+        self.counts = self.before = MetricTotals()
+        self.records = self.nbytes = 0
+        self.ranges: PartitionRanges = {}
+        self.pending: list[ArrowSendFuture] = []
+        # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
+        self.digest = RowsDigest() if eo is not None and eo.replay_match == "rows" else None
+        tolerance = options.errors
+        self.on_error = "fail" if tolerance is None else "skip"
+        self.dead = None if tolerance is None else TaskDeadLetters(
+            tolerance.dead_letter_topic, options.topic, task_context(), clock=clock)
+
+    def open(self) -> KafkaProducer:
+        """The task's producer, from the worker's pool (a producer an earlier task left,
+        flushed) or new, and under exactly-once its transaction begun. Called at the first
+        row: an empty task (a filter, the empty shuffle partitions of an aggregation)
+        opens no producer and no transaction."""
+        producer = self.producer = POOL.acquire(self.config)
+        self.before = producer.metric_totals()  # a pooled producer's include earlier tasks'
+        eo = self.eo
+        if eo is not None:
+            exactly_once_state.register_prefix(self.options.producer_config, eo, eo.prefix_for(self.query), self.clock)
+            self.began_ms = self.clock.wall_ms()
+            exactly_once_names.fence_and_begin(producer)
+            self.begun = True
+        return producer
+
+    def send(self, table: pa.Table) -> None:
+        """Send one joined table; settle the sends already done, and past the bound the oldest."""
+        options = self.options
+        producer = self.producer if self.producer is not None else self.open()
+        if options.formats is not None:
+            # Before the digest: a replay is told by the bytes it sends. Rows a format
+            # cannot encode are dead letters with their fields as they were.
+            refusals = None if self.dead is None else RowRefusals(table)
+            table = serialize_columns(table, options.topic, options.formats.key, options.formats.value, refusals)
+            if self.dead is not None and refusals is not None:
+                self.dead.refused(producer, refusals.refused)
+        if self.digest is not None:
+            self.digest.add(table)
+        pending = self.pending
+        pending.append(producer.send_arrow(table, options.topic, on_error=self.on_error))
+        while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
+            self.settle(pending.pop(0))
+
+    def settle(self, future: ArrowSendFuture) -> None:
+        """Count an acknowledged send (futures settle in send order); its refused rows to the dead letters."""
+        result = future.result(self.options.flush_timeout_s)
+        self.records += result.records
+        self.nbytes += result.bytes
+        extend_ranges(self.ranges, result.partitions)
+        if result.refused and self.dead is not None and self.producer is not None:
+            self.dead.refused(self.producer, result.refused)
+
+    def finish(self) -> None:
+        """Wait for every send and dead letter; under exactly-once, prepare the transaction
+        the driver commits with the others."""
+        producer = self.producer
+        if producer is None:
+            if self.eo is not None and self.attempt > 0:
+                # An earlier attempt may have opened a transaction under this id and died with it
+                # open (a SIGKILLed worker), and this one, given other input, has no row to
+                # open its own with: it fences the id all the same, or that transaction would
+                # hold read_committed readers back until its timeout.
+                _fence_earlier_attempts(self.config, self.keep_s)
+            return
+        producer.flush(self.options.flush_timeout_s)
+        for future in self.pending:
+            self.settle(future)
+        if self.dead is not None:
+            self.dead.settle(self.options.flush_timeout_s)
+        self.counts = producer.metric_totals().since(self.before)  # before the pool may hand it on
+        if self.eo is not None:
+            self.transaction = producer.prepare_transaction()
+
+    def release(self, healthy: bool) -> None:
+        """The producer back to the pool only after a flush that succeeded; on failure its
+        transaction aborted and it is closed without waiting for the rest: the task is
+        failing anyway."""
+        producer = self.producer
+        if producer is None:
+            return
+        if self.begun and not healthy:
             exactly_once_abort.abort_in_task(producer)
-        if producer is not None:
-            # Back to the pool only after a flush that succeeded; on failure it is closed
-            # without waiting for the rest: the task is failing anyway.
-            POOL.release(producer, config, healthy=ok, timeout_s=keep_s)
-    seconds = (clock() - started) / 1000
-    _freeze_long_lived()  # after the task's own time: the first task pays the collection
-    log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
-             partition_id, attempt, records, nbytes, seconds, counts.describe())
-    return KProdCommitMessage(
-        partition_id=partition_id, attempt=attempt, records=records, bytes=nbytes, partitions=ranges, seconds=seconds,
-        producer=counts, transaction=transaction, query_id=query,
-        transaction_began_ms=began_ms if transaction is not None else None,
-        rows_digest=str(digest) if digest is not None else None, run_id=run,
-        refused={} if dead is None else dead.reasons, dead_letters=0 if dead is None else dead.sent)
+        POOL.release(producer, self.config, healthy=healthy, timeout_s=self.keep_s)
+
+    def commit_message(self) -> KProdCommitMessage:
+        """What the task wrote, for the driver; logged with the task's time."""
+        seconds = (self.clock() - self.started) / 1000
+        _freeze_long_lived()  # after the task's own time: the first task pays the collection
+        log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
+                 self.partition_id, self.attempt, self.records, self.nbytes, seconds, self.counts.describe())
+        dead, digest, transaction = self.dead, self.digest, self.transaction
+        return KProdCommitMessage(
+            partition_id=self.partition_id, attempt=self.attempt, records=self.records, bytes=self.nbytes,
+            partitions=self.ranges, seconds=seconds, producer=self.counts, transaction=transaction,
+            query_id=self.query, transaction_began_ms=self.began_ms if transaction is not None else None,
+            rows_digest=str(digest) if digest is not None else None, run_id=self.run,
+            refused={} if dead is None else dead.reasons, dead_letters=0 if dead is None else dead.sent)
 
 
 def _fence_earlier_attempts(config: Mapping[str, str], keep_s: float) -> None:
@@ -297,7 +339,10 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
             "those records are in Kafka and a retry of the %s writes them again (at-least-once)",
             what, len(done), len(messages), detail, what)
     else:
-        log.warning("kprod %s aborted: none of its %d task(s) had completed", what, len(messages))
+        # Nothing was delivered: a query.stop() that killed its tasks, or a task's failure
+        # that Spark reports itself; neither is a warning of kprod's.
+        log.info("kprod %s aborted: none of its %d task(s) had completed; nothing of it was delivered",
+                 what, len(messages))
 
 
 class _TaskWriter:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from spark_sink.client.connections import ClientResponse
 from spark_sink.protocol import kmsg
@@ -37,8 +37,10 @@ from spark_sink.protocol.error_codes import (
     OutOfOrderSequenceNumberError,
 )
 from spark_sink.protocol.records import RecordBatch, decode_record_batches
+from spark_sink.protocol.schema import Request as KRequest
 
 TopicPartition = tuple[str, int]
+Reply = TypeVar("Reply")
 Callback = Callable[[ClientResponse], None]
 
 
@@ -119,10 +121,22 @@ class ScriptedClient:
     def connection_delay_ms(self, node_id: int, now: float) -> float:
         return 0.0
 
+    @property
+    def authentication_error(self) -> Exception | None:
+        return None  # no SASL here
+
+    def describe_bootstrap(self) -> str:
+        return "the scripted brokers " + ", ".join(f"{host}:{port}" for host, port in self.nodes.values())
+
     def least_loaded_node(self, now: float) -> int | None:
         return next((n for n in sorted(self.nodes) if self.ready(n, now)), None)
 
-    def send(self, node_id: int, api_key: int, body: Any, callback: Callback | None,
+    def api_version(self, node_id: int, api_key: int) -> int | None:
+        """The version ``send`` would use: kprod's highest."""
+        return VERSIONS[ApiKey(api_key)][1]
+
+    def send(self, node_id: int, api_key: int, body: KRequest[Reply],
+             callback: Callable[[ClientResponse[Reply]], None] | None,
              expect_response: bool = True, max_version: int | None = None) -> None:
         if not self.ready(node_id, 0.0):
             raise KafkaConnectionError(f"node {node_id} is not ready")
@@ -254,8 +268,13 @@ class ScriptedClient:
         return None if batch.base_sequence == expected else OutOfOrderSequenceNumberError
 
     def values(self, tp: TopicPartition) -> list[bytes]:
-        """The record values of ``tp``'s log, in offset order."""
-        return [r.value for batch in self.log.get(tp, []) for r in batch.records]
+        """The record values of ``tp``'s log, in offset order (the tests send no null one)."""
+        values: list[bytes] = []
+        for batch in self.log.get(tp, []):
+            for r in batch.records:
+                assert r.value is not None
+                values.append(r.value)
+        return values
 
     # -- answers ----------------------------------------------------------------
 

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
+from spark_sink.client.network import NetworkClient
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 from tests.clock import MovedClock
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka3
 
 VALUE = b"v" * 1000
 PARTITIONS = 6
@@ -23,14 +28,14 @@ SLOW_MS = 500
 RECORDS = 6000
 
 
-def _topic(kafka3_proxies, prefix):
+def _topic(kafka3_proxies: ProxiedKafka3, prefix: str) -> tuple[str, dict[int, int]]:
     cluster = kafka3_proxies.cluster
     topic = cluster.create_topic(unique_topic(prefix), PARTITIONS)
     leaders = {p: cluster.leader(topic, p) for p in range(PARTITIONS)}
     return topic, leaders
 
 
-def _write(producer, topic, records, path):
+def _write(producer: KafkaProducer, topic: str, records: int, path: str) -> tuple[float, collections.Counter[int]]:
     """Send ``records`` keyless values of 1 kB through ``path``; (seconds, partition counts)."""
     started = time.monotonic()
     counts: collections.Counter[int] = collections.Counter()
@@ -40,21 +45,21 @@ def _write(producer, topic, records, path):
         counts.update(f.result(0).partition for f in futures)
     else:
         table = pa.table({"value": [VALUE] * 250})
-        futures = [producer.send_arrow(table, topic=topic) for _ in range(records // 250)]
-        for future in futures:
+        calls = [producer.send_arrow(table, topic=topic) for _ in range(records // 250)]
+        for future in calls:
             for (_, partition), (count, _, _) in future.result(120).partitions.items():
                 counts[partition] += count
     return time.monotonic() - started, counts
 
 
-def _config(kafka3_proxies, **settings):
+def _config(kafka3_proxies: ProxiedKafka3, **settings: object) -> dict[str, object]:
     # A buffer smaller than the write: send() then waits for room as a long write does,
     # and the queues show how fast each broker takes batches.
     return {"bootstrap.servers": kafka3_proxies.bootstrap, "linger.ms": 5, "batch.size": 16384,
             "buffer.memory": 2_000_000, "delivery.timeout.ms": 120000, **settings}
 
 
-def _warm_up(producer, topic):
+def _warm_up(producer: KafkaProducer, topic: str) -> None:
     """Connections to every leader and the topic's metadata, before any fault."""
     for partition in range(PARTITIONS):
         producer.send(ProducerRecord(topic, b"warm-up", partition=partition))
@@ -62,7 +67,7 @@ def _warm_up(producer, topic):
 
 
 @pytest.mark.parametrize("path", ["send", "send_arrow"])
-def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies, path):
+def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies: ProxiedKafka3, path: str) -> None:
     topic, leaders = _topic(kafka3_proxies, "adaptive")
     slow = leaders[0]
     records = RECORDS
@@ -70,7 +75,7 @@ def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies, path):
         _warm_up(producer, topic)
         kafka3_proxies.proxies[slow].set_delay(SLOW_MS, replies_only=True)
         _, counts = _write(producer, topic, records, path)
-    shares = collections.Counter()
+    shares: collections.Counter[int] = collections.Counter()
     for partition, count in counts.items():
         shares[leaders[partition]] += count
     others = [shares[node] for node in set(leaders.values()) if node != slow]
@@ -79,7 +84,7 @@ def test_a_slow_nodes_partitions_get_fewer_records(kafka3_proxies, path):
     assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, records + PARTITIONS)) == records + PARTITIONS
 
 
-def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafka3_proxies):
+def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafka3_proxies: ProxiedKafka3) -> None:
     topic, leaders = _topic(kafka3_proxies, "availability")
     stalled = leaders[0]
     stalled_partitions = {p for p, node in leaders.items() if node == stalled}
@@ -97,11 +102,13 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
         proxy = kafka3_proxies.proxies[stalled]
         proxy.stall(True)
         queues = producer._accumulator._by_topic[topic]
+        client = producer._client
+        assert isinstance(client, NetworkClient)
         try:
             # Until the stalled node has a batch it cannot take (as many requests in flight
             # as it may have, unanswered): then it is overdue once the timeout has passed.
             during: list = []
-            while not (producer._client.in_flight_count(stalled) >= 5 and any(queues.get(p) for p in stalled_partitions)):
+            while not (client.in_flight_count(stalled) >= 5 and any(queues.get(p) for p in stalled_partitions)):
                 assert len(during) < 20_000, "the stalled node's partitions never queued a batch"
                 during += [producer.send(ProducerRecord(topic, VALUE)) for _ in range(20)]
             clock.advance(2 * timeout_ms)
@@ -128,7 +135,7 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
 
 
 @pytest.mark.bench
-def test_bench_slow_node_write_time_adaptive_on_and_off(kafka3_proxies):
+def test_bench_slow_node_write_time_adaptive_on_and_off(kafka3_proxies: ProxiedKafka3) -> None:
     """The same keyless write with one node's replies 500 ms late, adaptive partitioning
     on and off, alternating in one run; prints the times and the slow node's share."""
     rounds, records = 3, RECORDS

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 
@@ -92,14 +93,15 @@ class RefusingPeer:
 
 
 @pytest.fixture
-def refusing_peer(kafka) -> Iterator[RefusingPeer]:
+def refusing_peer(kafka: KafkaCluster) -> Iterator[RefusingPeer]:
     host, port = kafka.bootstrap.split(",")[0].rsplit(":", 1)
     peer = RefusingPeer((host, int(port)))
     yield peer
     peer.close()
 
 
-def test_bootstraps_through_a_peer_refusing_api_versions_v3_in_v3_layout(kafka, refusing_peer):
+def test_bootstraps_through_a_peer_refusing_api_versions_v3_in_v3_layout(kafka: KafkaCluster,
+                                                                         refusing_peer: RefusingPeer) -> None:
     topic = unique_topic("apiv")
     config = {"bootstrap.servers": f"127.0.0.1:{refusing_peer.port}", "max.block.ms": 20000}
     with KafkaProducer(config) as producer:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from spark_sink.client.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.producer.arrow_input import HEADER_TYPE, SendLimits, TopicRows, plan_arrow_send
 from spark_sink.producer.partitioner import murmur2, partition_for_hash
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, decode_record_batches, encode_record_batch
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, decode_record_batches, encode_record_batch
 
 
 @dataclass(frozen=True)
@@ -32,38 +32,53 @@ class Group:
         return len(self.rows)
 
 
-def limits(batch_size=16384, max_request_size=1 << 20, buffer_memory=32 << 20, codec=0):
+def _number(record: Record, digits: int | None = None) -> int:
+    """The row number a test wrote as ``record``'s value (its first ``digits`` characters)."""
+    assert record.value is not None
+    return int(record.value[:digits])
+
+
+def _view(payload: bytes | memoryview) -> memoryview:
+    """An uncompressed section's payload: a view of its partition's buffer."""
+    assert isinstance(payload, memoryview)
+    return payload
+
+
+def limits(batch_size: int = 16384, max_request_size: int = 1 << 20, buffer_memory: int = 32 << 20,
+           codec: int = 0) -> SendLimits:
     return SendLimits(batch_size, max_request_size, buffer_memory, codec)
 
 
-def plan(data, topic="t", *, partitions=4, ignore_keys=False, batch_size=16384, now_ms=1_000, **limit):
+def plan(data: pa.Table, topic: str | None = "t", *, partitions: int = 4, ignore_keys: bool = False,
+         batch_size: int = 16384, now_ms: int = 1_000, **limit: int) -> list[Group]:
     """The plan, split into one Group per topic and partition."""
     sticky_calls = itertools.count()
     planned = plan_arrow_send(
         data, topic, partition_count=lambda _t: partitions,
         sticky_partition=lambda _t, n: next(sticky_calls) % n,
         ignore_keys=ignore_keys, limits=limits(batch_size, **limit), now_ms=now_ms)
-    groups = []
+    groups: list[Group] = []
     for t in planned:
         parts = np.full(len(t), t.partitions) if isinstance(t.partitions, int) else t.partitions
         for p in sorted(set(parts.tolist())):
             mask = parts == p
-            def cut(a, mask=mask):
+            def cut(a: pa.Array | None, mask: np.ndarray = mask) -> pa.Array | None:
                 return None if a is None else a.filter(pa.array(mask))
             groups.append(Group(t.topic, p, TopicRows(t.topic, cut(t.keys), cut(t.values), t.timestamps[mask],
                                                       cut(t.headers), p, t.partition_count)))
     return groups
 
 
-def decoded(group, batch_size=16384, codec=0):
+def decoded(group: Group, batch_size: int = 16384, codec: int = 0) -> list[Record]:
     """Every record of a group, through real record batch bytes."""
-    out = []
+    out: list[Record] = []
     for chunk in group.rows.encode(batch_size, codec):
         ((partition, encoded),) = chunk
         assert partition == group.partition
         for e in encoded:
-            wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
-                                       base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp, codec=e.codec)
+            wire = encode_record_batch(bytes(e.payload), record_count=e.record_count,
+                                       last_offset_delta=e.last_offset_delta, base_timestamp=e.base_timestamp,
+                                       max_timestamp=e.max_timestamp, codec=e.codec)
             out += decode_record_batches(wire)[0].records
     return out
 
@@ -76,14 +91,14 @@ def decoded(group, batch_size=16384, codec=0):
     ("headers", pa.array([["a"]]), "list<struct<key: string, value: binary>>"),
     ("timestamp", pa.array([1], pa.int32()), "timestamp"),
 ])
-def test_wrong_type_names_column_and_accepted_types(column, array, accepted):
+def test_wrong_type_names_column_and_accepted_types(column: str, array: pa.Array, accepted: str) -> None:
     cols = {"value": pa.array([b"v"]), column: array}
     with pytest.raises(ColumnError) as e:
         plan(pa.table(cols))
     assert repr(column) in str(e.value) and accepted in str(e.value)
 
 
-def test_unknown_missing_value_and_missing_topic():
+def test_unknown_missing_value_and_missing_topic() -> None:
     with pytest.raises(ColumnError, match="'offset' is not accepted"):
         plan(pa.table({"value": [b"v"], "offset": [1]}))
     with pytest.raises(ColumnError, match="'value' is required"):
@@ -94,14 +109,14 @@ def test_unknown_missing_value_and_missing_topic():
         plan([b"v"])
 
 
-def test_explicit_partitions_are_range_checked():
+def test_explicit_partitions_are_range_checked() -> None:
     for bad in (4, -2, 100):
         with pytest.raises(InvalidPartitionError) as e:
             plan(pa.table({"value": [b"a", b"b"], "partition": pa.array([0, bad], pa.int32())}))
         assert "'t'" in str(e.value) and str(bad) in str(e.value) and "4 partitions" in str(e.value)
 
 
-def test_keys_hash_like_java_explicit_wins_and_null_keys_stick():
+def test_keys_hash_like_java_explicit_wins_and_null_keys_stick() -> None:
     keys = [b"k%d" % i for i in range(200)] + [None] * 3
     parts = pa.array([None] * 150 + [3] * 50 + [None] * 3, pa.int64())
     values = [b"%d" % i for i in range(203)]
@@ -112,12 +127,13 @@ def test_keys_hash_like_java_explicit_wins_and_null_keys_stick():
         for v in g.values.to_pylist():
             where[int(v)] = g.partition
     for i in range(150):
-        assert where[i] == partition_for_hash(murmur2(keys[i]), 7), i
+        key = keys[i]
+        assert key is not None and where[i] == partition_for_hash(murmur2(key), 7), i
     assert all(where[i] == 3 for i in range(150, 200))
     assert len({where[i] for i in range(200, 203)}) == 1  # one sticky run
 
 
-def test_ignore_keys_and_sticky_runs_switch_after_a_batch():
+def test_ignore_keys_and_sticky_runs_switch_after_a_batch() -> None:
     n = 100
     data = pa.table({"value": [b"x" * 84] * n, "key": [b"same"] * n})
     groups = plan(data, ignore_keys=True, partitions=3, batch_size=1000)
@@ -128,10 +144,10 @@ def test_ignore_keys_and_sticky_runs_switch_after_a_batch():
     assert [(g.partition, len(g)) for g in keyed] == [(partition_for_hash(murmur2(b"same"), 3), n)]
 
 
-def test_groups_keep_row_order_per_topic_and_partition_and_decode():
+def test_groups_keep_row_order_per_topic_and_partition_and_decode() -> None:
     n = 300
     rng = np.random.default_rng(3)
-    topics = pa.array(rng.choice(["a", "b", None], n).tolist())
+    topics = pa.array(rng.choice(np.array(["a", "b", None], dtype=object), n).tolist())
     parts = pa.array(rng.integers(0, 4, n), pa.int32())
     headers = pa.array([[{"key": "i", "value": b"%d" % i}] if i % 2 else [] for i in range(n)], HEADER_TYPE)
     data = pa.table({"value": [b"%d" % i for i in range(n)], "topic": topics, "partition": parts,
@@ -140,10 +156,10 @@ def test_groups_keep_row_order_per_topic_and_partition_and_decode():
     seen = []
     for g in groups:
         records = decoded(g, batch_size=200)
-        rows = [int(r.value) for r in records]
+        rows = [_number(r) for r in records]
         assert rows == sorted(rows)  # input order within a partition
         for r in records:
-            i = int(r.value)
+            i = _number(r)
             expected_topic = topics[i].as_py() or "dflt"
             assert (g.topic, g.partition) == (expected_topic, parts[i].as_py())
             assert r.timestamp == 5_000 + i
@@ -152,20 +168,20 @@ def test_groups_keep_row_order_per_topic_and_partition_and_decode():
     assert sorted(seen) == list(range(n))
 
 
-def test_null_topic_without_default_names_the_row():
+def test_null_topic_without_default_names_the_row() -> None:
     with pytest.raises(ColumnError, match="null at row 1"):
         plan(pa.table({"value": [b"a", b"b"], "topic": ["x", None]}), topic=None)
 
 
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
-def test_timestamps_in_any_unit_become_millis_and_nulls_take_now(unit):
+def test_timestamps_in_any_unit_become_millis_and_nulls_take_now(unit: str) -> None:
     ts = pa.array([1_700_000_000, None], pa.int64()).cast(pa.timestamp("s")).cast(pa.timestamp(unit, tz="UTC"))
     (g,) = plan(pa.table({"value": [b"a", b"b"], "timestamp": ts}), partitions=1, now_ms=42)
     assert g.timestamps.tolist() == [1_700_000_000_000, 42]
     assert [r.timestamp for r in decoded(g)] == [1_700_000_000_000, 42]
 
 
-def test_string_large_view_columns_and_large_list_headers():
+def test_string_large_view_columns_and_large_list_headers() -> None:
     headers = pa.array([[{"key": "h", "value": "v"}]], pa.large_list(pa.struct([("key", pa.large_string()),
                                                                                 ("value", pa.string())])))
     data = pa.table({"value": pa.array(["val"], pa.string_view()), "key": pa.array(["k"], pa.large_string()),
@@ -176,24 +192,24 @@ def test_string_large_view_columns_and_large_list_headers():
     assert g.partition == partition_for_hash(murmur2(b"k"), 5)
 
 
-def test_empty_input_plans_nothing():
+def test_empty_input_plans_nothing() -> None:
     assert plan(pa.table({"value": pa.array([], pa.binary())})) == []
 
 
-def test_groups_larger_than_a_chunk_encode_in_pieces_in_order():
+def test_groups_larger_than_a_chunk_encode_in_pieces_in_order() -> None:
     n = 9_000  # ~9.1 MB of values: more than one 8 MiB encoding chunk
     values = pa.array([b"%06d" % i + b"x" * 1_000 for i in range(n)], pa.binary())
     (g,) = plan(pa.table({"value": values}), partitions=1, batch_size=100_000)
     chunks = [encoded for chunk in g.rows.encode(100_000, 0) for _, encoded in chunk]
     assert len(chunks) >= 2
     records = [r for chunk in chunks for e in chunk for r in decode_record_batches(encode_record_batch(
-        e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
+        bytes(e.payload), record_count=e.record_count, last_offset_delta=e.last_offset_delta,
         base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp))[0].records]
-    assert [int(r.value[:6]) for r in records] == list(range(n))
+    assert [_number(r, 6) for r in records] == list(range(n))
     assert all(RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000 for chunk in chunks for e in chunk)
 
 
-def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
+def test_every_partition_of_a_multi_chunk_plan_encodes_in_order() -> None:
     # ~12 MB over 5 partitions: partitions share encoding passes, and some span two chunks.
     n = 12_000
     parts = pa.array([(i * 7) % 5 for i in range(n)], pa.int32())
@@ -204,19 +220,20 @@ def test_every_partition_of_a_multi_chunk_plan_encodes_in_order():
     pieces = [piece for chunk in chunks for piece in chunk]
     assert len(pieces) > 5  # some partition came in two pieces
     for chunk in chunks:  # each partition's payloads share a buffer of its own
-        buffers = [{id(e.payload.obj) for e in encoded} for _, encoded in chunk]
+        buffers = [{id(_view(e.payload).obj) for e in encoded} for _, encoded in chunk]
         assert all(len(ids) == 1 for ids in buffers) and len(set.union(*buffers)) == len(chunk)
     got: dict[int, list[int]] = {}
     for partition, encoded in pieces:
         for e in encoded:
             assert RECORD_BATCH_OVERHEAD + len(e.payload) <= 100_000
-            wire = encode_record_batch(e.payload, record_count=e.record_count, last_offset_delta=e.last_offset_delta,
-                                       base_timestamp=e.base_timestamp, max_timestamp=e.max_timestamp)
-            got.setdefault(partition, []).extend(int(r.value[:6]) for r in decode_record_batches(wire)[0].records)
+            wire = encode_record_batch(bytes(e.payload), record_count=e.record_count,
+                                       last_offset_delta=e.last_offset_delta, base_timestamp=e.base_timestamp,
+                                       max_timestamp=e.max_timestamp)
+            got.setdefault(partition, []).extend(_number(r, 6) for r in decode_record_batches(wire)[0].records)
     assert got == {p: [i for i in range(n) if (i * 7) % 5 == p] for p in range(5)}
 
 
-def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned():
+def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned() -> None:
     # The record bound counts every framing varint at its widest and each header's key and
     # value, as send() does: key + value + headers + 36, plus the 61-byte batch header.
     headers = pa.array([[{"key": "h", "value": b"x" * 10}], [], [{"key": "h", "value": b"x" * 500}]], HEADER_TYPE)
@@ -229,7 +246,7 @@ def test_a_row_too_large_for_a_request_is_named_before_anything_is_planned():
         plan(data, max_request_size=RECORD_BATCH_OVERHEAD + sizes[1])
 
 
-def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into():
+def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into() -> None:
     from spark_sink.protocol.compression import Codec, compressed_bound
 
     data = pa.table({"value": [b"v" * 10_000]})
@@ -241,7 +258,7 @@ def test_buffer_memory_bounds_a_row_by_what_it_may_compress_into():
 
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
-def test_batches_of_several_records_never_compress_past_max_request_size(codec):
+def test_batches_of_several_records_never_compress_past_max_request_size(codec: int) -> None:
     from spark_sink.protocol.compression import compressed_bound
 
     bound = limits(batch_size=1_000_000, max_request_size=300_000, codec=codec)
@@ -257,7 +274,7 @@ def test_batches_of_several_records_never_compress_past_max_request_size(codec):
     assert len(encoded) > 1 and all(e.size_in_bytes <= 300_000 for e in encoded)
 
 
-def test_a_column_given_twice_is_named():
+def test_a_column_given_twice_is_named() -> None:
     data = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
     with pytest.raises(ColumnError, match="'value' appears more than once"):
         plan(data)
@@ -275,12 +292,12 @@ _ROW = st.tuples(
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_ROW, min_size=1, max_size=40), st.integers(0, 3), st.booleans())
-def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ignore_keys):
+def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows: list[tuple], cut: int, ignore_keys: bool) -> None:
     """Each row lands in its topic (the default for a null), its explicit partition, else
     murmur2 of its key (unless keys are ignored), else a sticky one; a null timestamp takes
     now, a null header list is none; every row once, in input order per partition. The
     columns are sliced, so their buffers start at an offset."""
-    def column(values, arrow_type):
+    def column(values: list, arrow_type: pa.DataType) -> pa.Array:
         return pa.array(values, arrow_type).slice(cut)
 
     data = pa.table({
@@ -296,7 +313,7 @@ def test_random_rows_with_nulls_in_every_column_plan_as_row_by_row(rows, cut, ig
     for g in plan(data, topic="dflt", ignore_keys=ignore_keys, now_ms=7):
         numbers = []
         for record in decoded(g):
-            i = int(record.value)
+            i = _number(record)
             key, topic, partition, timestamp, headers = rows[i]
             assert record.key == key and g.topic == (topic or "dflt")
             if partition is not None:

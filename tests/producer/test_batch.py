@@ -3,6 +3,8 @@
 RecordBuffer and append_plain or by Python's (as where kprod's extension is not built);
 every way, a sealed batch holds exactly the reference encoder's bytes."""
 
+from __future__ import annotations
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ BASE = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["compiled", "python"])
-def compiled(request) -> bool:
+def compiled(request: pytest.FixtureRequest) -> bool:
     if request.param and PlainAppender is None:
         pytest.fail("kprod's extension (spark_sink/encoder/_kernels.c) is not built: make venv builds it")
     return request.param
@@ -88,14 +90,15 @@ _records_st = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(_records_st, st.sampled_from([200, 1000, 16384, 100_000]))
-def test_batches_hold_the_reference_bytes_whichever_way_records_came(compiled, records, batch_size):
+def test_batches_hold_the_reference_bytes_whichever_way_records_came(compiled: bool, records: list[Record],
+                                                                     batch_size: int) -> None:
     acc = _accumulator(batch_size, compiled)
     _append_all(acc, records)
     _check_batches(acc, records, batch_size)
 
 
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4, Codec.ZSTD])
-def test_a_batch_of_over_16384_records_keeps_the_short_way(compiled, codec):
+def test_a_batch_of_over_16384_records_keeps_the_short_way(compiled: bool, codec: Codec) -> None:
     # Offset deltas from 16,384 on are three varint bytes: past the lookup table.
     records = [Record(b"k%d" % (i % 7), b"v" * (i % 30), BASE + i // 1000) for i in range(40_000)]
     acc = _accumulator(1_000_000, compiled)
@@ -107,7 +110,7 @@ def test_a_batch_of_over_16384_records_keeps_the_short_way(compiled, codec):
     _check_batches(acc, records, 1_000_000, codec)
 
 
-def test_a_sealed_batch_decodes_to_its_records(compiled):
+def test_a_sealed_batch_decodes_to_its_records(compiled: bool) -> None:
     records = [Record(b"key", b"value", BASE), Record(None, b"x" * 20_000, BASE + 5, (("h", b"1"),)),
                Record(b"", b"", BASE - 2), Record(b"k", None, BASE + 1)]
     acc = _accumulator(1_000_000, compiled)

@@ -1,20 +1,30 @@
 """BufferPool: buffer.memory accounting, blocking up to max.block.ms, waiters in order;
 and back-pressure end to end against a stalled broker."""
 
+from __future__ import annotations
+
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.client.errors import BufferExhaustedError, RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.buffer_pool import BufferPool
 from tests.brokers import consume_all, create_topic, unique_topic
 
+if TYPE_CHECKING:
+    from spark_sink.encoder.columnar import EncodedRecords
+    from spark_sink.producer.accumulator import RecordAccumulator
+    from tests.conftest import ProxiedKafka
+
 
 def _allocate_in_thread(pool: BufferPool, size: int, done: list, max_block_ms: float = 10_000) -> threading.Thread:
-    def run():
+    def run() -> None:
         pool.allocate(size, max_block_ms)
         done.append(size)
     thread = threading.Thread(target=run, daemon=True)
@@ -22,14 +32,14 @@ def _allocate_in_thread(pool: BufferPool, size: int, done: list, max_block_ms: f
     return thread
 
 
-def _wait_for(condition, timeout: float = 5.0) -> None:
+def _wait_for(condition: Callable[[], object], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.005)
 
 
-def test_a_caller_about_to_wait_tells_on_block_once():
+def test_a_caller_about_to_wait_tells_on_block_once() -> None:
     """The producer sets on_block to wake its sender thread: a sending thread that had been
     doing the sender's work is about to stop doing it."""
     pool = BufferPool(100)
@@ -38,7 +48,7 @@ def test_a_caller_about_to_wait_tells_on_block_once():
     pool.allocate(60, 1000)
     pool.allocate(40, 1000)
     assert calls == []  # no wait, no call
-    done = []
+    done: list[int] = []
     _allocate_in_thread(pool, 50, done)
     _wait_for(lambda: pool.exhausted)
     assert calls == [1]
@@ -47,7 +57,7 @@ def test_a_caller_about_to_wait_tells_on_block_once():
     assert calls == [1]
 
 
-def test_allocate_blocks_until_enough_is_freed():
+def test_allocate_blocks_until_enough_is_freed() -> None:
     pool = BufferPool(100)
     pool.allocate(80, 0)
     done: list = []
@@ -61,7 +71,7 @@ def test_allocate_blocks_until_enough_is_freed():
     assert done == [50] and pool.available == 10 and not pool.exhausted
 
 
-def test_waiters_are_served_in_arrival_order():
+def test_waiters_are_served_in_arrival_order() -> None:
     pool = BufferPool(100)
     pool.allocate(100, 0)
     done: list = []
@@ -78,7 +88,7 @@ def test_waiters_are_served_in_arrival_order():
     assert done == [90, 10] and pool.available == 0
 
 
-def test_timeout_names_buffer_memory_and_max_block_ms_and_lets_the_next_waiter_go():
+def test_timeout_names_buffer_memory_and_max_block_ms_and_lets_the_next_waiter_go() -> None:
     pool = BufferPool(100)
     pool.allocate(60, 0)
     done: list = []
@@ -91,7 +101,7 @@ def test_timeout_names_buffer_memory_and_max_block_ms_and_lets_the_next_waiter_g
     assert done == []
 
 
-def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowledged(kafka_proxy):
+def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowledged(kafka_proxy: ProxiedKafka) -> None:
     proxy, broker = kafka_proxy.proxy, kafka_proxy
     topic = create_topic(broker.bootstrap, unique_topic("backpressure"), partitions=1)
     config = {"bootstrap.servers": broker.bootstrap, "buffer.memory": 64 * 1024, "batch.size": 4096,
@@ -116,7 +126,7 @@ def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowled
     assert [m.value()[:5] for m in got[20:]] == [b"%05d" % i for i in range(len(accepted))]
 
 
-def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(kafka):
+def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("arrow-backpressure"), partitions=2)
     n = 20_000
     values = pa.array([b"%08d" % i + b"v" * 92 for i in range(n)], pa.binary())  # ~2 MB against 256 KiB
@@ -128,7 +138,7 @@ def test_send_arrow_larger_than_buffer_memory_is_delivered_whole(kafka):
     assert sorted(m.value()[:8] for m in got) == [b"%08d" % i for i in range(n)]
 
 
-def _accumulator(buffer_memory: int):
+def _accumulator(buffer_memory: int) -> tuple[RecordAccumulator, BufferPool]:
     from spark_sink.producer.accumulator import RecordAccumulator
     from spark_sink.producer.config import ProducerConfig
 
@@ -149,13 +159,13 @@ def _encoded_groups(rows: int) -> list:
     return list(enumerate(groups))
 
 
-def _append_and_take(accumulator, groups) -> list:
+def _append_and_take(accumulator: RecordAccumulator, groups: list[tuple[int, list[EncodedRecords]]]) -> list:
     accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda batch: None, queued=lambda encoded: None,
                                wakeup=lambda: None)
     return accumulator.abort_undrained()
 
 
-def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_completes():
+def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_completes() -> None:
     accumulator, pool = _accumulator(1 << 20)
     groups = _encoded_groups(1000)  # ~110 KB in 8 batches of two partitions, each its own buffer
     for _, encoded in groups:
@@ -174,13 +184,13 @@ def test_batches_sharing_one_encoded_buffer_hold_its_memory_until_the_last_compl
     assert pool.available == pool.total
 
 
-def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch():
+def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch() -> None:
     accumulator, pool = _accumulator(100_000)
     groups = _encoded_groups(1000)  # ~110 KB: more than a quarter of buffer.memory (and all of it)
     sizes = [e.size_in_bytes for _, batches in groups for e in batches]
     appended: list = []
 
-    def append():
+    def append() -> None:
         accumulator.append_encoded("t", groups, 0.0, 10_000, listener=lambda batch: None, queued=lambda encoded: None,
                                    wakeup=lambda: None)
 
@@ -188,7 +198,7 @@ def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch
     thread.start()
     while thread.is_alive() or accumulator.has_undrained():
         for batch in accumulator.abort_undrained():  # as the sender would, one at a time
-            assert isinstance(batch.encoded.payload, bytes)
+            assert batch.encoded is not None and isinstance(batch.encoded.payload, bytes)
             accumulator.completed([batch])
             appended.append(batch)
         time.sleep(0.001)

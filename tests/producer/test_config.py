@@ -8,7 +8,7 @@ from spark_sink.producer.config import ProducerConfig
 BOOT = {"bootstrap.servers": "127.0.0.1:9092"}
 
 
-def test_java_defaults():
+def test_java_defaults() -> None:
     c = ProducerConfig.from_dict(BOOT)
     assert c.bootstrap_servers == (("127.0.0.1", 9092),)
     assert (c.acks, c.linger_ms, c.batch_size, c.buffer_memory) == (-1, 5, 16384, 32 * 1024 * 1024)
@@ -19,7 +19,7 @@ def test_java_defaults():
     assert c.compression_type == "none" and c.compression_codec == 0
 
 
-def test_values_parse_from_strings_as_spark_options_do():
+def test_values_parse_from_strings_as_spark_options_do() -> None:
     c = ProducerConfig.from_dict({**BOOT, "acks": "1", "linger.ms": "20", "enable.idempotence": "false",
                                   "compression.type": "ZSTD", "bootstrap.servers": "a:1, b:2"})
     assert (c.acks, c.linger_ms, c.enable_idempotence, c.compression_codec) == (1, 20, False, 4)
@@ -45,12 +45,12 @@ def test_values_parse_from_strings_as_spark_options_do():
         ({**BOOT, "key.serializer": "str"}, "key.serializer"),
     ],
 )
-def test_bad_config_names_the_key(settings, named):
+def test_bad_config_names_the_key(settings: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         ProducerConfig.from_dict(settings)
 
 
-def test_compression_levels_are_java_s():
+def test_compression_levels_are_java_s() -> None:
     c = ProducerConfig.from_dict(BOOT)
     assert (c.compression_gzip_level, c.compression_lz4_level, c.compression_zstd_level) == (-1, 9, 3)
     assert c.compression_level is None
@@ -60,12 +60,12 @@ def test_compression_levels_are_java_s():
     assert ProducerConfig.from_dict({**BOOT, "compression.type": "lz4", "compression.lz4.level": 12}).compression_level == 12
 
 
-def test_idempotence_left_default_is_dropped_when_incompatible():
+def test_idempotence_left_default_is_dropped_when_incompatible() -> None:
     assert ProducerConfig.from_dict({**BOOT, "acks": 1}).enable_idempotence is False
     assert ProducerConfig.from_dict({**BOOT, "max.in.flight.requests.per.connection": 10}).enable_idempotence is False
 
 
-def test_the_client_settings_stand_alone_and_the_producers_extend_them():
+def test_the_client_settings_stand_alone_and_the_producers_extend_them() -> None:
     from spark_sink.client.config import ClientConfig
 
     producer = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "linger.ms": 7, "request.timeout.ms": 900})

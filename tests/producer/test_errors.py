@@ -12,6 +12,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.client import check_cluster
 from spark_sink.producer import (
     BrokersUnreachableError,
@@ -22,7 +23,7 @@ from spark_sink.producer import (
     UnknownTopicError,
 )
 from tests.brokers import create_topic, unique_topic
-from tests.secure_kafka import JAAS
+from tests.secure_kafka import JAAS, SecureKafka
 
 UNRESOLVABLE = "no-such-broker.invalid:9092"
 
@@ -41,7 +42,7 @@ def _unreachable(config: dict, topic: str = "t") -> tuple[str, float]:
     return str(err.value), time.monotonic() - started
 
 
-def test_no_broker_reached_names_each_address_and_what_happened(caplog):
+def test_no_broker_reached_names_each_address_and_what_happened(caplog: pytest.LogCaptureFixture) -> None:
     closed = _closed_port()
     caplog.set_level(logging.INFO, logger="spark_sink.client.network")
     message, seconds = _unreachable({"bootstrap.servers": f"{closed},{UNRESOLVABLE}", "max.block.ms": 3000})
@@ -56,13 +57,13 @@ def test_no_broker_reached_names_each_address_and_what_happened(caplog):
     assert any(r.levelno == logging.INFO and closed in r.getMessage() for r in caplog.records)
 
 
-def test_tls_spoken_to_a_plaintext_listener(kafka):
+def test_tls_spoken_to_a_plaintext_listener(kafka: KafkaCluster) -> None:
     message, _ = _unreachable({"bootstrap.servers": kafka.bootstrap, "security.protocol": "SSL",
                                "max.block.ms": 3000})
     assert f"{kafka.bootstrap}: TLS handshake failed" in message and "security.protocol" in message
 
 
-def test_sasl_spoken_to_a_plaintext_listener(kafka):
+def test_sasl_spoken_to_a_plaintext_listener(kafka: KafkaCluster) -> None:
     """The broker answers the SaslHandshake with ILLEGAL_SASL_STATE: the error points at
     security.protocol, at once."""
     config = {"bootstrap.servers": kafka.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
@@ -74,7 +75,7 @@ def test_sasl_spoken_to_a_plaintext_listener(kafka):
     assert "ILLEGAL_SASL_STATE" in str(err.value) and "check security.protocol" in str(err.value)
 
 
-def test_plaintext_spoken_to_a_tls_listener(secure_kafka):
+def test_plaintext_spoken_to_a_tls_listener(secure_kafka: SecureKafka) -> None:
     bootstrap = secure_kafka.bootstrap("SSL")
     message, _ = _unreachable({"bootstrap.servers": bootstrap, "max.block.ms": 3000})
     assert f"{bootstrap}: the broker closed the connection before answering ApiVersions" in message
@@ -82,7 +83,7 @@ def test_plaintext_spoken_to_a_tls_listener(secure_kafka):
 
 
 @pytest.mark.parametrize("send", ["send", "send_arrow"])
-def test_unknown_topic_is_called_one_within_seconds(strict_kafka, send):
+def test_unknown_topic_is_called_one_within_seconds(strict_kafka: KafkaCluster, send: str) -> None:
     """The brokers answer UNKNOWN_TOPIC_OR_PARTITION and create nothing: the producer says
     so after 2 s of such answers, not after max.block.ms (60 s by default), as Java would."""
     topic = unique_topic("missing")
@@ -98,7 +99,8 @@ def test_unknown_topic_is_called_one_within_seconds(strict_kafka, send):
     assert "UNKNOWN_TOPIC_OR_PARTITION" in str(err.value) and "auto.create.topics.enable" in str(err.value)
 
 
-def test_offsets_for_a_group_without_a_coordinator_name_why(strict_kafka, caplog):
+def test_offsets_for_a_group_without_a_coordinator_name_why(strict_kafka: KafkaCluster,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
     """strict_kafka cannot create __consumer_offsets, so it answers every FindCoordinator
     for a group with COORDINATOR_NOT_AVAILABLE. send_offsets_to_transaction retries that
     (a new cluster answers so while it creates the topic), warns once it has lasted 5 s,
@@ -122,7 +124,7 @@ def test_offsets_for_a_group_without_a_coordinator_name_why(strict_kafka, caplog
 
 # -- check_cluster: the same errors at once -------------------------------------------
 
-def test_check_cluster_fails_at_once_when_every_address_failed():
+def test_check_cluster_fails_at_once_when_every_address_failed() -> None:
     closed = _closed_port()
     started = time.monotonic()
     with pytest.raises(BrokersUnreachableError) as err:
@@ -131,7 +133,7 @@ def test_check_cluster_fails_at_once_when_every_address_failed():
     assert f"{closed}: connection refused" in str(err.value) and f"{UNRESOLVABLE}: name not resolved" in str(err.value)
 
 
-def test_check_cluster_counts_partitions_and_refuses_unknown_topics(strict_kafka):
+def test_check_cluster_counts_partitions_and_refuses_unknown_topics(strict_kafka: KafkaCluster) -> None:
     bootstrap = strict_kafka.bootstrap
     topic = create_topic(bootstrap, unique_topic("known"), partitions=3)
     assert check_cluster({"bootstrap.servers": f"{_closed_port()},{bootstrap}"}, [topic], 60000) == {topic: 3}
@@ -140,7 +142,7 @@ def test_check_cluster_counts_partitions_and_refuses_unknown_topics(strict_kafka
         check_cluster({"bootstrap.servers": bootstrap}, [topic, missing], 60000)
 
 
-def test_check_cluster_wrong_password(secure_kafka):
+def test_check_cluster_wrong_password(secure_kafka: SecureKafka) -> None:
     config = {"bootstrap.servers": secure_kafka.bootstrap("SASLPLAIN"), "security.protocol": "SASL_PLAINTEXT",
               "sasl.mechanism": "SCRAM-SHA-256",
               "sasl.jaas.config": f'{JAAS["SCRAM-SHA-256"]} required username="alice" password="wrong-one";'}
@@ -149,7 +151,7 @@ def test_check_cluster_wrong_password(secure_kafka):
     assert "wrong-one" not in str(err.value) and "sasl.jaas.config" in str(err.value)
 
 
-def test_check_cluster_lets_the_cluster_create_a_topic_on_first_use(kafka):
+def test_check_cluster_lets_the_cluster_create_a_topic_on_first_use(kafka: KafkaCluster) -> None:
     """Kafka answers UNKNOWN_TOPIC_OR_PARTITION to the request that makes it create a topic:
     where auto.create.topics.enable is on (the default), a new topic is not an error."""
     topic = unique_topic("auto")

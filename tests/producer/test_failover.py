@@ -10,7 +10,9 @@ import threading
 import time
 
 import pyarrow as pa
+import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
 from tests.failover import (
@@ -24,7 +26,7 @@ from tests.failover import (
 )
 
 
-def test_both_send_paths_survive_the_leader_killed_twice(kafka3):
+def test_both_send_paths_survive_the_leader_killed_twice(kafka3: KafkaCluster) -> None:
     records_topic = kafka3.create_topic(unique_topic("failover"), 3)
     arrow_topic = kafka3.create_topic(unique_topic("failover-arrow"), 3)
     deliveries = Deliveries()
@@ -84,7 +86,7 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3):
     assert_arrow_offsets_match(results, arrow_messages, chunk)
 
 
-def test_records_reach_the_new_leader_while_the_old_one_stays_dead(kafka3):
+def test_records_reach_the_new_leader_while_the_old_one_stays_dead(kafka3: KafkaCluster) -> None:
     """A killed leader that does not come back: the producer must learn the new leader
     itself (Java refreshes metadata whenever a connection fails), not wait for the dead
     node or for metadata.max.age.ms (five minutes here, the default)."""
@@ -117,7 +119,8 @@ def test_records_reach_the_new_leader_while_the_old_one_stays_dead(kafka3):
     assert_order_per_key(messages)
 
 
-def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3, caplog):
+def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3: KafkaCluster,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     """min.insync.replicas 3 and a follower killed: the leader answers
     NOT_ENOUGH_REPLICAS (or NOT_ENOUGH_REPLICAS_AFTER_APPEND for what it had appended
     already) until the follower is back in sync; each record is then written exactly once."""
@@ -156,7 +159,7 @@ def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3, 
     assert_order_per_key(messages)
 
 
-def test_transactions_go_on_when_their_coordinator_is_killed(kafka3):
+def test_transactions_go_on_when_their_coordinator_is_killed(kafka3: KafkaCluster) -> None:
     """The node coordinating a transaction dies (SIGKILL) after its records were sent: the
     commit finds the new coordinator (the transaction log's new leader) and completes, and
     the next transaction runs on it. Read committed, every record is there once."""

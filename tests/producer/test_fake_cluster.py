@@ -10,7 +10,8 @@ import time
 import pyarrow as pa
 import pytest
 
-from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord
+from spark_sink.producer import KafkaProducer, ProducerClosedError, ProducerRecord, RecordMetadata
+from spark_sink.producer.batch import SendCallback
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import NotLeaderOrFollowerError
 from tests.clock import MovedClock
@@ -23,12 +24,18 @@ def _producer(cluster: FakeCluster, **config: object) -> KafkaProducer:
     return KafkaProducer({"bootstrap.servers": "fake:9092", "linger.ms": 0, **config}, network_client=cluster)
 
 
-def test_records_land_in_order_with_their_offsets_and_callbacks():
+def _acked_at(md: RecordMetadata | None) -> tuple[int, int]:
+    """(partition, offset) of an acknowledged record."""
+    assert md is not None
+    return md.partition, md.offset
+
+
+def test_records_land_in_order_with_their_offsets_and_callbacks() -> None:
     cluster = FakeCluster(topics={TOPIC: [0, 0]})
     seen = []
     with _producer(cluster) as producer:
         futures = [producer.send(ProducerRecord(TOPIC, b"%d" % i, partition=i % 2),
-                                 lambda md, err: seen.append((md.partition, md.offset, err)))
+                                 lambda md, err: seen.append((*_acked_at(md), err)))
                    for i in range(2000)]
         producer.flush(10)
         offsets = [(f.result(0).partition, f.result(0).offset) for f in futures]
@@ -38,7 +45,7 @@ def test_records_land_in_order_with_their_offsets_and_callbacks():
     assert sorted(seen) == sorted((p, o, None) for p, o in offsets)
 
 
-def test_a_lost_answer_is_retried_and_written_once():
+def test_a_lost_answer_is_retried_and_written_once() -> None:
     cluster = FakeCluster(topics={TOPIC: [0]}, lose_answers=1)
     with _producer(cluster) as producer:
         first = producer.send(ProducerRecord(TOPIC, b"a"))
@@ -47,7 +54,7 @@ def test_a_lost_answer_is_retried_and_written_once():
     assert cluster.values((TOPIC, 0)) == [b"a", b"b"]
 
 
-def test_a_retriable_error_is_retried_within_the_delivery_timeout():
+def test_a_retriable_error_is_retried_within_the_delivery_timeout() -> None:
     cluster = FakeCluster(topics={TOPIC: [0]}, fail_next={(TOPIC, 0): [NotLeaderOrFollowerError] * 3})
     with _producer(cluster, **{"retry.backoff.ms": 1}) as producer:
         assert producer.send(ProducerRecord(TOPIC, b"a")).result(10).offset == 0
@@ -56,7 +63,7 @@ def test_a_retriable_error_is_retried_within_the_delivery_timeout():
 
 
 @pytest.mark.parametrize("protocol", [1, 2])
-def test_send_arrow_and_a_committed_transaction(protocol):
+def test_send_arrow_and_a_committed_transaction(protocol: int) -> None:
     cluster = FakeCluster(topics={TOPIC: [0, 0, 0]}, transaction_version=protocol)
     with _producer(cluster, **{"transactional.id": "tx"}) as producer:
         producer.init_transactions()
@@ -73,7 +80,7 @@ def test_send_arrow_and_a_committed_transaction(protocol):
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
-def test_every_acks_setting_completes_every_future(acks):
+def test_every_acks_setting_completes_every_future(acks: str) -> None:
     cluster = FakeCluster(topics={TOPIC: [0]})
     with _producer(cluster, acks=acks, **({"enable.idempotence": "false"} if acks != "all" else {})) as producer:
         futures = [producer.send(ProducerRecord(TOPIC, b"x")) for _ in range(100)]
@@ -82,7 +89,7 @@ def test_every_acks_setting_completes_every_future(acks):
     assert len(cluster.values((TOPIC, 0))) == 100
 
 
-def test_threads_sending_at_once_lose_and_reorder_nothing():
+def test_threads_sending_at_once_lose_and_reorder_nothing() -> None:
     """send()'s short way (compiled: without the accumulator's lock while no thread holds
     it) from several threads at once while batches fill, are drained and complete: every
     record lands once, each thread's records of a key in send order, and every callback
@@ -92,12 +99,12 @@ def test_threads_sending_at_once_lose_and_reorder_nothing():
     where: dict[bytes, tuple[int, int]] = {}
     errors: list[Exception] = []
 
-    def on_ack(value: bytes):
-        def callback(md, err):
+    def on_ack(value: bytes) -> SendCallback:
+        def callback(md: RecordMetadata | None, err: Exception | None) -> None:
             if err is not None:
                 errors.append(err)
             else:
-                where[value] = (md.partition, md.offset)
+                where[value] = _acked_at(md)
         return callback
 
     with _producer(cluster, **{"batch.size": 512, "linger.ms": 1}) as producer:
@@ -127,20 +134,20 @@ def test_threads_sending_at_once_lose_and_reorder_nothing():
                 assert of_key == sorted(of_key)
 
 
-def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
+def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close() -> None:
     """send()'s calling conventions (compiled: PlainSender.send in send()'s place)."""
     cluster = FakeCluster(topics={TOPIC: [0]})
     heard: list[int] = []
     record = ProducerRecord(TOPIC, b"v", key=b"k")
     with _producer(cluster) as producer:
-        futures = [producer.send(record), producer.send(record, lambda md, err: heard.append(md.offset)),
-                   producer.send(record, callback=lambda md, err: heard.append(md.offset))]
+        futures = [producer.send(record), producer.send(record, lambda md, err: heard.append(_acked_at(md)[1])),
+                   producer.send(record, callback=lambda md, err: heard.append(_acked_at(md)[1]))]
         with pytest.raises(TypeError):
-            producer.send()
+            producer.send()  # type: ignore[call-arg]  # wrong on purpose
         with pytest.raises(TypeError):
-            producer.send(record, None, None)
+            producer.send(record, None, None)  # type: ignore[call-arg]  # wrong on purpose
         with pytest.raises(TypeError):
-            producer.send(record, on_ack=None)
+            producer.send(record, on_ack=None)  # type: ignore[call-arg]  # wrong on purpose
         producer.flush(10)
     assert [f.result(0).offset for f in futures] == [0, 1, 2]
     assert heard == [1, 2]
@@ -148,7 +155,7 @@ def test_send_takes_its_callback_by_position_or_name_and_refuses_after_close():
         producer.send(record)
 
 
-def test_a_batch_lingers_on_the_producers_clock():
+def test_a_batch_lingers_on_the_producers_clock() -> None:
     """The accumulator stamps a new batch with the producer's clock: a batch started after
     the clock moved two minutes lingers its linger.ms from there (stamped with the real
     time, it would look two minutes old and go at once)."""

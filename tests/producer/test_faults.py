@@ -1,16 +1,23 @@
 """Every connection cut several times a second: nothing acknowledged is lost, nothing is
 duplicated (idempotence), per-key order holds and every send gets exactly one callback."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.failover import Deliveries, assert_arrow_offsets_match, assert_order_per_key
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka
 
 # Short timeouts and backoffs: many retries fit into a run that cuts connections.
 RETRY_FAST = {"linger.ms": 1, "request.timeout.ms": 3000, "delivery.timeout.ms": 120000, "retry.backoff.ms": 20,
               "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100}
 
 
-def test_connections_cut_repeatedly_lose_and_duplicate_nothing(kafka_proxy):
+def test_connections_cut_repeatedly_lose_and_duplicate_nothing(kafka_proxy: ProxiedKafka) -> None:
     proxy, broker = kafka_proxy.proxy, kafka_proxy
     cuts_before = proxy.connections_cut
     topic = create_topic(broker.bootstrap, unique_topic("faults"), partitions=3)
@@ -35,7 +42,7 @@ def test_connections_cut_repeatedly_lose_and_duplicate_nothing(kafka_proxy):
     assert_order_per_key(messages)
 
 
-def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorders_nothing(kafka_proxy):
+def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorders_nothing(kafka_proxy: ProxiedKafka) -> None:
     """The columnar path under the same faults: its batches share one encoded buffer per
     group and are resent from it on every retry."""
     import pyarrow as pa
@@ -64,7 +71,7 @@ def test_send_arrow_with_connections_cut_repeatedly_loses_duplicates_and_reorder
     assert unknown < sum(len(r.partitions) for r in results)  # duplicates are the exception
 
 
-def test_records_timed_out_on_a_silent_broker_name_it(kafka_proxy):
+def test_records_timed_out_on_a_silent_broker_name_it(kafka_proxy: ProxiedKafka) -> None:
     """A broker that stops answering: the records fail after delivery.timeout.ms with an
     error naming that timeout and the broker (its id and address), whether they were
     still queued (expired) or in a request that timed out."""

@@ -21,7 +21,7 @@ import pytest
 from spark_sink.client.errors import ConfigError
 from spark_sink.producer import KafkaProducer
 from tests.brokers import consume_all, unique_topic
-from tests.secure_kafka import KERBEROS_CLIENT, KERBEROS_SERVICE, Kerberos
+from tests.secure_kafka import KERBEROS_CLIENT, KERBEROS_SERVICE, Kerberos, SecureKafka
 
 _ROOT = Path(__file__).resolve().parents[2]
 _KRB5 = "com.sun.security.auth.module.Krb5LoginModule"
@@ -35,17 +35,19 @@ def _produce(kerberos: Kerberos, *runs: dict) -> list[dict]:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _config(secure_kafka, listener: str = "KERBEROS", **extra) -> dict:
+def _config(secure_kafka: SecureKafka, listener: str = "KERBEROS", **extra: object) -> dict[str, object]:
     protocol = "SASL_SSL" if listener == "KRBSSL" else "SASL_PLAINTEXT"
-    config = {"bootstrap.servers": secure_kafka.bootstrap(listener), "security.protocol": protocol,
-              "sasl.mechanism": "GSSAPI", "sasl.kerberos.service.name": KERBEROS_SERVICE,
-              "sasl.jaas.config": secure_kafka.kerberos.jaas(), "max.block.ms": 60000}
+    assert secure_kafka.kerberos is not None, secure_kafka.kerberos_missing
+    config: dict[str, object] = {
+        "bootstrap.servers": secure_kafka.bootstrap(listener), "security.protocol": protocol,
+        "sasl.mechanism": "GSSAPI", "sasl.kerberos.service.name": KERBEROS_SERVICE,
+        "sasl.jaas.config": secure_kafka.kerberos.jaas(), "max.block.ms": 60000}
     if protocol == "SASL_SSL":
         config["ssl.truststore.location"] = str(secure_kafka.tls.ca)
     return {**config, **extra}
 
 
-def test_keytab_login_over_sasl_plaintext_and_sasl_ssl(secure_kafka, kerberos):
+def test_keytab_login_over_sasl_plaintext_and_sasl_ssl(secure_kafka: SecureKafka, kerberos: Kerberos) -> None:
     topics = {listener: unique_topic("krb") for listener in ("KERBEROS", "KRBSSL")}
     results = _produce(kerberos, *({"config": _config(secure_kafka, listener), "topic": topic, "count": 200}
                                    for listener, topic in topics.items()))
@@ -60,7 +62,7 @@ def test_keytab_login_over_sasl_plaintext_and_sasl_ssl(secure_kafka, kerberos):
 
 @pytest.mark.skipif(shutil.which("kinit") is None and not os.environ.get("CI"),
                     reason="needs kinit (krb5-user)")
-def test_ticket_cache_filled_by_kinit(secure_kafka, kerberos, tmp_path):
+def test_ticket_cache_filled_by_kinit(secure_kafka: SecureKafka, kerberos: Kerberos, tmp_path: Path) -> None:
     cache = f"FILE:{tmp_path / 'kinit-cache'}"
     subprocess.run(["kinit", "-k", "-t", str(kerberos.client_keytab), f"{KERBEROS_CLIENT}@{kerberos.kdc.realm}"],
                    env={**kerberos.kdc.env(), "KRB5CCNAME": cache}, check=True, capture_output=True, timeout=60)
@@ -71,7 +73,8 @@ def test_ticket_cache_filled_by_kinit(secure_kafka, kerberos, tmp_path):
     assert len(result.get("offsets", ())) == 10, result
 
 
-def test_missing_credentials_and_wrong_principals_are_clear_errors(secure_kafka, kerberos, tmp_path):
+def test_missing_credentials_and_wrong_principals_are_clear_errors(secure_kafka: SecureKafka, kerberos: Kerberos,
+                                                                   tmp_path: Path) -> None:
     """Each fails at once (the producer's creation, or its first connection), naming the
     setting to check, as Java's login and SaslAuthenticationException do."""
     ghost_keytab = kerberos.kdc.add_principal("ghost")
@@ -109,7 +112,7 @@ def test_missing_credentials_and_wrong_principals_are_clear_errors(secure_kafka,
     ({"sasl.jaas.config": f'{_KRB5} required useTicketCache=true;', "sasl.kerberos.service.name": None},
      "sasl.kerberos.service.name: required"),
 ])
-def test_bad_gssapi_settings_name_the_key(settings, named):
+def test_bad_gssapi_settings_name_the_key(settings: dict[str, str | None], named: str) -> None:
     config = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_PLAINTEXT",
               "sasl.kerberos.service.name": "kafka", **settings}
     with pytest.raises(ConfigError, match=named) as info:

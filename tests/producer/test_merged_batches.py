@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark_sink.encoder.columnar import can_merge, encode_groups
+from spark_sink.encoder.columnar import EncodedRecords, can_merge, encode_groups
+from spark_sink.producer.batch import ProducerBatch
 from spark_sink.protocol.error_codes import InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 from tests.producer.test_sender_scripted import TOPIC, Harness, ack_one_by_one
@@ -40,7 +41,8 @@ class Calls:
                                None, parts, self.partitions, batch_size=self.h.config.batch_size)
         firsts = {p: [v for q, v in zip(parts.tolist(), values) if q == p] for p in range(self.partitions)}
 
-        def listener(batch, firsts=firsts, seen={}):  # noqa: B006  (per call: where each partition's next batch starts)
+        def listener(batch: ProducerBatch, firsts: dict[int, list[bytes]] = firsts,
+                     seen: dict[int, int] = {}) -> None:  # noqa: B006  (per call: where each partition's next batch starts)
             start = seen.get(batch.partition, 0)
             seen[batch.partition] = start + batch.record_count
             self.heard.append((batch.partition, firsts[batch.partition][start], batch.base_offset, batch.record_count,
@@ -64,7 +66,7 @@ class Calls:
 
 def _started(partitions: int, **config: object) -> tuple[Harness, Calls]:
     """A Harness whose producer has its id, with nothing in flight."""
-    h = Harness(leaders=[p % 2 for p in range(partitions)], nodes=2, **config)
+    h = Harness(leaders=[p % 2 for p in range(partitions)], nodes=2, settings=config)
     h.run()
     return h, Calls(h, partitions)
 
@@ -76,7 +78,7 @@ def _wire_batches(h: Harness) -> list[tuple[int, tuple[str, int], int, int]]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_many_partitions_queued_calls_go_as_one_batch_each(seed):
+def test_many_partitions_queued_calls_go_as_one_batch_each(seed: int) -> None:
     rng = random.Random(seed)
     h, calls = _started(64, **{"batch.size": 1_000_000, "max.in.flight.requests.per.connection": 5})
     for _ in range(rng.randrange(2, 6)):
@@ -92,7 +94,7 @@ def test_many_partitions_queued_calls_go_as_one_batch_each(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_a_merged_batch_stays_within_batch_size_and_the_requests_room(seed):
+def test_a_merged_batch_stays_within_batch_size_and_the_requests_room(seed: int) -> None:
     rng = random.Random(100 + seed)
     batch_size = rng.randrange(300, 3000)
     max_request = rng.randrange(batch_size // 2, 3 * batch_size)
@@ -116,11 +118,11 @@ def _records(wire: bytes) -> int:
     return len(batch.records)
 
 
-def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not():
+def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() -> None:
     """Two calls of one 50-byte value each to one partition: joined when batch.size is
     the joined batch's size with room for its growth bound (each moved record's deltas may
     take more bytes), left apart one byte below."""
-    def encoded():
+    def encoded() -> list[EncodedRecords]:
         return encode_groups(None, pa.array([b"x" * 50]), np.full(1, 7, np.int64), None, None, 1,
                              batch_size=1_000_000)[0]
 
@@ -140,7 +142,7 @@ def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not():
     assert wire_counts(joined - 1) == [1, 1]
 
 
-def test_a_many_partition_request_retried_with_errors_per_partition():
+def test_a_many_partition_request_retried_with_errors_per_partition() -> None:
     """One request of merged batches for 32 partitions: some refused retriably (each
     retried as the same batch, same sequence, alone or with others), one refused for good
     (its calls' batches hear the error, the others do not); memory all given back."""
@@ -172,7 +174,7 @@ def test_a_many_partition_request_retried_with_errors_per_partition():
     assert h.accumulator._pool.available == h.accumulator._pool.total
 
 
-def test_compressed_batches_are_not_joined():
+def test_compressed_batches_are_not_joined() -> None:
     h, calls = _started(4, **{"batch.size": 1_000_000, "compression.type": "gzip"})
     rng = random.Random(3)
     for _ in range(3):
@@ -183,7 +185,7 @@ def test_compressed_batches_are_not_joined():
     calls.check_delivered()
 
 
-def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_time():
+def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_time() -> None:
     """The accumulator looks through its partitions for expired batches only once one may
     have expired; a batch queued after a look but created before it (send_arrow reads the
     clock before it encodes) moves the next look forward to when it expires."""

@@ -12,10 +12,12 @@ from tests.producer.fake_cluster import FakeCluster
 
 
 def _requested(metadata: Metadata, now: float) -> list[str]:
-    return [t.name for t in metadata.request_body(now).topics]
+    topics = metadata.request_body(now).topics
+    assert topics is not None
+    return [t.name or "" for t in topics]
 
 
-def test_idle_topics_leave_the_request_and_used_ones_stay():
+def test_idle_topics_leave_the_request_and_used_ones_stay() -> None:
     metadata = Metadata(max_age_ms=300_000, refresh_backoff_ms=100, max_idle_ms=5_000)
     metadata.topics |= {"a", "b"}
     metadata.leaders.update({"a": [1], "b": [1]})
@@ -27,7 +29,7 @@ def test_idle_topics_leave_the_request_and_used_ones_stay():
     assert _requested(metadata, 9_500.0) == []
 
 
-def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again():
+def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again() -> None:
     """A whole producer on the fake cluster, its clock moved past metadata.max.idle.ms
     (the idle limit is the client's own: no broker, and no waiting for it)."""
     cluster, clock = FakeCluster(topics={"first": [0], "second": [0], "third": [0]}), MovedClock()
@@ -46,7 +48,7 @@ def test_a_producer_forgets_a_topic_it_stopped_writing_and_finds_it_again():
     assert cluster.values(("first", 0)) == [b"before", b"after"]
 
 
-def test_a_new_topic_is_asked_for_at_once_not_after_the_refresh_backoff():
+def test_a_new_topic_is_asked_for_at_once_not_after_the_refresh_backoff() -> None:
     """As Java's requestUpdateForNewTopics: a producer's first send to a topic does not wait
     retry.backoff.ms after its start-up request (that cost every exactly-once batch write,
     whose producers are new, a tenth of a second); a topic already asked for still waits."""

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.metrics import WINDOW_S
 from tests.brokers import create_topic, unique_topic
 from tests.clock import MovedClock
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka
 
 JAVA_NAMES = {"record-send-rate", "byte-rate", "batch-size-avg", "records-per-request-avg", "request-latency-avg",
               "request-latency-max", "record-retry-rate", "record-error-rate", "buffer-available-bytes",
               "bufferpool-wait-time"}
 
 
-def test_metrics_of_sends_that_succeed(kafka):
+def test_metrics_of_sends_that_succeed(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("metrics"), partitions=3)
     n, value = 30_000, b"v" * 100
     table = pa.table({"value": [value] * n})
@@ -52,7 +57,7 @@ def test_metrics_of_sends_that_succeed(kafka):
     assert task.request_latency_avg_ms == pytest.approx(m["request-latency-avg"])
 
 
-def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
+def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy: ProxiedKafka) -> None:
     """A silent broker (the proxy holds everything): a request past request.timeout.ms is
     retried (record-retry-*), records past delivery.timeout.ms fail (record-error-*), and
     sends that find buffer.memory full wait (bufferpool-wait-time). The producer's clock
@@ -127,7 +132,7 @@ def test_metrics_count_retries_errors_and_buffer_waits(kafka_proxy):
     assert m["buffer-available-bytes"] == 4 * 16384
 
 
-def test_rates_span_two_windows_and_forget_older_samples_as_the_clock_moves():
+def test_rates_span_two_windows_and_forget_older_samples_as_the_clock_moves() -> None:
     """Java's Rate over two 30 s samples, on a clock the test moves: no sleeping."""
     from spark_sink.producer.buffer_pool import BufferPool
     from spark_sink.producer.metrics import ProducerMetrics

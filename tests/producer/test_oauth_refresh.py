@@ -2,6 +2,10 @@
 endpoint's retry backoff, on a clock the test moves (no broker; the provider is a
 function, the endpoint a closed port): hours of token lifetime in milliseconds."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 import pytest
 
 from spark_sink.client.errors import SaslAuthenticationError
@@ -23,17 +27,17 @@ class Clock(MovedClock):
         self.advance((value - self.now) * 1000)
 
 
-def _source(clock, provider, **settings):
+def _source(clock: Clock, provider: Callable[[dict[str, str]], tuple[str, float]], **settings: object) -> TokenSource:
     config = ProducerConfig.from_dict({"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
                                        "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.token.provider": provider,
                                        "sasl.login.refresh.window.jitter": 0, **settings})
     return TokenSource(config, clock)
 
 
-def test_token_is_cached_until_the_refresh_window_then_fetched_again():
+def test_token_is_cached_until_the_refresh_window_then_fetched_again() -> None:
     clock, issued = Clock(), []
 
-    def provider(options):
+    def provider(options: dict[str, str]) -> tuple[str, float]:
         issued.append(clock.now)
         return f"opaque-{len(issued)}", (clock.now + 3600) * 1000  # not a JWT: expiry from the provider
 
@@ -45,7 +49,7 @@ def test_token_is_cached_until_the_refresh_window_then_fetched_again():
     assert source.token().value == "opaque-2" and len(issued) == 2
 
 
-def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept():
+def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept() -> None:
     clock = Clock()
     source = _source(clock, lambda options: ("t", (clock.now + 100) * 1000))  # min period + buffer > lifetime
     source.token()
@@ -65,10 +69,11 @@ def test_short_lived_tokens_are_refreshed_halfway_and_the_buffer_is_kept():
     assert source.fetches == 2  # 600 s before expiry, not at the window factor's 100%
 
 
-def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired():
-    clock, fail = Clock(), []
+def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired() -> None:
+    clock = Clock()
+    fail: list[bool] = []
 
-    def provider(options):
+    def provider(options: dict[str, str]) -> tuple[str, float]:
         if fail:
             raise OSError("identity service down")
         return "t", (clock.now + 1000) * 1000
@@ -84,7 +89,7 @@ def test_a_failed_refresh_keeps_a_valid_token_and_fails_once_it_expired():
         source.token()
 
 
-def test_the_token_endpoint_is_retried_with_a_doubling_backoff_up_to_its_maximum():
+def test_the_token_endpoint_is_retried_with_a_doubling_backoff_up_to_its_maximum() -> None:
     """An endpoint that cannot be reached: attempts 0.1, 0.2, 0.4, ... s apart (slept on the
     clock, not waited for), given up once the next wait would pass 3.2 s in all."""
     clock, url = Clock(), f"http://127.0.0.1:{free_port()}/token"

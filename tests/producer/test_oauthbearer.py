@@ -3,28 +3,36 @@ own OIDC validator checks each token against the test identity provider's JWKS
 (tests/oauth_kafka.py, tests/oidc.py); confluent-kafka reads the records back from the
 plain listener."""
 
+from __future__ import annotations
+
 import time
 
 import pyarrow as pa
 import pytest
 
 from spark_sink.client.errors import ConfigError, SaslAuthenticationError
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import FutureRecordMetadata, KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, free_port, unique_topic
-from tests.oauth_kafka import LOGIN_MODULE, REAUTH_MS
-from tests.oidc import CLIENTS
+from tests.oauth_kafka import LOGIN_MODULE, REAUTH_MS, OAuthKafka
+from tests.oidc import CLIENTS, IdentityProvider
 
 
-def _oidc(idp, client="kprod-app", secret=None, protocol="SASL_PLAINTEXT", url=None, **jaas):
+def _token_url(idp: IdentityProvider | None) -> str:
+    assert idp is not None, "a token endpoint URL or an identity provider"
+    return idp.token_url
+
+
+def _oidc(idp: IdentityProvider | None, client: str = "kprod-app", secret: str | None = None,
+          protocol: str = "SASL_PLAINTEXT", url: str | None = None, **jaas: str) -> dict[str, str]:
     secret = CLIENTS[client] if secret is None else secret
     options = " ".join(f'{k}="{v}"' for k, v in {"clientId": client, "clientSecret": secret, "scope": "kafka",
                                                     **jaas}.items())
     return {"security.protocol": protocol, "sasl.mechanism": "OAUTHBEARER",
-            "sasl.oauthbearer.token.endpoint.url": url or idp.token_url,
+            "sasl.oauthbearer.token.endpoint.url": url or _token_url(idp),
             "sasl.jaas.config": f"{LOGIN_MODULE} required {options};"}
 
 
-def test_send_and_send_arrow_with_oidc_client_credentials(oauth_kafka):
+def test_send_and_send_arrow_with_oidc_client_credentials(oauth_kafka: OAuthKafka) -> None:
     idp, topic = oauth_kafka.idp, unique_topic("oauth")
     fetched = idp.fetches["kprod-app"]
     with KafkaProducer({"bootstrap.servers": oauth_kafka.bootstrap("OAUTHPLAIN"), **_oidc(idp)}) as p:
@@ -38,7 +46,7 @@ def test_send_and_send_arrow_with_oidc_client_credentials(oauth_kafka):
     assert values == sorted([b"v%d" % i for i in range(200)] + [b"a%d" % i for i in range(500)])
 
 
-def test_sasl_ssl_with_a_token_endpoint_over_tls(oauth_kafka):
+def test_sasl_ssl_with_a_token_endpoint_over_tls(oauth_kafka: OAuthKafka) -> None:
     """Both the broker and the token endpoint are reached over TLS, each trusting the
     session's CA: the broker through ssl.* settings, the endpoint through ssl.* options in
     sasl.jaas.config, as Java's OAuthBearerLoginModule reads them."""
@@ -50,7 +58,7 @@ def test_sasl_ssl_with_a_token_endpoint_over_tls(oauth_kafka):
     assert consume_all(oauth_kafka.cluster.bootstrap, topic, 1)[0].value() == b"over tls"
 
 
-def test_token_endpoint_whose_certificate_is_not_trusted(oauth_kafka):
+def test_token_endpoint_whose_certificate_is_not_trusted(oauth_kafka: OAuthKafka) -> None:
     idp = oauth_kafka.idp
     config = {"bootstrap.servers": oauth_kafka.bootstrap("OAUTHPLAIN"), "sasl.login.retry.backoff.max.ms": 200,
               **_oidc(idp, url=idp.https_token_url)}
@@ -58,7 +66,7 @@ def test_token_endpoint_whose_certificate_is_not_trusted(oauth_kafka):
         KafkaProducer(config)
 
 
-def test_token_provider_by_name(oauth_kafka):
+def test_token_provider_by_name(oauth_kafka: OAuthKafka) -> None:
     idp, topic = oauth_kafka.idp, unique_topic("oauth-provider")
     fetched = idp.fetches["kprod-app"]
     config = {"bootstrap.servers": oauth_kafka.bootstrap("OAUTHPLAIN"), "security.protocol": "SASL_PLAINTEXT",
@@ -70,14 +78,14 @@ def test_token_provider_by_name(oauth_kafka):
     assert idp.fetches["kprod-app"] == fetched + 1
 
 
-def test_wrong_client_secret_fails_at_creation_without_showing_it(oauth_kafka):
+def test_wrong_client_secret_fails_at_creation_without_showing_it(oauth_kafka: OAuthKafka) -> None:
     config = {"bootstrap.servers": oauth_kafka.bootstrap("OAUTHPLAIN"), **_oidc(oauth_kafka.idp, secret="guessed")}
     with pytest.raises(SaslAuthenticationError, match="refused client 'kprod-app': HTTP 401: invalid_client") as info:
         KafkaProducer(config)
     assert "guessed" not in str(info.value) and "sasl.jaas.config" in str(info.value)
 
 
-def test_unreachable_token_endpoint_fails_at_creation():
+def test_unreachable_token_endpoint_fails_at_creation() -> None:
     url = f"http://127.0.0.1:{free_port()}/token"
     config = {"bootstrap.servers": "127.0.0.1:9", "sasl.login.retry.backoff.ms": 20,
               "sasl.login.retry.backoff.max.ms": 300, **_oidc(None, url=url)}
@@ -87,7 +95,7 @@ def test_unreachable_token_endpoint_fails_at_creation():
     assert time.monotonic() - started < 5
 
 
-def test_expired_token_is_refused_with_the_brokers_message(oauth_kafka):
+def test_expired_token_is_refused_with_the_brokers_message(oauth_kafka: OAuthKafka) -> None:
     config = {"bootstrap.servers": oauth_kafka.bootstrap("OAUTHPLAIN"), "max.block.ms": 30000,
               **_oidc(oauth_kafka.idp, client="expired-app")}
     started = time.monotonic()
@@ -98,7 +106,7 @@ def test_expired_token_is_refused_with_the_brokers_message(oauth_kafka):
     assert "OAUTHBEARER" in str(info.value)
 
 
-def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
+def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka: OAuthKafka) -> None:
     """The OAUTHREAUTH listener's sessions last 3 s and the provider's tokens 6 s: kprod
     moves to a newly authenticated connection before each session ends and fetches a new
     token before the old one expires, while the records keep going.
@@ -115,7 +123,7 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
         config = {"bootstrap.servers": bootstrap, "linger.ms": 20, "sasl.login.refresh.min.period.seconds": 0,
                   "sasl.login.refresh.buffer.seconds": REAUTH_MS // 1000, **_oidc(idp)}
         with KafkaProducer(config) as p:
-            futures = []
+            futures: list[FutureRecordMetadata] = []
             # Until the proxy has seen four connections: the first two (bootstrap and leader)
             # and two that replaced one whose session was ending; or ten sessions long.
             deadline = time.monotonic() + 10 * REAUTH_MS / 1000
@@ -150,15 +158,15 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka):
      "sasl.login.callback.handler.class: .*sasl.oauthbearer.token.provider"),
     ({"sasl.login.refresh.window.factor": 0.2}, r"sasl.login.refresh.window.factor: expected a number in \[0.5"),
 ])
-def test_bad_oauthbearer_settings_name_the_key(settings, named):
+def test_bad_oauthbearer_settings_name_the_key(settings: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError, match=named) as info:
         KafkaProducer({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_SSL",
                        "sasl.mechanism": "OAUTHBEARER", **settings})
     assert "hunter2" not in str(info.value)
 
 
-def test_provider_errors_name_the_provider():
-    def failing(options):
+def test_provider_errors_name_the_provider() -> None:
+    def failing(options: dict[str, str]) -> tuple[str, float]:
         raise RuntimeError("no credentials in this environment")
 
     with pytest.raises(SaslAuthenticationError, match="token.provider .*failing failed: RuntimeError: no credentials"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, create_topic, unique_topic
 
@@ -15,7 +16,7 @@ def _partitions(bootstrap: str, topic: str, n: int) -> list[int]:
     return sorted(m.partition() for m in consume_all(bootstrap, topic, n))
 
 
-def test_round_robin_spreads_keyed_records_one_by_one(kafka):
+def test_round_robin_spreads_keyed_records_one_by_one(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("rr"), partitions=4)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "partitioner.class": ROUND_ROBIN}) as producer:
         for _ in range(4):
@@ -28,7 +29,7 @@ def test_round_robin_spreads_keyed_records_one_by_one(kafka):
     assert [parts.count(p) for p in range(4)] == [4, 3, 3, 4]
 
 
-def test_a_python_callable_by_import_path(kafka):
+def test_a_python_callable_by_import_path(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("custom"), partitions=3)
     config = {"bootstrap.servers": kafka.bootstrap, "partitioner.class": "tests.spark.partitioners:always_zero"}
     with KafkaProducer(config) as producer:

@@ -19,7 +19,7 @@ from collections import Counter
 
 import pytest
 
-from kprod_broker import KAFKA_VERSION
+from kprod_broker import KAFKA_VERSION, KafkaCluster
 from spark_sink import perf
 from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, create_topic, free_port, subprocess_env, unique_topic
@@ -27,7 +27,7 @@ from tests.brokers import consume_all, create_topic, free_port, subprocess_env, 
 N = 2000
 
 
-def test_kprod_delivers_every_record_it_times(kafka, capsys):
+def test_kprod_delivers_every_record_it_times(kafka: KafkaCluster, capsys: pytest.CaptureFixture[str]) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("perf-arrow"), 3)
     assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", str(N),
                       "--mode", "arrow", "--repeat", "2"]) == 0
@@ -43,7 +43,8 @@ def test_kprod_delivers_every_record_it_times(kafka, capsys):
     assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages)
 
 
-def test_compare_reports_every_client_and_ratio_per_round(kafka, capsys):
+def test_compare_reports_every_client_and_ratio_per_round(kafka: KafkaCluster,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("perf-record"), 3)
     assert perf.main(["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--num-records", str(N),
                       "--mode", "record", "--compare", "--repeat", "2"]) == 0
@@ -58,6 +59,11 @@ def test_compare_reports_every_client_and_ratio_per_round(kafka, capsys):
     for peer in ("confluent-kafka produce", "kafka-python send"):
         assert f"CPU per record, kprod send / {peer}: " in out and "median of 2 rounds" in out, out
     assert f"CPU per record, kprod send / {java}" not in out, out
+    # Java's CPU is a figure (its whole JVM's, said so), never nan.
+    assert "nan" not in out.lower(), out
+    (java_line,) = [line for line in out.splitlines() if line.startswith(java + " ")]
+    assert java_line.endswith("*") and float(java_line.split()[-1].rstrip("*")) > 0, java_line
+    assert "* its whole JVM's CPU over the run" in out, out
     # Every client's records are on the broker: kprod's and the Python clients' rounds,
     # and the Java producer's, counted by the script itself before it printed a figure.
     assert perf._high_watermarks(kafka.bootstrap, topic) == 4 * 2 * N
@@ -69,7 +75,8 @@ class _Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("mode", ["arrow", "record"])
-def test_progress_on_a_terminal_counts_exactly(kafka, monkeypatch, capsys, mode):
+def test_progress_on_a_terminal_counts_exactly(kafka: KafkaCluster, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str], mode: str) -> None:
     """On a terminal the progress line counts the records handed over so far: never more
     than there are, all of them at the end (2,500 is no multiple of any step)."""
     terminal = _Terminal()
@@ -84,7 +91,7 @@ def test_progress_on_a_terminal_counts_exactly(kafka, monkeypatch, capsys, mode)
     assert ": 2,500 records sent in " in terminal.getvalue()
 
 
-def test_without_compare_no_peer_is_imported(kafka):
+def test_without_compare_no_peer_is_imported(kafka: KafkaCluster) -> None:
     """A run without --compare needs only kprod: neither confluent-kafka nor kafka-python
     is imported (they are the bench extra's)."""
     topic = create_topic(kafka.bootstrap, unique_topic("perf-alone"), 1)
@@ -97,18 +104,19 @@ def test_without_compare_no_peer_is_imported(kafka):
     assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
 
 
-def _one_line_error(capsys) -> str:
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kprod-perf: "), err
     return lines[0]
 
 
-def test_compare_without_the_bench_extra_names_it(monkeypatch, capsys):
+def test_compare_without_the_bench_extra_names_it(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # what an import finds when it is not installed
     assert perf.main(["--bootstrap-servers", "127.0.0.1:1", "--compare", "--num-records", "10"]) == 2
     line = _one_line_error(capsys)
-    assert "confluent-kafka" in line and "pip install 'kprod[bench]'" in line, line
+    assert "confluent-kafka" in line and "pip install -e '.[bench]' in a clone of kprod" in line, line
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -119,7 +127,8 @@ def test_compare_without_the_bench_extra_names_it(monkeypatch, capsys):
     (["--producer-props", "no.such.setting=1"], "no.such.setting"),
     (["--mode", "fast"], "--mode: invalid choice: 'fast'"),
 ])
-def test_command_line_mistakes_end_with_one_line_and_status_2(capsys, argv, says):
+def test_command_line_mistakes_end_with_one_line_and_status_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                              says: str) -> None:
     assert perf.main(["--bootstrap-servers", "127.0.0.1:1", *argv]) == 2
     line = _one_line_error(capsys)
     assert line.startswith("kprod-perf: error: ") and says in line, line
@@ -129,7 +138,8 @@ def _senders() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("kprod-sender-")]
 
 
-def test_unreachable_address_ends_with_one_line_and_status_2_and_no_producer_left(capsys):
+def test_unreachable_address_ends_with_one_line_and_status_2_and_no_producer_left(
+        capsys: pytest.CaptureFixture[str]) -> None:
     address = f"127.0.0.1:{free_port()}"
     assert perf.main(["--bootstrap-servers", address, "--num-records", "10",
                       "--producer-props", "max.block.ms=1500"]) == 2
@@ -138,7 +148,8 @@ def test_unreachable_address_ends_with_one_line_and_status_2_and_no_producer_lef
     assert _senders() == []
 
 
-def test_failed_run_ends_with_one_line_and_status_1_and_no_producer_left(kafka, capsys):
+def test_failed_run_ends_with_one_line_and_status_1_and_no_producer_left(kafka: KafkaCluster,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Records larger than max.request.size fail the kprod run: one line, status 1, and
     the producer is closed."""
     topic = create_topic(kafka.bootstrap, unique_topic("perf-fail"), 1)

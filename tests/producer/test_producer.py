@@ -1,10 +1,13 @@
 """KafkaProducer.send against both real brokers, read back with confluent-kafka (CRC checked)."""
 
+from __future__ import annotations
+
 import os
 import threading
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import (
     ConfigError,
     InvalidPartitionError,
@@ -12,12 +15,13 @@ from spark_sink.producer import (
     KafkaTimeoutError,
     ProducerClosedError,
     ProducerRecord,
+    RecordMetadata,
     RecordTooLargeError,
     SerializationError,
 )
 from spark_sink.producer import accumulator as accumulator_module
 from spark_sink.producer import batch as batch_module
-from spark_sink.producer.batch import PyRecordBuffer
+from spark_sink.producer.batch import PyRecordBuffer, SendCallback
 from spark_sink.producer.partitioner import murmur2
 from spark_sink.protocol.error_codes import KProdError
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
@@ -26,7 +30,7 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 SIZES = [0, 1, 100, 1000, 20_000, 200_000]
 
 
-def _records(topic):
+def _records(topic: str) -> list[ProducerRecord]:
     out = []
     for i, size in enumerate(SIZES * 4):
         value = os.urandom(size)
@@ -42,7 +46,7 @@ def _records(topic):
 
 
 @pytest.mark.parametrize("codec, level", [(c, None) for c in CODECS] + [("gzip", 1), ("lz4", 12), ("zstd", -3)])
-def test_round_trip_every_codec(broker, codec, level):
+def test_round_trip_every_codec(broker: KafkaCluster, codec: str, level: int | None) -> None:
     topic = create_topic(broker.bootstrap, unique_topic(codec), partitions=3)
     records = _records(topic)
     callbacks = []
@@ -68,7 +72,7 @@ def test_round_trip_every_codec(broker, codec, level):
         elif record.key is not None:
             assert md.partition == (murmur2(record.key) & 0x7FFFFFFF) % 3
     # per-key order: offsets grow in send order within each key
-    by_key = {}
+    by_key: dict[bytes, list[int]] = {}
     for record, md in zip(records, metadata):
         if record.key is not None:
             by_key.setdefault(record.key, []).append(md.offset)
@@ -77,7 +81,7 @@ def test_round_trip_every_codec(broker, codec, level):
 
 class _RecordSubclass(ProducerRecord):
     @property
-    def topic(self) -> str:  # type: ignore[override]
+    def topic(self) -> str:
         return self._topic
 
     @topic.setter
@@ -86,7 +90,8 @@ class _RecordSubclass(ProducerRecord):
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
-def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatch):
+def test_keyed_order_and_no_duplicates_many_records(broker: KafkaCluster, compiled: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """send()'s short way, compiled and (as where kprod's extension is not built) Python's:
     every record once, in order per key, each callback told where its record is."""
     if not compiled:
@@ -98,11 +103,12 @@ def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatc
     acked: dict[tuple[int, int], int] = {}
     errors = []
 
-    def on_ack(i):
-        def callback(md, err):
+    def on_ack(i: int) -> SendCallback:
+        def callback(md: RecordMetadata | None, err: Exception | None) -> None:
             if err is not None:
                 errors.append(err)
             else:
+                assert md is not None
                 acked[(md.partition, md.offset)] = i
         return callback
 
@@ -118,14 +124,14 @@ def test_keyed_order_and_no_duplicates_many_records(broker, compiled, monkeypatc
     messages = consume_all(broker.bootstrap, topic, n, settle=0.5)
     assert len(messages) == n
     assert not errors and acked == {(m.partition(), m.offset()): int(m.value()) for m in messages}
-    seen = {}
+    seen: dict[bytes, list[int]] = {}
     for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
         seen.setdefault(m.key(), []).append(int(m.value()))
     assert all(v == sorted(v) for v in seen.values())
     assert sorted(x for v in seen.values() for x in v) == list(range(n))
 
 
-def test_str_values_and_serializers(kafka):
+def test_str_values_and_serializers(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("ser"), partitions=1)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "key.serializer": lambda k: str(k).encode()}) as p:
         p.send(ProducerRecord(topic, "héllo", key=42)).result(30)
@@ -133,7 +139,7 @@ def test_str_values_and_serializers(kafka):
     assert (m.key(), m.value()) == (b"42", "héllo".encode())
 
 
-def test_bad_input_names_what_is_wrong(kafka):
+def test_bad_input_names_what_is_wrong(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("bad"), partitions=2)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "max.request.size": 10_000}) as p:
         with pytest.raises(SerializationError, match="value must be bytes, str or None"):
@@ -150,25 +156,25 @@ def test_bad_input_names_what_is_wrong(kafka):
         p.send(ProducerRecord(topic, b"late"))
 
 
-def test_config_errors():
+def test_config_errors() -> None:
     with pytest.raises(ConfigError, match="bootstrap.servers"):
         KafkaProducer({})
     with pytest.raises(ConfigError, match="lingerms"):
         KafkaProducer({"bootstrap.servers": "127.0.0.1:1", "lingerms": 5})
 
 
-def test_unreachable_bootstrap_fails_within_max_block():
+def test_unreachable_bootstrap_fails_within_max_block() -> None:
     with KafkaProducer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "max.block.ms": 1500}) as p:
         with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
             p.send(ProducerRecord("nowhere", b"v"))
 
 
-def test_acks_zero_and_one(broker):
+def test_acks_zero_and_one(broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("acks"), partitions=1)
     for acks in ("0", "1"):
-        called = []
+        called: list[tuple[RecordMetadata | None, Exception | None]] = []
         with KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": acks}) as p:
-            def record(md, err, called=called):
+            def record(md: RecordMetadata | None, err: Exception | None, called: list = called) -> None:
                 called.append((md, err))
 
             futures = [p.send(ProducerRecord(topic, b"a%s" % acks.encode()), record) for _ in range(10)]
@@ -180,12 +186,12 @@ def test_acks_zero_and_one(broker):
     assert len(consume_all(broker.bootstrap, topic, 20)) == 20
 
 
-def test_callbacks_from_many_threads(kafka):
+def test_callbacks_from_many_threads(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("threads"), partitions=3)
     calls = []
     lock = threading.Lock()
 
-    def cb(md, err):
+    def cb(md: RecordMetadata | None, err: Exception | None) -> None:
         with lock:
             calls.append(err)
 
@@ -200,12 +206,12 @@ def test_callbacks_from_many_threads(kafka):
     assert len(calls) == 8000 and not any(calls)
 
 
-def test_the_sending_thread_does_the_io_while_it_sends(kafka):
+def test_the_sending_thread_does_the_io_while_it_sends(kafka: KafkaCluster) -> None:
     """While an application sends, its own thread seals, sends and acknowledges the batches
     it fills (so the two threads do not trade the GIL per record); every record still gets
     exactly one callback."""
     topic = create_topic(kafka.bootstrap, unique_topic("caller-io"), partitions=3)
-    calls = []
+    calls: list[tuple[RecordMetadata | None, Exception | None, int]] = []
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         p.partitions_for(topic)
         for i in range(50_000):
@@ -214,23 +220,25 @@ def test_the_sending_thread_does_the_io_while_it_sends(kafka):
         acknowledged_while_sending = len(calls)
         p.flush(60)
     assert len(calls) == 50_000 and not any(err for _, err, _ in calls)
-    assert len({(md.partition, md.offset) for md, _, _ in calls}) == 50_000
+    assert len({(md.partition, md.offset) for md, _, _ in calls if md is not None}) == 50_000
     assert acknowledged_while_sending > 0
     on_this_thread = sum(thread == threading.get_ident() for _, _, thread in calls[:acknowledged_while_sending])
     assert on_this_thread > acknowledged_while_sending // 2
 
 
-def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
+def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka: KafkaCluster) -> None:
     """A callback runs on whichever thread does the sender's work, the sending thread
     included: send() from it works, flush() raises instead of waiting for itself (as in
     Java), close() closes without waiting."""
     topic = create_topic(kafka.bootstrap, unique_topic("cb-reentry"), partitions=3)
-    outcomes, flush_errors, resent = [], [], []
+    outcomes: list[Exception | None] = []
+    flush_errors: list[Exception] = []
+    resent: list[Exception | None] = []
 
-    def resend(md, err):
+    def resend(md: RecordMetadata | None, err: Exception | None) -> None:
         resent.append(err)
 
-    def callback(md, err):
+    def callback(md: RecordMetadata | None, err: Exception | None) -> None:
         outcomes.append(err)
         if len(outcomes) % 500 == 1:
             p.send(ProducerRecord(topic, b"from a callback"), resend)
@@ -250,7 +258,7 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
 
     closed = threading.Event()
 
-    def close_on_first(md, err):
+    def close_on_first(md: RecordMetadata | None, err: Exception | None) -> None:
         if not closed.is_set():
             closed.set()
             q.close()
@@ -268,14 +276,14 @@ def test_callbacks_may_send_but_not_flush_or_wait_for_close(kafka):
     assert all(f.exception(30) is None or "closed" in str(f.exception()) for f in futures)
 
 
-def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(kafka):
+def test_an_interrupted_round_fails_what_is_pending_and_never_hangs(kafka: KafkaCluster) -> None:
     """Ctrl-C can land while the sending thread does the sender's work (here: raised from a
     callback). The producer then stops: every record is acknowledged or failed, none left
     waiting, and a later send() says the producer stopped."""
     topic = create_topic(kafka.bootstrap, unique_topic("interrupted"), partitions=3)
     this_thread = threading.get_ident()
 
-    def interrupt(md, err):
+    def interrupt(md: RecordMetadata | None, err: Exception | None) -> None:
         if threading.get_ident() == this_thread:
             raise KeyboardInterrupt
 

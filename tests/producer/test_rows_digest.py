@@ -40,7 +40,7 @@ def _table(rows: list[dict]) -> pa.Table:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_the_same_rows_in_any_order_and_cut_give_one_digest(seed):
+def test_the_same_rows_in_any_order_and_cut_give_one_digest(seed: int) -> None:
     rng = random.Random(seed)
     rows = _rows(rng, rng.randrange(1, 60))
     shuffled = rows[:]
@@ -51,7 +51,7 @@ def test_the_same_rows_in_any_order_and_cut_give_one_digest(seed):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_rows_dealt_otherwise_give_other_digests(seed):
+def test_rows_dealt_otherwise_give_other_digests(seed: int) -> None:
     """Two tasks' rows dealt otherwise (as a replay split differently does) change both
     tasks' digests, though the rows, the counts and the lengths are the same."""
     rng = random.Random(seed)
@@ -65,7 +65,7 @@ def test_rows_dealt_otherwise_give_other_digests(seed):
 
 @pytest.mark.parametrize("change", ["null for empty", "key and value swapped", "header dropped", "partition",
                                     "topic"])
-def test_each_part_of_a_row_counts(change):
+def test_each_part_of_a_row_counts(change: str) -> None:
     row = {"key": b"k", "value": b"", "topic": "a", "partition": 1, "headers": [("h", b"1")]}
     other = dict(row)
     if change == "null for empty":
@@ -81,7 +81,7 @@ def test_each_part_of_a_row_counts(change):
     assert _digest(_table([row])) != _digest(_table([other]))
 
 
-def test_timestamps_count_and_columns_absent_do_not():
+def test_timestamps_count_and_columns_absent_do_not() -> None:
     values = pa.array([b"x", b"y"])
     for t in (pa.int64(), pa.timestamp("ms")):
         assert _digest(pa.table({"value": values, "timestamp": pa.array([1, 2], t)})) != _digest(
@@ -92,13 +92,13 @@ def test_timestamps_count_and_columns_absent_do_not():
     assert str(RowsDigest()) == "0:0000000000000000"
 
 
-def test_header_order_counts():
+def test_header_order_counts() -> None:
     one = [("a", b"1"), ("b", b"2")]
     assert _digest(pa.table({"value": [b"x"], "headers": pa.array([one], HEADERS)})) != _digest(
         pa.table({"value": [b"x"], "headers": pa.array([one[::-1]], HEADERS)}))
 
 
-def test_values_sharing_kafkas_murmur2_are_told_apart():
+def test_values_sharing_kafkas_murmur2_are_told_apart() -> None:
     """The partitioner's 32-bit murmur2 collides once in about 2**32 pairs: among 200,000
     random values a pair shares it, and their digests still differ."""
     rng = np.random.default_rng(7)

@@ -2,6 +2,8 @@
 SASL listeners (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; see tests/secure_kafka.py), and
 confluent-kafka reads the records back."""
 
+from __future__ import annotations
+
 import time
 
 import pyarrow as pa
@@ -9,26 +11,27 @@ import pytest
 
 from spark_sink.client.config import jaas_options
 from spark_sink.client.errors import ConfigError, SaslAuthenticationError
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import FutureRecordMetadata, KafkaProducer, ProducerRecord
 from spark_sink.producer.config import ProducerConfig
 from tests.brokers import consume_all, unique_topic
-from tests.secure_kafka import JAAS, REAUTH_MS, USERS
+from tests.secure_kafka import JAAS, REAUTH_MS, USERS, SecureKafka
 
 
-def _sasl(mechanism, user="alice", password=None, protocol="SASL_PLAINTEXT"):
+def _sasl(mechanism: str, user: str = "alice", password: str | None = None,
+          protocol: str = "SASL_PLAINTEXT") -> dict[str, str]:
     password = USERS[user] if password is None else password
     return {"security.protocol": protocol, "sasl.mechanism": mechanism,
             "sasl.jaas.config": f'{JAAS[mechanism]} required username="{user}" password="{password}";'}
 
 
-def _reader(mechanism, user="alice", protocol="sasl_plaintext", **extra):
+def _reader(mechanism: str, user: str = "alice", protocol: str = "sasl_plaintext", **extra: str) -> dict[str, str]:
     return {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": user,
             "sasl.password": USERS[user], **extra}
 
 
 @pytest.mark.parametrize("mechanism, user", [("PLAIN", "alice"), ("SCRAM-SHA-256", "spark"),
                                              ("SCRAM-SHA-512", "alice")])
-def test_send_and_send_arrow_authenticated(secure_kafka, mechanism, user):
+def test_send_and_send_arrow_authenticated(secure_kafka: SecureKafka, mechanism: str, user: str) -> None:
     bootstrap = secure_kafka.bootstrap("SASLPLAIN")
     topic = unique_topic("sasl")
     with KafkaProducer({"bootstrap.servers": bootstrap, **_sasl(mechanism, user)}) as p:
@@ -42,7 +45,7 @@ def test_send_and_send_arrow_authenticated(secure_kafka, mechanism, user):
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_sasl_over_tls(secure_kafka, mechanism):
+def test_sasl_over_tls(secure_kafka: SecureKafka, mechanism: str) -> None:
     bootstrap, ca = secure_kafka.bootstrap("SASLSSL"), secure_kafka.tls.ca
     topic = unique_topic("sasl-ssl")
     config = {"bootstrap.servers": bootstrap, "ssl.truststore.location": str(ca),
@@ -55,7 +58,7 @@ def test_sasl_over_tls(secure_kafka, mechanism):
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
-def test_wrong_password_fails_at_once_without_showing_it(secure_kafka, mechanism):
+def test_wrong_password_fails_at_once_without_showing_it(secure_kafka: SecureKafka, mechanism: str) -> None:
     bootstrap = secure_kafka.bootstrap("SASLPLAIN")
     config = {"bootstrap.servers": bootstrap, "max.block.ms": 30000,
               **_sasl(mechanism, password="not-the-secret")}
@@ -67,7 +70,7 @@ def test_wrong_password_fails_at_once_without_showing_it(secure_kafka, mechanism
     assert "not-the-secret" not in str(info.value) and mechanism in str(info.value)
 
 
-def test_mechanism_the_broker_does_not_enable(secure_kafka):
+def test_mechanism_the_broker_does_not_enable(secure_kafka: SecureKafka) -> None:
     # The REAUTH listener enables SCRAM-SHA-256 alone.
     config = {"bootstrap.servers": secure_kafka.bootstrap("REAUTH"), **_sasl("SCRAM-SHA-512")}
     with KafkaProducer(config) as p:
@@ -75,7 +78,7 @@ def test_mechanism_the_broker_does_not_enable(secure_kafka):
             p.partitions_for(unique_topic("sasl"))
 
 
-def test_session_lifetime_is_renewed_before_the_broker_ends_it(secure_kafka):
+def test_session_lifetime_is_renewed_before_the_broker_ends_it(secure_kafka: SecureKafka) -> None:
     """The REAUTH listener's sessions last 3 s (connections.max.reauth.ms): the broker
     closes a connection whose session expired. kprod moves to a new, authenticated
     connection before that; counted at the listener's proxy, the broker ended none."""
@@ -83,7 +86,7 @@ def test_session_lifetime_is_renewed_before_the_broker_ends_it(secure_kafka):
     topic = unique_topic("sasl-reauth")
     closed_by_broker, opened = proxy.closed_by_target, proxy.connections_accepted
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, **_sasl("SCRAM-SHA-256")}) as p:
-        futures = []
+        futures: list[FutureRecordMetadata] = []
         # Until the proxy has seen four connections: the first two (bootstrap and leader)
         # and two that replaced one whose session was ending; or ten sessions long.
         deadline = time.monotonic() + 10 * REAUTH_MS / 1000
@@ -110,13 +113,13 @@ def test_session_lifetime_is_renewed_before_the_broker_ends_it(secure_kafka):
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
       "sasl.jaas.config": 'a.B required username="alice";'}, "password option"),
 ])
-def test_bad_sasl_settings_name_the_key_and_hide_the_password(settings, named):
+def test_bad_sasl_settings_name_the_key_and_hide_the_password(settings: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named) as info:
         KafkaProducer({"bootstrap.servers": "127.0.0.1:9", **settings})
     assert "hunter2" not in str(info.value)
 
 
-def test_jaas_values_quoted_or_bare_with_escapes_and_never_in_the_repr():
+def test_jaas_values_quoted_or_bare_with_escapes_and_never_in_the_repr() -> None:
     assert jaas_options('x.PlainLoginModule required username=bob password="p\\"w;d" extra = "1";') == {
         "username": "bob", "password": 'p"w;d', "extra": "1"}
     text = repr(ProducerConfig.from_dict({"bootstrap.servers": "h:1", **_sasl("PLAIN")}))

@@ -1,11 +1,15 @@
 """send_arrow on both brokers: every column combination and codec, read back with confluent-kafka."""
 
+from __future__ import annotations
+
 import datetime as dt
 import itertools
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import ArrowSendResult, ColumnError, InvalidPartitionError, KafkaProducer
 from spark_sink.producer.arrow_input import HEADER_TYPE
 from spark_sink.producer.partitioner import murmur2
@@ -14,7 +18,8 @@ from tests.brokers import consume_all, create_topic, unique_topic
 N = 500
 
 
-def _table(n, *, key, partition, headers, timestamp, topic_col=None, string_values=False):
+def _table(n: int, *, key: bool, partition: bool, headers: bool, timestamp: bool, topic_col: list[str] | None = None,
+           string_values: bool = False) -> pa.Table:
     cols = {"value": pa.array([None if i % 97 == 5 else f"v{i}" * (i % 7) for i in range(n)],
                               pa.string() if string_values else pa.binary()) if string_values else
             pa.array([None if i % 97 == 5 else b"v%d" % i * (i % 7) for i in range(n)], pa.binary())}
@@ -36,7 +41,8 @@ COMBOS = list(itertools.product([False, True], repeat=4))
 
 
 @pytest.mark.parametrize("key,partition,headers,timestamp", COMBOS)
-def test_every_column_combination(broker, key, partition, headers, timestamp):
+def test_every_column_combination(broker: KafkaCluster, key: bool, partition: bool, headers: bool,
+                                  timestamp: bool) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("arrow"), partitions=3)
     table = _table(N, key=key, partition=partition, headers=headers, timestamp=timestamp)
     with KafkaProducer({"bootstrap.servers": broker.bootstrap, "batch.size": 2048}) as p:
@@ -46,7 +52,7 @@ def test_every_column_combination(broker, key, partition, headers, timestamp):
     messages = consume_all(broker.bootstrap, topic, N, settle=0.3)
     assert len(messages) == N
     rows = table.to_pylist()
-    by_value_index = {}
+    by_value_index: dict[int, list] = {}
     for m in messages:
         (idx,) = [h[1] for h in (m.headers() or []) if h[0] == "i"] or [None]
         by_value_index.setdefault(m.partition(), []).append(m)
@@ -54,17 +60,16 @@ def test_every_column_combination(broker, key, partition, headers, timestamp):
         offsets = sorted(m.offset() for m in by_value_index[part])
         assert (count, first, last) == (len(offsets), offsets[0], offsets[-1])
     # order per partition follows row order, and each row is where it should be
-    expected = {}
+    expected: dict[int, int | None] = {}
     for i, row in enumerate(rows):
         if partition and row.get("partition") is not None:
-            part = row["partition"]
+            expected[i] = row["partition"]
         elif key and row.get("key") is not None:
-            part = (murmur2(row["key"]) & 0x7FFFFFFF) % 3
+            expected[i] = (murmur2(row["key"]) & 0x7FFFFFFF) % 3
         else:
-            part = None
-        expected[i] = part
+            expected[i] = None
     got = sorted(messages, key=lambda m: (m.partition(), m.offset()))
-    per_part = {}
+    per_part: dict[int, list] = {}
     for m in got:
         per_part.setdefault(m.partition(), []).append(m)
     seen_rows = []
@@ -82,7 +87,7 @@ def test_every_column_combination(broker, key, partition, headers, timestamp):
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_codecs_and_topic_column(broker, codec):
+def test_codecs_and_topic_column(broker: KafkaCluster, codec: str) -> None:
     t1 = create_topic(broker.bootstrap, unique_topic("a"), partitions=2)
     t2 = create_topic(broker.bootstrap, unique_topic("b"), partitions=2)
     table = _table(N, key=True, partition=False, headers=True, timestamp=False, topic_col=[t1, t2], string_values=True)
@@ -95,7 +100,7 @@ def test_codecs_and_topic_column(broker, codec):
         assert got == sorted((v or "").encode() for i, v in enumerate(values) if i % 2 == parity)
 
 
-def test_order_within_partition_follows_rows(kafka):
+def test_order_within_partition_follows_rows(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("ord"), partitions=1)
     table = pa.table({"value": pa.array([b"%06d" % i for i in range(20_000)])})
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap, "batch.size": 1024}) as p:
@@ -106,7 +111,7 @@ def test_order_within_partition_follows_rows(kafka):
     assert got == table.column("value").to_pylist()
 
 
-def test_bad_columns_are_named_before_anything_is_sent(kafka):
+def test_bad_columns_are_named_before_anything_is_sent(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("badcol"), partitions=2)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         with pytest.raises(ColumnError, match="'extra'.*to_json"):
@@ -123,7 +128,7 @@ def test_bad_columns_are_named_before_anything_is_sent(kafka):
     assert [m.value() for m in consume_all(kafka.bootstrap, topic, 1, settle=0.3)] == [b"fine"]
 
 
-def test_timestamp_as_int64_millis_and_large_types(kafka):
+def test_timestamp_as_int64_millis_and_large_types(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("ts"), partitions=1)
     table = pa.table({"value": pa.array(["a", "b"], pa.large_string()), "key": pa.array([b"x", b"y"], pa.binary_view()),
                       "timestamp": pa.array([1_700_000_000_123, None], pa.int64())})
@@ -134,14 +139,14 @@ def test_timestamp_as_int64_millis_and_large_types(kafka):
     assert b.timestamp()[1] > 1_700_000_000_123
 
 
-def test_summary_ranges_follow_send_order_and_mark_unknown_ends():
+def test_summary_ranges_follow_send_order_and_mark_unknown_ends() -> None:
     """A retried batch the broker had already written comes back without an offset: the
     summary says -1 for that end of the range, never an offset that is not its records'."""
     from spark_sink.encoder.columnar import EncodedRecords
     from spark_sink.producer.batch import ProducerBatch
     from spark_sink.producer.producer import ArrowSendFuture
 
-    def queue(future, counts):
+    def queue(future: ArrowSendFuture, counts: Sequence[int]) -> list[ProducerBatch]:
         encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]
         future._queued(encoded)
         return [ProducerBatch("t", 0, 0.0, order, 0, 16384, encoded=e, listener=future._on_batch)

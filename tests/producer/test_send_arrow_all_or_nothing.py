@@ -3,13 +3,17 @@ column anywhere in a table stops the call before a single row is queued. A failu
 met on the way (buffer.memory full past max.block.ms, the producer closed) raises with
 the future of the rows already queued, which resolves. Read back with confluent-kafka."""
 
+from __future__ import annotations
+
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import (
     BufferExhaustedError,
     InvalidPartitionError,
@@ -18,6 +22,9 @@ from spark_sink.producer import (
     RecordTooLargeError,
 )
 from tests.brokers import consume_all, create_topic, unique_topic
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka
 
 N = 300_000
 MIDDLE = 200_000
@@ -30,7 +37,7 @@ def _table(n: int) -> pa.Table:
     return pa.table({"key": keys, "value": values})
 
 
-def _with_row(table: pa.Table, row: int, column: str, value) -> pa.Table:
+def _with_row(table: pa.Table, row: int, column: str, value: object) -> pa.Table:
     """``table`` with one cell replaced."""
     index = table.schema.get_field_index(column)
     cells = table.column(column).to_pylist()
@@ -38,7 +45,7 @@ def _with_row(table: pa.Table, row: int, column: str, value) -> pa.Table:
     return table.set_column(index, column, pa.array(cells, table.schema.field(column).type))
 
 
-def test_one_row_over_max_request_size_sends_no_row_and_the_table_without_it_arrives_whole(kafka):
+def test_one_row_over_max_request_size_sends_no_row_and_the_table_without_it_arrives_whole(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("oversized"), partitions=3)
     table = _table(N)
     oversized = _with_row(table, MIDDLE, "value", b"x" * 1_100_000)  # default max.request.size: 1 MiB
@@ -61,7 +68,7 @@ def test_one_row_over_max_request_size_sends_no_row_and_the_table_without_it_arr
     assert sorted(int(m.value()[:7]) for m in got) == [i for i in range(N) if i != MIDDLE]
 
 
-def test_buffer_exhausted_mid_call_hands_over_the_future_of_what_was_queued(kafka_proxy):
+def test_buffer_exhausted_mid_call_hands_over_the_future_of_what_was_queued(kafka_proxy: ProxiedKafka) -> None:
     proxy = kafka_proxy.proxy
     topic = create_topic(kafka_proxy.bootstrap, unique_topic("partial"), partitions=1)
     n = 20_000  # 2 MB against 256 KiB of buffer.memory
@@ -76,7 +83,7 @@ def test_buffer_exhausted_mid_call_hands_over_the_future_of_what_was_queued(kafk
                 p.send_arrow(table, topic=topic)
         finally:
             proxy.stall(False)
-        future = err.value.future
+        future = err.value.future  # type: ignore[attr-defined]  # kprod sets it on what send_arrow raised
         assert any("rows were queued" in note for note in err.value.__notes__)
         result = future.result(60)
     assert 0 < result.records < n
@@ -85,7 +92,7 @@ def test_buffer_exhausted_mid_call_hands_over_the_future_of_what_was_queued(kafk
     assert [int(m.value()[:7]) for m in got] == list(range(result.records))  # the rows queued, in order
 
 
-def test_a_producer_closed_mid_call_fails_what_was_queued_and_leaves_nothing_waiting(kafka_proxy):
+def test_a_producer_closed_mid_call_fails_what_was_queued_and_leaves_nothing_waiting(kafka_proxy: ProxiedKafka) -> None:
     proxy = kafka_proxy.proxy
     topic = create_topic(kafka_proxy.bootstrap, unique_topic("closed-mid"), partitions=1)
     values = pa.array(np.full(20_000, b"v" * 100, dtype=object), pa.binary())
@@ -94,7 +101,11 @@ def test_a_producer_closed_mid_call_fails_what_was_queued_and_leaves_nothing_wai
     with KafkaProducer(config) as p:
         p.partitions_for(topic)
         proxy.stall()
-        closer = threading.Thread(target=lambda: (_wait_until_blocked(p), p.close(0)))
+        def close_once_blocked() -> None:
+            _wait_until_blocked(p)
+            p.close(0)
+
+        closer = threading.Thread(target=close_once_blocked)
         closer.start()
         try:
             with pytest.raises(ProducerClosedError) as err:
@@ -102,7 +113,7 @@ def test_a_producer_closed_mid_call_fails_what_was_queued_and_leaves_nothing_wai
         finally:
             closer.join(30)
             proxy.stall(False)
-    future = err.value.future
+    future = err.value.future  # type: ignore[attr-defined]  # kprod sets it on what send_arrow raised
     with pytest.raises(Exception, match="closed before these records were acknowledged"):
         future.result(30)  # resolves: every queued batch was failed by the close
     assert future.done()

@@ -2,11 +2,11 @@
 refused and listed, every other row arrives once, and cluster errors still raise."""
 
 import random
-import time
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from confluent_kafka import TopicPartition
 
 from spark_sink.producer import (
     BrokersUnreachableError,
@@ -16,7 +16,8 @@ from spark_sink.producer import (
     RecordTooLargeError,
     UnknownTopicError,
 )
-from tests.brokers import consume_all, create_topic, unique_topic
+from spark_sink.protocol.error_codes import TopicAuthorizationFailedError
+from tests.brokers import consume_all, create_topic, deny_topic, unique_topic
 
 MAX_REQUEST = 4096
 # A row's kind -> the error class its refusal must name (None: a good row).
@@ -116,40 +117,11 @@ def test_cluster_errors_are_never_refused_rows():
             p.send_arrow(pa.table({"value": [b"a", b"b"]}), "any", on_error="skip")
 
 
-@pytest.fixture(scope="module")
-def acl_kafka():
-    """A node with Kafka's authorizer, allowing what no ACL names (so the clients, all
-    User:ANONYMOUS on PLAINTEXT, may do everything but what an ACL denies)."""
-    from tests.brokers import start_kafka
-
-    cluster = start_kafka(config={
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "allow.everyone.if.no.acl.found": "true"})
-    yield cluster
-    cluster.stop()
-
-
 def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
 
     allowed = create_topic(acl_kafka.bootstrap, unique_topic("allowed"), partitions=1)
     denied = create_topic(acl_kafka.bootstrap, unique_topic("denied"), partitions=1)
-    admin = AdminClient({"bootstrap.servers": acl_kafka.bootstrap})
-    binding = AclBinding(ResourceType.TOPIC, denied, ResourcePatternType.LITERAL, "User:ANONYMOUS", "*",
-                         AclOperation.ALL, AclPermissionType.DENY)
-    admin.create_acls([binding])[binding].result(30)
-    deadline = time.monotonic() + 30
-    # Until the ACL is in force (an independent client is refused the topic's metadata).
-    while admin.list_topics(denied, timeout=10).topics[denied].error is None:
-        assert time.monotonic() < deadline, "the ACL never took effect"
-        time.sleep(0.1)
+    deny_topic(acl_kafka.bootstrap, denied, "ALL")
     topics = [denied if i % 4 == 1 else allowed for i in range(100)]
     table = pa.table({"value": [b"v%d" % i for i in range(100)], "topic": topics})
     with KafkaProducer({"bootstrap.servers": acl_kafka.bootstrap}) as p:
@@ -158,3 +130,94 @@ def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
     assert (refused.error, refused.topic) == ("TopicAuthorizationFailedError", denied)
     assert list(refused.rows) == [i for i in range(100) if i % 4 == 1]
     assert len(consume_all(acl_kafka.bootstrap, allowed, 75, settle=0.3)) == 75
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker, schema_registry, seed):
+    """A value serializer's refusals (a null the schema has no room for) and the screen's
+    (a topic that cannot be) in one call: each row refused once for its first reason, its
+    index that of the call's input, its columns as given; the rest arrive and decode."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from spark_sink.producer import ArrowSerializer
+
+    rng = random.Random(seed)
+    topic = create_topic(broker.bootstrap, unique_topic("fmt-skip"), partitions=2)
+    n = rng.choice([10, 300, 2000])
+    weights = [rng.uniform(1, 3), rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0, 0.3)]
+    drawn = rng.choices(["good", "null_name", "invalid_topic", "both"], weights, k=n)
+    fields = [pa.field("id", pa.int64(), False), pa.field("name", pa.string(), False)]
+    value = pa.StructArray.from_arrays(
+        [pa.array(range(n), pa.int64()),
+         pa.array([None if k in ("null_name", "both") else f"n{i}" for i, k in enumerate(drawn)])], fields=fields)
+    topics = [INVALID if k in ("invalid_topic", "both") else topic for k in drawn]
+    table = pa.table({"key": [b"%d" % i for i in range(n)], "value": value, "topic": topics})
+    with KafkaProducer({"bootstrap.servers": broker.bootstrap}) as p:
+        result = p.send_arrow(table, value_serializer=ArrowSerializer("avro", {"url": schema_registry}),
+                              on_error="skip").result(60)
+    # A row bad twice is refused for the first reason met: its value, encoded first.
+    expected = {i: "InvalidTopicException" if k == "invalid_topic" else "FormatValueError"
+                for i, k in enumerate(drawn) if k != "good"}
+    refused = {int(row): r for r in result.refused for row in r.rows}
+    assert {i: r.error for i, r in refused.items()} == expected
+    for r in result.refused:
+        assert r.data.column("key").to_pylist() == [b"%d" % i for i in r.rows]
+        if r.error == "FormatValueError":
+            assert "value.name" in r.message
+            assert r.data.column("value").to_pylist() == [{"id": int(i), "name": None} for i in r.rows]
+    good = [i for i, k in enumerate(drawn) if k == "good"]
+    assert result.records == len(good)
+    messages = consume_all(broker.bootstrap, topic, len(good), settle=0.3) if good else []
+    deserializer = AvroDeserializer(SchemaRegistryClient({"url": schema_registry}))
+    got = [deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in messages]
+    assert sorted(v["id"] for v in got) == good
+
+
+INVALID = "no spaces allowed!"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_topic_the_principal_may_describe_but_not_write_is_refused(acl_kafka, seed):
+    """WRITE denied, DESCRIBE allowed: the brokers' Produce would refuse the rows
+    (TOPIC_AUTHORIZATION_FAILED), leaving a transaction abortable. The metadata's
+    authorized operations tell kprod first: the rows are refused before any is queued,
+    and the transaction of the good rows commits."""
+    from tests.brokers import consumer
+
+    allowed = create_topic(acl_kafka.bootstrap, unique_topic("w-allowed"), partitions=2)
+    denied = create_topic(acl_kafka.bootstrap, unique_topic("w-denied"), partitions=2)
+    deny_topic(acl_kafka.bootstrap, denied, "WRITE")
+    rng = random.Random(seed)
+    n = rng.choice([5, 200, 3000])
+    share = rng.uniform(0.05, 0.9)
+    topics = [denied if rng.random() < share else allowed for _ in range(n)]
+    topics[rng.randrange(n)] = denied  # at least one
+    table = pa.table({"value": [b"v%d" % i for i in range(n)], "topic": topics})
+    config = {"bootstrap.servers": acl_kafka.bootstrap, "transactional.id": unique_topic("txn")}
+    with KafkaProducer(config) as p:
+        p.init_transactions(30)
+        p.begin_transaction()
+        result = p.send_arrow(table, on_error="skip").result(60)
+        p.commit_transaction(30)
+        # Without skipping, the call fails naming the topic before any row is queued.
+        p.begin_transaction()
+        with pytest.raises(TopicAuthorizationFailedError, match=denied):
+            p.send_arrow(table)
+        p.commit_transaction(30)
+    bad = [i for i, t in enumerate(topics) if t == denied]
+    (refused,) = result.refused
+    assert (refused.error, refused.topic) == ("TopicAuthorizationFailedError", denied)
+    assert list(refused.rows) == bad
+    assert "not write" in refused.message
+    good = n - len(bad)
+    got = consume_all(acl_kafka.bootstrap, allowed, good, settle=0.5, overrides={"isolation.level": "read_committed"})
+    assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i, t in enumerate(topics) if t == allowed)
+    # An independent consumer (all operations allowed but WRITE) finds the topic empty.
+    c = consumer(acl_kafka.bootstrap)
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(denied, 0), timeout=10)
+        assert high == 0
+    finally:
+        c.close()

@@ -8,12 +8,14 @@ producer test runs against a real broker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
 
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.metadata import Metadata
+from spark_sink.producer import RecordMetadata
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
@@ -46,17 +48,18 @@ class Sent:
     producer_id: int
     epoch: int
     sequence: int
-    values: tuple[bytes, ...]
+    values: tuple[bytes | None, ...]
 
 
 class Harness:
     """A Sender, its accumulator and TransactionManager, and a scripted client; the test
     drives the rounds (no Sender thread) and moves the Sender's clock."""
 
-    def __init__(self, leaders: list[int] | None = None, nodes: int = 1, **config: object) -> None:
+    def __init__(self, leaders: list[int] | None = None, nodes: int = 1, settings: Mapping[str, object] | None = None,
+                 **config: object) -> None:
         self.config = ProducerConfig.from_dict({
             "bootstrap.servers": "scripted:9092", "linger.ms": 0, "batch.size": 0,  # one record a batch
-            "retry.backoff.ms": 0, **config})
+            "retry.backoff.ms": 0, **(settings or {}), **config})
         c = self.config
         self.client = ScriptedClient(nodes={n: ("scripted", 9092 + n) for n in range(nodes)},
                                      topics={TOPIC: leaders or [0]})
@@ -70,11 +73,11 @@ class Harness:
         self.sender = Sender(c, self.accumulator, self.metadata, self.client, self.txn, self.metrics,
                              clock=self.clock)
         # (value, offset, error) in the order the callbacks ran
-        self.callbacks: list[tuple[bytes, int, Exception | None]] = []
+        self.callbacks: list[tuple[bytes, int | None, Exception | None]] = []
 
     def send(self, *values: bytes, partition: int = 0) -> None:
         for value in values:
-            def callback(md, error, value=value):
+            def callback(md: RecordMetadata | None, error: Exception | None, value: bytes = value) -> None:
                 self.callbacks.append((value, md.offset if md is not None else None, error))
             self.accumulator.append(TOPIC, partition, 0, None, value, headers=None, callback=callback, key_size=0,
                                     value_size=len(value), headers_size=0, max_block_ms=1000)
@@ -97,7 +100,7 @@ class Harness:
         return [Sent(r.node, tp, b.producer_id, b.producer_epoch, b.base_sequence, tuple(x.value for x in b.records))
                 for r in self.client.requests if r.api_key == ApiKey.PRODUCE for tp, b in r.batches().items()]
 
-    def sequences(self, tp: tuple[str, int] = TP0) -> list[tuple[int, int, tuple[bytes, ...]]]:
+    def sequences(self, tp: tuple[str, int] = TP0) -> list[tuple[int, int, tuple[bytes | None, ...]]]:
         """(epoch, sequence, values) of each batch of ``tp`` on the wire, in order."""
         return [(s.epoch, s.sequence, s.values) for s in self.wire() if s.tp == tp]
 
@@ -139,7 +142,7 @@ def pipelined(h: Harness) -> tuple[Request, Request]:
     return b, c
 
 
-def test_first_batch_goes_alone_until_acknowledged_then_batches_pipeline():
+def test_first_batch_goes_alone_until_acknowledged_then_batches_pipeline() -> None:
     h = Harness()
     h.send(b"a", b"b", b"c")
     h.run()
@@ -153,7 +156,7 @@ def test_first_batch_goes_alone_until_acknowledged_then_batches_pipeline():
     acked_in_order(h, b"a", b"b", b"c")
 
 
-def test_out_of_order_sequence_for_the_next_batch_bumps_the_epoch():
+def test_out_of_order_sequence_for_the_next_batch_bumps_the_epoch() -> None:
     """The broker refuses the very batch it should take next: it lost what came before
     (say an unclean leader election). That gap never fills: the partition starts over at
     sequence 0 under the next epoch, with the same producer id."""
@@ -167,7 +170,7 @@ def test_out_of_order_sequence_for_the_next_batch_bumps_the_epoch():
     acked_in_order(h, b"a", b"b", b"c")
 
 
-def test_out_of_order_sequence_behind_a_retried_batch_is_retried_without_a_bump():
+def test_out_of_order_sequence_behind_a_retried_batch_is_retried_without_a_bump() -> None:
     """Refused only because the batch before it was refused (not written): both go again,
     in order, under the same epoch and sequences."""
     h = Harness()
@@ -182,7 +185,7 @@ def test_out_of_order_sequence_behind_a_retried_batch_is_retried_without_a_bump(
     acked_in_order(h, b"a", b"b", b"c")
 
 
-def test_unknown_producer_id_bumps_the_epoch_and_sequences_go_on_from_0():
+def test_unknown_producer_id_bumps_the_epoch_and_sequences_go_on_from_0() -> None:
     """The broker no longer knows this producer on the partition (its state expired with
     the log's retention): the refused batch goes again as sequence 0 of the next epoch."""
     h = Harness()
@@ -199,7 +202,7 @@ def test_unknown_producer_id_bumps_the_epoch_and_sequences_go_on_from_0():
     acked_in_order(h, b"a", b"b", b"c", b"d")
 
 
-def test_duplicate_sequence_is_a_success_without_an_offset():
+def test_duplicate_sequence_is_a_success_without_an_offset() -> None:
     """An older broker answers a batch it already wrote, past the five it keeps offsets
     for, with DUPLICATE_SEQUENCE_NUMBER: written once, its offset unknown; not retried and
     the sequences go on."""
@@ -216,7 +219,7 @@ def test_duplicate_sequence_is_a_success_without_an_offset():
     assert h.txn.producer_epoch == 0
 
 
-def test_lost_reply_the_retry_is_the_same_batch_and_recognised_as_written():
+def test_lost_reply_the_retry_is_the_same_batch_and_recognised_as_written() -> None:
     """The broker wrote two pipelined batches but the connection dropped before their
     answers: each goes again with the producer id, epoch and sequence it had, one at a
     time, and the broker answers each with the offset it wrote it at. Nothing twice."""
@@ -232,7 +235,7 @@ def test_lost_reply_the_retry_is_the_same_batch_and_recognised_as_written():
     acked_in_order(h, b"a", b"b", b"c")
 
 
-def test_not_leader_the_batch_follows_the_new_leader_with_its_sequence():
+def test_not_leader_the_batch_follows_the_new_leader_with_its_sequence() -> None:
     h = Harness(nodes=2)
     b, c = pipelined(h)
     h.client.topics[TOPIC] = [1]  # leadership moved to node 1
@@ -247,7 +250,7 @@ def test_not_leader_the_batch_follows_the_new_leader_with_its_sequence():
     acked_in_order(h, b"a", b"b", b"c")
 
 
-def test_sequence_0_refused_with_not_leader_is_not_overtaken():
+def test_sequence_0_refused_with_not_leader_is_not_overtaken() -> None:
     """On a partition the broker holds no state for, it appends whatever sequence comes
     first. So while sequence 0 is unanswered nothing goes behind it: refused with
     NOT_LEADER_OR_FOLLOWER (a topic just created), it is still written first."""
@@ -272,7 +275,7 @@ def test_sequence_0_refused_with_not_leader_is_not_overtaken():
     acked_in_order(h, b"a", b"b", b"c")
 
 
-def test_a_failed_batch_leaves_a_gap_the_partition_starts_over_under_the_next_epoch():
+def test_a_failed_batch_leaves_a_gap_the_partition_starts_over_under_the_next_epoch() -> None:
     """A sequenced batch refused for good: its sequence will never be written, so later
     batches go under the next epoch from 0. Another partition's batch on the wire under
     the old epoch finishes as it is, and that partition moves to the new epoch after."""
@@ -299,7 +302,7 @@ def test_a_failed_batch_leaves_a_gap_the_partition_starts_over_under_the_next_ep
     assert h.client.values(TP0) == [b"a", b"c"]
 
 
-def test_an_exhausted_epoch_gets_a_new_producer_id():
+def test_an_exhausted_epoch_gets_a_new_producer_id() -> None:
     h = Harness()
     h.client.init_producer_id_script = [(77, 0x7FFF)]
     started(h, b"a")
@@ -314,7 +317,7 @@ def test_an_exhausted_epoch_gets_a_new_producer_id():
     acked_in_order(h, b"a", b"b")
 
 
-def test_a_failing_batch_runs_its_callbacks_before_it_leaves_the_incomplete_set():
+def test_a_failing_batch_runs_its_callbacks_before_it_leaves_the_incomplete_set() -> None:
     """flush() waits for the batches incomplete when it starts: a failed batch must still
     count until its callbacks have run, or flush() could return before them."""
     h = Harness()
@@ -331,8 +334,8 @@ def test_a_failing_batch_runs_its_callbacks_before_it_leaves_the_incomplete_set(
 
 
 @pytest.mark.parametrize("idempotent", [True, False])
-def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent):
-    h = Harness(retries=1, **({} if idempotent else {"enable.idempotence": False}))
+def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent: bool) -> None:
+    h = Harness(retries=1, settings=({} if idempotent else {"enable.idempotence": False}))
     h.send(b"a")
     h.run()
     for _ in range(2):
@@ -343,10 +346,10 @@ def test_retries_exhausted_fail_the_batch_with_the_broker_error(idempotent):
     assert isinstance(error, NotEnoughReplicasError) and offset is None
 
 
-def test_a_retried_batch_waits_out_the_growing_backoff_on_the_senders_clock():
+def test_a_retried_batch_waits_out_the_growing_backoff_on_the_senders_clock() -> None:
     """retry.backoff.ms, doubling per attempt: the batch goes again only once the Sender's
     clock has moved past each backoff."""
-    h = Harness(**{"retry.backoff.ms": 60_000, "retry.backoff.max.ms": 600_000, "delivery.timeout.ms": 3_600_000})
+    h = Harness(settings={"retry.backoff.ms": 60_000, "retry.backoff.max.ms": 600_000, "delivery.timeout.ms": 3_600_000})
     h.send(b"a")
     h.run()
     h.client.respond_produce(h.only_in_flight(), {TP0: NotEnoughReplicasError})
@@ -367,7 +370,7 @@ def test_a_retried_batch_waits_out_the_growing_backoff_on_the_senders_clock():
     assert h.sequences() == [(0, 0, (b"a",))] * 3  # the same batch each time
 
 
-def test_a_batch_without_a_leader_expires_after_the_delivery_timeout():
+def test_a_batch_without_a_leader_expires_after_the_delivery_timeout() -> None:
     h = Harness(leaders=[-1])
     h.send(b"a")
     h.run()
@@ -400,12 +403,12 @@ def _transaction_with(h: Harness, *values: bytes) -> None:
 
 
 @pytest.mark.parametrize("transaction_version", [1, 2])
-def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over(transaction_version):
+def test_an_abort_that_drops_a_batch_queued_for_retry_starts_its_partition_over(transaction_version: int) -> None:
     """The retried batch held sequence 0 and is never sent again: the next transaction's
     first batch must not carry sequence 1 under the same epoch (a gap the broker refuses
     with OUT_OF_ORDER_SEQUENCE_NUMBER), so the abort bumps the epoch first: with
     InitProducerId under protocol v1, by EndTxn itself under v2."""
-    h = Harness(**{"transactional.id": "tx", "retry.backoff.ms": 60_000})
+    h = Harness(settings={"transactional.id": "tx", "retry.backoff.ms": 60_000})
     h.client.transaction_version = transaction_version
     h.txn.init_transactions()
     h.run()
@@ -429,11 +432,11 @@ def _versions(h: Harness, api_key: ApiKey) -> list[int]:
     return [r.version for r in h.client.requests if r.api_key == api_key]
 
 
-def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives():
+def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives() -> None:
     """Where the cluster finalizes transaction.version 2: no AddPartitionsToTxn (Produce
     v12 adds the partition), offsets by TxnOffsetCommit v5 alone, and EndTxn v5, whose
     bumped epoch the next transaction's batches carry from sequence 0."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.transaction_version = 2
     h.txn.init_transactions()
     h.run()
@@ -452,10 +455,10 @@ def test_protocol_v2_adds_partitions_by_produce_and_takes_the_epoch_endtxn_gives
     assert h.init_producer_id_requests() == 1
 
 
-def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_first():
+def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_first() -> None:
     """transaction.version went to 2 during a v1 transaction: it ends as v1 (EndTxn v4),
     then InitProducerId bumps the epoch before the first v2 transaction, as Java does."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.transaction_version = 1
     h.txn.init_transactions()
     h.run()
@@ -471,10 +474,10 @@ def test_a_cluster_that_moves_to_protocol_v2_mid_transaction_gets_a_new_epoch_fi
     assert _versions(h, ApiKey.PRODUCE) == [11, 12] and h.sequences()[-1] == (1, 0, (b"b",))
 
 
-def test_protocol_v1_stays_below_v2s_versions():
+def test_protocol_v1_stays_below_v2s_versions() -> None:
     """Where the cluster does not finalize transaction.version 2, a transaction adds its
     partitions and offsets itself and ends with EndTxn v4 under an unchanged epoch."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.transaction_version = 1
     h.txn.init_transactions()
     h.run()
@@ -490,10 +493,10 @@ def test_protocol_v1_stays_below_v2s_versions():
     assert h.txn.producer_epoch == 0
 
 
-def test_a_coordinator_that_moved_is_found_again():
+def test_a_coordinator_that_moved_is_found_again() -> None:
     """EndTxn answered NOT_COORDINATOR: the cached coordinator is forgotten, found again
     with FindCoordinator, and EndTxn sent again; the commit then succeeds."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.client.end_txn_script = [NotCoordinatorError]
     h.txn.init_transactions()
     h.run()
@@ -507,11 +510,11 @@ def test_a_coordinator_that_moved_is_found_again():
     assert h.txn.state is State.READY
 
 
-def test_a_coordinator_that_cannot_be_reached_is_found_again():
+def test_a_coordinator_that_cannot_be_reached_is_found_again() -> None:
     """The coordinator's node went down before EndTxn could be sent, and another node
     took over its transaction log: the commit looks the coordinator up again (as Java's
     Sender does) instead of waiting for the dead node, and succeeds on the new one."""
-    h = Harness(nodes=2, leaders=[1], **{"transactional.id": "tx"})
+    h = Harness(nodes=2, leaders=[1], settings={"transactional.id": "tx"})
     h.txn.init_transactions()
     h.run()
     _transaction_with(h, b"a")
@@ -527,10 +530,10 @@ def test_a_coordinator_that_cannot_be_reached_is_found_again():
     assert h.txn.state is State.READY
 
 
-def test_an_empty_transaction_ends_without_a_request():
+def test_an_empty_transaction_ends_without_a_request() -> None:
     """Java's transactionStarted: EndTxn for a transaction the coordinator never heard
     of is refused with INVALID_TXN_STATE, so nothing is sent, for a commit or an abort."""
-    h = Harness(**{"transactional.id": "tx"})
+    h = Harness(settings={"transactional.id": "tx"})
     h.txn.init_transactions()
     h.run()
     for commit in (True, False, True):
@@ -544,11 +547,11 @@ def test_an_empty_transaction_ends_without_a_request():
     assert not [r for r in h.client.requests if r.api_key == ApiKey.END_TXN]
 
 
-def test_drain_starts_where_the_last_one_ran_out_of_room():
+def test_drain_starts_where_the_last_one_ran_out_of_room() -> None:
     """Twelve partitions with three batches each on one node, and room for a few batches a
     request: every partition has its first batch sent before any has its second, not the
     first few again and again while the others wait."""
-    h = Harness(leaders=[0] * 12, **{"max.request.size": 400, "enable.idempotence": False, "acks": 1})
+    h = Harness(leaders=[0] * 12, settings={"max.request.size": 400, "enable.idempotence": False, "acks": 1})
     for p in range(12):
         h.send(b"x1" * 30, b"x2" * 30, b"x3" * 30, partition=p)
     h.run(8)  # metadata, then a request a round

@@ -1,34 +1,39 @@
 """The GIL switch interval is lowered only while send_arrow (or a Spark task) encodes, and
 restored afterwards, whatever happens in between."""
 
+from __future__ import annotations
+
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import ColumnError, KafkaProducer
 from spark_sink.producer import producer as producer_module
-from spark_sink.producer.arrow_input import plan_arrow_send
+from spark_sink.producer.arrow_input import TopicRows, plan_arrow_send
 from spark_sink.producer.switch_interval import SWITCH_INTERVAL_S, short_switch_interval
 from tests.brokers import create_topic, unique_topic
 
 
 @pytest.fixture(autouse=True)
-def default_interval():
+def default_interval() -> Iterator[None]:
     saved = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     yield
     sys.setswitchinterval(saved)
 
 
-def test_lowered_inside_and_restored_after():
+def test_lowered_inside_and_restored_after() -> None:
     with short_switch_interval():
         assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
     assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
-def test_nested_blocks_restore_at_the_outermost_exit():
+def test_nested_blocks_restore_at_the_outermost_exit() -> None:
     with short_switch_interval():
         with short_switch_interval():
             pass
@@ -36,10 +41,10 @@ def test_nested_blocks_restore_at_the_outermost_exit():
     assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
-def test_overlapping_threads_restore_when_the_last_leaves():
+def test_overlapping_threads_restore_when_the_last_leaves() -> None:
     entered, release = threading.Event(), threading.Event()
 
-    def other():
+    def other() -> None:
         with short_switch_interval():
             entered.set()
             release.wait(10)
@@ -55,29 +60,31 @@ def test_overlapping_threads_restore_when_the_last_leaves():
     assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
-def test_a_change_made_meanwhile_is_kept():
+def test_a_change_made_meanwhile_is_kept() -> None:
     with short_switch_interval():
         sys.setswitchinterval(0.002)
     assert sys.getswitchinterval() == pytest.approx(0.002)
 
 
-def test_a_shorter_interval_is_left_alone():
+def test_a_shorter_interval_is_left_alone() -> None:
     sys.setswitchinterval(0.0001)
     with short_switch_interval():
         assert sys.getswitchinterval() == pytest.approx(0.0001)
     assert sys.getswitchinterval() == pytest.approx(0.0001)
 
 
-def test_restored_when_the_block_raises():
+def test_restored_when_the_block_raises() -> None:
     with pytest.raises(RuntimeError), short_switch_interval():
         raise RuntimeError("boom")
     assert sys.getswitchinterval() == pytest.approx(0.005)
 
 
-def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_errors(kafka, monkeypatch):
+def test_send_arrow_lowers_it_while_it_runs_and_restores_it_after_success_and_errors(
+        kafka: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
 
-    def observed_plan(*args, **kwargs):  # the real planner, with the interval it ran under noted
+    # the real planner, with the interval it ran under noted
+    def observed_plan(*args: Any, **kwargs: Any) -> list[TopicRows]:
         seen.append(sys.getswitchinterval())
         return plan_arrow_send(*args, **kwargs)
 

@@ -1,6 +1,8 @@
 """security.protocol=SSL: TLS to Apache Kafka's own TLS listeners (server certificate only,
 and mutual TLS), read back by confluent-kafka's consumer."""
 
+from __future__ import annotations
+
 import os
 import shutil
 import subprocess
@@ -11,29 +13,30 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kprod_broker import make_tls_files
+from kprod_broker import TlsFiles, make_tls_files
 from spark_sink.client.errors import ConfigError, KafkaTimeoutError, SslAuthenticationError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from tests.brokers import consume_all, unique_topic
+from tests.secure_kafka import SecureKafka
 
 
 @pytest.fixture
-def pki(secure_kafka):
+def pki(secure_kafka: SecureKafka) -> TlsFiles:
     """The CA, the broker's and a client's certificates (PEM files)."""
     return secure_kafka.tls
 
 
 @pytest.fixture
-def tls_broker(secure_kafka):
+def tls_broker(secure_kafka: SecureKafka) -> str:
     """The TLS listener's address."""
     return secure_kafka.bootstrap("SSL")
 
 
-def _tls(pki, **extra):
+def _tls(pki: TlsFiles, **extra: object) -> dict[str, object]:
     return {"security.protocol": "SSL", "ssl.truststore.location": str(pki.ca), **extra}
 
 
-def test_send_and_send_arrow_over_tls(tls_broker, pki):
+def test_send_and_send_arrow_over_tls(tls_broker: str, pki: TlsFiles) -> None:
     topic = unique_topic("tls")
     with KafkaProducer({"bootstrap.servers": tls_broker, **_tls(pki)}) as p:
         futures = [p.send(ProducerRecord(topic, b"v%d" % i, key=b"k%d" % (i % 7))) for i in range(500)]
@@ -47,7 +50,7 @@ def test_send_and_send_arrow_over_tls(tls_broker, pki):
     assert values == sorted([b"v%d" % i for i in range(500)] + [b"a%d" % i for i in range(2000)])
 
 
-def test_pem_text_truststore_and_no_host_name_check(tls_broker, pki):
+def test_pem_text_truststore_and_no_host_name_check(tls_broker: str, pki: TlsFiles) -> None:
     topic = unique_topic("tls")
     config = {"bootstrap.servers": tls_broker, "security.protocol": "SSL",
               "ssl.truststore.certificates": pki.ca.read_text(), "ssl.endpoint.identification.algorithm": ""}
@@ -55,7 +58,7 @@ def test_pem_text_truststore_and_no_host_name_check(tls_broker, pki):
         assert p.send(ProducerRecord(topic, b"x")).result(30).offset >= 0
 
 
-def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, tmp_path):
+def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker: str, tmp_path: Path) -> None:
     other_ca = make_tls_files(tmp_path / "other")
     config = {"bootstrap.servers": tls_broker, "max.block.ms": 30000, **_tls(other_ca)}
     with KafkaProducer(config) as p:
@@ -64,7 +67,7 @@ def test_untrusted_broker_fails_at_once_with_the_settings_to_check(tls_broker, t
     assert "certificate verify failed" in str(info.value)
 
 
-def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
+def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker: str) -> None:
     with KafkaProducer({"bootstrap.servers": tls_broker, "max.block.ms": 1500}) as p:
         with pytest.raises(KafkaTimeoutError, match="max.block.ms"):
             p.partitions_for(unique_topic("tls"))
@@ -79,23 +82,23 @@ def test_plaintext_client_on_a_tls_listener_fails_within_max_block(tls_broker):
     ({"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "ldap"},
      "ssl.endpoint.identification.algorithm"),
 ])
-def test_bad_tls_settings_name_the_key(settings, named):
+def test_bad_tls_settings_name_the_key(settings: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         KafkaProducer({"bootstrap.servers": "127.0.0.1:9", **settings})
 
 
-def _keytool(*args):
+def _keytool(*args: str) -> None:
     subprocess.run(["keytool", *args], check=True, capture_output=True)
 
 
 @pytest.fixture
-def mtls(secure_kafka):
+def mtls(secure_kafka: SecureKafka) -> tuple[str, Path, Path]:
     """(bootstrap, client cert, client key) of the listener that requires a client
     certificate from the test CA."""
     return secure_kafka.bootstrap("MTLS"), secure_kafka.tls.client_cert, secure_kafka.tls.client_key
 
 
-def _pkcs12_truststore(pki, tmp_path):
+def _pkcs12_truststore(pki: TlsFiles, tmp_path: Path) -> Path:
     """The CA in a PKCS12 truststore as keytool writes it (password changeit)."""
     truststore = tmp_path / "truststore.p12"
     _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
@@ -104,7 +107,7 @@ def _pkcs12_truststore(pki, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("keytool") is None, reason="needs Java's keytool to write the stores")
-def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path):
+def test_pkcs12_stores_written_by_keytool_and_openssl(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     bootstrap, cert, key = mtls
     # A truststore as Java users have them: keytool's PKCS12 with a trusted-certificate entry.
     truststore = _pkcs12_truststore(pki, tmp_path)
@@ -125,7 +128,7 @@ def test_pkcs12_stores_written_by_keytool_and_openssl(mtls, pki, tmp_path):
             p.partitions_for(topic)
 
 
-def test_pem_keystore_for_mutual_tls(mtls, pki, tmp_path):
+def test_pem_keystore_for_mutual_tls(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     bootstrap, cert, key = mtls
     keystore = tmp_path / "client.pem"
     keystore.write_bytes(key.read_bytes() + cert.read_bytes())
@@ -134,7 +137,7 @@ def test_pem_keystore_for_mutual_tls(mtls, pki, tmp_path):
         assert p.send(ProducerRecord(unique_topic("pem-mtls"), b"mutual")).result(30).offset >= 0
 
 
-def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls, pki):
+def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls: tuple[str, Path, Path], pki: TlsFiles) -> None:
     """A broker that requires a client certificate refuses the session (with TLS 1.3, by an
     alert after the client's side of the handshake is done): a fatal authentication error
     naming the setting, not retries until max.block.ms."""
@@ -148,7 +151,7 @@ def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls, pki)
     assert "certificate" in str(info.value)
 
 
-def _jks_stores(pki, tmp_path):
+def _jks_stores(pki: TlsFiles, tmp_path: Path) -> tuple[Path, Path]:
     """Stores as Java shops hand them out, written by keytool: a JKS truststore with the
     CA as a trusted-certificate entry, and a JKS keystore whose key has a password of its
     own (ssl.key.password)."""
@@ -171,7 +174,7 @@ needs_keytool = pytest.mark.skipif(shutil.which("keytool") is None and not os.en
 
 
 @needs_keytool
-def test_jks_stores_written_by_keytool(mtls, pki, tmp_path):
+def test_jks_stores_written_by_keytool(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     """JKS stores with no ssl.*.type given (JKS is Java's default) against the listener
     that requires a client certificate, read back by confluent-kafka."""
     bootstrap, _, _ = mtls
@@ -196,7 +199,7 @@ def test_jks_stores_written_by_keytool(mtls, pki, tmp_path):
 
 
 @needs_keytool
-def test_pkcs12_store_under_the_default_type(mtls, pki, tmp_path):
+def test_pkcs12_store_under_the_default_type(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     """A PKCS12 truststore with no ssl.truststore.type: Java's default, JKS, reads it."""
     bootstrap, cert, key = mtls
     truststore = _pkcs12_truststore(pki, tmp_path)
@@ -209,7 +212,7 @@ def test_pkcs12_store_under_the_default_type(mtls, pki, tmp_path):
         assert p.send(ProducerRecord(unique_topic("p12-default"), b"x")).result(30).offset >= 0
 
 
-def test_store_errors_name_the_setting_and_hide_the_password(pki, tmp_path):
+def test_store_errors_name_the_setting_and_hide_the_password(pki: TlsFiles, tmp_path: Path) -> None:
     base = {"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"}
     truststore = tmp_path / "t.p12"
     subprocess.run(["openssl", "pkcs12", "-export", "-nokeys", "-in", str(pki.ca), "-out", str(truststore),

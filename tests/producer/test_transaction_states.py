@@ -29,28 +29,28 @@ def _manager(state: State) -> TransactionManager:
     return manager
 
 
-def test_the_table_names_every_state_and_only_states_and_events():
+def test_the_table_names_every_state_and_only_states_and_events() -> None:
     assert set(TRANSITIONS) == set(State)
     assert all(isinstance(e, Event) and isinstance(t, State) for row in TRANSITIONS.values() for e, t in row.items())
     assert ALLOWED and REFUSED
 
 
 @pytest.mark.parametrize(("state", "event"), ALLOWED, ids=lambda v: v.name)
-def test_allowed_transition(state, event):
+def test_allowed_transition(state: State, event: Event) -> None:
     manager = _manager(state)
     manager._transition(event)
     assert manager.state is TRANSITIONS[state][event]
 
 
 @pytest.mark.parametrize(("state", "event"), REFUSED, ids=lambda v: v.name)
-def test_refused_transition(state, event):
+def test_refused_transition(state: State, event: Event) -> None:
     manager = _manager(state)
     with pytest.raises(IllegalStateError, match=f"{state.name} does not allow {event.name}"):
         manager._transition(event)
     assert manager.state is state
 
 
-def test_every_state_is_reached_from_the_start_and_only_fatal_is_final():
+def test_every_state_is_reached_from_the_start_and_only_fatal_is_final() -> None:
     reached, frontier = {State.UNINITIALIZED}, [State.UNINITIALIZED]
     while frontier:
         for target in TRANSITIONS[frontier.pop()].values():
@@ -64,7 +64,7 @@ def test_every_state_is_reached_from_the_start_and_only_fatal_is_final():
 
 @pytest.mark.parametrize(("call", "state"), list(itertools.product(CALL_STATES, State)),
                          ids=lambda v: v if isinstance(v, str) else v.name)
-def test_calls_allowed_only_in_their_states(call, state):
+def test_calls_allowed_only_in_their_states(call: str, state: State) -> None:
     manager = _manager(state)
     if state in CALL_STATES[call]:
         manager._check_call(call)
@@ -76,7 +76,7 @@ def test_calls_allowed_only_in_their_states(call, state):
 
 
 @given(st.lists(st.sampled_from(Event), max_size=40))
-def test_random_walks_follow_the_table(events):
+def test_random_walks_follow_the_table(events: list[Event]) -> None:
     """Any run of events: the manager ends where the table leads, refused events skipped."""
     manager, expected = _manager(State.UNINITIALIZED), State.UNINITIALIZED
     for event in events:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.producer import (
     AbortableTransactionError,
@@ -28,7 +29,7 @@ def _values(bootstrap: str, topic: str, expected: int, settle: float = 1.0) -> l
     return sorted(m.value() for m in consume_all(bootstrap, topic, expected, settle=settle, overrides=COMMITTED))
 
 
-def test_committed_is_visible_and_aborted_is_not(kafka):
+def test_committed_is_visible_and_aborted_is_not(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("txn"), partitions=3)
     with _producer(kafka.bootstrap, unique_topic("tid")) as p:
         p.init_transactions()
@@ -52,7 +53,7 @@ def test_committed_is_visible_and_aborted_is_not(kafka):
     assert sum(m.value().startswith(b"aborted") for m in uncommitted) == 10
 
 
-def test_a_second_producer_with_the_same_id_fences_the_first(kafka):
+def test_a_second_producer_with_the_same_id_fences_the_first(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("fence"), partitions=1)
     tid = unique_topic("tid")
     first = _producer(kafka.bootstrap, tid)
@@ -77,7 +78,7 @@ def test_a_second_producer_with_the_same_id_fences_the_first(kafka):
     assert _values(kafka.bootstrap, topic, 1) == [b"from-second"]
 
 
-def test_fenced_producer_send_fails(kafka):
+def test_fenced_producer_send_fails(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("fence-send"), partitions=1)
     tid = unique_topic("tid")
     with _producer(kafka.bootstrap, tid) as first, _producer(kafka.bootstrap, tid) as second:
@@ -97,7 +98,7 @@ def test_fenced_producer_send_fails(kafka):
             first.abort_transaction()
 
 
-def test_offsets_commit_atomically_with_the_records(kafka):
+def test_offsets_commit_atomically_with_the_records(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("offsets"), partitions=2)
     group = unique_topic("group")
     with _producer(kafka.bootstrap, unique_topic("tid")) as p, AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
@@ -125,7 +126,7 @@ def test_offsets_commit_atomically_with_the_records(kafka):
         c.close()
 
 
-def test_prepared_transaction_is_ended_by_another_client(kafka):
+def test_prepared_transaction_is_ended_by_another_client(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("2pc"), partitions=2)
     prepared: list[PreparedTransaction] = []
     for name, n in (("commit", 5), ("abort", 3)):
@@ -134,7 +135,9 @@ def test_prepared_transaction_is_ended_by_another_client(kafka):
             p.begin_transaction()
             for i in range(n):
                 p.send(ProducerRecord(topic, f"{name}-{i}".encode()))
-            prepared.append(p.prepare_transaction())
+            transaction = p.prepare_transaction()
+            assert transaction is not None
+            prepared.append(transaction)
             with pytest.raises(IllegalStateError):
                 p.send(ProducerRecord(topic, b"after prepare"))
     assert all(t.producer_id >= 0 and t.producer_epoch >= 0 for t in prepared)
@@ -145,7 +148,7 @@ def test_prepared_transaction_is_ended_by_another_client(kafka):
     assert _values(kafka.bootstrap, topic, 5) == [f"commit-{i}".encode() for i in range(5)]
 
 
-def test_calls_out_of_order_name_the_state(kafka):
+def test_calls_out_of_order_name_the_state(kafka: KafkaCluster) -> None:
     with _producer(kafka.bootstrap, unique_topic("tid")) as p:
         with pytest.raises(IllegalStateError, match="UNINITIALIZED"):
             p.begin_transaction()

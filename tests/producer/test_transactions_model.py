@@ -21,7 +21,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pytest
@@ -36,6 +36,9 @@ from tests.brokers import consume_all, create_topic, unique_topic
 from tests.failover import FAILOVER_CONFIG, transaction_coordinator, wait_in_sync
 from tests.faultproxy import FaultProxy
 
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka, ProxiedKafka3
+
 PARTITIONS = 2
 SOAK = int(os.environ.get("KPROD_SOAK", "0"))
 _counter = itertools.count()
@@ -44,15 +47,24 @@ T = TypeVar("T")
 # On three nodes: retries outlast a coordinator's move, while max.block.ms does not, so
 # that calls time out and are retried too. A killed node is fenced 2.5 to 3 s after the
 # kill (its last heartbeat, every 0.5 s, plus 3 s): a call made at the kill times out.
-FAILOVER_PRODUCER = {**FAILOVER_CONFIG, "linger.ms": 0, "max.block.ms": 1500}
+FAILOVER_PRODUCER: dict[str, object] = {**FAILOVER_CONFIG, "linger.ms": 0, "max.block.ms": 1500}
 TIMEOUT_RETRIES = 40  # a move takes seconds: 60 s of calls are far more than it needs
 
 
+class ModelMachine(RuleBasedStateMachine):
+    """What a replay drives of the machines :func:`_machine` makes."""
+
+    timeouts = 0  # calls retried after KafkaTimeoutError
+
+    def setup(self) -> None:
+        raise NotImplementedError
+
+
 def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
-             cluster: KafkaCluster | None = None) -> type[RuleBasedStateMachine]:
+             cluster: KafkaCluster | None = None) -> type[ModelMachine]:
     """The machine on the node(s) at ``bootstrap``; with ``cluster`` (three nodes) it also
     kills the transaction coordinator's node."""
-    class Transactions(RuleBasedStateMachine):
+    class Transactions(ModelMachine):
         """One transactional id; the model: committed values per partition, committed
         offsets, and what the open transaction holds."""
 
@@ -198,6 +210,7 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
 
     if cluster is None:
         return Transactions
+    nodes: KafkaCluster = cluster  # three, one of them killed now and then
 
     class TransactionsFailover(Transactions):
         """The same on three nodes, with the coordinator's node killed and restarted."""
@@ -216,12 +229,12 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
             with a delay, in the middle of the next step (a commit's EndTxn in flight, say).
             Every replica is in sync first: a kill before the last restarted node caught up
             would leave partitions below min.insync.replicas, which is no coordinator move."""
-            cluster.wait_ready()
+            nodes.wait_ready()
             for topic in ("__transaction_state", "__consumer_offsets", self.topic):
-                wait_in_sync(cluster, topic)
-            victim = transaction_coordinator(cluster, self.tid)
+                wait_in_sync(nodes, topic)
+            victim = transaction_coordinator(nodes, self.tid)
             assert victim > 0, f"no coordinator for {self.tid}"
-            self.killer = threading.Timer(after, cluster.node(victim).kill)
+            self.killer = threading.Timer(after, nodes.node(victim).kill)
             self.killer.start()
             if not after:
                 self.killer.join()
@@ -233,8 +246,9 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
         def restart(self) -> None:
             """Start the killed node again (killed by now); it catches up while the next
             steps run."""
+            assert self.killer is not None and self.dead is not None
             self.killer.join()
-            cluster.node(self.dead).start()
+            nodes.node(self.dead).start()
             self.dead = None
 
         def teardown(self) -> None:
@@ -244,11 +258,11 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
                 super().teardown()
             finally:
                 # The cluster is shared: whole again, every replica in sync, for what runs next.
-                for node in cluster.nodes:
+                for node in nodes.nodes:
                     node.start()
-                cluster.wait_ready()
+                nodes.wait_ready()
                 for topic in ("__transaction_state", "__consumer_offsets"):
-                    wait_in_sync(cluster, topic)
+                    wait_in_sync(nodes, topic)
                 STATS["kills"] += getattr(self, "kills", 0)
                 STATS["timeouts"] += getattr(self, "timeouts", 0)
                 STATS["examples"] += 1
@@ -259,19 +273,19 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
 STATS: dict[str, int] = {"examples": 0, "kills": 0, "timeouts": 0}  # of the failover runs, reported
 
 
-def test_transactions_match_the_model(kafka, kafka_proxy):
+def test_transactions_match_the_model(kafka: KafkaCluster, kafka_proxy: ProxiedKafka) -> None:
     machine = _machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])
     run_state_machine_as_test(machine, settings=settings(
         max_examples=SOAK or 6, stateful_step_count=12, deadline=None, database=None, derandomize=not SOAK,
         suppress_health_check=list(HealthCheck)))
 
 
-def test_transactions_match_the_model_on_protocol_v1(kafka_tv1, kafka_tv1_proxy):
+def test_transactions_match_the_model_on_protocol_v1(kafka_tv1: KafkaCluster, kafka_tv1_proxy: ProxiedKafka) -> None:
     """The same on a cluster without transaction protocol v2 (transaction.version 1)."""
     test_transactions_match_the_model(kafka_tv1, kafka_tv1_proxy)
 
 
-def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka, kafka_tv1):
+def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka: KafkaCluster, kafka_tv1: KafkaCluster) -> None:
     """Kafka 4.x finalizes transaction.version 2 on a fresh node: there each commit bumps
     the epoch (EndTxn v5); formatted with transaction.version 1, it stays."""
     topic = unique_topic("tv")
@@ -296,7 +310,7 @@ def test_the_suites_brokers_speak_transaction_protocol_v2_and_v1(kafka, kafka_tv
 # An example costs 5 to 15 s here (kills, restarts, waits for replicas in sync): a soak
 # outlasts the suite's 300 s per test.
 @pytest.mark.timeout(300 + 30 * SOAK)
-def test_transactions_match_the_model_as_coordinators_die(kafka3, kafka3_proxies):
+def test_transactions_match_the_model_as_coordinators_die(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3) -> None:
     """Three nodes; the transaction coordinator's node is SIGKILLed at random steps."""
     machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)
     before = dict(STATS)
@@ -309,12 +323,12 @@ def test_transactions_match_the_model_as_coordinators_die(kafka3, kafka3_proxies
 # -- sequences the model found, kept as they were shrunk --------------------------
 
 
-def _replay(kafka, kafka_proxy, *steps: tuple) -> None:
+def _replay(kafka: KafkaCluster, kafka_proxy: ProxiedKafka, *steps: tuple) -> None:
     """Run one sequence of the model's steps, ``(rule, {argument: value})`` each."""
     _run(_machine(kafka.bootstrap, kafka_proxy.bootstrap, [kafka_proxy.proxy])(), steps)
 
 
-def _replay_failover(kafka3, kafka3_proxies, *steps: tuple) -> RuleBasedStateMachine:
+def _replay_failover(kafka3: KafkaCluster, kafka3_proxies: ProxiedKafka3, *steps: tuple) -> ModelMachine:
     """:func:`_replay` on three nodes, with the coordinator kills among the steps; returns
     the machine (its ``timeouts`` count the calls retried)."""
     machine = _machine(kafka3.bootstrap, kafka3_proxies.bootstrap, list(kafka3_proxies.proxies.values()), kafka3)()
@@ -322,7 +336,7 @@ def _replay_failover(kafka3, kafka3_proxies, *steps: tuple) -> RuleBasedStateMac
     return machine
 
 
-def _run(machine: RuleBasedStateMachine, steps: Sequence[tuple]) -> None:
+def _run(machine: ModelMachine, steps: Sequence[tuple]) -> None:
     """``steps`` on ``machine`` (set up here), then its teardown and final checks."""
     machine.setup()
     try:
@@ -332,20 +346,22 @@ def _run(machine: RuleBasedStateMachine, steps: Sequence[tuple]) -> None:
         machine.teardown()
 
 
-def test_unflushed_records_of_an_aborted_transaction_stay_out_of_the_next(kafka, kafka_proxy):
+def test_unflushed_records_of_an_aborted_transaction_stay_out_of_the_next(kafka: KafkaCluster,
+                                                                          kafka_proxy: ProxiedKafka) -> None:
     """The first records must be failed by the abort, not sent in the next transaction."""
     _replay(kafka, kafka_proxy, ("begin", {}), ("send", {"partition": 0, "n": 3}), ("abort", {"flush": False}),
             ("begin", {}), ("send", {"partition": 0, "n": 1}), ("commit", {}))
 
 
-def test_aborted_offsets_then_a_committed_transaction(kafka, kafka_proxy):
+def test_aborted_offsets_then_a_committed_transaction(kafka: KafkaCluster, kafka_proxy: ProxiedKafka) -> None:
     """The offsets of the aborted transaction were committed by the next one (fixed with
     empty transactions)."""
     _replay(kafka, kafka_proxy, ("begin", {}), ("send_offsets", {"partition": 0, "offset": 5}),
             ("abort", {"flush": True}), ("begin", {}), ("send", {"partition": 1, "n": 1}), ("commit", {}))
 
 
-def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka3, kafka3_proxies):
+def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka3: KafkaCluster,
+                                                                           kafka3_proxies: ProxiedKafka3) -> None:
     """commit_transaction() outlasted max.block.ms with the coordinator's node killed, and
     its retry raised IllegalStateError (COMMITTING_TRANSACTION allowed no call): the retry
     must wait for the same commit, which the new coordinator completes (fixed: the producer
@@ -359,7 +375,8 @@ def test_a_commit_that_timed_out_while_its_coordinator_was_down_is_retried(kafka
     assert machine.timeouts >= 1  # the path under test: the commit did time out, and was retried
 
 
-def test_a_coordinator_moved_back_to_a_node_restarted_is_reconnected(kafka3, kafka3_proxies):
+def test_a_coordinator_moved_back_to_a_node_restarted_is_reconnected(kafka3: KafkaCluster,
+                                                                     kafka3_proxies: ProxiedKafka3) -> None:
     """The coordinator moved to the node killed (and restarted) before: the producer had
     forgotten its connection as failed and so dropped the coordinator at once each time
     FindCoordinator named it, without ever connecting again; the abort hung until the

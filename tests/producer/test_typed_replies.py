@@ -4,6 +4,9 @@ hands its reply over only when no error prevented it. Pure: no broker."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 from spark_sink.admin.admin_client import _reply_error
@@ -18,10 +21,13 @@ from spark_sink.protocol.error_codes import (
     UnknownTopicOrPartitionError,
 )
 
+T = TypeVar("T")
+
 FENCED, NOT_AVAILABLE = ProducerFencedError.code, CoordinatorNotAvailableError.code
 
 
-def _offsets(reply_cls, topic_cls, partition_cls, code, **top):
+def _offsets(reply_cls: Callable[..., T], topic_cls: Callable[..., object], partition_cls: Callable[..., object],
+             code: int, **top: int) -> T:
     return reply_cls(topics=[topic_cls("t", [partition_cls(partition_index=0), partition_cls(
         partition_index=1, error_code=code)])], **top)
 
@@ -46,18 +52,18 @@ CASES = [
 
 
 @pytest.mark.parametrize(("reply", "error"), CASES, ids=lambda v: type(v).__name__)
-def test_each_answer_s_error_is_found_where_its_class_keeps_it(reply, error):
+def test_each_answer_s_error_is_found_where_its_class_keeps_it(reply: object, error: type[Exception]) -> None:
     found = _reply_error(reply, "call")
     assert type(found) is error and "call" in str(found)
 
 
 @pytest.mark.parametrize("reply", [type(r)() for r, _ in CASES] + [kmsg.MetadataResponse()],
                          ids=lambda v: type(v).__name__)
-def test_an_answer_without_error_has_none(reply):
+def test_an_answer_without_error_has_none(reply: object) -> None:
     assert _reply_error(reply, "call") is None
 
 
-def test_a_reply_is_handed_over_only_without_an_error():
+def test_a_reply_is_handed_over_only_without_an_error() -> None:
     body = kmsg.MetadataResponse()
     assert ClientResponse(1, 3, 12, 7, body, None, 1.0).reply() is body
     refused = KafkaConnectionError("node 1 closed the connection")

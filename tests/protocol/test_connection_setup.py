@@ -5,7 +5,7 @@ it writes checked the same way."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -15,13 +15,14 @@ from spark_sink.protocol.connection_setup import (
     ConnectionSetup,
     Event,
     Failed,
+    Output,
     Ready,
     Send,
     SetupError,
     SetupState,
 )
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.sasl import Plain, Scram
+from spark_sink.protocol.sasl import Plain, SaslMechanism, Scram
 
 CLIENT_ID = b"\x00\x02kp"  # the client id "kp" as a (non-compact) string
 
@@ -55,7 +56,7 @@ def _api_versions_v3(cid: int, apis: list[tuple[int, int, int]], code: int = 0) 
     return _frame(struct.pack(">ih", cid, code) + _uvarint(len(apis) + 1) + entries + struct.pack(">i", 0) + b"\x00")
 
 
-def _api_versions_v0_error(cid: int, code: int, apis: list[tuple[int, int, int]] = ()) -> bytes:
+def _api_versions_v0_error(cid: int, code: int, apis: Sequence[tuple[int, int, int]] = ()) -> bytes:
     """An ApiVersions error in v0's layout, whatever version was asked (KIP-511)."""
     entries = b"".join(struct.pack(">hhh", *api) for api in apis)
     return _frame(struct.pack(">ihi", cid, code, len(apis)) + entries)
@@ -97,7 +98,7 @@ def _authenticate_request(cid: int, token: bytes) -> bytes:
 
 # -- driving the machine ----------------------------------------------------------
 
-def _setup(exchange=None) -> ConnectionSetup:
+def _setup(exchange: SaslMechanism | None = None) -> ConnectionSetup:
     return ConnectionSetup(KafkaProtocol("kp"), exchange, renew_fraction=0.9)
 
 
@@ -109,20 +110,31 @@ def _scram() -> ConnectionSetup:
     return _setup(Scram("SCRAM-SHA-256", "user", "pencil", nonce=RFC_NONCE))
 
 
+def _mechanism(setup: ConnectionSetup) -> SaslMechanism:
+    assert setup._exchange is not None
+    return setup._exchange
+
+
+def _failed(outputs: list[Output]) -> Failed:
+    (failed,) = outputs
+    assert isinstance(failed, Failed), failed
+    return failed
+
+
 def _connected(setup: ConnectionSetup, now: float = 0.0) -> ConnectionSetup:
     assert setup.connected(now) == [Send(API_VERSIONS_V3_REQUEST)]
     return setup
 
 
 def _at_handshake(setup: ConnectionSetup) -> ConnectionSetup:
-    mechanism = setup._exchange.name.encode()
+    mechanism = _mechanism(setup).name.encode()
     assert _connected(setup).receive_data(_api_versions_v3(0, BROKER_APIS), 1.0) == [
         Send(_handshake_request(1, mechanism))]
     return setup
 
 
 def _at_authenticate(setup: ConnectionSetup) -> ConnectionSetup:
-    first = setup._exchange.first_token()
+    first = _mechanism(setup).first_token()
     assert _at_handshake(setup).receive_data(_sasl_handshake_v1(1, 0, [b"PLAIN", b"SCRAM-SHA-256"]), 2.0) == [
         Send(_authenticate_request(2, first))]
     return setup
@@ -166,7 +178,7 @@ def _case_versions_agreed_sasl() -> ConnectionSetup:
 
 def _case_no_sasl_api() -> ConnectionSetup:
     setup = _connected(_plain())
-    (failed,) = setup.receive_data(_api_versions_v3(0, NO_SASL_APIS), 1.0)
+    failed = _failed(setup.receive_data(_api_versions_v3(0, NO_SASL_APIS), 1.0))
     assert failed == Failed(failed.reason, authentication=True)
     assert "does not support SaslHandshake" in failed.reason
     return setup
@@ -231,7 +243,7 @@ def _case_exchange_failed() -> ConnectionSetup:
     """A server that does not know the password cannot sign the server-final message."""
     setup = _case_challenge()
     forged = b"v=" + b"A" * 43 + b"="
-    (failed,) = setup.receive_data(_sasl_authenticate_v2(3, forged), 4.0)
+    failed = _failed(setup.receive_data(_sasl_authenticate_v2(3, forged), 4.0))
     assert failed.authentication and "signature is wrong" in failed.reason
     return setup
 
@@ -263,12 +275,12 @@ CASES: dict[tuple[SetupState, Event], Callable[[], ConnectionSetup]] = {
 }
 
 
-def test_every_transition_has_a_case():
+def test_every_transition_has_a_case() -> None:
     assert set(CASES) == set(TRANSITIONS)
 
 
 @pytest.mark.parametrize("transition", list(CASES), ids=lambda t: f"{t[0].name}-{t[1].name}")
-def test_transition(transition):
+def test_transition(transition: tuple[SetupState, Event]) -> None:
     setup = CASES[transition]()
     assert setup.state is TRANSITIONS[transition]
     if setup.state in (SetupState.READY, SetupState.RENEWING, SetupState.FAILED):
@@ -277,7 +289,7 @@ def test_transition(transition):
 
 # -- beyond single transitions ------------------------------------------------------
 
-def test_plain_bring_up_in_one_byte_reads():
+def test_plain_bring_up_in_one_byte_reads() -> None:
     """Responses split anywhere give the same outputs as whole ones."""
     setup = _connected(_plain())
     outputs = []
@@ -290,14 +302,14 @@ def test_plain_bring_up_in_one_byte_reads():
     assert setup.state is SetupState.READY and setup.renew_at_ms == 0.0
 
 
-def test_api_versions_stepped_down_to_v0_then_agreed():
+def test_api_versions_stepped_down_to_v0_then_agreed() -> None:
     setup = _connected(_setup())
     setup.receive_data(_api_versions_v0_error(0, 35, [(18, 0, 0)]), 1.0)  # the broker knows v0 only
     v0_response = _frame(struct.pack(">ihi", 1, 0, 2) + struct.pack(">hhh", 0, 3, 9) + struct.pack(">hhh", 18, 0, 0))
     assert setup.receive_data(v0_response, 2.0) == [Ready({0: 9, 18: 0})]
 
 
-def test_unsupported_version_in_the_layout_of_the_version_sent():
+def test_unsupported_version_in_the_layout_of_the_version_sent() -> None:
     """librdkafka's mock cluster answers UNSUPPORTED_VERSION in the layout of the version
     asked (v3: compact array, tagged fields), not v0's. Read as the Java client reads it:
     with the version sent first; the request goes again at the highest version listed."""
@@ -309,37 +321,37 @@ def test_unsupported_version_in_the_layout_of_the_version_sent():
     assert setup.receive_data(v2_response, 2.0) == [Ready({0: 9, 18: 2})]
 
 
-def test_unsupported_version_listing_no_api_versions_steps_down_to_v0():
+def test_unsupported_version_listing_no_api_versions_steps_down_to_v0() -> None:
     setup = _connected(_setup())
     again = _frame(b"\x00\x12\x00\x00\x00\x00\x00\x01" + CLIENT_ID)  # v0: header v1, empty body
     assert setup.receive_data(_api_versions_v3(0, [], code=35), 1.0) == [Send(again)]
 
 
-def test_another_error_in_the_layout_of_the_version_sent_fails():
+def test_another_error_in_the_layout_of_the_version_sent_fails() -> None:
     setup = _connected(_setup())
     assert setup.receive_data(_api_versions_v3(0, [], code=42), 1.0) == [
         Failed("ApiVersions failed: INVALID_REQUEST", authentication=False)]
 
 
-def test_unsupported_version_at_v0_fails():
+def test_unsupported_version_at_v0_fails() -> None:
     setup = _connected(_setup())
     setup.receive_data(_api_versions_v0_error(0, 35, [(18, 0, 0)]), 1.0)
     assert setup.receive_data(_api_versions_v0_error(1, 35, [(18, 0, 0)]), 2.0) == [
         Failed("ApiVersions failed: UNSUPPORTED_VERSION", authentication=False)]
 
 
-def test_a_session_without_lifetime_never_ends():
+def test_a_session_without_lifetime_never_ends() -> None:
     setup = _ready_with_lifetime(0)
     assert setup.renew_at_ms == 0.0 and not setup.session_ending(1e15)
     assert setup.state is SetupState.READY
 
 
-def test_session_ending_is_no_transition_before_ready():
+def test_session_ending_is_no_transition_before_ready() -> None:
     setup = _at_handshake(_plain())
     assert not setup.session_ending(1e15) and setup.state is SetupState.SASL_HANDSHAKE
 
 
-def test_events_the_table_does_not_allow_raise():
+def test_events_the_table_does_not_allow_raise() -> None:
     setup = _connected(_setup())
     with pytest.raises(SetupError, match="CONNECTED in state API_VERSIONS"):
         setup.connected(1.0)
@@ -348,7 +360,7 @@ def test_events_the_table_does_not_allow_raise():
         failed.connected(2.0)
 
 
-def test_the_protocol_carries_on_after_ready():
+def test_the_protocol_carries_on_after_ready() -> None:
     """The bring-up's correlation ids are the connection's: the next request continues them."""
     setup = _at_authenticate(_plain())
     setup.receive_data(_sasl_authenticate_v2(2), 3.0)
@@ -377,7 +389,8 @@ TXN_V2_APIS = [(0, 3, 13), (18, 0, 4), (26, 0, 5), (28, 0, 5)]
     ({"transaction.version": 2}, [(0, 3, 11), (18, 0, 4), (26, 0, 5), (28, 0, 5)], 1),  # no Produce v12
     ({"transaction.version": 2}, [(0, 3, 13), (18, 0, 4), (26, 0, 4), (28, 0, 5)], 1),  # no EndTxn v5
 ])
-def test_the_finalized_features_tell_the_transaction_protocol(features, apis, expected):
+def test_the_finalized_features_tell_the_transaction_protocol(features: dict[str, int],
+                                                               apis: list[tuple[int, int, int]], expected: int) -> None:
     from spark_sink.protocol.apis import transaction_version
 
     setup = _connected(_setup())

@@ -25,6 +25,7 @@ def _state(pid: int, epoch: int) -> TransactionState:
     (2, MAX_EPOCH - 1, (PID, MAX_EPOCH), False),
     (2, MAX_EPOCH - 2, (PID, MAX_EPOCH - 1), True),
 ])
-def test_an_endtxn_is_known_by_the_epoch_it_leaves(version, task_epoch, after, ours):
+def test_an_endtxn_is_known_by_the_epoch_it_leaves(version: int, task_epoch: int, after: tuple[int, int],
+                                                    ours: bool) -> None:
     transaction = PreparedTransaction("t-0", PID, task_epoch)
     assert ended_by(transaction, _state(*after), version) is ours

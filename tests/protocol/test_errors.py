@@ -22,7 +22,7 @@ from spark_sink.protocol.error_codes import (
 )
 
 
-def test_every_class_is_exported_under_the_name_it_has():
+def test_every_class_is_exported_under_the_name_it_has() -> None:
     for code, cls in ERRORS_BY_CODE.items():
         assert cls.code == code
         assert getattr(errors, cls.__name__) is cls, f"row for {cls.name} is bound to another name"
@@ -30,7 +30,7 @@ def test_every_class_is_exported_under_the_name_it_has():
         assert issubclass(cls, KafkaError) and issubclass(cls, KProdError)
 
 
-def test_class_names_follow_the_protocol_names():
+def test_class_names_follow_the_protocol_names() -> None:
     assert NotLeaderOrFollowerError.name == "NOT_LEADER_OR_FOLLOWER"
     assert errors.InvalidTopicException.name == "INVALID_TOPIC_EXCEPTION"  # no doubled suffix
     assert errors.KafkaStorageError.name == "KAFKA_STORAGE_ERROR"
@@ -38,7 +38,7 @@ def test_class_names_follow_the_protocol_names():
     assert not OutOfOrderSequenceNumberError.retriable
 
 
-def test_error_for_code_gives_the_class_and_keeps_the_message():
+def test_error_for_code_gives_the_class_and_keeps_the_message() -> None:
     assert error_for_code(0) is None
     error = error_for_code(DuplicateSequenceNumberError.code, "t-0")
     assert type(error) is DuplicateSequenceNumberError
@@ -46,7 +46,7 @@ def test_error_for_code_gives_the_class_and_keeps_the_message():
     assert str(error_for_code(NotLeaderOrFollowerError.code)) == "[NOT_LEADER_OR_FOLLOWER (6)]"
 
 
-def test_an_unknown_code_is_kept_and_not_retriable():
+def test_an_unknown_code_is_kept_and_not_retriable() -> None:
     error = error_for_code(32000, "from a newer broker")
     assert isinstance(error, UnknownErrorCode)
     assert (error.code, error.name, error.retriable) == (32000, "UNKNOWN_CODE_32000", False)
@@ -54,9 +54,10 @@ def test_an_unknown_code_is_kept_and_not_retriable():
     assert type(error)("again").code == 32000  # re-raised with another message, as the producer does
 
 
-def test_errors_survive_pickling():
+def test_errors_survive_pickling() -> None:
     """Spark ships exceptions between processes."""
     for error in (OutOfOrderSequenceNumberError("t-1: seq 5"), error_for_code(32001, "x")):
+        assert error is not None
         copy = pickle.loads(pickle.dumps(error))
         assert type(copy) is type(error) and str(copy) == str(error) and copy.code == error.code
 
@@ -78,7 +79,7 @@ public class DumpErrors {
 
 
 @pytest.mark.jvm  # runs java: make unit, which promises no JVM, leaves it out
-def test_the_table_is_kafkas_own(tmp_path: Path):
+def test_the_table_is_kafkas_own(tmp_path: Path) -> None:
     """Codes, names and flags are those of the kafka-clients jar the test broker runs (Java's
     exception classes decide the flags: RetriableException, InvalidMetadataException)."""
     from kprod_broker import cache_dir, kafka_classpath

@@ -1,6 +1,8 @@
 """The hand-written Produce codec against the generic schema codec, at every version."""
 
 import copy
+from collections.abc import Sequence
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -11,10 +13,17 @@ from spark_sink.protocol import primitives as p
 from spark_sink.protocol.apis import APIS, ApiKey
 from spark_sink.protocol.error_codes import CorruptRecordError
 from spark_sink.protocol.framing import KafkaProtocol
-from spark_sink.protocol.schema import decode, encode
+from spark_sink.protocol.schema import Buffer, Records, Schema, decode, encode
+
+T = TypeVar("T")
 
 VERSIONS = range(APIS[ApiKey.PRODUCE].min_version, APIS[ApiKey.PRODUCE].max_version + 1)
 REQUEST, RESPONSE = APIS[ApiKey.PRODUCE].request, APIS[ApiKey.PRODUCE].response
+
+
+def _buffers(records: Records) -> Sequence[Buffer]:
+    """A partition's records as the buffers that together form them."""
+    return [records] if isinstance(records, (bytes, bytearray, memoryview)) else records
 
 
 def _joined(body: kmsg.ProduceRequest) -> kmsg.ProduceRequest:
@@ -22,13 +31,13 @@ def _joined(body: kmsg.ProduceRequest) -> kmsg.ProduceRequest:
     return kmsg.ProduceRequest(body.transactional_id, body.acks, body.timeout_ms, [
         kmsg.TopicProduceData(t.name, [
             kmsg.PartitionProduceData(d.index, d.records if d.records is None or isinstance(d.records, bytes)
-                                      else b"".join(d.records)) for d in t.partition_data])
+                                      else b"".join(_buffers(d.records))) for d in t.partition_data])
         for t in body.topic_data])
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("transactional_id", [None, "tx-é"])
-def test_request_bytes_equal_the_schema_encoder(version, transactional_id):
+def test_request_bytes_equal_the_schema_encoder(version: int, transactional_id: str | None) -> None:
     big = bytes(range(256)) * 20  # past the copy threshold: travels as its own buffer
     body = kmsg.ProduceRequest(transactional_id, -1, 30000, [
         kmsg.TopicProduceData("a", [
@@ -43,7 +52,7 @@ def test_request_bytes_equal_the_schema_encoder(version, transactional_id):
         "large payloads are passed through, not copied"
 
 
-def _at_version(schema, version: int, value):
+def _at_version(schema: Schema, version: int, value: T) -> T:
     """``value`` with the fields ``version`` lacks at their defaults: what a broker of that
     version can send (the encoder refuses to drop a value, as Kafka's)."""
     for f in schema.fields:
@@ -76,7 +85,7 @@ _topics = st.lists(st.builds(kmsg.TopicProduceResponse, name=st.text(min_size=1,
 
 @settings(max_examples=60, deadline=None)
 @given(version=st.sampled_from(VERSIONS), topics=_topics)
-def test_response_decodes_as_the_schema_decoder(version, topics):
+def test_response_decodes_as_the_schema_decoder(version: int, topics: list[kmsg.TopicProduceResponse]) -> None:
     expected = _response(version, topics)
     data = encode(RESPONSE, version, expected)
     decoded, end = produce.decode_response(version, memoryview(b"pad" + data), 3)
@@ -84,7 +93,7 @@ def test_response_decodes_as_the_schema_decoder(version, topics):
     assert end == 3 + len(data)
 
 
-def test_tagged_fields_are_read_and_unknown_ones_skipped():
+def test_tagged_fields_are_read_and_unknown_ones_skipped() -> None:
     # v10 with tagged fields in a partition response (current_leader, tag 0, and an unknown
     # tag 9) and at the end of the body (node_endpoints, tag 0, and an unknown tag 7), as
     # Kafka 3.7+ sends on NOT_LEADER_OR_FOLLOWER.
@@ -107,7 +116,7 @@ def test_tagged_fields_are_read_and_unknown_ones_skipped():
 
 
 @pytest.mark.parametrize("version", [3, 9, 11])
-def test_truncated_response_is_a_corrupt_record_error(version):
+def test_truncated_response_is_a_corrupt_record_error(version: int) -> None:
     data = encode(RESPONSE, version, _response(version, [kmsg.TopicProduceResponse("t", [
         kmsg.PartitionProduceResponse(index=0, error_code=0, base_offset=5, error_message="m")])]))
     for cut in range(len(data)):
@@ -115,7 +124,7 @@ def test_truncated_response_is_a_corrupt_record_error(version):
             produce.decode_response(version, memoryview(data[:cut]))
 
 
-def test_framed_parts_are_the_framed_bytes():
+def test_framed_parts_are_the_framed_bytes() -> None:
     body = kmsg.ProduceRequest(acks=1, timeout_ms=5, topic_data=[kmsg.TopicProduceData("t", [
         kmsg.PartitionProduceData(0, (b"h" * 61, b"p" * 5000))])])
     _, parts = KafkaProtocol("kp").send_request_parts(ApiKey.PRODUCE, 9, body)
@@ -125,7 +134,7 @@ def test_framed_parts_are_the_framed_bytes():
 
 
 @pytest.mark.parametrize("value", [0, 1, 0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2**31 - 1, 2**35])
-def test_unsigned_varints_at_every_width_boundary(value):
+def test_unsigned_varints_at_every_width_boundary(value: int) -> None:
     encoded = p.write_uvarint(value)
     # LEB128 by its definition: seven bits a byte, low first, the top bit on all but the last.
     groups = [(value >> shift) & 0x7F for shift in range(0, max(value.bit_length(), 1), 7)]

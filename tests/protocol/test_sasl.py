@@ -12,7 +12,7 @@ from spark_sink.protocol.apis import ApiKey, decode_response_body, encode_reques
 from spark_sink.protocol.sasl import Gssapi, Plain, SaslError, Scram, mechanism
 
 
-def test_scram_sha_256_matches_rfc_7677_example():
+def test_scram_sha_256_matches_rfc_7677_example() -> None:
     client = Scram("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
     assert client.first_token() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
@@ -24,20 +24,26 @@ def test_scram_sha_256_matches_rfc_7677_example():
 
 @pytest.mark.parametrize("name", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 @pytest.mark.parametrize("user, password", [("alice", "secret"), ("b,o=b", "pässword with spaces")])
-def test_scram_against_an_independent_server(name, user, password):
+def test_scram_against_an_independent_server(name: str, user: str, password: str) -> None:
     server_mechanism = scramp.ScramMechanism(name)
     auth_info = server_mechanism.make_auth_info(password, iteration_count=4096)
-    seen_users = []
-    server = server_mechanism.make_server(lambda username: seen_users.append(username) or auth_info)
+    seen_users: list[str] = []
+
+    def auth_for(username: str) -> object:
+        seen_users.append(username)
+        return auth_info
+
+    server = server_mechanism.make_server(auth_for)
     client = mechanism(name, user, password)
     server.set_client_first(client.first_token().decode())
     assert seen_users == [user]  # the escaped name arrives as the user's
     client_final = client.respond(server.get_server_first().encode())
+    assert client_final is not None
     server.set_client_final(client_final.decode())  # raises if the proof is wrong
     assert client.respond(server.get_server_final().encode()) is None
 
 
-def test_scram_rejects_a_server_that_does_not_know_the_password():
+def test_scram_rejects_a_server_that_does_not_know_the_password() -> None:
     server_mechanism = scramp.ScramMechanism("SCRAM-SHA-256")
     impostor_info = server_mechanism.make_auth_info("another password", iteration_count=4096)
     client = mechanism("SCRAM-SHA-256", "alice", "secret")
@@ -59,20 +65,20 @@ def test_scram_rejects_a_server_that_does_not_know_the_password():
     (b"r={nonce}xyz,i=4096", "malformed"),
     (b"garbage", "malformed"),
 ])
-def test_scram_rejects_bad_server_first_messages(server_first, match):
+def test_scram_rejects_bad_server_first_messages(server_first: bytes, match: str) -> None:
     client = Scram("SCRAM-SHA-512", "alice", "secret", nonce="abc")
     with pytest.raises(SaslError, match=match):
         client.respond(server_first.replace(b"{nonce}", b"abc"))
 
 
-def test_scram_server_error_is_reported():
+def test_scram_server_error_is_reported() -> None:
     client = Scram("SCRAM-SHA-256", "alice", "secret", nonce="abc")
     client.respond(b"r=abcdef,s=QSXCR+Q6sek8bf92,i=4096")
     with pytest.raises(SaslError, match="invalid-proof"):
         client.respond(b"e=invalid-proof")
 
 
-def test_plain_token_and_unknown_mechanism():
+def test_plain_token_and_unknown_mechanism() -> None:
     client = Plain("alice", "sécret")
     assert client.first_token() == b"\x00alice\x00s\xc3\xa9cret"
     assert client.respond(b"") is None
@@ -80,7 +86,7 @@ def test_plain_token_and_unknown_mechanism():
         mechanism("OAUTHBEARER", "a", "b")
 
 
-def test_sasl_message_bytes():
+def test_sasl_message_bytes() -> None:
     # SaslHandshake v1: mechanism as INT16-length string.
     assert encode_request_body(ApiKey.SASL_HANDSHAKE, 1, kmsg.SaslHandshakeRequest("PLAIN")) == b"\x00\x05PLAIN"
     # SaslAuthenticate v1: INT32-length bytes; v2 (flexible): uvarint length + 1, then tags.
@@ -98,7 +104,7 @@ def test_sasl_message_bytes():
         error_code=33, mechanisms=["PLAIN", "SCRAM-SHA-256"])
 
 
-def test_oauthbearer_initial_response_as_kip_255_lays_it_out():
+def test_oauthbearer_initial_response_as_kip_255_lays_it_out() -> None:
     from spark_sink.protocol.sasl import OAuthBearer
 
     assert OAuthBearer("t.k.n").first_token() == b"n,,\x01auth=Bearer t.k.n\x01\x01"
@@ -107,7 +113,7 @@ def test_oauthbearer_initial_response_as_kip_255_lays_it_out():
     assert client.respond(b"") is None  # the broker accepted the token
 
 
-def test_oauthbearer_acknowledges_the_brokers_error_with_one_control_a():
+def test_oauthbearer_acknowledges_the_brokers_error_with_one_control_a() -> None:
     from spark_sink.protocol.sasl import OAuthBearer
 
     client = OAuthBearer("tok")
@@ -141,7 +147,7 @@ class _ScriptedContext:
         return b"W:" + message
 
 
-def test_gssapi_chooses_no_security_layer_as_rfc_4752_lays_it_out():
+def test_gssapi_chooses_no_security_layer_as_rfc_4752_lays_it_out() -> None:
     exchange = Gssapi(_ScriptedContext(), b"AP-REQ", hint="h")
     assert exchange.first_token() == b"AP-REQ"
     assert exchange.respond(b"AP-REP") == b""  # context complete, nothing to send: ask for the offer
@@ -157,7 +163,7 @@ def test_gssapi_chooses_no_security_layer_as_rfc_4752_lays_it_out():
 
 @pytest.mark.parametrize("offer, match", [(b"W:\x06\x01\x00\x00", "requires a SASL security layer"),
                                           (b"W:\x01\x00", "has 2 bytes, expected 4")])
-def test_gssapi_refuses_an_offer_without_the_no_layer_choice(offer, match):
+def test_gssapi_refuses_an_offer_without_the_no_layer_choice(offer: bytes, match: str) -> None:
     exchange = Gssapi(_ScriptedContext(), b"AP-REQ", hint="h")
     exchange.respond(b"AP-REP")
     with pytest.raises(SaslError, match=match):

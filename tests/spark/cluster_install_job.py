@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Iterator
 
 from pyspark.sql import SparkSession
 
 
-def _encoder(_rows):
+def _encoder(_rows: Iterable[int]) -> Iterator[str]:
     from spark_sink.encoder import kernels
 
     yield kernels.compiled().__name__

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.jvms import spark_jvm_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark() -> Iterator[SparkSession]:
     """local[2], few shuffle partitions, no UI, Spark's Kafka connector and spark-avro on the classpath;
     stopped at the end of the session."""
     from pyspark.sql import SparkSession
@@ -44,7 +50,7 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def installed_python(tmp_path_factory):
+def installed_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Python with kprod installed as the README's install does (editable), and nothing
     else of this checkout on its path: the Python of Spark services that must find kprod."""
     from tests.installs import venv_with_kprod
@@ -53,7 +59,7 @@ def installed_python(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def deps_only_python(tmp_path_factory):
+def deps_only_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Python with kprod's dependencies but not kprod: a Spark Connect client, or
     executors that get kprod only from what a job ships."""
     from tests.installs import venv_with_kprod

@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections.abc import Iterator
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
@@ -29,8 +31,9 @@ def main() -> None:
     source = (spark.readStream.schema("id LONG, payload STRING").option("maxFilesPerTrigger", 2)
               .json(input_dir))
 
-    def flaky(batches):
+    def flaky(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
+        assert ctx is not None, "runs in a Spark task"
         fail_at = random.randrange(1, 3) if ctx.attemptNumber() == 0 and random.random() < p else -1
         for i, batch in enumerate(batches):
             if i == fail_at:

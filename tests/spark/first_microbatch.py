@@ -13,9 +13,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
 
 
 def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
@@ -25,31 +31,33 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
         DataSource,
         DataSourceArrowWriter,
         DataSourceStreamArrowWriter,
+        DataSourceStreamWriter,
+        DataSourceWriter,
         WriterCommitMessage,
     )
 
     class NoopWriter(DataSourceStreamArrowWriter):
-        def write(self, iterator):
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
             for _ in iterator:
                 pass
             return WriterCommitMessage()
 
-        def commit(self, messages, batchId):
+        def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
             pass
 
-        def abort(self, messages, batchId):
+        def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
             pass
 
     class NoopBatchWriter(DataSourceArrowWriter):
-        def write(self, iterator):
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
             for _ in iterator:
                 pass
             return WriterCommitMessage()
 
-        def commit(self, messages):
+        def commit(self, messages: list[WriterCommitMessage | None]) -> None:
             pass
 
-        def abort(self, messages):
+        def abort(self, messages: list[WriterCommitMessage | None]) -> None:
             pass
 
     class NoopSource(DataSource):
@@ -57,10 +65,10 @@ def register_noop(spark: SparkSession, format_name: str = "kprodnoop") -> None:
         def name(cls) -> str:
             return format_name
 
-        def streamWriter(self, schema, overwrite):
+        def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
             return NoopWriter()
 
-        def writer(self, schema, overwrite):
+        def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
             return NoopBatchWriter()
 
     spark.dataSource.register(NoopSource)

@@ -21,12 +21,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from tests.spark.retried_task import kill_kprod_writer
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # The ids of microbatch m are m * STRIDE and up: a microbatch's rows tell which it is.
 STRIDE = 1_000_000
@@ -71,7 +75,8 @@ class RecordCount:
         self.consumer.close()
 
 
-def _fault_task(case: dict, bootstrap: str, faulty_batch: int):
+def _fault_task(case: dict, bootstrap: str,
+                faulty_batch: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function: attempt 0 of the faulty microbatch's task passes ``first``
     rows and meets the fault once ``acked`` of them are in Kafka; later attempts pass
     ``retry`` rows; the other microbatches pass ``first`` rows."""
@@ -83,6 +88,7 @@ def _fault_task(case: dict, bootstrap: str, faulty_batch: int):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
+        assert ctx is not None, "runs in a Spark task"
         first_attempt = ctx.attemptNumber() == 0
         count = None
         for batch in batches:
@@ -114,18 +120,18 @@ def _fault_task(case: dict, bootstrap: str, faulty_batch: int):
     return run
 
 
-def _rows(spark, batch_no: int, count: int):
+def _rows(spark: SparkSession, batch_no: int, count: int) -> DataFrame:
     return spark.range(batch_no * STRIDE, batch_no * STRIDE + count, numPartitions=1)
 
 
-def _as_records(df):
+def _as_records(df: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return df.select(F.col("id"), F.col("id").cast("string").alias("key"),
                      F.lpad(F.col("id").cast("string"), VALUE_BYTES, "v").alias("value"))
 
 
-def run_batch(spark, bootstrap: str, case: dict) -> list[int]:
+def run_batch(spark: SparkSession, bootstrap: str, case: dict) -> list[int]:
     rows = max(case["first"], case["retry"])
     df = _as_records(_rows(spark, 0, rows)).mapInArrow(_fault_task(case, bootstrap, 0), "id long, key string, value string")
     (df.drop("id").write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
@@ -134,7 +140,7 @@ def run_batch(spark, bootstrap: str, case: dict) -> list[int]:
     return list(range(case["retry"]))
 
 
-def run_stream(spark, bootstrap: str, case: dict, checkpoints: Path) -> list[int]:
+def run_stream(spark: SparkSession, bootstrap: str, case: dict, checkpoints: Path) -> list[int]:
     """Microbatches from a file source (one file each); the fault in the last one."""
     microbatches = case["microbatches"]
     rows = max(case["first"], case["retry"])

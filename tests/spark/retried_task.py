@@ -21,10 +21,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from tests import procs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 VALUE_BYTES = 20
 
@@ -50,7 +54,10 @@ def kill_kprod_writer(broker_port: int) -> int:
     (``pyspark.worker``) under this process's JVM, connected to the broker (the driver's
     workers, which ask the cluster before a write and commit it, run other modules and may
     be connected too); return its pid once it is gone."""
-    jvm = procs.parent(procs.parent(os.getpid()))  # this worker <- pyspark daemon <- JVM
+    daemon = procs.parent(os.getpid())  # this worker <- pyspark daemon <- JVM
+    jvm = procs.parent(daemon) if daemon is not None else None
+    if jvm is None:
+        raise RuntimeError("this Python worker has no JVM above it")
     tasks = [pid for pid in procs.descendants(jvm) if pid != os.getpid() and procs.loads_kprod(pid)
              and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"pyspark.worker"]]
     writers = procs.connected_to(tasks, broker_port)
@@ -62,7 +69,7 @@ def kill_kprod_writer(broker_port: int) -> int:
     return writers[0]
 
 
-def write_with_fault(spark, bootstrap: str, topic: str, fault: str, rows: int, acked: int) -> int:
+def write_with_fault(spark: SparkSession, bootstrap: str, topic: str, fault: str, rows: int, acked: int) -> int:
     """One write whose task meets ``fault`` on its first attempt; returns the task
     attempts that failed."""
     from pyspark.sql import functions as F
@@ -75,7 +82,9 @@ def write_with_fault(spark, bootstrap: str, topic: str, fault: str, rows: int, a
     def fault_once(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        first_attempt = TaskContext.get().attemptNumber() == 0
+        ctx = TaskContext.get()
+        assert ctx is not None, "runs in a Spark task"
+        first_attempt = ctx.attemptNumber() == 0
         passed = 0
         for batch in batches:
             yield batch
@@ -94,8 +103,9 @@ def write_with_fault(spark, bootstrap: str, topic: str, fault: str, rows: int, a
     (df.mapInArrow(fault_once, df.schema).write.format("kprod").mode("append")
      .option("kafka.bootstrap.servers", bootstrap).option("topic", topic).option("kafka.linger.ms", "5").save())
     tracker = spark.sparkContext.statusTracker()
-    return sum(tracker.getStageInfo(stage).numFailedTasks
-               for job in tracker.getJobIdsForGroup(fault) for stage in tracker.getJobInfo(job).stageIds)
+    jobs = [j for job in tracker.getJobIdsForGroup(fault) if (j := tracker.getJobInfo(job)) is not None]
+    stages = [s for job in jobs for stage in job.stageIds if (s := tracker.getStageInfo(stage)) is not None]
+    return sum(int(stage.numFailedTasks) for stage in stages)
 
 
 def main() -> None:

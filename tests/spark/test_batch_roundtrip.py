@@ -5,26 +5,33 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer.partitioner import murmur2
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import as_sent, read_topics
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 N = 600
 
 
-def write(df, bootstrap, **options):
+def write(df: DataFrame, bootstrap: str, **options: str) -> None:
     w = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         w = w.option(k, v)
     w.save()
 
 
-def compare(spark, df, broker, topics, topic=None, with_timestamp=False):
+def compare(spark: SparkSession, df: DataFrame, broker: KafkaCluster, topics: dict[str, int], topic: str | None = None,
+            with_timestamp: bool = False) -> tuple[DataFrame, list]:
     """Check every row arrived exactly once with its key, value, headers (and timestamp)."""
     got, messages = read_topics(spark, broker.bootstrap, topics)
     expected = as_sent(df, topic)
@@ -34,7 +41,7 @@ def compare(spark, df, broker, topics, topic=None, with_timestamp=False):
     return got, messages
 
 
-def test_values_only_with_nulls(spark, broker):
+def test_values_only_with_nulls(spark: SparkSession, broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sv"), 3)
     df = spark.range(N, numPartitions=2).select(
         F.when(F.col("id") % 7 == 0, None).otherwise(F.concat(F.lit("v-"), F.col("id").cast("string"))).alias("value"))
@@ -46,7 +53,7 @@ def test_values_only_with_nulls(spark, broker):
     assert {m.partition() for m in messages} <= {0, 1, 2}
 
 
-def test_keys_with_nulls_follow_murmur2(spark, broker):
+def test_keys_with_nulls_follow_murmur2(spark: SparkSession, broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sk"), 4)
     df = spark.range(N, numPartitions=2).select(
         F.when(F.col("id") % 5 == 0, None).otherwise((F.col("id") % 50).cast("string")).alias("key"),
@@ -58,7 +65,7 @@ def test_keys_with_nulls_follow_murmur2(spark, broker):
             assert m.partition() == (murmur2(m.key()) & 0x7FFFFFFF) % 4
 
 
-def test_headers_and_timestamps(spark, broker):
+def test_headers_and_timestamps(spark: SparkSession, broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sh"), 2)
     base = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
     rows = [
@@ -74,7 +81,7 @@ def test_headers_and_timestamps(spark, broker):
     compare(spark, df, broker, {topic: 200}, topic, with_timestamp=True)
 
 
-def test_explicit_partitions_and_order_within_a_task(spark, broker):
+def test_explicit_partitions_and_order_within_a_task(spark: SparkSession, broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sp"), 3)
     df = spark.range(N, numPartitions=2).select(
         F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"),
@@ -94,7 +101,8 @@ def test_explicit_partitions_and_order_within_a_task(spark, broker):
             assert ids == sorted(ids)
 
 
-def test_many_small_arrow_batches_are_joined_without_loss_or_reordering(spark, broker):
+def test_many_small_arrow_batches_are_joined_without_loss_or_reordering(spark: SparkSession,
+                                                                        broker: KafkaCluster) -> None:
     # Spark's Arrow batches of 7 rows: a task joins them into larger send_arrow calls.
     topic = create_topic(broker.bootstrap, unique_topic("small-batches"), 3)
     df = spark.range(N, numPartitions=2).select(
@@ -112,7 +120,7 @@ def test_many_small_arrow_batches_are_joined_without_loss_or_reordering(spark, b
             assert ids == sorted(ids)
 
 
-def test_topic_column_to_two_topics(spark, broker):
+def test_topic_column_to_two_topics(spark: SparkSession, broker: KafkaCluster) -> None:
     a = create_topic(broker.bootstrap, unique_topic("sa"), 2)
     b = create_topic(broker.bootstrap, unique_topic("sb"), 3)
     df = spark.range(N, numPartitions=2).select(
@@ -122,7 +130,8 @@ def test_topic_column_to_two_topics(spark, broker):
     compare(spark, df, broker, {a: N // 3, b: N - N // 3})
 
 
-def test_topic_option_overrides_topic_column_and_report(spark, broker, tmp_path):
+def test_topic_option_overrides_topic_column_and_report(spark: SparkSession, broker: KafkaCluster,
+                                                        tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("so"), 2)
     df = spark.range(100, numPartitions=2).select(
         F.lit("not-this-topic").alias("topic"), F.col("id").cast("string").alias("value"))
@@ -132,14 +141,14 @@ def test_topic_option_overrides_topic_column_and_report(spark, broker, tmp_path)
     (line,) = report.read_text().splitlines()
     entry = json.loads(line)
     assert entry["batchId"] is None and entry["records"] == 100 and entry["tasks"] == 2
-    offsets = {}
+    offsets: dict[int, list[int]] = {}
     for m in messages:
         offsets.setdefault(m.partition(), []).append(m.offset())
     assert {(p["partition"], p["count"], p["firstOffset"], p["lastOffset"]) for p in entry["partitions"]} == {
         (p, len(o), min(o), max(o)) for p, o in offsets.items()}
 
 
-def test_delivery_failure_fails_the_write(spark, broker):
+def test_delivery_failure_fails_the_write(spark: SparkSession, broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sf"), 2)
     df = spark.range(10, numPartitions=1).select(
         F.col("id").cast("string").alias("value"), F.lit(5).alias("partition"))
@@ -147,7 +156,7 @@ def test_delivery_failure_fails_the_write(spark, broker):
         write(df, broker.bootstrap, topic=topic, **{"kafka.max.block.ms": "10000"})
 
 
-def test_every_column_at_once(spark, broker):
+def test_every_column_at_once(spark: SparkSession, broker: KafkaCluster) -> None:
     # All six columns in one DataFrame: two topics from the column, null and hashed keys,
     # null values, explicit and null partitions, null and non-empty headers, and epoch-ms
     # bigint timestamps (the timestamp type is covered above).

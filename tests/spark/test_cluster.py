@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.installs import ROOT, kprod_zip
 from tests.jvms import spark_jvm_options
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[StandaloneCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A master and two workers of one core and 1 GiB each, stopped after the module."""
     with StandaloneCluster(tmp_path_factory.mktemp("standalone"), spark_env(sys.executable)) as running:
         yield running
@@ -66,12 +67,15 @@ def submit(cluster: StandaloneCluster, python: Path, *args: str | Path, cwd: Pat
 
 def workers_that_ran_tasks(cluster: StandaloneCluster, driver_stderr: str) -> set[str]:
     """The workers whose executor for this application finished at least one task."""
-    app = re.search(r"Connected to Spark cluster with app ID (\S+)", driver_stderr).group(1)
+    connected = re.search(r"Connected to Spark cluster with app ID (\S+)", driver_stderr)
+    assert connected is not None, driver_stderr[-4000:]
+    app = connected.group(1)
     return {path.parts[-4] for path in cluster.directory.glob(f"worker-*/{app}/*/stderr")
             if "Finished task" in path.read_text(errors="replace")}
 
 
-def test_batch_job_with_kprod_shipped_by_py_files(cluster, kafka, tmp_path, deps_only_python):
+def test_batch_job_with_kprod_shipped_by_py_files(cluster: StandaloneCluster, kafka: KafkaCluster, tmp_path: Path,
+                                                  deps_only_python: Path) -> None:
     """file_to_kafka.py with kprod in a --py-files zip: the driver and the executors run a
     Python that has kprod's dependencies but not kprod. The job registers the data source
     itself (as every job in jobs/ does): Spark's lookup of format("kprod") does not see
@@ -101,7 +105,8 @@ def test_batch_job_with_kprod_shipped_by_py_files(cluster, kafka, tmp_path, deps
         assert all(m.key() == f"u{json.loads(m.value())['n'] % 13}".encode() for m in messages)
 
 
-def test_streaming_job_with_kprod_installed(cluster, kafka, tmp_path, installed_python):
+def test_streaming_job_with_kprod_installed(cluster: StandaloneCluster, kafka: KafkaCluster, tmp_path: Path,
+                                            installed_python: Path) -> None:
     """stream_to_kafka.py over three JSON files, one per microbatch (available-now), with
     kprod installed in the Python of the driver and the executors: every microbatch's
     summary on the driver, every row in Kafka once."""
@@ -129,7 +134,8 @@ FIRST_MICROBATCH = Path(__file__).with_name("first_microbatch.py")
 
 
 @pytest.mark.bench
-def test_first_microbatch_on_fresh_executors(cluster, kafka, tmp_path, kprod_wheel):
+def test_first_microbatch_on_fresh_executors(cluster: StandaloneCluster, kafka: KafkaCluster, tmp_path: Path,
+                                             kprod_wheel: Path) -> None:
     """One streaming microbatch (two tasks, one per file) in a new application, so on
     executors and Python workers that have just started, by kprod installed from its
     wheel, by kprod shipped with --py-files, by Spark's own Kafka sink, and by a no-op
@@ -147,13 +153,14 @@ def test_first_microbatch_on_fresh_executors(cluster, kafka, tmp_path, kprod_whe
     wheel_python = venv_with_kprod(tmp_path / "venv-wheel", kprod_wheel)
     deps_python = venv_with_kprod(tmp_path / "venv-deps", None)
     jars = ",".join(str(j) for j in spark_kafka_jars())
-    runs = {
+    runs: dict[str, tuple[Path, str, list[str | Path]]] = {
         "kprod (wheel installed)": (wheel_python, "kprod", []),
         "Spark's Kafka sink": (wheel_python, "kafka", ["--jars", jars]),
         "kprod (--py-files zip)": (deps_python, "kprod", ["--py-files", kprod_zip(tmp_path / "kprod.zip")]),
         "no-op Python sink": (wheel_python, "kprodnoop", []),
     }
-    timings, done = {}, []
+    timings: dict[str, float] = {}
+    done: list[subprocess.CompletedProcess] = []
     with logs_on_failure(cluster, done):
         for n, (name, (python, sink, ship)) in enumerate(runs.items()):
             topic = create_topic(kafka.bootstrap, unique_topic(f"first-{sink}"), 2)

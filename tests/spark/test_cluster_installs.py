@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.installs import ROOT
 from tests.jvms import spark_jvm_options
@@ -36,7 +37,7 @@ ROWS = 2000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[StandaloneCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     with StandaloneCluster(tmp_path_factory.mktemp("standalone"), spark_env(sys.executable)) as running:
         yield running
 
@@ -57,7 +58,8 @@ def _submit(cluster: StandaloneCluster, driver_python: str, executor_python: str
     return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def _check(cluster: StandaloneCluster, kafka, done: subprocess.CompletedProcess, topic: str, encoder: str) -> None:
+def _check(cluster: StandaloneCluster, kafka: KafkaCluster, done: subprocess.CompletedProcess, topic: str,
+           encoder: str) -> None:
     with logs_on_failure(cluster, [done]):
         assert done.returncode == 0
         assert json.loads(done.stdout.strip().splitlines()[-1]) == {"encoders": [encoder]}
@@ -66,7 +68,8 @@ def _check(cluster: StandaloneCluster, kafka, done: subprocess.CompletedProcess,
         assert values == list(range(ROWS))
 
 
-def test_wheel_in_a_virtualenv_shipped_with_archives(cluster, kafka, kprod_wheel, tmp_path):
+def test_wheel_in_a_virtualenv_shipped_with_archives(cluster: StandaloneCluster, kafka: KafkaCluster, kprod_wheel: Path,
+                                                     tmp_path: Path) -> None:
     """README, "On a cluster": a virtualenv with the wheel, packed and shipped with --archives."""
     _run(sys.executable, "-m", "venv", "kprod_env", cwd=tmp_path)
     _run("kprod_env/bin/pip", "install", "-q", f"{kprod_wheel}[spark]", "venv-pack", cwd=tmp_path)
@@ -81,7 +84,8 @@ def test_wheel_in_a_virtualenv_shipped_with_archives(cluster, kafka, kprod_wheel
     _check(cluster, kafka, done, topic, "spark_sink.encoder._kernels")
 
 
-def test_zip_shipped_with_py_files(cluster, kafka, deps_only_python, tmp_path):
+def test_zip_shipped_with_py_files(cluster: StandaloneCluster, kafka: KafkaCluster, deps_only_python: Path,
+                                   tmp_path: Path) -> None:
     """README, "On a cluster": ``zip -r kprod.zip spark_sink pyspark_kprod.py`` in a clone,
     shipped with --py-files to a Python with kprod's dependencies and numba only."""
     clone = tmp_path / "kprod"

@@ -15,14 +15,14 @@ def _batches(sizes: list[int]) -> list[pa.RecordBatch]:
     return out
 
 
-def test_batches_are_joined_in_order_up_to_the_row_bound():
+def test_batches_are_joined_in_order_up_to_the_row_bound() -> None:
     tables = list(coalesce(iter(_batches([4, 0, 3, 5, 2, 0, 1])), max_rows=7, max_bytes=1 << 30))
     assert [t.num_rows for t in tables] == [7, 7, 1]  # 4+3, 5+2, then what is left
     values = [v for t in tables for v in t.column("value").to_pylist()]
     assert values == [b"%d" % i for i in range(15)]
 
 
-def test_no_table_passes_the_byte_bound():
+def test_no_table_passes_the_byte_bound() -> None:
     batches = _batches([10, 10, 10, 30, 10])
     bound = batches[0].nbytes + batches[1].nbytes
     tables = list(coalesce(iter(batches), max_rows=1 << 30, max_bytes=bound))
@@ -30,5 +30,5 @@ def test_no_table_passes_the_byte_bound():
     assert all(t.nbytes <= bound for t in tables if t.num_rows != 30)
 
 
-def test_nothing_in_nothing_out():
+def test_nothing_in_nothing_out() -> None:
     assert list(coalesce(iter(_batches([0, 0])))) == []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark_cluster import ConnectServer, spark_env
 
@@ -40,7 +41,7 @@ kafka = {"kafka.bootstrap.servers": settings["bootstrap"], "topic": settings["to
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, installed_python) -> Iterator[ConnectServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, installed_python: Path) -> Iterator[ConnectServer]:
     """A Connect server on a local[2] master whose Python workers run ``installed_python``."""
     with ConnectServer(tmp_path_factory.mktemp("connect"), spark_env(str(installed_python))) as running:
         yield running
@@ -50,11 +51,12 @@ def run_client(server: ConnectServer, python: Path, body: str, **settings: objec
     """Run ``body`` (after the prelude) in ``python``; on failure show both sides' output."""
     script = _CLIENT_PRELUDE + textwrap.dedent(body)
     done = subprocess.run([str(python), "-c", script, server.url, json.dumps(settings)], env=spark_env(str(python)),
-                          cwd=Path(settings.get("cwd", "/")), capture_output=True, text=True, timeout=480)
+                          cwd=Path(str(settings.get("cwd", "/"))), capture_output=True, text=True, timeout=480)
     assert done.returncode == 0, f"client failed:\n{done.stderr[-4000:]}\n{server.logs()}"
 
 
-def test_batch_write_through_connect(server, kafka, deps_only_python, tmp_path):
+def test_batch_write_through_connect(server: ConnectServer, kafka: KafkaCluster, deps_only_python: Path,
+                                     tmp_path: Path) -> None:
     rows = 3000
     topic = create_topic(kafka.bootstrap, unique_topic("cnb"), 3)
     run_client(server, deps_only_python, """
@@ -68,7 +70,8 @@ def test_batch_write_through_connect(server, kafka, deps_only_python, tmp_path):
     assert sorted(json.loads(m.value())["id"] for m in messages) == list(range(rows))
 
 
-def test_streaming_write_through_connect(server, kafka, deps_only_python, tmp_path):
+def test_streaming_write_through_connect(server: ConnectServer, kafka: KafkaCluster, deps_only_python: Path,
+                                         tmp_path: Path) -> None:
     """A file source, one file per microbatch, run to completion (available-now) from the
     client; every microbatch committed once, as the delivery report on the server says."""
     files, per_file = 3, 150

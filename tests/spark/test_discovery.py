@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import KProdDataSource
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 from tests.installs import venv_with_kprod
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 @pytest.mark.parametrize("mode", ["editable", "wheel"])
-def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode, kprod_wheel, installed_python):
+def test_installed_kprod_is_found_from_a_foreign_directory(kafka: KafkaCluster, tmp_path: Path, mode: str,
+                                                           kprod_wheel: Path, installed_python: Path) -> None:
     # installed_python is the session's editable install (one build of the checkout fewer).
     python = installed_python if mode == "editable" else venv_with_kprod(tmp_path / "venv", kprod_wheel)
     topic = create_topic(kafka.bootstrap, unique_topic("disc"), 1)
@@ -38,7 +45,7 @@ def test_installed_kprod_is_found_from_a_foreign_directory(kafka, tmp_path, mode
     assert sorted(int(m.value()) for m in consume_all(kafka.bootstrap, topic, 5)) == list(range(5))
 
 
-def test_register_works_too(spark, kafka):
+def test_register_works_too(spark: SparkSession, kafka: KafkaCluster) -> None:
     spark.dataSource.register(KProdDataSource)
     topic = create_topic(kafka.bootstrap, unique_topic("reg"), 1)
     (spark.range(3).select(F.col("id").cast("string").alias("value")).write.format("kprod").mode("append")

@@ -11,17 +11,25 @@ import pickle
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark.driver_check import CheckCache, check_cache, check_write, forget_check
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.source import KProdDataSource
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.faultproxy import FaultProxy
-from tests.secure_kafka import USERS
+from tests.secure_kafka import USERS, SecureKafka
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 UNRESOLVABLE = "no-such-broker.invalid:9092"
@@ -33,11 +41,11 @@ def _closed_port() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def _df(spark, rows=20, partitions=2):
+def _df(spark: SparkSession, rows: int = 20, partitions: int = 2) -> DataFrame:
     return spark.range(rows, numPartitions=partitions).select(F.col("id").cast("string").alias("value"))
 
 
-def _save(df, bootstrap, **options):
+def _save(df: DataFrame, bootstrap: str, **options: str) -> None:
     writer = df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         writer = writer.option(k, v)
@@ -45,7 +53,7 @@ def _save(df, bootstrap, **options):
 
 
 @contextmanager
-def _jobs(spark):
+def _jobs(spark: SparkSession) -> Iterator[list[int]]:
     """The ids of the Spark jobs (so, tasks) run inside the block."""
     sc = spark.sparkContext
     group = f"kprod-check-{uuid.uuid4().hex[:8]}"
@@ -54,11 +62,11 @@ def _jobs(spark):
     try:
         yield jobs
     finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]  # None unsets it (PySpark's own doc)
         jobs += sc.statusTracker().getJobIdsForGroup(group)
 
 
-def _refused(spark, df, bootstrap, **options) -> tuple[str, float]:
+def _refused(spark: SparkSession, df: DataFrame, bootstrap: str, **options: str) -> tuple[str, float]:
     """The error text of a write that must fail on the driver, and how long it took."""
     started = time.monotonic()
     with _jobs(spark) as jobs, pytest.raises(Exception) as err:
@@ -72,7 +80,7 @@ def _kprod_line(text: str) -> int:
     return next(i for i, line in enumerate(text.splitlines()) if line.startswith("spark_sink."))
 
 
-def test_a_write_that_works_runs_its_jobs(spark, kafka):
+def test_a_write_that_works_runs_its_jobs(spark: SparkSession, kafka: KafkaCluster) -> None:
     """The control for every test below: a write that gets past the check runs a job."""
     topic = create_topic(kafka.bootstrap, unique_topic("check-ok"), 2)
     with _jobs(spark) as jobs:
@@ -81,7 +89,7 @@ def test_a_write_that_works_runs_its_jobs(spark, kafka):
     assert len(consume_all(kafka.bootstrap, topic, 20)) == 20
 
 
-def test_dead_addresses_fail_the_write_on_the_driver(spark):
+def test_dead_addresses_fail_the_write_on_the_driver(spark: SparkSession) -> None:
     closed = _closed_port()
     text, seconds = _refused(spark, _df(spark), f"{closed},{UNRESOLVABLE}", topic="t")
     line = text.splitlines()[_kprod_line(text)]
@@ -91,20 +99,21 @@ def test_dead_addresses_fail_the_write_on_the_driver(spark):
     assert seconds < 30  # tasks used to wait out max.block.ms (60 s) each
 
 
-def test_per_row_topics_still_check_the_cluster(spark):
+def test_per_row_topics_still_check_the_cluster(spark: SparkSession) -> None:
     df = _df(spark).withColumn("topic", F.lit("t"))
     text, _ = _refused(spark, df, _closed_port())
     assert "BrokersUnreachableError: cannot reach any bootstrap server" in text
 
 
-def test_unknown_topic_fails_the_write_on_the_driver(spark, strict_kafka):
+def test_unknown_topic_fails_the_write_on_the_driver(spark: SparkSession, strict_kafka: KafkaCluster) -> None:
     topic = unique_topic("missing")
     text, _ = _refused(spark, _df(spark), strict_kafka.bootstrap, topic=topic)
     assert (f"UnknownTopicError: topic '{topic}' does not exist on the cluster at {strict_kafka.bootstrap}"
             in text.splitlines()[_kprod_line(text)])
 
 
-def test_unknown_topic_in_the_topic_column_fails_the_task_within_seconds(spark, strict_kafka):
+def test_unknown_topic_in_the_topic_column_fails_the_task_within_seconds(spark: SparkSession,
+                                                                         strict_kafka: KafkaCluster) -> None:
     """The driver cannot know a per-row topic; the task's producer stops at the brokers'
     UNKNOWN_TOPIC_OR_PARTITION answers (2 s of them) instead of max.block.ms (60 s)."""
     topic = unique_topic("missing")
@@ -117,7 +126,7 @@ def test_unknown_topic_in_the_topic_column_fails_the_task_within_seconds(spark, 
     assert time.monotonic() - started < 30  # one task attempt (local mode does not retry), not 60 s
 
 
-def test_wrong_password_fails_the_write_on_the_driver(spark, secure_kafka):
+def test_wrong_password_fails_the_write_on_the_driver(spark: SparkSession, secure_kafka: SecureKafka) -> None:
     text, _ = _refused(spark, _df(spark), secure_kafka.bootstrap("SASLPLAIN"), topic=unique_topic("sasl"), **{
         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.jaas.config": f'{SCRAM} required username="spark" password="guessed-wrong";'})
@@ -133,7 +142,8 @@ def test_wrong_password_fails_the_write_on_the_driver(spark, secure_kafka):
      "whose max.in.flight.requests.per.connection must be at most 5)"),
     ("kafka.acks", "1", "kafka.acks=1 (transactions need an idempotent producer, whose acks must be all)"),
 ])
-def test_exactly_once_conflicts_fail_the_write_on_the_driver(spark, kafka, option, value, says):
+def test_exactly_once_conflicts_fail_the_write_on_the_driver(spark: SparkSession, kafka: KafkaCluster, option: str,
+                                                             value: str, says: str) -> None:
     text, _ = _refused(spark, _df(spark), kafka.bootstrap, topic=unique_topic("eo"),
                        **{"kprod.deliveryGuarantee": "exactly-once", option: value})
     line = text.splitlines()[_kprod_line(text)]
@@ -142,7 +152,7 @@ def test_exactly_once_conflicts_fail_the_write_on_the_driver(spark, kafka, optio
     assert says in line and "transactional.id" not in text
 
 
-def test_a_streaming_query_fails_at_its_start(spark, tmp_path):
+def test_a_streaming_query_fails_at_its_start(spark: SparkSession, tmp_path: Path) -> None:
     closed = _closed_port()
     stream = spark.readStream.format("rate").load().select(F.col("value").cast("string").alias("value"))
     started = time.monotonic()
@@ -156,7 +166,7 @@ def test_a_streaming_query_fails_at_its_start(spark, tmp_path):
     assert time.monotonic() - started < 30
 
 
-def test_a_failing_task_shows_kprods_message_after_one_frame(spark, kafka):
+def test_a_failing_task_shows_kprods_message_after_one_frame(spark: SparkSession, kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("task"), 2)
     df = _df(spark, 10, 1).withColumn("partition", F.lit(5))
     with pytest.raises(Exception) as err:
@@ -166,7 +176,7 @@ def test_a_failing_task_shows_kprods_message_after_one_frame(spark, kafka):
     assert _kprod_line(text) <= 4  # Spark's "An exception was thrown..." and "Traceback" lines, one frame
 
 
-def _proxy(kafka) -> FaultProxy:
+def _proxy(kafka: KafkaCluster) -> FaultProxy:
     """A proxy in front of the node's plain listener, used as the bootstrap address only:
     the producers' connections to the leader go straight to the node (its advertised
     address), so the proxy sees the driver's checks and each new producer's bootstrap."""
@@ -182,7 +192,7 @@ def _closed(proxy: FaultProxy) -> int:
     return proxy.connections_accepted - proxy.open_connections
 
 
-def test_a_passed_check_stands_until_forgotten_or_expired(kafka, tmp_path):
+def test_a_passed_check_stands_until_forgotten_or_expired(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("cached"), 1)
     options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic})
     cache = CheckCache(tmp_path / "checks", ttl_s=1.0)
@@ -200,7 +210,7 @@ def test_a_passed_check_stands_until_forgotten_or_expired(kafka, tmp_path):
     assert (tmp_path / "checks").stat().st_mode & 0o777 == 0o700
 
 
-def test_a_failed_check_is_never_remembered(strict_kafka, tmp_path):
+def test_a_failed_check_is_never_remembered(strict_kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = unique_topic("later")
     options = parse_options({"kafka.bootstrap.servers": strict_kafka.bootstrap, "topic": topic})
     cache = CheckCache(tmp_path / "checks")
@@ -213,7 +223,7 @@ def test_a_failed_check_is_never_remembered(strict_kafka, tmp_path):
                                                                                      [topic]))]
 
 
-def test_a_cache_directory_of_someone_else_is_not_used(kafka, tmp_path):
+def test_a_cache_directory_of_someone_else_is_not_used(kafka: KafkaCluster, tmp_path: Path) -> None:
     shared = tmp_path / "checks"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)  # writable by others: its entries cannot be trusted
@@ -224,7 +234,7 @@ def test_a_cache_directory_of_someone_else_is_not_used(kafka, tmp_path):
     assert list(shared.iterdir()) == []
 
 
-def test_the_commit_runners_copy_of_the_source_checks_nothing():
+def test_the_commit_runners_copy_of_the_source_checks_nothing() -> None:
     """Spark pickles the data source made at a query's start only for the driver's commit
     runner, which asks for a writer per microbatch to commit it: no check there."""
     options = {"kafka.bootstrap.servers": _closed_port(), "topic": "t"}
@@ -235,13 +245,13 @@ def test_the_commit_runners_copy_of_the_source_checks_nothing():
     assert copy.streamWriter(schema, False).options.topic == "t"
 
 
-def _schema():
+def _schema() -> StructType:
     from pyspark.sql.types import StringType, StructField, StructType
 
     return StructType([StructField("value", StringType())])
 
 
-def test_a_streaming_query_checks_the_cluster_once(spark, kafka, tmp_path):
+def test_a_streaming_query_checks_the_cluster_once(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     """Several microbatches: after the first, no more checks (before, the planner's and
     the commit runner's checks added two per microbatch)."""
     topic = create_topic(kafka.bootstrap, unique_topic("once"), 2)
@@ -271,7 +281,7 @@ def test_a_streaming_query_checks_the_cluster_once(spark, kafka, tmp_path):
     assert later == 0, f"{later} more check(s) over {batches} microbatches"
 
 
-def test_a_foreachbatch_loops_writes_check_once(spark, kafka):
+def test_a_foreachbatch_loops_writes_check_once(spark: SparkSession, kafka: KafkaCluster) -> None:
     """Batch writes with the same settings one after the other, as a foreachBatch loop
     makes them: the first checks, the rest reuse its result."""
     topic = create_topic(kafka.bootstrap, unique_topic("loop"), 2)
@@ -287,7 +297,7 @@ def test_a_foreachbatch_loops_writes_check_once(spark, kafka):
     assert len(consume_all(kafka.bootstrap, topic, 80)) == 80
 
 
-def test_an_aborted_write_is_checked_again(spark, kafka):
+def test_an_aborted_write_is_checked_again(spark: SparkSession, kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("again"), 2)
     options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic})
     key = CheckCache.key(options.producer_config, [topic])

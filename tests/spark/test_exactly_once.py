@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import create_topic, subprocess_env, unique_topic
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
@@ -110,7 +111,7 @@ def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
 
 
 @pytest.mark.timeout(900)
-def test_exactly_once_survives_driver_kills_and_task_failures(kafka, tmp_path):
+def test_exactly_once_survives_driver_kills_and_task_failures(kafka: KafkaCluster, tmp_path: Path) -> None:
     # Each restart splits the microbatches differently.
     ids, keys, log, topic, kills = _run_with_crashes(tmp_path, kafka.bootstrap, "exactly-once", seed=26,
                                                      kills_wanted=2, splits=[3, 2, 3])
@@ -128,7 +129,7 @@ def test_exactly_once_survives_driver_kills_and_task_failures(kafka, tmp_path):
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
-def test_at_least_once_shows_duplicates_in_the_same_run(kafka, tmp_path):
+def test_at_least_once_shows_duplicates_in_the_same_run(kafka: KafkaCluster, tmp_path: Path) -> None:
     """The harness's control: the same kills hit written microbatches, which at-least-once
     writes again (in the suite, the exactly-once test checks its kills hit uncommitted rows)."""
     ids, keys, log, _, _ = _run_with_crashes(tmp_path, kafka.bootstrap, "at-least-once", seed=26, kills_wanted=1)

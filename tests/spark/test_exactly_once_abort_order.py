@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer
 from spark_sink.spark import exactly_once_abort, exactly_once_names
 from spark_sink.spark.options import parse_options
@@ -24,12 +25,13 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _prepare
 
 
-def _run(cluster) -> None:
+def _run(cluster: KafkaCluster) -> None:
     topic = create_topic(cluster.bootstrap, unique_topic("eos-abort-order"), partitions=2)
     options = {"kafka.bootstrap.servers": cluster.bootstrap, "topic": topic,
                "kprod.deliveryGuarantee": "exactly-once", "kafka.transaction.timeout.ms": "600000",
                "checkpointLocation": "/x/" + topic}
     eo = parse_options(options, streaming=True).exactly_once
+    assert eo is not None
     config = {"bootstrap.servers": cluster.bootstrap}
     query = unique_topic("query")
     prefix = eo.prefix_for(query)
@@ -55,13 +57,13 @@ def _run(cluster) -> None:
         p1.close()
 
 
-def test_an_abort_whose_finished_transaction_was_ended_still_fences_the_unreported_tasks(kafka):
+def test_an_abort_whose_finished_transaction_was_ended_still_fences_the_unreported_tasks(kafka: KafkaCluster) -> None:
     """Expected: after the driver's abort, no transaction of the failed microbatch is open
     (a record produced afterwards to each partition is visible to read_committed at once),
     though ending task 0's reported transaction was refused."""
     _run(kafka)
 
 
-def test_the_same_on_protocol_v1(kafka_tv1):
+def test_the_same_on_protocol_v1(kafka_tv1: KafkaCluster) -> None:
     """The same on a cluster without transaction protocol v2."""
     _run(kafka_tv1)

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.readback import CommittedView
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 3000
 
 
-def _write(df, bootstrap, topic, guarantee):
+def _write(df: DataFrame, bootstrap: str, topic: str, guarantee: str) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kprod.deliveryGuarantee", guarantee).save())
 
 
-def _visible(bootstrap, topic, seconds=3.0) -> list[str]:
+def _visible(bootstrap: str, topic: str, seconds: float = 3.0) -> list[str]:
     t = CommittedView(bootstrap, topic, "read_committed")
     try:
         t.poll(seconds)
@@ -28,7 +33,7 @@ def _visible(bootstrap, topic, seconds=3.0) -> list[str]:
         t.close()
 
 
-def test_batch_write_commits_every_task_at_once(spark, kafka):
+def test_batch_write_commits_every_task_at_once(spark: SparkSession, kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-batch"), partitions=3)
     df = spark.range(N, numPartitions=4).select(F.col("id").cast("string").alias("key"),
                                                  F.lit("v").alias("value"))
@@ -39,11 +44,12 @@ def test_batch_write_commits_every_task_at_once(spark, kafka):
 
 
 @pytest.mark.parametrize("guarantee, visible", [("exactly-once", False), ("at-least-once", True)])
-def test_a_failed_batch_write_leaves_nothing_visible(spark, kafka, guarantee, visible):
+def test_a_failed_batch_write_leaves_nothing_visible(spark: SparkSession, kafka: KafkaCluster, guarantee: str,
+                                                     visible: bool) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-fail"), partitions=2)
 
     @F.udf(StringType())
-    def fail_in_last_partition(i):
+    def fail_in_last_partition(i: int) -> str:
         if i >= N - 10:  # the last of three partitions, which starts once an earlier task is done (local[2])
             raise RuntimeError("injected failure")
         return str(i)

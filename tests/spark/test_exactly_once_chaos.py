@@ -9,14 +9,23 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import create_topic, unique_topic
+from tests.faultproxy import FaultProxy
 from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import ProxiedKafka
 
 # A minute and a half a seed on the 2-core machine: make soak runs them, not the suite.
 pytestmark = pytest.mark.soak
@@ -25,7 +34,7 @@ SEEDS = int(os.environ.get("KPROD_CHAOS", "1"))
 FIRST = int(os.environ.get("KPROD_CHAOS_FROM", "0"))
 
 
-def _chaos(proxy, rng: random.Random, stop: threading.Event) -> None:
+def _chaos(proxy: FaultProxy, rng: random.Random, stop: threading.Event) -> None:
     while not stop.wait(rng.uniform(0.1, 1.2)):
         fault = rng.choice(["cut", "cut", "stall", "delay"])
         if fault == "cut":
@@ -41,8 +50,10 @@ def _chaos(proxy, rng: random.Random, stop: threading.Event) -> None:
 
 
 @pytest.mark.parametrize("seed", range(FIRST, FIRST + SEEDS))
-def test_a_streaming_query_under_random_connection_faults_writes_every_row_once(spark, kafka, kafka_proxy,
-                                                                               tmp_path, seed):
+def test_a_streaming_query_under_random_connection_faults_writes_every_row_once(spark: SparkSession,
+                                                                                kafka: KafkaCluster,
+                                                                                kafka_proxy: ProxiedKafka,
+                                                                                tmp_path: Path, seed: int) -> None:
     """Expected (README, Guarantees): through task retries and query restarts from the
     checkpoint, every row of every microbatch is visible exactly once to read_committed,
     and no transaction is left open once the query has caught up."""
@@ -103,7 +114,9 @@ def test_a_streaming_query_under_random_connection_faults_writes_every_row_once(
     _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + partitions), expected)
 
 
-def test_a_streaming_query_under_random_connection_faults_on_protocol_v1(spark, kafka_tv1, kafka_tv1_proxy, tmp_path):
+def test_a_streaming_query_under_random_connection_faults_on_protocol_v1(spark: SparkSession, kafka_tv1: KafkaCluster,
+                                                                         kafka_tv1_proxy: ProxiedKafka,
+                                                                         tmp_path: Path) -> None:
     """The same on a cluster without transaction protocol v2 (one seed)."""
     test_a_streaming_query_under_random_connection_faults_writes_every_row_once(spark, kafka_tv1, kafka_tv1_proxy,
                                                                                tmp_path, 0)

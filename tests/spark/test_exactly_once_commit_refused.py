@@ -12,24 +12,32 @@ not left open until transaction.timeout.ms (set far longer than the test).
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once_names
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _committed_values
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
-def test_a_microbatch_whose_commit_is_refused_leaves_nothing_open(spark, kafka, tmp_path):
+
+def test_a_microbatch_whose_commit_is_refused_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster,
+                                                                  tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-refused"), partitions=2)
     source = tmp_path / "in"
     source.mkdir()
 
-    def run():
+    def run() -> StreamingQuery:
         rows = spark.readStream.schema("id LONG").json(str(source)).select(
             F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value"))
         return (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", kafka.bootstrap)

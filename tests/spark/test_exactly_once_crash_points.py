@@ -21,9 +21,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.spark import exactly_once, exactly_once_abort
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
@@ -53,8 +57,9 @@ class _Dying:
             real = getattr(AdminClient, name)
             monkeypatch.setattr(AdminClient, name, self._wrap(name, real))
 
-    def _wrap(self, name: str, real):
-        def call(admin, first, *args, **kwargs):
+    def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        # Any: one wrapper for AdminClient methods of different signatures.
+        def call(admin: AdminClient, first: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
             n = self.calls
             self.calls += 1
             if self.at is None or n != self.at:
@@ -71,7 +76,7 @@ class _Dying:
             raise _Crash()
         return call
 
-    def run(self, commit, die: bool) -> tuple[str, object]:
+    def run(self, commit: Callable[[], object], die: bool) -> tuple[str, object]:
         """Commit, dying at a random call if ``die``. Returns what happened."""
         self.calls = 0
         self.committed_some = False
@@ -87,7 +92,7 @@ class _Dying:
             self.at = None
 
 
-def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str, query: str | None,
+def _chain(kafka: KafkaCluster, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str, query: str | None,
            batch_id: int | None, rows: dict[int, list[bytes]], log: list[str]) -> None:
     """Commit one microbatch (or named batch write) through up to four deaths of its driver;
     the fifth run neither dies nor deals the rows otherwise than the run that committed
@@ -106,14 +111,14 @@ def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str
         messages = _prepared_tasks(kafka.bootstrap, prefix, topic, dealt, query or "")
         if query is None:  # a batch write's tasks know no query
             messages = [dataclasses.replace(m, query_id=None) for m in messages]
-        outcome, result = dying.run(lambda m=messages: exactly_once.commit(config, eo, m, batch_id), die)
+        outcome, result = dying.run(partial(exactly_once.commit, config, eo, messages, batch_id), die)
         log.append(f"batch {batch_id} run {attempt}: {'resplit ' if dealt is not rows else ''}{outcome}")
         if dying.committed_some:
             committed_split = dealt
         if outcome == "refused":
             assert committed_split is not None and dealt is not committed_split, (
                 f"a replay dealt as the run that committed part of it was refused: {result}")
-            dying.run(lambda m=messages: exactly_once_abort.abort(config, eo, m), False)  # as Spark does
+            dying.run(partial(exactly_once_abort.abort, config, eo, messages), False)  # as Spark does
         exactly_once._fenced.clear()  # the next run is a new driver process
         if outcome == "done":
             return
@@ -123,13 +128,16 @@ def _chain(kafka, dying: _Dying, rng: random.Random, eo: ExactlyOnce, topic: str
 @pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
 @pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monkeypatch, seed, named, wide):
+def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka: KafkaCluster,
+                                                                     monkeypatch: pytest.MonkeyPatch, seed: int, named: bool,
+                                                                     wide: bool) -> None:
     """1 to 4 tasks, or (wide) 30 to 80 tasks, most without rows, as after a shuffle."""
     rng = random.Random(seed * 4 + named * 2 + wide)
     topic = create_topic(kafka.bootstrap, unique_topic("eos-crashpoints"), partitions=2)
     dying = _Dying(monkeypatch, rng)
     log: list[str] = []
     if named:
+        batches: list[int | None]
         eo, query, batches = ExactlyOnce(unique_topic("orders"), topic, batch=True), None, [None]
     else:
         eo, query, batches = ExactlyOnce(None, topic), unique_topic("query"), [0, 1, 2]
@@ -147,7 +155,7 @@ def test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka, monk
 
 @pytest.mark.parametrize("named", [False, True], ids=["streaming", "named-batch-write"])
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_the_same_on_protocol_v1(kafka_tv1, monkeypatch, seed, named):
+def test_the_same_on_protocol_v1(kafka_tv1: KafkaCluster, monkeypatch: pytest.MonkeyPatch, seed: int, named: bool) -> None:
     """On a cluster without transaction protocol v2 (AddOffsetsToTxn before the markers,
     EndTxn without an epoch bump)."""
     test_a_driver_dying_anywhere_in_its_commit_writes_every_row_once(kafka_tv1, monkeypatch, seed, named, False)

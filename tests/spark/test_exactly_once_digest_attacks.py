@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.encoder.columnar import HEADER_TYPE
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.producer.partitioner import murmur2_array
@@ -46,7 +47,7 @@ SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("timestamp", 
                     ("headers", HEADER_TYPE)])
 
 
-def _row(value: bytes = b"ping", key: bytes | None = b"sensor-1", ts: int = TS,
+def _row(value: bytes | None = b"ping", key: bytes | None = b"sensor-1", ts: int = TS,
          headers: list[tuple[str, bytes | None]] | None = None, **more: object) -> dict:
     return {"key": key, "value": value, "timestamp": ts,
             "headers": [{"key": k, "value": v} for k, v in (headers or [])], **more}
@@ -98,7 +99,7 @@ def _as_seen(row: dict, topic: str, with_partition: bool) -> tuple:
             raw(row["value"]), row["timestamp"], tuple((h["key"], h["value"]) for h in row["headers"]))
 
 
-def _swap_attack(kafka, a: list[dict], b: list[dict], *, schema: pa.Schema = SCHEMA,
+def _swap_attack(kafka: KafkaCluster, a: list[dict], b: list[dict], *, schema: pa.Schema = SCHEMA,
                  schema2: pa.Schema | None = None, topics: int = 1, with_partition: bool = False
                  ) -> PartlyCommittedError | None:
     """Run 1: task 0 sends ``a``, task 1 ``b``; its driver dies after committing task 0.
@@ -146,7 +147,7 @@ def _swap_attack(kafka, a: list[dict], b: list[dict], *, schema: pa.Schema = SCH
 # order, and 64 bits of each value); kept as regression tests ------------------------
 
 
-def test_rows_that_differ_only_in_their_timestamp(kafka):
+def test_rows_that_differ_only_in_their_timestamp(kafka: KafkaCluster) -> None:
     """README: "every row once, as a read_committed consumer sees it, through ... driver
     crashes", and a replay with rows dealt otherwise "fails the query with
     PartlyCommittedError ... rather than risk writing rows twice or losing some".
@@ -158,7 +159,7 @@ def test_rows_that_differ_only_in_their_timestamp(kafka):
     _swap_attack(kafka, [_row(ts=TS)], [_row(ts=TS + 60_000)])
 
 
-def test_rows_that_differ_only_in_the_order_of_their_headers(kafka):
+def test_rows_that_differ_only_in_the_order_of_their_headers(kafka: KafkaCluster) -> None:
     """README: "every row once, as a read_committed consumer sees it", and the digest holds
     "headers". Kafka headers are a list: their order is part of the record (a consumer's
     lastHeader("v") reads the last of duplicate keys). Two rows alike but for the order of
@@ -177,7 +178,7 @@ def _murmur2_collision() -> tuple[bytes, bytes]:
     return values[order[i]], values[order[i + 1]]
 
 
-def test_rows_whose_values_share_a_murmur2_hash(kafka):
+def test_rows_whose_values_share_a_murmur2_hash(kafka: KafkaCluster) -> None:
     """README: a replay knows a task of the run that committed it "only by its number *and*
     its rows" (rows_digest.py: "two different row sets share a digest with a chance of
     2**-64"). Each column enters a row's hash as its 32-bit murmur2, so two distinct values
@@ -201,26 +202,26 @@ def test_rows_whose_values_share_a_murmur2_hash(kafka):
     pytest.param(_row(key=b"ab", value=b"c"), _row(key=b"a", value=b"bc"), id="bytes-moved-key-to-value"),
     pytest.param(_row(key=b"x", value=b"y"), _row(key=b"y", value=b"x"), id="key-and-value-swapped"),
 ])
-def test_rows_that_differ_in_one_detail_are_told_apart(kafka, a, b):
+def test_rows_that_differ_in_one_detail_are_told_apart(kafka: KafkaCluster, a: dict, b: dict) -> None:
     """Rows alike but for one detail, dealt the other way round by the replay: refused."""
     assert _swap_attack(kafka, [a], [b]) is not None
 
 
-def test_rows_that_differ_only_in_their_partition_column(kafka):
+def test_rows_that_differ_only_in_their_partition_column(kafka: KafkaCluster) -> None:
     """The same record for partition 0 and for partition 1: refused."""
     schema = SCHEMA.append(pa.field("partition", pa.int32()))
     assert _swap_attack(kafka, [_row(partition=0)], [_row(partition=1)], schema=schema,
                         with_partition=True) is not None
 
 
-def test_rows_that_differ_only_in_their_topic_column(kafka):
+def test_rows_that_differ_only_in_their_topic_column(kafka: KafkaCluster) -> None:
     """The same record for two topics (a topic column, no topic option): refused."""
     schema = SCHEMA.append(pa.field("topic", pa.string()))
     assert _swap_attack(kafka, [_row(topic="t0")], [_row(topic="t1")], schema=schema,
                         topics=2) is not None
 
 
-def test_duplicate_rows_dealt_otherwise(kafka):
+def test_duplicate_rows_dealt_otherwise(kafka: KafkaCluster) -> None:
     """Task 0 {x, x} and task 1 {y, y}, replayed as {y, y} and {x, x}: refused; and as
     {x, y} twice the sums differ too (checked on the digests alone)."""
     x, y = _row(value=b"x"), _row(value=b"y")
@@ -234,7 +235,7 @@ def test_duplicate_rows_dealt_otherwise(kafka):
     assert digest([x, x]) != digest([x, y]) != digest([y, y])
 
 
-def test_string_columns_replayed_as_binary_complete_the_microbatch(kafka):
+def test_string_columns_replayed_as_binary_complete_the_microbatch(kafka: KafkaCluster) -> None:
     """The same bytes as string columns in run 1 and binary in run 2: the same records, so
     the replay completes the microbatch (rows dealt as run 1 did: here both tasks hold the
     same row, so the swap deals them alike)."""
@@ -244,7 +245,7 @@ def test_string_columns_replayed_as_binary_complete_the_microbatch(kafka):
     assert _swap_attack(kafka, [row], [row], schema=strings, schema2=SCHEMA) is None
 
 
-def test_the_digest_is_the_same_whatever_arrow_types_and_slices_carry_the_rows():
+def test_the_digest_is_the_same_whatever_arrow_types_and_slices_carry_the_rows() -> None:
     """Spark hands the same rows as string or binary, large or not (Spark 4's large var
     types), a partition as int or bigint, and in batches of any size: the same digest."""
     keys, values = [b"a", None, b"c"], [b"x", b"y", None]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once
 from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
@@ -26,7 +27,7 @@ from tests.spark.test_exactly_once_replay_split import REPLAYS, RUN1, _replay
 from tests.spark.test_exactly_once_shapes import _prepared_tasks, assert_visible_once, driver_dies_committing
 
 
-def test_a_replay_under_rows_of_markers_without_a_digest_writes_no_row_twice(kafka):
+def test_a_replay_under_rows_of_markers_without_a_digest_writes_no_row_twice(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-nodigest"), partitions=2)
     query = unique_topic("query")
     eo = ExactlyOnce(None, topic)

@@ -14,10 +14,12 @@ takes a new producer id at epoch 0 too (``protocol.txn_coordinator.ended_by``).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 
 import pytest
 
-from spark_sink.admin import AdminClient
+from kprod_broker import KafkaCluster
+from spark_sink.admin import AdminClient, TransactionState
 from spark_sink.client.clock import SYSTEM_TIME
 from spark_sink.producer import KafkaProducer
 from spark_sink.spark import exactly_once, exactly_once_names
@@ -31,7 +33,8 @@ pytestmark = pytest.mark.soak
 MAX_EPOCH = 32767
 
 
-def _settled(describe, admin: AdminClient, tids: list[str], timeout_s: float = 10.0) -> None:
+def _settled(describe: Callable[[AdminClient, list[str]], dict[str, TransactionState]], admin: AdminClient,
+             tids: list[str], timeout_s: float = 10.0) -> None:
     """Until no transaction of ``tids`` is still writing its markers."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -40,7 +43,7 @@ def _settled(describe, admin: AdminClient, tids: list[str], timeout_s: float = 1
         time.sleep(0.05)
 
 
-def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka):
+def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka: KafkaCluster) -> None:
     """Expected: task 0's transaction, committed by the driver's EndTxn at epoch 32766 (its
     producer id's last), is counted as committed when task 1's EndTxn is refused: the error
     says 1 of 2 were committed, as task 0's rows are visible to read_committed."""
@@ -64,7 +67,8 @@ def test_a_commit_across_an_exhausted_epoch_is_counted_as_committed(kafka):
         txns = {m.partition_id: m.transaction for m in messages}
         real_describe = AdminClient.describe_transactions
 
-        def describe_once_settled(self, tids, timeout_ms=None):
+        def describe_once_settled(self: AdminClient, tids: Iterable[str],
+                                  timeout_ms: float | None = None) -> dict[str, TransactionState]:
             tids = list(tids)
             _settled(real_describe, self, tids)  # the coordinator wrote task 0's markers before the driver asks
             return real_describe(self, tids, timeout_ms)

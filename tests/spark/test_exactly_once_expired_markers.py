@@ -24,6 +24,7 @@ import collections
 
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once import MarkersMissingError
 from spark_sink.spark.options import ExactlyOnce
@@ -33,7 +34,7 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys_by_value, _prepared_tasks, driver_dies_committing
 
 
-def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_no_row_twice(kafka):
+def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_no_row_twice(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-expired-empty"), partitions=2)
     config = {"bootstrap.servers": kafka.bootstrap}
     query = unique_topic("query")
@@ -45,7 +46,7 @@ def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_n
     with driver_dies_committing(0):
         exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), 1)
     # Days later: offsets.retention.minutes dropped the markers (the directory is kept).
-    admin = ConfluentAdmin(config)  # kept: its futures need it
+    admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})  # kept: its futures need it
     groups = [exactly_once_names.transactional_id(prefix, p) for p in rows]
     for future in admin.delete_consumer_groups(groups).values():
         future.result(30)

@@ -68,7 +68,7 @@ def node() -> Iterator[_Node]:
 
 
 @pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1)], ids=["1-2-upgrade", "2-1-downgrade"])
-def test_microbatches_across_a_transaction_version_change_are_written_once(node, before, after):
+def test_microbatches_across_a_transaction_version_change_are_written_once(node: _Node, before: int, after: int) -> None:
     """Expected: every microbatch before and after the change visible exactly once to
     read_committed, each one's markers committed, and nothing left open."""
     node.set_transaction_version(before)
@@ -78,9 +78,10 @@ def test_microbatches_across_a_transaction_version_change_are_written_once(node,
         topic = create_topic(cluster.bootstrap, unique_topic("eos-feature"), partitions=2)
         config = {"bootstrap.servers": cluster.bootstrap}
         eo = ExactlyOnce(unique_topic("feature"), topic)
+        assert eo.prefix is not None
         kept = KafkaProducer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0,
                               "transactional.id": exactly_once_names.transactional_id(eo.prefix, 0)})
-        expected = collections.Counter()
+        expected: collections.Counter[str] = collections.Counter()
         for batch in range(4):
             if batch == 2:
                 node.set_transaction_version(after)

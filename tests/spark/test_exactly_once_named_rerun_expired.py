@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import collections
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.spark import exactly_once, exactly_once_names
 from spark_sink.spark.options import ExactlyOnce
@@ -31,15 +34,18 @@ from tests.spark.test_exactly_once_shapes import (
     _prepared_tasks,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
-def _write(df, bootstrap: str, topic: str, prefix: str) -> None:
+
+def _write(df: DataFrame, bootstrap: str, topic: str, prefix: str) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
      .option("kprod.transactionalIdPrefix", prefix).save())
 
 
 @pytest.mark.parametrize("batch_id", [None, 1])
-def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, batch_id):
+def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka: KafkaCluster, batch_id: int | None) -> None:
     """A named batch write (``batch_id`` None) or a microbatch committed whole, run again
     after Kafka dropped its markers: nothing is written twice, nothing is left open."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-done"), partitions=2)
@@ -52,7 +58,7 @@ def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, batch_
     rows = {0: [b"a%d" % i for i in range(5)], 1: [b"b%d" % i for i in range(5)]}
     assert exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query),
                                batch_id).transactions == 2
-    admin = ConfluentAdmin(config)  # kept: its futures need it
+    admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})  # kept: its futures need it
     for future in admin.delete_consumer_groups([exactly_once_names.transactional_id(prefix, p) for p in rows]).values():
         future.result(30)
     again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id,
@@ -64,7 +70,7 @@ def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka, batch_
 
 
 @pytest.mark.soak
-def test_a_named_write_run_again_after_its_markers_expired_writes_nothing(spark, tmp_path):
+def test_a_named_write_run_again_after_its_markers_expired_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
     """The same through Spark, on a broker that drops offsets a minute after their commit."""
     cluster = start_kafka(config={"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "1000"})
     try:

@@ -13,22 +13,30 @@ now belongs to no query.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import json_input
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly, _write
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 
 @pytest.mark.parametrize("first", ["foreachBatch", "batch job"])
-def test_a_named_write_committed_whole_is_not_written_again(spark, kafka, tmp_path, first):
+def test_a_named_write_committed_whole_is_not_written_again(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path,
+                                                            first: str) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-fb"), partitions=2)
     name = unique_topic("orders-2026-11-27")
     source = json_input(tmp_path, 1, 50)
 
-    def write(df, batch_id=None) -> None:
+    def write(df: DataFrame, batch_id: int | None = None) -> None:
         rows = df.select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")).repartition(2, "key")
         _write(rows, kafka.bootstrap, topic, **{"kprod.transactionalIdPrefix": name})
 

@@ -9,14 +9,20 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import start_kafka, unique_topic
 from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.soak
 
@@ -24,7 +30,7 @@ pytestmark = pytest.mark.soak
 SEEDS = max(1, int(os.environ.get("KPROD_SOAK", "1")) // 25)
 
 
-def _restarts(cluster, rng: random.Random, stop: threading.Event, count: list[int]) -> None:
+def _restarts(cluster: KafkaCluster, rng: random.Random, stop: threading.Event, count: list[int]) -> None:
     node = cluster.nodes[0]
     while not stop.wait(rng.uniform(2.0, 8.0)):
         node.kill()
@@ -35,7 +41,7 @@ def _restarts(cluster, rng: random.Random, stop: threading.Event, count: list[in
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_broker_restarts_write_every_row_once(spark, tmp_path, seed):
+def test_broker_restarts_write_every_row_once(spark: SparkSession, tmp_path: Path, seed: int) -> None:
     rng = random.Random(9100 + seed)
     files, rows_per_file, tasks = rng.choice([6, 8]), rng.choice([50, 2000]), rng.choice([2, 3])
     pause_ms = rng.choice([300, 1500])

@@ -13,15 +13,22 @@ import random
 import signal
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests import procs
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import json_input, paused_value
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 # Up to two minutes a seed on the 2-core machine: make soak runs them, not the suite.
 pytestmark = pytest.mark.soak
@@ -47,7 +54,8 @@ def _killer(rng: random.Random, stop: threading.Event, killed: list[int]) -> Non
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_random_process_kills_and_stops_write_every_row_once(spark, kafka, tmp_path, seed):
+def test_random_process_kills_and_stops_write_every_row_once(spark: SparkSession, kafka: KafkaCluster,
+                                                             tmp_path: Path, seed: int) -> None:
     rng = random.Random(7700 + seed)
     files, rows_per_file = rng.choice([6, 10]), rng.choice([40, 1500])
     tasks, partitions = rng.choice([2, 3, 5]), rng.choice([1, 3])
@@ -60,7 +68,7 @@ def test_random_process_kills_and_stops_write_every_row_once(spark, kafka, tmp_p
     checkpoint = str(tmp_path / "chk")
     value = paused_value(rows_per_file, pause_ms)
 
-    def start(q: int):
+    def start(q: int) -> StreamingQuery:
         rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
                 .repartition(tasks + q, "id")
                 .select(F.concat(F.lit(f"q{q}-"), F.col("id").cast("string")).alias("key"), value.alias("value")))
@@ -74,7 +82,8 @@ def test_random_process_kills_and_stops_write_every_row_once(spark, kafka, tmp_p
         outcome = None
         for query in running:
             try:
-                finished = query.awaitTermination(stop_after if stop_after is not None else 240)
+                # PySpark's hint says int; it passes any number of seconds on to the JVM.
+                finished = query.awaitTermination(stop_after if stop_after is not None else 240)  # type: ignore[arg-type]
                 if not finished:
                     query.stop()
                     outcome = "stopped"

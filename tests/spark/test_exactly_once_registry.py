@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once_abort, exactly_once_names, exactly_once_state
-from spark_sink.spark.options import parse_options
+from spark_sink.spark.options import ExactlyOnce, parse_options
 from tests.brokers import create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.spark.readback import assert_nothing_left_open
@@ -30,7 +31,8 @@ from tests.spark.test_exactly_once_time import _prepare
 _SHARED = "the abort's registry is shared by queries with the same sink options"
 
 
-def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -> None:
+def _abort_with_a_transaction_held(kafka: KafkaCluster, config: dict[str, str], eo: ExactlyOnce, prefix: str,
+                                   topic: str) -> None:
     """Task 0 of ``prefix`` holds an open transaction with rows when its worker dies and no
     task of the microbatch reported: after the driver's abort nothing may be left open."""
     producer, _ = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"held"])
@@ -43,7 +45,7 @@ def _abort_with_a_transaction_held(kafka, config, eo, prefix: str, topic: str) -
 
 @pytest.mark.soak
 @pytest.mark.xfail(strict=True, reason=_SHARED)
-def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka):
+def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka: KafkaCluster) -> None:
     """Expected: query A's microbatch, failing before any task reported, leaves no
     transaction of A open (a record produced afterwards is visible to read_committed at
     once), whatever query B, with the same sink options, registered."""
@@ -51,6 +53,7 @@ def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_
     options = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic_a,
                "kprod.deliveryGuarantee": "exactly-once", "kafka.transaction.timeout.ms": "600000"}
     eo = parse_options(options, streaming=True).exactly_once
+    assert eo is not None
     config = {"bootstrap.servers": kafka.bootstrap}
     prefix_a, prefix_b = eo.prefix_for(unique_topic("query-a")), eo.prefix_for(unique_topic("query-b"))
     # One Python worker runs tasks of both queries: A's first, then B's, then A's again
@@ -63,12 +66,12 @@ def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_
 
 @pytest.mark.soak
 @pytest.mark.xfail(strict=True, reason=_SHARED)
-def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_on_protocol_v1(kafka_tv1):
+def test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_on_protocol_v1(kafka_tv1: KafkaCluster) -> None:
     """The same on a cluster without transaction protocol v2."""
     test_a_failed_microbatch_of_one_of_two_queries_with_the_same_options_leaves_nothing_open(kafka_tv1)
 
 
-def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafka):
+def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafka: KafkaCluster) -> None:
     """Expected: a microbatch whose every task failed before reporting leaves no transaction
     open, however long the query ran. The registry is a group offset, which Kafka drops
     offsets.retention.minutes (7 days) after its last commit, and Spark reuses a busy
@@ -82,6 +85,7 @@ def test_a_failed_microbatch_after_the_registry_expired_leaves_nothing_open(kafk
                "kprod.deliveryGuarantee": "exactly-once", "kafka.transaction.timeout.ms": "600000",
                "checkpointLocation": "/x/" + topic}
     eo = parse_options(options, streaming=True).exactly_once
+    assert eo is not None
     config = {"bootstrap.servers": kafka.bootstrap}
     prefix = eo.prefix_for(unique_topic("query"))
     clock = MovedClock()

@@ -18,6 +18,7 @@ import random
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import exactly_once, exactly_once_abort
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
@@ -36,7 +37,7 @@ REPLAYS = {
 SEEDS = int(os.environ.get("KPROD_SOAK", "0")) or 2
 
 
-def _crash(kafka, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[str, ExactlyOnce, str]:
+def _crash(kafka: KafkaCluster, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[str, ExactlyOnce, str]:
     """Run 1 of microbatch 0 dies after committing the transactions of the tasks in
     ``committed``. Returns its topic, settings and query id; the next commit is a new
     driver process's."""
@@ -50,7 +51,7 @@ def _crash(kafka, run1: dict[int, list[bytes]], committed: set[int]) -> tuple[st
     return topic, eo, query
 
 
-def _replay(kafka, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list[bytes]], *,
+def _replay(kafka: KafkaCluster, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list[bytes]], *,
             tasks_only: bool = False) -> PartlyCommittedError | None:
     """Run 2 commits microbatch 0 again (its tasks without a rows digest if ``tasks_only``,
     as under kprod.replayMatch=tasks); a refusal aborts it. Returns the refusal, if any."""
@@ -66,7 +67,7 @@ def _replay(kafka, topic: str, eo: ExactlyOnce, query: str, run2: dict[int, list
     return None
 
 
-def _crash_then_replay(kafka, run1: dict[int, list[bytes]], committed: set[int],
+def _crash_then_replay(kafka: KafkaCluster, run1: dict[int, list[bytes]], committed: set[int],
                        run2: dict[int, list[bytes]]) -> bool:
     """Run 1 dies part-way through its commit, run 2 replays the same rows: no row visible
     twice or lost (every row once, or, if run 2 was refused with PartlyCommittedError, run
@@ -79,7 +80,8 @@ def _crash_then_replay(kafka, run1: dict[int, list[bytes]], committed: set[int],
 
 
 @pytest.mark.parametrize("replay", sorted(REPLAYS))
-def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_loses_none(kafka, replay):
+def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_loses_none(kafka: KafkaCluster,
+                                                                                        replay: str) -> None:
     """Run 1 (two tasks) dies after committing task 1's transaction; run 2 replays microbatch 0
     in two tasks holding the same rows dealt otherwise: it is refused, as the committed
     task's rows are not the ones run 2's task 1 holds."""
@@ -87,19 +89,19 @@ def test_a_replay_split_into_as_many_tasks_otherwise_writes_no_row_twice_and_los
 
 
 @pytest.mark.parametrize("replay", sorted(REPLAYS))
-def test_a_replay_split_into_as_many_tasks_otherwise_on_protocol_v1(kafka_tv1, replay):
+def test_a_replay_split_into_as_many_tasks_otherwise_on_protocol_v1(kafka_tv1: KafkaCluster, replay: str) -> None:
     """The same on a cluster without transaction protocol v2."""
     assert _crash_then_replay(kafka_tv1, RUN1, {1}, REPLAYS[replay])
 
 
-def test_a_replay_with_the_same_rows_in_another_order_completes_the_microbatch(kafka):
+def test_a_replay_with_the_same_rows_in_another_order_completes_the_microbatch(kafka: KafkaCluster) -> None:
     """The digest does not depend on the rows' order within a task: a replay that reads
     each task's rows in another order still finds its marker, and commits only the rest."""
     reordered = {p: rows[::-1] for p, rows in RUN1.items()}
     assert not _crash_then_replay(kafka, RUN1, {1}, reordered)
 
 
-def test_a_replay_whose_rows_differ_is_refused_saying_how_to_go_on(kafka):
+def test_a_replay_whose_rows_differ_is_refused_saying_how_to_go_on(kafka: KafkaCluster) -> None:
     """A query whose rows differ between runs (values computed with uuid() or
     current_timestamp()): its replay is refused, with the option that lets it go on; under
     that option (tasks report no digest) the replay skips the committed task by its number
@@ -113,7 +115,7 @@ def test_a_replay_whose_rows_differ_is_refused_saying_how_to_go_on(kafka):
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
-def test_random_splits_and_crashes_write_no_row_twice_and_lose_none(kafka, seed):
+def test_random_splits_and_crashes_write_no_row_twice_and_lose_none(kafka: KafkaCluster, seed: int) -> None:
     """Random rows dealt over 2 to 4 tasks (some empty), run 1 dying after committing a
     random part; the replay deals them as run 1 did (then it must complete the microbatch)
     or anew over as many tasks."""

@@ -18,14 +18,21 @@ skipped tasks out and names them (``alreadyCommittedTasks``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, RowsDigest
 from spark_sink.spark import exactly_once_names, writer
 from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.test_exactly_once_shapes import driver_dies_committing
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import WriterCommitMessage
+    from pyspark.sql.types import StructType
 
 
 def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[bytes], query: str
@@ -46,7 +53,7 @@ def _task(bootstrap: str, prefix: str, topic: str, partition: int, values: list[
                               rows_digest=str(digest))
 
 
-def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka, tmp_path):
+def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-report"), partitions=1)
     report = tmp_path / "report.jsonl"
     prefix = unique_topic("rep")
@@ -58,7 +65,7 @@ def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka,
     query = unique_topic("query")
     rows = {0: [b"a%d" % i for i in range(5)], 1: [b"b%d" % i for i in range(5)]}
 
-    def run() -> list[KProdCommitMessage]:
+    def run() -> list[WriterCommitMessage | None]:
         return [_task(kafka.bootstrap, prefix, topic, p, v, query) for p, v in rows.items()]
 
     with driver_dies_committing(0):
@@ -77,7 +84,7 @@ def test_the_report_of_a_replayed_microbatch_names_only_committed_records(kafka,
                                  f"are in no report line")
 
 
-def _schema():
+def _schema() -> StructType:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     return StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 
@@ -30,7 +31,7 @@ PARTITIONS = 4
 RANDOM_CASES = int(os.environ.get("KPROD_SOAK", "0")) // 5 or 2
 
 
-def _run(kafka, tmp_path: Path, cases: list[dict]) -> list[dict]:
+def _run(kafka: KafkaCluster, tmp_path: Path, cases: list[dict]) -> list[dict]:
     for case in cases:
         case["topic"] = create_topic(kafka.bootstrap, unique_topic(f"eos-retry-{case['mode']}"), PARTITIONS)
     done = subprocess.run([sys.executable, str(CHILD), kafka.bootstrap, str(tmp_path),
@@ -44,7 +45,7 @@ def _run(kafka, tmp_path: Path, cases: list[dict]) -> list[dict]:
     return results
 
 
-def _check(kafka, case: dict, result: dict) -> None:
+def _check(kafka: KafkaCluster, case: dict, result: dict) -> None:
     """The write succeeded with the retry's rows once each, and nothing is left open."""
     note = f" ({case})"
     assert result["outcome"] == "ok", result["outcome"] + note
@@ -90,7 +91,7 @@ def random_cases(seed: int, count: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def retried(kafka, tmp_path_factory) -> dict[str, list[tuple[dict, dict]]]:
+def retried(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[dict, dict]]]:
     """Every case of the module in one child process (one JVM): per test, its cases and
     what the child reported of each."""
     seed = int(os.environ.get("KPROD_SEED", "20261187"))
@@ -102,12 +103,12 @@ def retried(kafka, tmp_path_factory) -> dict[str, list[tuple[dict, dict]]]:
 
 
 @pytest.mark.timeout(900)
-def test_an_empty_retry_leaves_nothing_open(kafka, retried):
+def test_an_empty_retry_leaves_nothing_open(kafka: KafkaCluster, retried: dict[str, list[tuple[dict, dict]]]) -> None:
     for case, result in retried["empty"]:
         _check(kafka, case, result)
 
 
 @pytest.mark.timeout(900)
-def test_random_retries_with_other_input(kafka, retried):
+def test_random_retries_with_other_input(kafka: KafkaCluster, retried: dict[str, list[tuple[dict, dict]]]) -> None:
     for case, result in retried["random"]:
         _check(kafka, case, result)

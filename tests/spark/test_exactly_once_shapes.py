@@ -12,14 +12,17 @@ import json
 import os
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
-from spark_sink.producer import KafkaProducer, ProducerRecord, RowsDigest
+from spark_sink.producer import KafkaProducer, PreparedTransaction, ProducerRecord, RowsDigest
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once_state import PartlyCommittedError
 from spark_sink.spark.options import ExactlyOnce
@@ -28,11 +31,16 @@ from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from tests.conftest import ProxiedKafka
+
 # A few random shapes in the suite; KPROD_SOAK=N tries N more (make soak).
 SHAPES = int(os.environ.get("KPROD_SOAK", "0")) or 3
 
 
-def _write(df, bootstrap: str, topic: str, **options: str) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str, **options: str) -> None:
     writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once"))
     for key, value in options.items():
@@ -60,7 +68,23 @@ def _exactly(keys: list[str], expected: set[str]) -> None:
     assert not duplicated, f"written more than once: {list(duplicated.items())[:5]}"
 
 
-def test_a_dataframe_with_empty_partitions(spark, kafka):
+def _setting(spark: SparkSession, key: str) -> str:
+    """A Spark SQL setting the session has a value for."""
+    value = spark.conf.get(key)
+    assert value is not None, key
+    return value
+
+
+def _partition_id() -> int:
+    """The partition of the Spark task this runs in."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    assert ctx is not None, "runs in a Spark task"
+    return ctx.partitionId()
+
+
+def test_a_dataframe_with_empty_partitions(spark: SparkSession, kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-empty"), partitions=2)
     df = spark.range(3, numPartitions=6).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
     _write(df, kafka.bootstrap, topic)
@@ -68,10 +92,10 @@ def test_a_dataframe_with_empty_partitions(spark, kafka):
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
-def test_an_aggregation_over_200_shuffle_partitions(spark, kafka):
+def test_an_aggregation_over_200_shuffle_partitions(spark: SparkSession, kafka: KafkaCluster) -> None:
     """The default spark.sql.shuffle.partitions: most of the 200 tasks have no row."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-agg"), partitions=3)
-    saved = {k: spark.conf.get(k) for k in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
+    saved = {k: _setting(spark, k) for k in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
     # Without adaptive execution, which would coalesce the empty partitions away.
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     spark.conf.set("spark.sql.shuffle.partitions", "200")
@@ -87,17 +111,15 @@ def test_an_aggregation_over_200_shuffle_partitions(spark, kafka):
     assert_nothing_left_open(kafka.bootstrap, topic, 3)
 
 
-def test_a_task_that_fails_after_sending_aborts_its_transaction(spark, kafka):
+def test_a_task_that_fails_after_sending_aborts_its_transaction(spark: SparkSession, kafka: KafkaCluster) -> None:
     """local[2] retries no task: the write fails, and what its tasks sent is aborted
     rather than left open until transaction.timeout.ms."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-taskfail"), partitions=2)
     schema = "key string, value string"
 
-    def fail_after_sending(batches):
-        from pyspark import TaskContext
-
+    def fail_after_sending(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from batches
-        if TaskContext.get().partitionId() == 1:
+        if _partition_id() == 1:
             raise RuntimeError("injected failure after the rows were handed to the sink")
 
     df = (spark.range(4000, numPartitions=2).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
@@ -108,7 +130,8 @@ def test_a_task_that_fails_after_sending_aborts_its_transaction(spark, kafka):
     _exactly(_committed_keys(kafka.bootstrap, topic, 2), set())
 
 
-def test_foreach_batch_in_update_mode_over_an_aggregation(spark, kafka, tmp_path):
+def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, kafka: KafkaCluster,
+                                                          tmp_path: Path) -> None:
     """A streaming aggregation written with foreachBatch: each microbatch a batch write of
     200 shuffle partitions, a new transactional-id prefix each time."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-fb"), partitions=2)
@@ -119,7 +142,7 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark, kafka, tmp_path
     counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
               .groupBy((F.col("id") % 5).alias("k")).count())
 
-    def write(batch_df, batch_id):
+    def write(batch_df: DataFrame, batch_id: int) -> None:
         _write(batch_df.select(F.concat_ws("@", F.col("k").cast("string"), F.lit(str(batch_id))).alias("key"),
                                F.col("count").cast("string").alias("value")), kafka.bootstrap, topic)
 
@@ -131,7 +154,8 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark, kafka, tmp_path
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
-def test_a_streaming_aggregation_over_50_shuffle_partitions(spark, kafka, tmp_path):
+def test_a_streaming_aggregation_over_50_shuffle_partitions(spark: SparkSession, kafka: KafkaCluster,
+                                                            tmp_path: Path) -> None:
     """kprod itself as the sink of a streaming aggregation (Complete mode: Spark offers
     Python data sources no Update mode): each microbatch 50 tasks, most of them empty, each
     microbatch's counts visible once. (50, not the default 200 of the batch test above: a
@@ -142,7 +166,7 @@ def test_a_streaming_aggregation_over_50_shuffle_partitions(spark, kafka, tmp_pa
     source.mkdir()
     for f in range(2):
         (source / f"{f}.json").write_text("\n".join(json.dumps({"id": f * 100 + i}) for i in range(100)) + "\n")
-    saved = spark.conf.get("spark.sql.shuffle.partitions")
+    saved = _setting(spark, "spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "50")  # a stateful query keeps its count
     try:
         counts = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
@@ -161,7 +185,8 @@ def test_a_streaming_aggregation_over_50_shuffle_partitions(spark, kafka, tmp_pa
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
-def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(spark, kafka, tmp_path):
+def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(spark: SparkSession,
+                                                                              kafka: KafkaCluster, tmp_path: Path) -> None:
     """A file:// URI and a plain path name the same checkpoint, so the same query: the
     restarted query finds its own commit records under the same prefix."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-uri"), partitions=1)
@@ -183,11 +208,11 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
     directory = exactly_once_names.directory_group(ExactlyOnce(None, topic).prefix_for(ids[0]))
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         offset, metadata = admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)]
-    assert offset == 1 and json.loads(metadata)["query"] == ids[0]
+    assert offset == 1 and metadata is not None and json.loads(metadata)["query"] == ids[0]
     _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
 
 
-def assert_visible_once(kafka, topic: str, rows: list[bytes], note: str = "", partitions: int = 2) -> None:
+def assert_visible_once(kafka: KafkaCluster, topic: str, rows: list[bytes], note: str = "", partitions: int = 2) -> None:
     """Every one of ``rows`` visible to read_committed once (none twice, none lost), and
     nothing left open on the topic's partitions."""
     expected = collections.Counter(v.decode() for v in rows)
@@ -199,7 +224,7 @@ def assert_visible_once(kafka, topic: str, rows: list[bytes], note: str = "", pa
     assert_nothing_left_open(kafka.bootstrap, topic, partitions)
 
 
-def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str
+def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str | None
                     ) -> list[KProdCommitMessage]:
     """What a run's tasks return: each partition's rows sent in a prepared transaction (none
     for a partition without rows)."""
@@ -234,23 +259,24 @@ def driver_dies_committing(*tasks: int) -> Iterator[None]:
     real_end = AdminClient.end_transactions
     ends = tuple(f"-{p}" for p in tasks)
 
-    def end_some_then_crash(self, transactions, commit, timeout_ms=None):
+    def end_some_then_crash(self: AdminClient, transactions: Iterable[PreparedTransaction], commit: bool,
+                            timeout_ms: float | None = None) -> None:
         transactions = list(transactions)
         if commit:
             real_end(self, [t for t in transactions if t.transactional_id.endswith(ends)], commit)
             raise _Crash()
         real_end(self, transactions, commit, timeout_ms)
 
-    AdminClient.end_transactions = end_some_then_crash
+    AdminClient.end_transactions = end_some_then_crash  # type: ignore[method-assign]  # the driver dies mid-commit
     try:
         with pytest.raises(_Crash):
             yield
     finally:
-        AdminClient.end_transactions = real_end
+        AdminClient.end_transactions = real_end  # type: ignore[method-assign]
         exactly_once._fenced.clear()
 
 
-def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka):
+def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka: KafkaCluster) -> None:
     """Run 1 splits microbatch 0 into four tasks and dies after committing two of them;
     run 2 has two tasks: it must not commit everything again (it refuses, saying why);
     run 3, split as run 1 was, commits only the two missing tasks."""
@@ -287,7 +313,8 @@ def _committed_keys_by_value(bootstrap: str, topic: str, expected: int) -> list[
 
 
 @pytest.mark.parametrize("seed", range(SHAPES))
-def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
+def test_random_shapes_timings_and_failures(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka,
+                                            seed: int) -> None:
     """Random shapes (partition counts, many empty or skewed tasks, waves of more tasks than
     cores), timings (tasks that pause with their transaction open, a
     transaction.timeout.ms close to the write's length) and failures (a task raising in
@@ -310,10 +337,8 @@ def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
     print("shape:", shape)
     topic = create_topic(kafka.bootstrap, unique_topic(f"eos-rand{seed}"), partitions=partitions)
 
-    def python_fault(batches):
-        from pyspark import TaskContext
-
-        failing = fault == "python" and TaskContext.get().partitionId() == fail_task
+    def python_fault(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        failing = fault == "python" and _partition_id() == fail_task
         for i, batch in enumerate(batches):
             if failing and i == fail_after:
                 raise RuntimeError("injected failure")
@@ -363,7 +388,7 @@ def test_random_shapes_timings_and_failures(spark, kafka, kafka_proxy, seed):
     _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
 
 
-def test_writes_on_protocol_v1(spark, kafka_tv1, kafka_tv1_proxy):
+def test_writes_on_protocol_v1(spark: SparkSession, kafka_tv1: KafkaCluster, kafka_tv1_proxy: ProxiedKafka) -> None:
     """On a cluster without transaction protocol v2 (AddPartitionsToTxn, AddOffsetsToTxn,
     EndTxn v4): a failing task, a replay's markers, and a random shape."""
     test_a_task_that_fails_after_sending_aborts_its_transaction(spark, kafka_tv1)

@@ -42,21 +42,21 @@ REGISTRY = [("kprod-0123456789abcdef0123", RegistryEntry("kprod-0123456789abcdef
 
 
 @pytest.mark.parametrize(("text", "value"), MARKERS)
-def test_markers_of_every_release_are_read(text, value):
+def test_markers_of_every_release_are_read(text: str, value: Marker) -> None:
     assert Marker.decode(text) == value
 
 
 @pytest.mark.parametrize(("text", "value"), DIRECTORY)
-def test_directory_records_of_every_release_are_read(text, value):
+def test_directory_records_of_every_release_are_read(text: str, value: DirectoryRecord) -> None:
     assert DirectoryRecord.decode(text) == value
 
 
 @pytest.mark.parametrize(("text", "value"), REGISTRY)
-def test_registry_entries_of_every_release_are_read(text, value):
+def test_registry_entries_of_every_release_are_read(text: str, value: RegistryEntry) -> None:
     assert RegistryEntry.decode(text) == value
 
 
-def test_this_release_writes_these_bytes():
+def test_this_release_writes_these_bytes() -> None:
     assert MARKERS[-1][1].encode() == MARKERS[-1][0]
     assert DIRECTORY[-1][1].encode() == DIRECTORY[-1][0]
     assert REGISTRY[-1][1].encode() == REGISTRY[-1][0]
@@ -68,16 +68,16 @@ def test_this_release_writes_these_bytes():
                                   '{"query":1,"tasks":2}', '{"query":"q","tasks":true}',
                                   '{"query":"q","tasks":2,"txns":1.5}', '{"query":"q","tasks":2,"rows":7}',
                                   '{"v":"4","query":"q","tasks":2}'])
-def test_what_is_not_a_marker_is_none(text):
+def test_what_is_not_a_marker_is_none(text: str | None) -> None:
     assert Marker.decode(text) is None
 
 
 @pytest.mark.parametrize("text", [None, "", "{", '{"query":"q"}', '{"query":"q","ids":"3"}', '{"query":2,"ids":3}'])
-def test_what_is_not_a_directory_record_is_none(text):
+def test_what_is_not_a_directory_record_is_none(text: str | None) -> None:
     assert DirectoryRecord.decode(text) is None
 
 
-def test_a_newer_format_is_refused_by_name():
+def test_a_newer_format_is_refused_by_name() -> None:
     with pytest.raises(StateFormatError, match="marker .* newer kprod \\(format 5; this one reads up to 4\\)"):
         Marker.decode('{"v":5,"query":"q","tasks":2}')
     with pytest.raises(StateFormatError, match="directory record"):
@@ -91,15 +91,15 @@ _counts = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 @given(st.builds(Marker, st.none() | _texts, _counts, st.none() | _counts, st.none() | _texts))
-def test_markers_round_trip(marker):
+def test_markers_round_trip(marker: Marker) -> None:
     assert Marker.decode(marker.encode()) == marker
 
 
 @given(st.builds(DirectoryRecord, st.none() | _texts, _counts, st.none() | st.integers(0, 2**53), st.booleans()))
-def test_directory_records_round_trip(record):
+def test_directory_records_round_trip(record: DirectoryRecord) -> None:
     assert DirectoryRecord.decode(record.encode()) == record
 
 
 @given(_texts.filter(lambda s: s and not s.startswith("{")))
-def test_registry_entries_round_trip(prefix):
+def test_registry_entries_round_trip(prefix: str) -> None:
     assert RegistryEntry.decode(RegistryEntry(prefix).encode()) == RegistryEntry(prefix)

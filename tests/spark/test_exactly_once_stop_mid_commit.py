@@ -19,19 +19,27 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests import procs
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import json_input
 from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_shapes import _committed_keys, _exactly
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
-def _start(spark, source, bootstrap: str, topic: str, checkpoint: str):
+    from tests.conftest import ProxiedKafka
+
+
+
+def _start(spark: SparkSession, source: Path, bootstrap: str, topic: str, checkpoint: str) -> StreamingQuery:
     rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source))
             .repartition(2, "id").select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value")))
     return (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap)
@@ -62,7 +70,8 @@ def _wait_for_the_commit(timeout: float = 120.0) -> int:
 
 
 @pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), (1.0, "stop"), (None, None)])
-def test_a_commit_cut_short_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_path, into_commit_s, cut):
+def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka,
+                                                tmp_path: Path, into_commit_s: float | None, cut: str | None) -> None:
     """Expected: once the query has stopped, nothing of its last microbatch holds
     read_committed readers back (checked within 10 s; transaction.timeout.ms is 60 s);
     restarted, the query writes every row once. ``into_commit_s`` after the commit began
@@ -73,7 +82,7 @@ def test_a_commit_cut_short_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_p
         into_commit_s, cut = random.uniform(0.0, 3.0), random.choice(["stop", "kill"])
         print("cut:", cut, into_commit_s, "s into the commit")
 
-    def cut_short(query) -> None:
+    def cut_short(query: StreamingQuery) -> None:
         worker = procs.parent(_wait_for_the_commit())
         time.sleep(into_commit_s)
         if cut == "kill" and worker is not None:
@@ -83,8 +92,8 @@ def test_a_commit_cut_short_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_p
     stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut_short)
 
 
-def stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut: Callable[[Any], None], *, files: int = 1,
-                          open_after_cut: bool = True) -> None:
+def stopped_and_restarted(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka, tmp_path: Path,
+                          cut: Callable[[Any], None], *, files: int = 1, open_after_cut: bool = True) -> None:
     """A query writing ``files`` microbatches of 100 rows through replies slowed to 0.7 s,
     ``cut`` short, restarted without the delay: nothing is left open (``open_after_cut``:
     once the query is cut, else once the restarted one is done) and every row is there once."""

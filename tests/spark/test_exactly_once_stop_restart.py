@@ -16,13 +16,22 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.spark.test_exactly_once_stop_mid_commit import stopped_and_restarted
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
-def _wait_for_commit_phase(spark, tasks: int, timeout: float = 120.0) -> None:
+    from tests.conftest import ProxiedKafka
+
+
+def _wait_for_commit_phase(spark: SparkSession, tasks: int, timeout: float = 120.0) -> None:
     """Until the microbatch's write job (a stage of ``tasks`` tasks) has finished: the
     driver commits then."""
     tracker = spark.sparkContext.statusTracker()
@@ -44,13 +53,13 @@ def _wait_for_commit_phase(spark, tasks: int, timeout: float = 120.0) -> None:
 @pytest.mark.soak
 @pytest.mark.parametrize("seed", range(3))
 def test_a_query_stopped_at_a_random_moment_of_its_commit_and_restarted_writes_every_row_once(
-        spark, kafka, kafka_proxy, tmp_path, seed):
+        spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka, tmp_path: Path, seed: int) -> None:
     """The restart after such a stop (at a random moment of the commit, 0.7 s round trips):
     the replayed microbatch completes what the stopped commit did, every row once, and
     nothing is left open once the restarted query is done (its tasks fence their ids)."""
     rng = random.Random(500 + seed)
 
-    def stop_at_random(query) -> None:
+    def stop_at_random(query: StreamingQuery) -> None:
         _wait_for_commit_phase(spark, 2)
         time.sleep(rng.uniform(0.0, 4.0))
         query.stop()

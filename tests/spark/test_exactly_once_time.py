@@ -9,15 +9,19 @@ import collections
 import dataclasses
 import json
 import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
 from spark_sink.client.clock import SYSTEM_TIME
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, PreparedTransaction, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
@@ -26,6 +30,11 @@ from tests.brokers import consume_all, create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.conftest import ProxiedKafka
 
 
 def _committed_values(bootstrap: str, topic: str, expected: int, settle: float = 1.0) -> list[str]:
@@ -65,7 +74,8 @@ def _prepared_tasks(bootstrap: str, prefix: str, topic: str, query: str | None =
 # -- a write that outlasts transaction.timeout.ms --------------------------------------
 
 
-def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_writes_it_once(spark, kafka):
+def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_writes_it_once(spark: SparkSession,
+                                                                                             kafka: KafkaCluster) -> None:
     """Four tasks on local[2], each pausing 3 s half-way with its transaction open: the
     first wave's transactions wait ~7 s for the last task, longer than
     kafka.transaction.timeout.ms=4000. The write fails saying so, nothing of it is visible,
@@ -99,7 +109,7 @@ def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_wr
     assert collections.Counter(values) == collections.Counter(str(i) for i in range(rows))
 
 
-def test_an_exactly_once_batch_write_takes_the_brokers_longest_transaction_timeout(kafka):
+def test_an_exactly_once_batch_write_takes_the_brokers_longest_transaction_timeout(kafka: KafkaCluster) -> None:
     topic = unique_topic("eos-maxtimeout")
     options = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic, "kprod.deliveryGuarantee": "exactly-once"}
     planned = exactly_once.with_transaction_timeout(parse_options(options))
@@ -110,7 +120,7 @@ def test_an_exactly_once_batch_write_takes_the_brokers_longest_transaction_timeo
     assert "transaction.timeout.ms" not in streaming.producer_config  # Java's 60 s, as documented
 
 
-def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka):
+def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-late"), partitions=1)
     config = {"bootstrap.servers": kafka.bootstrap, "transaction.timeout.ms": "2000"}
     prefix = unique_topic("late")
@@ -127,7 +137,7 @@ def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka):
 
 
 
-def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(kafka):
+def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(kafka: KafkaCluster) -> None:
     """The driver's check found both transactions open, then task 1's was ended by another
     producer before its EndTxn (the window the margin covers): the error says one of two
     was committed, and task 0's rows are visible, task 1's are not."""
@@ -166,7 +176,8 @@ def _wait_for_any_record(bootstrap: str, topic: str, timeout_s: float = 60.0) ->
         view.close()
 
 
-def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark, kafka, kafka_proxy, tmp_path):
+def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster,
+                                                                          kafka_proxy: ProxiedKafka, tmp_path: Path) -> None:
     """The default prefix (from the query id, which the driver does not know): one task has
     sent rows in an open transaction when its writer is SIGKILLed (as an out-of-memory kill
     does), and another task hits a poison row. No task reported and neither could abort its
@@ -199,7 +210,8 @@ def test_a_microbatch_failing_before_any_task_reports_leaves_nothing_open(spark,
     assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
 
 
-def test_query_stop_in_the_middle_of_a_microbatch_leaves_nothing_open(spark, kafka, tmp_path):
+def test_query_stop_in_the_middle_of_a_microbatch_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster,
+                                                                      tmp_path: Path) -> None:
     """query.stop() while a task holds an open transaction with rows in it: the microbatch
     is not committed, and nothing of it holds read_committed readers back."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-stop"), partitions=2)
@@ -219,13 +231,14 @@ def test_query_stop_in_the_middle_of_a_microbatch_leaves_nothing_open(spark, kaf
     assert _committed_values(kafka.bootstrap, topic, 2) == ["sentinel", "sentinel"]
 
 
-def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
+def test_the_driver_finds_the_prefix_its_tasks_registered(kafka: KafkaCluster) -> None:
     """The abort of a microbatch whose every task failed reads the prefix its tasks
     recorded before their first transaction, and fences their ids."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-registry"), partitions=1)
     eo = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                         "kprod.deliveryGuarantee": "exactly-once", "checkpointLocation": "/x/" + topic},
                        streaming=True).exactly_once
+    assert eo is not None
     prefix = eo.prefix_for(unique_topic("query"))
     config = {"bootstrap.servers": kafka.bootstrap}
     exactly_once_state.register_prefix(config, eo, prefix)
@@ -240,12 +253,13 @@ def test_the_driver_finds_the_prefix_its_tasks_registered(kafka):
 # -- names -------------------------------------------------------------------------------
 
 
-def _die_after_committing_task_1(monkeypatch) -> None:
+def _die_after_committing_task_1(monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver dies in the middle of its commit: its EndTxns reach task 1's transaction
     only (``monkeypatch.undo()`` brings the real commit back)."""
     real_end = AdminClient.end_transactions
 
-    def commit_task_1_then_die(self, transactions, commit, timeout_ms=None):
+    def commit_task_1_then_die(self: AdminClient, transactions: Iterable[PreparedTransaction], commit: bool,
+                               timeout_ms: float | None = None) -> None:
         transactions = list(transactions)
         if commit:
             real_end(self, [t for t in transactions if t.transactional_id.endswith("-1")], commit)
@@ -261,13 +275,13 @@ def _names(prefix: str, tasks: int) -> set[str]:
 
 
 @given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12), st.integers(1, 120))
-def test_the_names_of_two_prefixes_never_meet(a, b, tasks):
+def test_the_names_of_two_prefixes_never_meet(a: str, b: str, tasks: int) -> None:
     if a != b:
         assert not _names(a, tasks) & _names(b, tasks)
         assert exactly_once_names.registry_group(a) not in _names(b, tasks)
 
 
-def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
+def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """Query A (prefix X) commits task 1 of microbatch 0 and dies; query B (prefix X-1)
     commits a microbatch; A's replay still finds its own marker: A's rows once."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-names"), partitions=1)
@@ -276,7 +290,7 @@ def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
     a, b = ExactlyOnce(x, topic), ExactlyOnce(x + "-1", topic)
 
     def prepared(eo: ExactlyOnce, query: str, tasks: int, tag: str) -> list[KProdCommitMessage]:
-        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic, query, tag, tasks, rows=50)
+        return _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, query, tag, tasks, rows=50)
 
     _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
@@ -294,7 +308,7 @@ def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka, monkeypatch):
 # -- a second attempt of a task ----------------------------------------------------------
 
 
-def test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kafka):
+def test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kafka: KafkaCluster) -> None:
     """Two attempts of task 0 at once (a speculative copy): the second's init_transactions
     ends the first's transaction after the first reported. The driver commits nothing,
     names spark.speculation, and nothing stays open."""
@@ -322,36 +336,38 @@ def test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kaf
 # -- markers that are gone -----------------------------------------------------------------
 
 
-def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka):
+def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka: KafkaCluster) -> None:
     from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
     topic = create_topic(kafka.bootstrap, unique_topic("eos-expired"), partitions=1)
     config = {"bootstrap.servers": kafka.bootstrap}
     eo = ExactlyOnce(unique_topic("exp"), topic)
+    prefix = eo.prefix_for(None)
     for batch in (0, 1):
-        producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic,
+        producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic,
                                      [b"%d" % batch])
         producer.close()
         exactly_once.commit(config, eo, [message], batch)
     # As offsets.retention.minutes does after a long stop: the groups are gone.
-    groups = [exactly_once_names.directory_group(eo.prefix), exactly_once_names.transactional_id(eo.prefix, 0)]
+    groups = [exactly_once_names.directory_group(prefix), exactly_once_names.transactional_id(prefix, 0)]
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
     for future in admin.delete_consumer_groups(groups).values():
         future.result(30)
     exactly_once._fenced.clear()
-    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"2"])
+    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"2"])
     producer.close()
     with pytest.raises(MarkersMissingError, match="kprod.missingMarkers=ignore"):
         exactly_once.commit(config, eo, [message], 2)
     exactly_once_abort.abort(config, eo, [message])
-    resumed = ExactlyOnce(eo.prefix, topic, missing_markers="ignore")
-    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(eo.prefix, 0), topic, [b"2"])
+    resumed = ExactlyOnce(prefix, topic, missing_markers="ignore")
+    producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"2"])
     producer.close()
     assert exactly_once.commit(config, resumed, [message], 2).transactions == 1
     assert collections.Counter(_committed_values(kafka.bootstrap, topic, 3)) == collections.Counter(["0", "1", "2"])
 
 
-def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafka, monkeypatch):
+def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafka: KafkaCluster,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The directory is committed just before the markers, so offsets.retention.minutes
     removes it first: microbatch 0, committed in part and replayed, must still find the
     markers it has (found by the review: it was written twice)."""
@@ -360,16 +376,17 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
     topic = create_topic(kafka.bootstrap, unique_topic("eos-dir0"), partitions=1)
     config = {"bootstrap.servers": kafka.bootstrap}
     eo = ExactlyOnce(unique_topic("dir0"), topic)
+    prefix = eo.prefix_for(None)
 
     def prepared() -> list[KProdCommitMessage]:
-        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic)
+        return _prepared_tasks(kafka.bootstrap, prefix, topic)
 
     _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         exactly_once.commit(config, eo, prepared(), 0)
     monkeypatch.undo()  # a new driver process
     admin = ConfluentAdmin({"bootstrap.servers": kafka.bootstrap})
-    for future in admin.delete_consumer_groups([exactly_once_names.directory_group(eo.prefix)]).values():
+    for future in admin.delete_consumer_groups([exactly_once_names.directory_group(prefix)]).values():
         future.result(30)
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, eo, prepared(), 0).transactions == 1  # task 0 only
@@ -377,7 +394,8 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
     assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
 
 
-def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafka, monkeypatch):
+def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafka: KafkaCluster,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch write commits one transaction per task: a driver that dies between them
     leaves it in part visible (found by the review). Under a prefix the user names, its
     rerun finds the markers and commits only what is missing."""
@@ -386,10 +404,11 @@ def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafk
     eo = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
                         "kprod.deliveryGuarantee": "exactly-once",
                         "kprod.transactionalIdPrefix": unique_topic("daily")}).exactly_once
-    assert eo.batch and not eo.one_write
+    assert eo is not None and eo.batch and not eo.one_write
 
     def prepared() -> list[KProdCommitMessage]:
-        return _prepared_tasks(kafka.bootstrap, eo.prefix, topic, query=None)  # a batch write's tasks have none
+        # A batch write's tasks have no query.
+        return _prepared_tasks(kafka.bootstrap, eo.prefix_for(None), topic, query=None)
 
     _die_after_committing_task_1(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
@@ -402,7 +421,7 @@ def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafk
     assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
 
 
-def test_a_named_batch_write_run_twice_through_spark_is_written_once(spark, kafka):
+def test_a_named_batch_write_run_twice_through_spark_is_written_once(spark: SparkSession, kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-named-spark"), partitions=2)
     df = spark.range(500, numPartitions=3).select(F.col("id").cast("string").alias("key"),
                                                   F.col("id").cast("string").alias("value"))
@@ -416,7 +435,7 @@ def test_a_named_batch_write_run_twice_through_spark_is_written_once(spark, kafk
     assert collections.Counter(values) == collections.Counter(str(i) for i in range(500))
 
 
-def test_the_driver_on_protocol_v1(kafka_tv1, monkeypatch):
+def test_the_driver_on_protocol_v1(kafka_tv1: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver's checks on a cluster without transaction protocol v2, where its EndTxn
     leaves the epoch as it was (under v2 a transaction the driver committed has the task's
     epoch plus one): timed out, fenced by a second attempt, refused after the check, and a

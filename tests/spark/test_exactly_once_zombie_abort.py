@@ -12,6 +12,7 @@ import collections
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient, PreparedTransaction
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
@@ -22,7 +23,7 @@ from tests.spark.readback import assert_nothing_left_open
 from tests.spark.test_exactly_once_time import _committed_values
 
 
-def _run(cluster) -> None:
+def _run(cluster: KafkaCluster) -> None:
     topic = create_topic(cluster.bootstrap, unique_topic("eos-zombie"), partitions=1)
     prefix = unique_topic("zombie")
     tid = exactly_once_names.transactional_id(prefix, 0)
@@ -37,6 +38,7 @@ def _run(cluster) -> None:
         exactly_once_names.fence_and_begin(second)
         second.send(ProducerRecord(topic, b"b0", key=b"b0")).result(10)
         txn = second.prepare_transaction()
+        assert txn is not None
         for epoch in sorted({first_epoch, txn.producer_epoch - 1}):
             with pytest.raises(Exception):  # noqa: B017 - refused, whatever the error
                 admin.end_transactions([PreparedTransaction(tid, txn.producer_id, epoch)], commit=False,
@@ -55,12 +57,12 @@ def _run(cluster) -> None:
     assert_nothing_left_open(cluster.bootstrap, topic, 1)
 
 
-def test_a_zombie_attempts_late_abort_leaves_the_next_attempts_transaction_to_commit(kafka):
+def test_a_zombie_attempts_late_abort_leaves_the_next_attempts_transaction_to_commit(kafka: KafkaCluster) -> None:
     """Expected: the late aborts are refused, the second attempt's transaction stays open
     under its epoch, the driver commits it, and read_committed sees its row once and the
     zombie's never."""
     _run(kafka)
 
 
-def test_the_same_on_protocol_v1(kafka_tv1):
+def test_the_same_on_protocol_v1(kafka_tv1: KafkaCluster) -> None:
     _run(kafka_tv1)

@@ -11,10 +11,13 @@ again (closed only at the end of the test, after the assertions).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.admin import AdminClient
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, PreparedTransaction, ProducerRecord
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names
 from spark_sink.spark.exactly_once import TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce
@@ -54,7 +57,8 @@ def _abort_as_spark_does(config: dict, eo: ExactlyOnce, messages: list) -> None:
 @pytest.mark.xfail(strict=True, reason="a second attempt that opens its transaction between the driver's check "
                                        "and its EndTxns ends one transaction of the batch write after the check: "
                                        "the others commit, and the write is visible in part")
-def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible_in_part(kafka, monkeypatch):
+def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible_in_part(
+        kafka: KafkaCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """README, Guarantees: "A batch write (df.write) becomes visible whole, or not at all,
     unless the driver dies (or stalls longer than the margin above) between the EndTxn
     requests"; and of a second attempt of a task: "the driver's check above catches it:
@@ -68,10 +72,11 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
     prefix = unique_topic("zc")
     config = {"bootstrap.servers": kafka.bootstrap}
     eo, messages = _batch_write_of_two_tasks(kafka.bootstrap, prefix, topic)
-    zombies = []
+    zombies: list[KafkaProducer] = []
     real_end = AdminClient.end_transactions
 
-    def zombie_then_end(self, transactions, commit, timeout_ms=None):
+    def zombie_then_end(self: AdminClient, transactions: Iterable[PreparedTransaction], commit: bool,
+                        timeout_ms: float | None = None) -> None:
         if commit and not zombies:
             zombies.append(_zombie(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 1), topic))
         real_end(self, transactions, commit, timeout_ms)
@@ -90,7 +95,7 @@ def test_a_second_attempt_opening_during_the_commit_leaves_a_batch_write_visible
 
 
 @pytest.mark.parametrize("second", ["killed", "finished"])
-def test_a_second_attempt_of_a_reported_task_leaves_no_transaction_open(kafka, second):
+def test_a_second_attempt_of_a_reported_task_leaves_no_transaction_open(kafka: KafkaCluster, second: str) -> None:
     """README, Guarantees: "No transaction outlives a failed write or microbatch, whatever
     failed (a task's error, a poison row, a SIGKILLed Python worker, a lost executor), with
     or without finished tasks". And of speculation: "the driver's check above catches it:

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from confluent_kafka import TopicPartition
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, consumer, unique_topic
 from tests.failover import FAILOVER_CONFIG, assert_order_per_key, bounce_leader
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def test_batch_write_while_a_broker_is_bounced(spark, kafka3):
+
+def test_batch_write_while_a_broker_is_bounced(spark: SparkSession, kafka3: KafkaCluster) -> None:
     topic = kafka3.create_topic(unique_topic("failover-sink"), 3)
     rows = 300_000
     # Per key the values increase with the row id; each task writes one half of the ids.

@@ -10,7 +10,7 @@ import numpy as np
 from spark_sink.spark import writer
 
 
-def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded():
+def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded() -> None:
     from spark_sink.encoder import jit  # loads numba
 
     jit.murmur2_rows(np.zeros(1, np.uint8), np.array([0, 1], np.int32), np.zeros(0, np.bool_), 0,
@@ -20,11 +20,11 @@ def test_long_lived_objects_are_frozen_once_with_the_encoder_loaded():
         writer._freeze_long_lived()
         frozen = gc.get_freeze_count()
         assert frozen > 50_000  # numba alone holds ~100,000
-        garbage = [[]]
+        garbage: list[list[object]] = [[]]
         garbage[0].append(garbage)  # a cycle made after the freeze is still collected
         del garbage
         assert gc.collect() >= 2
-        kept = [[] for _ in range(1000)]  # made after the freeze, alive at the second call
+        kept: list[list[object]] = [[] for _ in range(1000)]  # made after the freeze, alive at the second call
         writer._freeze_long_lived()  # once per process: nothing more is frozen
         # At most as many: a frozen object can be freed since (under pytest-xdist, by
         # the thread that talks to the controller), but a second freeze would add ``kept``.

@@ -1,42 +1,38 @@
-"""The jobs in jobs/: --help, and real runs against Apache Kafka as a user would start them.
-(file_to_kafka.py and stream_to_kafka.py run under spark-submit on a standalone cluster, in
-test_cluster.py.)"""
+"""The jobs in jobs/: real runs against Apache Kafka as a user would start them (each
+one's --help: tests/jobs/test_job_scripts.py; file_to_kafka.py and stream_to_kafka.py run
+under spark-submit on a standalone cluster, in test_cluster.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer.partitioner import partition_for_key
 from tests.brokers import consume_all, subprocess_env, unique_topic
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
 
-def run_job(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(JOBS / name), *args], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=timeout)
+def run_job(name: str, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(JOBS / name), *args], env={**subprocess_env(), **env},
+                          capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("job", ["stream_to_kafka.py", "file_to_kafka.py", "bench_sink.py", "demo.py", "avro_to_kafka.py"])
-def test_help(job):
-    done = run_job(job, "--help", timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "usage:" in done.stdout and "--" in done.stdout
-
-
-def test_file_job_asks_for_the_format_before_starting_anything(tmp_path):
+def test_file_job_asks_for_the_format_before_starting_anything(tmp_path: Path) -> None:
     """No Kafka node, no Spark: the job stops at once, naming --format."""
     done = run_job("file_to_kafka.py", str(tmp_path / "events.dat"), timeout=60)
     assert done.returncode != 0 and "give --format parquet|csv|json" in done.stderr
     assert "starting Apache Kafka" not in done.stderr and "SparkContext" not in done.stderr
 
 
-def _import_job(name: str):
+def _import_job(name: str) -> ModuleType:
     sys.path.insert(0, str(JOBS))
     try:
         return __import__(name)
@@ -44,21 +40,29 @@ def _import_job(name: str):
         sys.path.remove(str(JOBS))
 
 
-def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates():
+def test_demo_starts_its_own_kafka_and_shows_steady_and_first_microbatch_rates() -> None:
     """``make demo``'s script, as a newcomer runs it: no address given, so it starts a
     local Apache Kafka node, streams, reads everything back, and labels kprod's steady
     rate apart from the first microbatch's (which includes starting Python workers). Two
     seconds end before Spark has started: the demo goes on until a microbatch had rows."""
-    done = run_job("demo.py", "--duration", "2", "--rows-per-second", "3000", "--partitions", "2")
+    # Spark's WARN lines shown (the demo's own default is ERROR), as in the other jobs.
+    done = run_job("demo.py", "--duration", "2", "--rows-per-second", "3000", "--partitions", "2",
+                   KPROD_SPARK_LOG_LEVEL="WARN")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "starting Apache Kafka" in done.stderr and "local broker stopped" in done.stderr
     assert "every committed record was read back, once" in done.stdout, done.stdout
+    # It ends with its summary: Spark stopped in order, before the process exits, so no
+    # worker or accumulator server prints a traceback; no WARN for registering kprod over
+    # the installed (statically registered) data source; no WARNING or ERROR of kprod's.
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]
+    assert "replaced a statically registered data source" not in done.stderr, done.stderr[-3000:]
+    assert not re.search(r"(WARNING|ERROR) spark_sink", done.stderr), done.stderr[-3000:]
     # The steady-state line needs a second microbatch with rows, which a slow machine may
     # not reach within the run; the rates themselves are computed below, on fixed input.
     assert "kprod, first microbatch: " in done.stdout, done.stdout
 
 
-def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart():
+def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart() -> None:
     demo = _import_job("demo")
     steady, first = demo.kprod_rates([(0, 0.01), (1000, 2.0), (3000, 0.5), (0, 0.0), (1000, 0.5)])
     assert steady.startswith("  kprod, steady state:     4,000 records/s") and "2 microbatches: 4,000 records" in steady
@@ -66,7 +70,7 @@ def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart():
     assert demo.kprod_rates([(0, 0.0)]) == []
 
 
-def test_bench_sink_delivers_every_row_it_times(kafka):
+def test_bench_sink_delivers_every_row_it_times(kafka: KafkaCluster) -> None:
     """The benchmark's figures stand for real deliveries: each Kafka writer's every write
     (the untimed one and one per round) went to a topic of its own, which holds each row
     exactly once, on Java's partition; the script checks this itself and so does this
@@ -98,7 +102,7 @@ def test_bench_sink_delivers_every_row_it_times(kafka):
         assert all(m.partition() == partition_for_key(m.key(), 3) for m in messages), name
 
 
-def test_conf_files_are_read_as_their_formats_say(tmp_path):
+def test_conf_files_are_read_as_their_formats_say(tmp_path: Path) -> None:
     _common = _import_job("_common")
     props = tmp_path / "producer.properties"
     props.write_text("# comment\n! also a comment\n\nlinger.ms = 10\nacks: all\nclient.id=a=b\n")
@@ -113,7 +117,7 @@ def test_conf_files_are_read_as_their_formats_say(tmp_path):
     assert _common.read_properties(str(tmp_path / "missing")) == {} == _common.read_spark_defaults(str(tmp_path / "x"))
 
 
-def test_producer_properties_lists_every_setting_a_file_can_hold():
+def test_producer_properties_lists_every_setting_a_file_can_hold() -> None:
     # Callables, the bootstrap servers and PEM text cannot come from the file; every other
     # key is there, commented out at its default, so that the file documents the producer.
     from spark_sink.producer.config import KEYS, ProducerConfig

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 FORMATS = ("kafka", "kprod")
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -51,12 +58,13 @@ def records(bootstrap: str, topic: str, n: int, partitions: bool = False) -> lis
 
 
 def both(bootstrap: str, make: Callable[[str], DataFrame], n: int, partitions: int = 1, *,
-         same_partitions: bool = False, topic_option: bool = True, **options: str) -> dict[str, list[tuple]]:
-    """Write ``make(topic)`` through each sink to a new topic; the records each wrote."""
+         same_partitions: bool = False, topic_option: bool = True, options: Mapping[str, str] | None = None,
+         ) -> dict[str, list[tuple]]:
+    """Write ``make(topic)`` through each sink (with ``options``) to a new topic; the records each wrote."""
     out = {}
     for fmt in FORMATS:
         topic = create_topic(bootstrap, unique_topic(f"parity-{fmt}"), partitions)
-        save(make(topic), fmt, bootstrap, topic if topic_option else None, **options)
+        save(make(topic), fmt, bootstrap, topic if topic_option else None, **(options or {}))
         out[fmt] = records(bootstrap, topic, n, same_partitions)
     return out
 
@@ -71,27 +79,27 @@ def errors(write: Callable[[str], None]) -> dict[str, str]:
     return out
 
 
-def test_topic_column(spark, kafka):
+def test_topic_column(spark: SparkSession, kafka: KafkaCluster) -> None:
     """KafkaSinkSuite "write to kafka with topic field": no topic option, a topic column."""
     got = both(kafka.bootstrap, lambda t: spark.range(5).selectExpr(f"'{t}' AS topic", "CAST(id AS STRING) AS value"),
                5, topic_option=False)
     assert got["kafka"] == got["kprod"] == [(None, None, str(i).encode(), ()) for i in range(5)]
 
 
-def test_topic_option(spark, kafka):
+def test_topic_option(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"write w/o topic field, with topic option"."""
     got = both(kafka.bootstrap, lambda t: spark.range(5).selectExpr("CAST(id AS STRING) AS value"), 5)
     assert got["kafka"] == got["kprod"] and len(got["kprod"]) == 5
 
 
-def test_topic_option_overrides_the_topic_column(spark, kafka):
+def test_topic_option_overrides_the_topic_column(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"topic field and topic option": the records go to the option's topic, none to 'foo'."""
     got = both(kafka.bootstrap, lambda t: spark.range(5).selectExpr("'foo' AS topic", "CAST(id AS STRING) AS value"),
                5)
     assert got["kafka"] == got["kprod"] and len(got["kprod"]) == 5
 
 
-def test_headers_with_nulls(spark, kafka):
+def test_headers_with_nulls(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"batch - write to kafka": a headers column, one row's headers null."""
     data = [("1", [("a", b"b")]), ("2", [("c", b"d"), ("e", b"f")]), ("3", [("g", b"h"), ("g", b"i")]),
             ("4", None), ("5", [("j", b"k"), ("j", b"l"), ("m", b"n")])]
@@ -101,7 +109,7 @@ def test_headers_with_nulls(spark, kafka):
     assert (None, None, b"4", ()) in got["kprod"] and (None, None, b"2", (("c", b"d"), ("e", b"f"))) in got["kprod"]
 
 
-def test_keys_go_to_the_same_partitions(spark, kafka):
+def test_keys_go_to_the_same_partitions(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"partition column and partitioner priorities", default partitioner: Java's murmur2
     in both, so every keyed record lands in the same partition."""
     make = lambda t: spark.range(20).selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")  # noqa: E731
@@ -109,7 +117,7 @@ def test_keys_go_to_the_same_partitions(spark, kafka):
     assert got["kafka"] == got["kprod"] and len({r[0] for r in got["kprod"]}) > 1
 
 
-def test_null_partitions_leave_it_to_the_partitioner(spark, kafka):
+def test_null_partitions_leave_it_to_the_partitioner(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"when the partition column value is null, it is ignored": keys decide, as above."""
     make = lambda t: spark.range(20).selectExpr(  # noqa: E731
         "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value", "CAST(NULL AS INT) AS partition")
@@ -117,28 +125,30 @@ def test_null_partitions_leave_it_to_the_partitioner(spark, kafka):
     assert got["kafka"] == got["kprod"]
 
 
-def test_partition_column_overrides_the_partitioner_class(spark, kafka):
+def test_partition_column_overrides_the_partitioner_class(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"partition column overrides custom partitioner" (Java's RoundRobinPartitioner here:
     Spark's suite's TestKafkaPartitioner is a test class, not in the connector jar)."""
     make = lambda t: spark.range(5).selectExpr(  # noqa: E731
         "CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value", "2 AS partition")
-    got = both(kafka.bootstrap, make, 5, partitions=4, same_partitions=True, **{"kafka.partitioner.class": ROUND_ROBIN})
+    got = both(kafka.bootstrap, make, 5, partitions=4, same_partitions=True,
+               options={"kafka.partitioner.class": ROUND_ROBIN})
     assert got["kafka"] == got["kprod"] and {r[0] for r in got["kprod"]} == {2}
 
 
-def test_round_robin_partitioner_class(spark, kafka):
+def test_round_robin_partitioner_class(spark: SparkSession, kafka: KafkaCluster) -> None:
     """kafka.partitioner.class=RoundRobinPartitioner: keys are ignored and records spread
     over every partition. Which record lands where is not compared: Java's partitioner is
     called twice for a record that starts a new batch (KAFKA-9965), kprod's once."""
     make = lambda t: spark.range(1, numPartitions=1).selectExpr(  # noqa: E731
         "explode(sequence(0, 15)) AS id").selectExpr("'same key' AS key", "CAST(id AS STRING) AS value")
-    got = both(kafka.bootstrap, make, 16, partitions=4, same_partitions=True, **{"kafka.partitioner.class": ROUND_ROBIN})
+    got = both(kafka.bootstrap, make, 16, partitions=4, same_partitions=True,
+               options={"kafka.partitioner.class": ROUND_ROBIN})
     for fmt in FORMATS:
         assert len({r[0] for r in got[fmt]}) > 1, fmt
     assert sorted(r[1:] for r in got["kafka"]) == sorted(r[1:] for r in got["kprod"])
 
 
-def test_custom_partitioner(spark, kafka):
+def test_custom_partitioner(spark: SparkSession, kafka: KafkaCluster) -> None:
     """DIFFERS: Spark's sink takes a JVM class (its suite's TestKafkaPartitioner returns 0);
     kprod takes a Python function by import path, and refuses a Java class name on the driver."""
     topic = create_topic(kafka.bootstrap, unique_topic("parity-custom"), 4)
@@ -151,7 +161,7 @@ def test_custom_partitioner(spark, kafka):
              **{"kafka.partitioner.class": "org.apache.spark.sql.kafka010.TestKafkaPartitioner"})
 
 
-def test_null_topic_and_no_topic_option(spark, kafka):
+def test_null_topic_and_no_topic_option(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"null topic field value, and no topic option": an error from both."""
     df = spark.createDataFrame([(None, "1")], "topic string, value string")
     text = errors(lambda fmt: save(df, fmt, kafka.bootstrap))
@@ -170,7 +180,8 @@ def test_null_topic_and_no_topic_option(spark, kafka):
     (["'t' AS topic", "CAST(id AS STRING) AS value", "CAST(id AS STRING) AS partition"], "partition must be a(n) int",
      "column 'partition'"),
 ])
-def test_missing_and_mistyped_columns(spark, kafka, select, kafka_says, kprod_says):
+def test_missing_and_mistyped_columns(spark: SparkSession, kafka: KafkaCluster, select: list[str], kafka_says: str,
+                                      kprod_says: str) -> None:
     """"write data with bad schema" and "valid schema but wrong types": errors from both."""
     df = spark.range(2).selectExpr(*select)
     text = errors(lambda fmt: save(df, fmt, kafka.bootstrap))
@@ -178,7 +189,7 @@ def test_missing_and_mistyped_columns(spark, kafka, select, kafka_says, kprod_sa
     assert kprod_says in text["kprod"], text["kprod"]
 
 
-def test_unknown_topic(spark, strict_kafka):
+def test_unknown_topic(spark: SparkSession, strict_kafka: KafkaCluster) -> None:
     """"write to non-existing topic" (brokers that create no topic on first use): an error
     from both; Spark's task after max.block.ms (5 s here), kprod on the driver at once."""
     df = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
@@ -188,7 +199,7 @@ def test_unknown_topic(spark, strict_kafka):
 
 
 @pytest.mark.parametrize("key", ["kafka.key.serializer", "kafka.value.serializer"])
-def test_serializer_options(spark, kafka, key):
+def test_serializer_options(spark: SparkSession, kafka: KafkaCluster, key: str) -> None:
     """"exception on config serializer": both refuse it and name it."""
     df = spark.range(1).selectExpr("CAST(id AS STRING) AS value")
     text = errors(lambda fmt: save(df, fmt, kafka.bootstrap, "t", **{key: "foo"}))
@@ -197,7 +208,7 @@ def test_serializer_options(spark, kafka, key):
 
 
 @pytest.mark.parametrize("mode", ["ignore", "overwrite"])
-def test_unsupported_save_modes(spark, kafka, mode):
+def test_unsupported_save_modes(spark: SparkSession, kafka: KafkaCluster, mode: str) -> None:
     """"unsupported save modes": an error from both."""
     df = spark.range(1).selectExpr("CAST(id AS STRING) AS value")
     text = errors(lambda fmt: save(df, fmt, kafka.bootstrap, "t", mode=mode))
@@ -205,7 +216,7 @@ def test_unsupported_save_modes(spark, kafka, mode):
     assert mode in text["kprod"].lower()
 
 
-def test_no_save_mode(spark, kafka):
+def test_no_save_mode(spark: SparkSession, kafka: KafkaCluster) -> None:
     """DIFFERS: without .mode() Spark's sink appends; Spark refuses it for every Python
     data source (UNSUPPORTED_DATA_SOURCE_SAVE_MODE), before kprod is called."""
     topic = create_topic(kafka.bootstrap, unique_topic("parity-nomode"), 1)
@@ -216,13 +227,13 @@ def test_no_save_mode(spark, kafka):
         save(df, "kprod", kafka.bootstrap, topic, mode=None)
 
 
-def test_to_json_struct_values(spark, kafka):
+def test_to_json_struct_values(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"SPARK-20496: batch - enforce analyzed plans": to_json(struct(*)) values."""
     got = both(kafka.bootstrap, lambda t: spark.range(1, 1000).select(F.to_json(F.struct("*")).alias("value")), 999)
     assert got["kafka"] == got["kprod"] and (None, None, b'{"id":1}', ()) in got["kprod"]
 
 
-def test_big_values_with_a_small_buffer(spark, kafka):
+def test_big_values_with_a_small_buffer(spark: SparkSession, kafka: KafkaCluster) -> None:
     """"write big data with small producer buffer": 1000 values of 15000 bytes through
     buffer.memory=16384, sends waiting for the buffer rather than failing."""
     make = lambda t: spark.range(1000, numPartitions=1).select(  # noqa: E731
@@ -235,15 +246,15 @@ def test_big_values_with_a_small_buffer(spark, kafka):
         assert len(read) == 1000 and all(len(m.value()) == 15000 for m in read), fmt
 
 
-def test_extra_columns_and_read_options_are_ignored(spark, kafka):
+def test_extra_columns_and_read_options_are_ignored(spark: SparkSession, kafka: KafkaCluster) -> None:
     """Not in KafkaSinkSuite, what jobs do: select("*") brings columns beside key/value,
     and read options (includeHeaders) are copied into writes; both sinks ignore them."""
     make = lambda t: spark.range(5).selectExpr("id", "CAST(id AS STRING) AS value", "current_date() AS day")  # noqa: E731
-    got = both(kafka.bootstrap, make, 5, includeHeaders="true")
+    got = both(kafka.bootstrap, make, 5, options={"includeHeaders": "true"})
     assert got["kafka"] == got["kprod"] and len(got["kprod"]) == 5
 
 
-def test_timestamp_column(spark, kafka):
+def test_timestamp_column(spark: SparkSession, kafka: KafkaCluster) -> None:
     """DIFFERS: Spark's sink ignores a 'timestamp' column (records get the send time);
     kprod writes it as each record's timestamp."""
     given = 1_600_000_000_000
@@ -258,7 +269,8 @@ def test_timestamp_column(spark, kafka):
     assert all(ts > given for ts in stamps["kafka"])
 
 
-def _stream(spark, source_dir, fmt: str, bootstrap: str, topic: str, checkpoint: str, mode: str = "append"):
+def _stream(spark: SparkSession, source_dir: Path, fmt: str, bootstrap: str, topic: str, checkpoint: str,
+            mode: str = "append") -> StreamingQuery:
     df = (spark.readStream.schema("id long").json(str(source_dir))
           .selectExpr("CAST(id AS STRING) AS value"))
     return (df.writeStream.format(fmt).outputMode(mode).trigger(availableNow=True)
@@ -266,7 +278,7 @@ def _stream(spark, source_dir, fmt: str, bootstrap: str, topic: str, checkpoint:
             .option("checkpointLocation", checkpoint).start())
 
 
-def test_streaming_sink_progress(spark, kafka, tmp_path):
+def test_streaming_sink_progress(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     """"streaming - sink progress is produced": sink.numOutputRows is 3 in both."""
     source = tmp_path / "in"
     source.mkdir()
@@ -285,7 +297,7 @@ def test_streaming_sink_progress(spark, kafka, tmp_path):
         assert sorted(m.value() for m in consume_all(kafka.bootstrap, topic, 3, settle=0.5)) == [b"1", b"2", b"3"]
 
 
-def test_update_mode(spark, kafka, tmp_path):
+def test_update_mode(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     """DIFFERS: Spark's suite runs its progress test in Update mode, which Spark offers no
     Python data source: kprod's query fails at its first microbatch (use foreachBatch)."""
     source = tmp_path / "in"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 from tests.producer.test_tls import _jks_stores, needs_keytool
-from tests.secure_kafka import JAAS, KERBEROS_SERVICE, USERS
+from tests.secure_kafka import JAAS, KERBEROS_SERVICE, USERS, Kerberos, SecureKafka
 
 _ROOT = Path(__file__).resolve().parents[2]
 ROWS, PARTITIONS = 400, 4
@@ -38,7 +38,8 @@ JAVA_KEYS = {"kafka.acks": "all", "kafka.enable.idempotence": "true", "kafka.lin
 
 
 @needs_keytool
-def test_a_format_kafka_job_writes_the_same_records_through_kprod(secure_kafka, kerberos, tmp_path):
+def test_a_format_kafka_job_writes_the_same_records_through_kprod(secure_kafka: SecureKafka, kerberos: Kerberos,
+                                                                  tmp_path: Path) -> None:
     truststore, _ = _jks_stores(secure_kafka.tls, tmp_path)
     job = {"kafka.security.protocol": "SASL_SSL", "kafka.ssl.truststore.location": str(truststore),
            "kafka.ssl.truststore.password": "trust-secret",

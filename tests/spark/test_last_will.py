@@ -43,7 +43,7 @@ def _wait_for(path: Path, timeout: float = 30.0) -> str:
     return path.read_text()
 
 
-def test_a_killed_process_has_its_last_will_run(tmp_path):
+def test_a_killed_process_has_its_last_will_run(tmp_path: Path) -> None:
     out = tmp_path / "will"
     proc = _worker(out)
     os.kill(proc.pid, signal.SIGKILL)
@@ -51,7 +51,7 @@ def test_a_killed_process_has_its_last_will_run(tmp_path):
     assert _wait_for(out) == "second"
 
 
-def test_a_block_that_ends_leaves_its_will_unrun(tmp_path):
+def test_a_block_that_ends_leaves_its_will_unrun(tmp_path: Path) -> None:
     out = tmp_path / "will"
     proc = _worker(out)
     proc.communicate("done\n", timeout=30)

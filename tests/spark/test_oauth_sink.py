@@ -5,15 +5,20 @@ listeners validated by its own OIDC validator (tests/oauth_kafka.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from pyspark.sql import functions as F
 
 from tests.brokers import consume_all, unique_topic
-from tests.oauth_kafka import LOGIN_MODULE
-from tests.oidc import CLIENTS
+from tests.oauth_kafka import LOGIN_MODULE, OAuthKafka
+from tests.oidc import CLIENTS, IdentityProvider
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 
-def _write(df, bootstrap, topic, options):
+def _write(df: DataFrame, bootstrap: str, topic: str, options: dict[str, str]) -> None:
     writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("kafka.sasl.mechanism", "OAUTHBEARER")
               .option("kafka.max.block.ms", "20000"))
@@ -22,25 +27,25 @@ def _write(df, bootstrap, topic, options):
     writer.save()
 
 
-def _frame(spark):
+def _frame(spark: SparkSession) -> DataFrame:
     return spark.range(200, numPartitions=2).select(F.col("id").cast("string").alias("value"))
 
 
-def _client_credentials(idp, secret, ca):
+def _client_credentials(idp: IdentityProvider, secret: str, ca: str) -> dict[str, str]:
     return {"security.protocol": "SASL_SSL", "ssl.truststore.location": ca,
             "sasl.oauthbearer.token.endpoint.url": idp.https_token_url,
             "sasl.jaas.config": f'{LOGIN_MODULE} required clientId="kprod-app" clientSecret="{secret}" '
                                 f'ssl.truststore.location="{ca}";'}
 
 
-def test_write_with_oidc_client_credentials_over_tls(spark, oauth_kafka):
+def test_write_with_oidc_client_credentials_over_tls(spark: SparkSession, oauth_kafka: OAuthKafka) -> None:
     idp, ca, topic = oauth_kafka.idp, str(oauth_kafka.tls.ca), unique_topic("spark-oauth")
     _write(_frame(spark), oauth_kafka.bootstrap("OAUTHSSL"), topic, _client_credentials(idp, CLIENTS["kprod-app"], ca))
     messages = consume_all(oauth_kafka.cluster.bootstrap, topic, 200)
     assert sorted(int(m.value()) for m in messages) == list(range(200))
 
 
-def test_write_with_a_token_provider_named_for_the_workers(spark, oauth_kafka):
+def test_write_with_a_token_provider_named_for_the_workers(spark: SparkSession, oauth_kafka: OAuthKafka) -> None:
     idp, topic = oauth_kafka.idp, unique_topic("spark-oauth-provider")
     fetched = idp.fetches["kprod-app"]
     _write(_frame(spark), oauth_kafka.bootstrap("OAUTHPLAIN"), topic, {
@@ -52,7 +57,7 @@ def test_write_with_a_token_provider_named_for_the_workers(spark, oauth_kafka):
     assert sorted(int(m.value()) for m in messages) == list(range(200))
 
 
-def test_wrong_client_secret_fails_the_write_naming_the_endpoint(spark, oauth_kafka):
+def test_wrong_client_secret_fails_the_write_naming_the_endpoint(spark: SparkSession, oauth_kafka: OAuthKafka) -> None:
     idp, ca = oauth_kafka.idp, str(oauth_kafka.tls.ca)
     with pytest.raises(Exception, match="SaslAuthenticationError.*refused client 'kprod-app'") as info:
         _write(_frame(spark), oauth_kafka.bootstrap("OAUTHSSL"), unique_topic("spark-oauth"),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    DataType,
     DoubleType,
     IntegerType,
     LongType,
@@ -21,7 +25,10 @@ from pyspark.sql.types import (
 from spark_sink.client.errors import ColumnError, ConfigError
 from spark_sink.producer import ARROW_COLUMNS
 from spark_sink.spark.columns import ACCEPTED, plan_columns
-from spark_sink.spark.options import parse_options
+from spark_sink.spark.options import ExactlyOnce, parse_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9"}
 
@@ -62,11 +69,11 @@ transactional.id value.serializer
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
-def schema(**cols):
+def schema(**cols: DataType) -> StructType:
     return StructType([StructField(n, t) for n, t in cols.items()])
 
 
-def test_kafka_options_reach_the_producer_without_prefix():
+def test_kafka_options_reach_the_producer_without_prefix() -> None:
     opts = parse_options({**BOOT, "topic": "t", "kafka.linger.ms": "20", "kafka.compression.type": "zstd",
                           "kprod.deliveryreport.path": "/tmp/r.jsonl", "checkpointlocation": "/tmp/cp"})
     assert opts.producer_config == {"bootstrap.servers": "127.0.0.1:9", "linger.ms": "20", "compression.type": "zstd",
@@ -75,7 +82,7 @@ def test_kafka_options_reach_the_producer_without_prefix():
     assert opts.delivery_report_path == "/tmp/r.jsonl"
 
 
-def test_sink_default_batch_size_yields_to_the_option():
+def test_sink_default_batch_size_yields_to_the_option() -> None:
     assert parse_options({**BOOT, "topic": "t"}).producer_config["batch.size"] == "1000000"
     assert parse_options({**BOOT, "topic": "t", "kafka.batch.size": "16384"}).producer_config["batch.size"] == "16384"
 
@@ -109,14 +116,14 @@ def test_sink_default_batch_size_yields_to_the_option():
      ["kafka.partitioner.class", "'com.acme.MyPartitioner'", "No module named 'com'", "module:function"]),
     ({**BOOT, "kafka.partitioner.class": "tests.spark.test_options:BOOT"}, ["kafka.partitioner.class", "not a callable"]),
 ])
-def test_bad_options_name_the_option(options, names):
+def test_bad_options_name_the_option(options: dict[str, str], names: list[str]) -> None:
     with pytest.raises(ConfigError) as err:
         parse_options(options)
     for name in names:
         assert name in str(err.value)
 
 
-def test_extra_columns_are_dropped_and_named_once(caplog):
+def test_extra_columns_are_dropped_and_named_once(caplog: pytest.LogCaptureFixture) -> None:
     """Spark's Kafka sink ignores columns it does not write; so does kprod, in one line."""
     with caplog.at_level("WARNING", "spark_sink.spark.columns"):
         plan = plan_columns(schema(id=LongType(), value=StringType(), m=MapType(StringType(), StringType()),
@@ -126,7 +133,7 @@ def test_extra_columns_are_dropped_and_named_once(caplog):
     assert "'id', 'm'" in line and "Spark's Kafka sink" in line
 
 
-def test_jvm_only_keys_are_accepted_with_one_warning(caplog):
+def test_jvm_only_keys_are_accepted_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     """Every key of Java's ProducerConfig (Kafka 4.3) is a producer setting, a JVM-only key
     (one warning on the driver saying what kprod does instead) or refused with a reason."""
     from spark_sink.producer import CONFIG_KEYS
@@ -150,7 +157,7 @@ def test_jvm_only_keys_are_accepted_with_one_warning(caplog):
     ("tests.spark.partitioners:always_zero", "tests.spark.partitioners:always_zero"),
     ("tests.spark.partitioners.always_zero", "tests.spark.partitioners.always_zero"),
 ])
-def test_partitioner_classes_map_to_kprods(name, spec):
+def test_partitioner_classes_map_to_kprods(name: str, spec: str | None) -> None:
     from spark_sink.producer import ProducerConfig
 
     config = ProducerConfig.from_dict(parse_options({**BOOT, "kafka.partitioner.class": name}).producer_config)
@@ -158,14 +165,14 @@ def test_partitioner_classes_map_to_kprods(name, spec):
     assert config.partitioner_ignore_keys == name.endswith("UniformStickyPartitioner")
 
 
-def test_every_column_with_its_types_is_accepted():
+def test_every_column_with_its_types_is_accepted() -> None:
     plan = plan_columns(schema(Key=BinaryType(), value=StringType(), topic=StringType(), partition=LongType(),
                                headers=HEADERS, timestamp=TimestampType()), None)
     assert plan.names == ("key", "value", "topic", "partition", "headers", "timestamp")
     assert plan.renamed and plan.drop == ()
 
 
-def test_the_spark_columns_are_the_producers():
+def test_the_spark_columns_are_the_producers() -> None:
     """Spark only describes the producer's columns in its own types; the producer decides."""
     assert list(ACCEPTED) == list(ARROW_COLUMNS)
     string_headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
@@ -175,7 +182,7 @@ def test_the_spark_columns_are_the_producers():
     assert plan_columns(schema(value=StringType(), timestamp=LongType()), "t").drop == ()
 
 
-def test_topic_option_overrides_the_topic_column():
+def test_topic_option_overrides_the_topic_column() -> None:
     plan = plan_columns(schema(value=BinaryType(), topic=StringType()), "t")
     assert plan.drop == (1,)
 
@@ -192,7 +199,8 @@ def test_topic_option_overrides_the_topic_column():
     (dict(value=VariantType()), "t", ["'value'", "variant", "to_json"]),
     (dict(value=StringType(), topic=StringType(), TOPIC=StringType()), None, ["'topic'", "'TOPIC'"]),
 ])
-def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic, names):
+def test_bad_columns_name_the_column_and_what_is_accepted(cols: dict[str, DataType], topic: str | None,
+                                                          names: list[str]) -> None:
     with pytest.raises(ColumnError) as err:
         plan_columns(schema(**cols), topic)
     for name in names:
@@ -202,26 +210,26 @@ def test_bad_columns_name_the_column_and_what_is_accepted(cols, topic, names):
 # Through Spark: the same errors stop the write at planning time, before any task runs.
 # The bootstrap address is a closed port: a record sent would fail, not pass silently.
 
-def _write(df, mode="append", **options):
+def _write(df: DataFrame, mode: str = "append", **options: str) -> None:
     writer = df.write.format("kprod").mode(mode)
     for k, v in {**BOOT, **options}.items():
         writer = writer.option(k, v)
     writer.save()
 
 
-def test_spark_rejects_missing_topic(spark):
+def test_spark_rejects_missing_topic(spark: SparkSession) -> None:
     df = spark.createDataFrame([("a",)], "value string")
     with pytest.raises(Exception, match="no topic"):
         _write(df)
 
 
-def test_spark_rejects_bad_producer_option(spark):
+def test_spark_rejects_bad_producer_option(spark: SparkSession) -> None:
     df = spark.createDataFrame([("a",)], "value string")
     with pytest.raises(Exception, match="kafka.batch.size"):
         _write(df, topic="t", **{"kafka.batch.size": "-5"})
 
 
-def test_streaming_rejects_bad_column_at_start(spark, tmp_path):
+def test_streaming_rejects_bad_column_at_start(spark: SparkSession, tmp_path: Path) -> None:
     df = spark.readStream.format("rate").load()  # columns timestamp, value (bigint)
     with pytest.raises(Exception, match=r"column 'value' has type bigint"):
         q = (df.writeStream.format("kprod").option("kafka.bootstrap.servers", "127.0.0.1:9")
@@ -232,26 +240,33 @@ def test_streaming_rejects_bad_column_at_start(spark, tmp_path):
             q.stop()
 
 
-def test_exactly_once_prefix_comes_from_the_query_id_and_is_new_for_each_batch_write():
+def _exactly_once(options: dict[str, str], streaming: bool = False) -> ExactlyOnce:
+    """The exactly-once settings ``options`` ask for."""
+    eo = parse_options(options, streaming=streaming).exactly_once
+    assert eo is not None
+    return eo
+
+
+def test_exactly_once_prefix_comes_from_the_query_id_and_is_new_for_each_batch_write() -> None:
     eo = {**BOOT, "topic": "t", "kprod.deliveryguarantee": "exactly-once"}
     # A streaming query's prefix: from its id (kept in its checkpoint), however the
     # checkpoint is spelled, and with no checkpointLocation option at all.
     for checkpoint in ("/tmp/cp", "chk", "s3a://bucket/chk", None):
         options = {**eo, "checkpointlocation": checkpoint} if checkpoint else eo
-        streaming = parse_options(options, streaming=True).exactly_once
+        streaming = _exactly_once(options, streaming=True)
         assert streaming.prefix is None and streaming.marker_topic == "t"
         assert streaming.prefix_for("q-1") == streaming.prefix_for("q-1") != streaming.prefix_for("q-2")
     with pytest.raises(ConfigError, match="kprod.transactionalIdPrefix"):
         streaming.prefix_for(None)
-    batch = parse_options(eo).exactly_once
-    assert batch.prefix and batch.one_write and batch.prefix != parse_options(eo).exactly_once.prefix
+    batch = _exactly_once(eo)
+    assert batch.prefix and batch.one_write and batch.prefix != _exactly_once(eo).prefix
     assert batch.prefix_for(None) == batch.prefix
-    named = parse_options({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
-    assert named.exactly_once.prefix_for("q-1") == "orders" and named.exactly_once.marker_topic == "m"
+    named = _exactly_once({**eo, "kprod.transactionalidprefix": "orders", "kprod.markertopic": "m"}, streaming=True)
+    assert named.prefix_for("q-1") == "orders" and named.marker_topic == "m"
     assert parse_options({**BOOT, "topic": "t"}).exactly_once is None
 
 
-def test_the_cluster_check_is_bounded_and_can_be_skipped():
+def test_the_cluster_check_is_bounded_and_can_be_skipped() -> None:
     assert parse_options({**BOOT, "topic": "t"}).check_timeout_ms == 15_000
     assert parse_options({**BOOT, "topic": "t", "kafka.max.block.ms": "2000"}).check_timeout_ms == 2000
     assert parse_options({**BOOT, "topic": "t", "kprod.clustercheck": "false"}).check_timeout_ms == 0

@@ -4,22 +4,29 @@ closed after a failed task or once idle past kprod.producer.cache.timeout."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from spark_sink.producer import ConfigError, ProducerClosedError
+from kprod_broker import KafkaCluster
+from spark_sink.producer import ConfigError, KafkaProducer, ProducerClosedError
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.producer_pool import ProducerPool
 from tests.brokers import consume_all, create_topic, unique_topic
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def _send_one(producer, topic):
+    from tests.conftest import ProxiedKafka
+
+
+def _send_one(producer: KafkaProducer, topic: str) -> None:
     producer.send_arrow(pa.table({"value": [b"x"]}), topic).result(30)
 
 
-def test_a_healthy_producer_is_reused_only_for_the_same_settings(kafka):
+def test_a_healthy_producer_is_reused_only_for_the_same_settings(kafka: KafkaCluster) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("pool"), 1)
     pool = ProducerPool()
     config = {"bootstrap.servers": kafka.bootstrap}
@@ -41,7 +48,7 @@ def test_a_healthy_producer_is_reused_only_for_the_same_settings(kafka):
     assert len(consume_all(kafka.bootstrap, topic, 2, settle=0.3)) == 2
 
 
-def test_idle_producers_are_closed_after_their_timeout(kafka):
+def test_idle_producers_are_closed_after_their_timeout(kafka: KafkaCluster) -> None:
     pool = ProducerPool()
     config = {"bootstrap.servers": kafka.bootstrap}
     producer = pool.acquire(config)
@@ -54,7 +61,8 @@ def test_idle_producers_are_closed_after_their_timeout(kafka):
         _send_one(producer, "any")
 
 
-def test_the_pool_stays_bounded_and_closes_the_longest_idle(kafka, monkeypatch):
+def test_the_pool_stays_bounded_and_closes_the_longest_idle(kafka: KafkaCluster,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Exactly-once producers differ by transactional id, so a loop of writes would pile
     them up: past MAX_IDLE the longest idle are closed."""
     from spark_sink.spark import producer_pool
@@ -71,7 +79,7 @@ def test_the_pool_stays_bounded_and_closes_the_longest_idle(kafka, monkeypatch):
     pool.close_all()
 
 
-def test_a_producer_whose_sender_died_is_not_handed_out(kafka):
+def test_a_producer_whose_sender_died_is_not_handed_out(kafka: KafkaCluster) -> None:
     pool = ProducerPool()
     config = {"bootstrap.servers": kafka.bootstrap}
     producer = pool.acquire(config)
@@ -83,7 +91,7 @@ def test_a_producer_whose_sender_died_is_not_handed_out(kafka):
     fresh.close()
 
 
-def test_cache_timeout_option_takes_spark_durations():
+def test_cache_timeout_option_takes_spark_durations() -> None:
     base = {"kafka.bootstrap.servers": "h:1"}
     assert parse_options(base).producer_cache_timeout_s == 600
     for text, seconds in (("10m", 600), ("30s", 30), ("500ms", 0.5), ("2500", 2.5), ("0", 0), ("1h", 3600)):
@@ -92,7 +100,7 @@ def test_cache_timeout_option_takes_spark_durations():
         parse_options({**base, "kprod.producer.cache.timeout": "soon"})
 
 
-def _write(spark, bootstrap, topic, rows, **options):
+def _write(spark: SparkSession, bootstrap: str, topic: str, rows: int, **options: str) -> None:
     # The driver's check of the cluster opens a connection of its own for each write: off,
     # so that the proxy counts the tasks' connections alone.
     writer = (spark.range(rows, numPartitions=2).select(F.col("id").cast("string").alias("value"))
@@ -103,7 +111,8 @@ def _write(spark, bootstrap, topic, rows, **options):
     writer.save()
 
 
-def test_a_second_write_reuses_the_workers_producers_and_their_connections(spark, kafka_proxy):
+def test_a_second_write_reuses_the_workers_producers_and_their_connections(spark: SparkSession,
+                                                                           kafka_proxy: ProxiedKafka) -> None:
     """Counted at the proxy: the second write opens no connection. With the cache off it
     does (so this test can fail)."""
     proxy = kafka_proxy.proxy
@@ -120,7 +129,7 @@ def test_a_second_write_reuses_the_workers_producers_and_their_connections(spark
     assert len(consume_all(kafka_proxy.bootstrap, topic, 4000, settle=0.5)) == 4000
 
 
-def test_pooled_producers_close_their_connections_once_idle(spark, kafka_proxy):
+def test_pooled_producers_close_their_connections_once_idle(spark: SparkSession, kafka_proxy: ProxiedKafka) -> None:
     proxy = kafka_proxy.proxy
     proxy.cut_all()
     topic = create_topic(kafka_proxy.bootstrap, unique_topic("pool-idle"), 2)

@@ -4,16 +4,21 @@ Kafka's SASL_PLAINTEXT listener with SCRAM-SHA-512."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 from pyspark.sql import functions as F
 
 from tests.brokers import consume_all, unique_topic
-from tests.secure_kafka import USERS
+from tests.secure_kafka import USERS, SecureKafka
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
-def _write(df, bootstrap, topic, password):
+def _write(df: DataFrame, bootstrap: str, topic: str, password: str) -> None:
     (df.write.format("kprod").mode("append")
      .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kafka.security.protocol", "SASL_PLAINTEXT").option("kafka.sasl.mechanism", "SCRAM-SHA-512")
@@ -22,7 +27,7 @@ def _write(df, bootstrap, topic, password):
      .save())
 
 
-def test_batch_write_with_scram_and_a_wrong_password(spark, secure_kafka):
+def test_batch_write_with_scram_and_a_wrong_password(spark: SparkSession, secure_kafka: SecureKafka) -> None:
     bootstrap = secure_kafka.bootstrap("SASLPLAIN")
     topic = unique_topic("spark-sasl")
     df = spark.range(200, numPartitions=2).select(F.col("id").cast("string").alias("value"))

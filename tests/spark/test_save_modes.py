@@ -17,10 +17,17 @@ move these checks or change their words; the tests pin the words the README quot
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 20
 
@@ -34,14 +41,14 @@ REJECTED = [
 ]
 
 
-def save(df, bootstrap, topic, mode):
+def save(df: DataFrame, bootstrap: str, topic: str, mode: str | None) -> None:
     writer = df.write.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
     if mode is not None:
         writer = writer.mode(mode)
     writer.save()
 
 
-def test_only_append_writes_and_other_modes_send_nothing(spark, broker):
+def test_only_append_writes_and_other_modes_send_nothing(spark: SparkSession, broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sm"), 2)
     df = spark.range(N, numPartitions=2).select(F.col("id").cast("string").alias("value"))
     for mode, error in REJECTED:
@@ -53,7 +60,7 @@ def test_only_append_writes_and_other_modes_send_nothing(spark, broker):
     assert sorted(int(m.value()) for m in messages) == list(range(N))
 
 
-def test_update_mode_is_refused_by_spark_when_the_query_runs(spark, tmp_path):
+def test_update_mode_is_refused_by_spark_when_the_query_runs(spark: SparkSession, tmp_path: Path) -> None:
     """The README's Troubleshooting quotes this message and gives the foreachBatch form."""
     counts = (spark.readStream.format("rate").option("rowsPerSecond", 10).load()
               .groupBy("value").count().select(F.col("value").cast("string").alias("value")))

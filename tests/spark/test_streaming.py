@@ -4,17 +4,24 @@ added, the query restarted from its checkpoint; every row exactly once."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import create_topic, unique_topic
 from tests.spark.readback import as_sent, read_topics
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 SCHEMA = "id bigint, name string"
 
 
-def add_files(spark, directory, start, count, files):
+def add_files(spark: SparkSession, directory: Path, start: int, count: int, files: int) -> None:
     """Write rows start..start+count as ``files`` JSON files (not through a temp dir: the
     file source lists the directory, and Spark writes atomically with a rename)."""
     spark.range(start, start + count, numPartitions=files).select(
@@ -22,7 +29,9 @@ def add_files(spark, directory, start, count, files):
     ).write.mode("append").json(str(directory))
 
 
-def run_to_completion(spark, source, checkpoint, bootstrap, topic, report, mode="append", query=None):
+def run_to_completion(spark: SparkSession, source: Path, checkpoint: Path, bootstrap: str, topic: str, report: Path,
+                      mode: str = "append", query: Callable[[DataFrame], DataFrame] | None = None) -> None:
+    assert query is not None, "how the stream's rows become records"
     df = query(spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 2).json(str(source)))
     q = (df.writeStream.format("kprod").outputMode(mode)
          .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
@@ -33,17 +42,18 @@ def run_to_completion(spark, source, checkpoint, bootstrap, topic, report, mode=
     assert q.exception() is None, q.exception()
 
 
-def _counts_by_group(df):
+def _counts_by_group(df: DataFrame) -> DataFrame:
     return df.groupBy((F.col("id") % 4).alias("k")).count().select(
         F.col("k").cast("string").alias("key"), F.col("count").cast("string").alias("value"))
 
 
-def as_records(df):
+def as_records(df: DataFrame) -> DataFrame:
     return df.select(F.col("id").cast("string").alias("key"),
                      F.to_json(F.struct("id", "name")).alias("value"))
 
 
-def test_file_stream_restarted_from_checkpoint_exactly_once(spark, broker, tmp_path):
+def test_file_stream_restarted_from_checkpoint_exactly_once(spark: SparkSession, broker: KafkaCluster,
+                                                            tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("st"), 3)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 300, 3)
@@ -68,7 +78,7 @@ def test_file_stream_restarted_from_checkpoint_exactly_once(spark, broker, tmp_p
     assert_df_equality(got.drop("partition", "timestamp"), expected.drop("timestamp"),
                        ignore_row_order=True, ignore_column_order=True, ignore_nullable=True)
     # The report's offset ranges cover exactly what was read.
-    per_partition = {}
+    per_partition: dict[int, list[tuple[int, int, int]]] = {}
     for e in entries:
         for p in e["partitions"]:
             per_partition.setdefault(p["partition"], []).append((p["firstOffset"], p["lastOffset"], p["count"]))
@@ -78,7 +88,7 @@ def test_file_stream_restarted_from_checkpoint_exactly_once(spark, broker, tmp_p
         assert min(f for f, _, _ in ranges) == offsets[0] and max(last for _, last, _ in ranges) == offsets[-1]
 
 
-def test_complete_mode_writes_each_result(spark, broker, tmp_path):
+def test_complete_mode_writes_each_result(spark: SparkSession, broker: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("sc"), 2)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 40, 2)
@@ -91,12 +101,13 @@ def test_complete_mode_writes_each_result(spark, broker, tmp_path):
     assert sorted((r.key, r.value) for r in got.collect()) == [(str(k).encode(), b"10") for k in range(4)]
 
 
-def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, kafka, tmp_path):
+def test_failed_microbatch_fails_the_query_and_is_not_reported(spark: SparkSession, kafka: KafkaCluster,
+                                                               tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("sx"), 2)
     source, checkpoint, report = tmp_path / "in", tmp_path / "cp", tmp_path / "report.jsonl"
     add_files(spark, source, 0, 10, 1)
 
-    def bad_partition(df):
+    def bad_partition(df: DataFrame) -> DataFrame:
         return df.select(F.col("name").alias("value"), F.lit(7).alias("partition"))
 
     df = bad_partition(spark.readStream.schema(SCHEMA).json(str(source)))
@@ -114,7 +125,8 @@ def test_failed_microbatch_fails_the_query_and_is_not_reported(spark, kafka, tmp
     assert not report.exists() or report.read_text() == ""
 
 
-def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark, broker, tmp_path):
+def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark: SparkSession, broker: KafkaCluster,
+                                                                         tmp_path: Path) -> None:
     """Spark gives Python data sources no Update mode (its Kafka sink has one); the README's
     way round it, a kprod batch write inside foreachBatch, sends each microbatch's changed
     groups."""
@@ -135,11 +147,11 @@ def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark, 
     finally:
         direct.stop()
 
-    def write(batch, batch_id):
+    def write(batch: DataFrame, batch_id: int) -> None:
         (batch.write.format("kprod").mode("append")
          .option("kafka.bootstrap.servers", broker.bootstrap).option("topic", topic).save())
 
-    def run():
+    def run() -> None:
         q = (stream.writeStream.foreachBatch(write).outputMode("update")
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
         q.awaitTermination(300)

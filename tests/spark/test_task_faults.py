@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,8 +24,15 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consumer, create_topic, subprocess_env, unique_topic
 from tests.procs import RssSampler
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from tests.conftest import ProxiedKafka
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -32,7 +40,7 @@ pytestmark = pytest.mark.timeout(600)
 def read_ids(bootstrap: str, topic: str, at_least: int, timeout: float = 120.0) -> list[int]:
     """The ids in every record of ``topic`` (values are ids left-padded with 'x'), read
     with confluent-kafka until at least ``at_least`` and then to the end of each partition."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
     c = consumer(bootstrap, **{"enable.partition.eof": True})
     try:
@@ -43,13 +51,16 @@ def read_ids(bootstrap: str, topic: str, at_least: int, timeout: float = 120.0) 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (len(ids) < at_least or len(at_end) < len(partitions)):
             for m in c.consume(num_messages=10000, timeout=0.2):
-                if m.error():
-                    if m.error().code() == m.error()._PARTITION_EOF:
-                        at_end.add(m.partition())
+                error, partition, value = m.error(), m.partition(), m.value()
+                assert partition is not None
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(partition)
                         continue
-                    raise AssertionError(f"consumer error: {m.error()}")
-                at_end.discard(m.partition())
-                ids.append(int(m.value().lstrip(b"x")))
+                    raise AssertionError(f"consumer error: {error}")
+                assert value is not None
+                at_end.discard(partition)
+                ids.append(int(value.lstrip(b"x")))
         assert len(ids) >= at_least, f"read {len(ids)} of at least {at_least} records from {topic}"
         return ids
     finally:
@@ -64,7 +75,7 @@ RETRIED_ROWS, RETRIED_ACKED = 300_000, 100_000
 
 
 @pytest.fixture(scope="module")
-def retried_writes(kafka) -> tuple[dict[str, str], dict[str, int], str]:
+def retried_writes(kafka: KafkaCluster) -> tuple[dict[str, str], dict[str, int], str]:
     """One child process (one JVM for both) making one write per fault, each to its own
     topic: the topics, the failed task attempts of each write, the child's stderr."""
     topics = {fault: create_topic(kafka.bootstrap, unique_topic(f"retry-{fault}"), 1) for fault in FAULTS}
@@ -77,7 +88,9 @@ def retried_writes(kafka) -> tuple[dict[str, str], dict[str, int], str]:
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_task_failing_after_acknowledged_rows_is_retried(kafka, retried_writes, fault):
+def test_task_failing_after_acknowledged_rows_is_retried(kafka: KafkaCluster,
+                                                         retried_writes: tuple[dict[str, str], dict[str, int], str],
+                                                         fault: str) -> None:
     """One task of 300,000 rows meets a fault on its first attempt once 100,000 of them
     are acknowledged: the Python worker running kprod's writer is killed with SIGKILL
     (``sigkill``), or the task's input raises (``raise``). Spark retries the task
@@ -111,11 +124,12 @@ STALL_VALUE_BYTES = 200
 STALL_OVERHEAD_BOUND = 24 << 20
 
 
-def _write_ids(directory, start: int, count: int, name: str) -> None:
+def _write_ids(directory: Path, start: int, count: int, name: str) -> None:
     pq.write_table(pa.table({"id": pa.array(range(start, start + count), pa.int64())}), directory / name)
 
 
-def test_stalled_broker_fails_the_task_then_the_query_resumes(spark, kafka_proxy, tmp_path):
+def test_stalled_broker_fails_the_task_then_the_query_resumes(spark: SparkSession, kafka_proxy: ProxiedKafka,
+                                                              tmp_path: Path) -> None:
     """The proxy holds every byte both ways. The microbatch's tasks fail once their records
     have waited delivery.timeout.ms, with an error naming the broker and that timeout,
     while each writer's memory stays within buffer.memory plus a bounded overhead; the
@@ -127,7 +141,7 @@ def test_stalled_broker_fails_the_task_then_the_query_resumes(spark, kafka_proxy
     source.mkdir()
     _write_ids(source, 0, warm, "part-0.parquet")
 
-    def run_query():
+    def run_query() -> StreamingQuery:
         df = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", big_files).parquet(str(source))
         query = (df.select(F.lpad(F.col("id").cast("string"), STALL_VALUE_BYTES, "x").alias("value"))
                  .writeStream.format("kprod")

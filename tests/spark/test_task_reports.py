@@ -6,7 +6,7 @@ from spark_sink.spark.task_reports import extend_ranges, merge_ranges
 TP, OTHER = ("t", 0), ("t", 1)
 
 
-def test_a_tasks_later_send_keeps_the_first_offset_and_takes_its_last():
+def test_a_tasks_later_send_keeps_the_first_offset_and_takes_its_last() -> None:
     ranges = {TP: (5, 10, 14)}
     extend_ranges(ranges, {TP: (3, 20, 22), OTHER: (2, 7, 8)})
     assert ranges == {TP: (8, 10, 22), OTHER: (2, 7, 8)}
@@ -17,7 +17,7 @@ def test_a_tasks_later_send_keeps_the_first_offset_and_takes_its_last():
     assert unknown_start[TP] == (8, -1, 22)
 
 
-def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown():
+def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown() -> None:
     ranges = {TP: (5, 10, 14)}
     merge_ranges(ranges, {TP: (3, 4, 12), OTHER: (1, 0, 0)})
     assert ranges == {TP: (8, 4, 14), OTHER: (1, 0, 0)}
@@ -27,7 +27,7 @@ def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown():
     assert ranges[TP] == (12, -1, -1)
 
 
-def test_the_summary_counts_the_tasks_given_no_row():
+def test_the_summary_counts_the_tasks_given_no_row() -> None:
     """A few rows over many shuffle partitions: the summary says how many tasks were empty,
     since each costs Spark a Python task whatever the sink does."""
     from spark_sink.spark.task_reports import KProdCommitMessage, WriteSummary

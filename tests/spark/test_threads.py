@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from spark_sink.spark import use_session_in_this_thread
 from tests.brokers import consume_all, create_topic, unique_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 N = 50
 
 
-def _write(df, bootstrap: str, topic: str) -> None:
+def _write(df: DataFrame, bootstrap: str, topic: str) -> None:
     (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
      .option("topic", topic).save())
 
 
-def test_spark_alone_does_not_find_kprod_from_another_thread(spark):
+def test_spark_alone_does_not_find_kprod_from_another_thread(spark: SparkSession) -> None:
     """Spark's lookup needs the JVM thread's active session (see spark_sink.spark.threads).
     If this starts passing, Spark fixed it and the README's workaround can go."""
     df = spark.range(1).select(F.col("id").cast("string").alias("value"))
@@ -26,7 +31,7 @@ def test_spark_alone_does_not_find_kprod_from_another_thread(spark):
     assert error is not None and "DATA_SOURCE_NOT_FOUND" in str(error) and "kprod" in str(error)
 
 
-def test_a_thread_pool_writes_several_dataframes(spark, kafka):
+def test_a_thread_pool_writes_several_dataframes(spark: SparkSession, kafka: KafkaCluster) -> None:
     topics = [create_topic(kafka.bootstrap, unique_topic("pool"), 2) for _ in range(3)]
     frames = [spark.range(N, numPartitions=2).select(F.concat(F.lit(f"{i}-"), F.col("id")).alias("value"))
               for i in range(len(topics))]
@@ -38,11 +43,14 @@ def test_a_thread_pool_writes_several_dataframes(spark, kafka):
         assert values == sorted(f"{i}-{n}" for n in range(N))
 
 
-def test_without_a_session_given_the_default_one_is_made_active(spark):
+def test_without_a_session_given_the_default_one_is_made_active(spark: SparkSession) -> None:
+    jvm = spark._jvm
+    assert jvm is not None  # a classic session, not a Connect client
+
     def active_before_and_after() -> tuple[bool, bool]:
-        before = spark._jvm.SparkSession.getActiveSession().isDefined()
+        before = jvm.SparkSession.getActiveSession().isDefined()
         use_session_in_this_thread()
-        return before, spark._jvm.SparkSession.getActiveSession().get().equals(spark._jsparkSession)
+        return before, jvm.SparkSession.getActiveSession().get().equals(spark._jsparkSession)
 
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(active_before_and_after).result(30) == (False, True)

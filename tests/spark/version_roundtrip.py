@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ def _encoder() -> str:
     return kernels.compiled().__name__
 
 
-def _worker_encoder(batches):
+def _worker_encoder(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: the Python worker's version and encoder, one row."""
     for _ in batches:
         pass

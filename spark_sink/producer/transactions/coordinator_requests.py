@@ -23,17 +23,27 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Generic, TypeVar
 
-from spark_sink.client.coordinators import Coordinators
-from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.client.connections import ClientResponse
+from spark_sink.client.coordinators import Client, Coordinators
+from spark_sink.client.errors import KafkaTimeoutError, UnknownTopicError
+from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.producer.batch import TopicPartition
 from spark_sink.protocol.apis import ApiKey
-from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, OperationNotAttemptedError
+from spark_sink.protocol.error_codes import (
+    CoordinatorNotAvailableError,
+    OperationNotAttemptedError,
+    UnknownTopicOrPartitionError,
+    is_retriable,
+)
+from spark_sink.protocol.schema import Request
 from spark_sink.protocol.txn_coordinator import GROUP_COORDINATOR
 
 log = logging.getLogger(__name__)
+
+Reply = TypeVar("Reply")
 
 # How long the head request may meet the same retriable error before a WARNING says so:
 # long enough for a new cluster to create its internal topic at the first use of a group
@@ -79,13 +89,13 @@ class TransactionalResult:
 
 @dataclass(eq=False)
 class TxnRequest:
-    """A request to a coordinator, queued until the Sender can send it."""
+    """A request to a coordinator, queued until the Sender can send it. Its body and the
+    handling of its reply are a :class:`CoordinatorRequest`'s, of one API's types."""
 
     api_key: ApiKey
     coordinator: int  # TRANSACTION_COORDINATOR or GROUP_COORDINATOR
     key: str  # the transactional id or group id the coordinator is found by
-    body: Any  # the request, an instance of its kmsg class
-    handle: Callable[[Any], Exception | None]  # the answer's error, None when done
+    _: KW_ONLY
     result: TransactionalResult | None = None
     then: TxnRequest | None = None  # goes next once this one is done, and settles ``result``
     settles: bool = True  # False: ``handle`` settles ``result`` itself
@@ -96,6 +106,40 @@ class TxnRequest:
     def describe(self) -> str:
         kind = "group" if self.coordinator == GROUP_COORDINATOR else "transactional.id"
         return f"{self.api_key.name} for {kind} {self.key!r}"
+
+    def send(self, client: Client, node: int, answered: Callable[[], None]) -> None:
+        """Send the request to ``node``; ``answered`` runs once its outcome is in."""
+        raise NotImplementedError
+
+    def outcome(self) -> Exception | None:
+        """The answer's error (or the one that prevented it); None when the request is done."""
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class CoordinatorRequest(TxnRequest, Generic[Reply]):
+    """A TxnRequest with its body, and what its reply means: ``handle`` gives the reply's
+    error, None when done (it may settle ``result`` itself, see ``settles``)."""
+
+    body: Request[Reply]
+    handle: Callable[[Reply], Exception | None]
+    response: ClientResponse[Reply] | None = field(default=None, init=False)
+
+    def send(self, client: Client, node: int, answered: Callable[[], None]) -> None:
+        def on_response(response: ClientResponse[Reply]) -> None:
+            self.response = response
+            answered()
+
+        self.response = None
+        client.send(node, self.api_key, self.body, on_response, max_version=self.max_version)
+
+    def outcome(self) -> Exception | None:
+        response = self.response
+        if response is None:
+            raise RuntimeError(f"{self.describe()} has no answer yet")
+        if response.error is not None:
+            return response.error
+        return self.handle(response.reply())
 
 
 @dataclass(eq=False)
@@ -149,13 +193,11 @@ class CoordinatorRequests:
         head = self.head
         return None if self.in_flight or head is None or now < head.not_before else head
 
-    def answered(self, request: TxnRequest, body: Any, error: Exception | None,
-                 now: float) -> Exception | None:
-        """``request``'s answer (``error`` if none came): None when it is done or to be
-        retried, else the error that failed it (it leaves the queue)."""
+    def answered(self, request: TxnRequest, now: float) -> Exception | None:
+        """``request``'s answer is in: None when it is done or to be retried, else the
+        error that failed it (it leaves the queue)."""
         self.in_flight = False
-        if error is None:
-            error = request.handle(body)
+        error = request.outcome()
         if error is not None:
             return self.failed(request, error, now)
         self._retrying = None
@@ -171,18 +213,27 @@ class CoordinatorRequests:
         to be retried, else ``error`` (it leaves the queue)."""
         self.in_flight = False
         self.coordinators.failed(request.coordinator, request.key, error)
-        if getattr(error, "retriable", False) or isinstance(error, OperationNotAttemptedError):
-            log.debug("%s for %s: %s; retrying", request.api_key.name, request.key, error)
-            request.not_before = now + self._retry_backoff_ms
-            self._note_retry(request, error, now)
-            return None
+        if is_retriable(error) or isinstance(error, OperationNotAttemptedError):
+            run = self._note_retry(request, error, now)
+            if isinstance(error, UnknownTopicOrPartitionError) and now - run.since_ms >= UNKNOWN_TOPIC_GRACE_MS:
+                # As the metadata's wait for a topic: a coordinator still answering
+                # unknown this long after the first such answer names a topic that does
+                # not exist (a new one is known within that), and retrying until
+                # max.block.ms would only delay the same answer.
+                error = UnknownTopicError(f"{request.describe()}: {error.message or error.name}: no such topic "
+                                          f"(the coordinator answered UNKNOWN_TOPIC_OR_PARTITION for "
+                                          f"{UNKNOWN_TOPIC_GRACE_MS} ms)")
+            else:
+                log.debug("%s for %s: %s; retrying", request.api_key.name, request.key, error)
+                request.not_before = now + self._retry_backoff_ms
+                return None
         self._retrying = None
         self._queue.remove(request)
         return error
 
-    def _note_retry(self, request: TxnRequest, error: Exception, now: float) -> None:
+    def _note_retry(self, request: TxnRequest, error: Exception, now: float) -> Retrying:
         """Count ``request``'s retriable ``error``; one WARNING once a run of them has
-        lasted WARN_AFTER_MS."""
+        lasted WARN_AFTER_MS. Returns the run."""
         run = self._retrying
         if run is None or run.request is not request or type(run.error) is not type(error):
             run = self._retrying = Retrying(request, error, now, last_ms=now)
@@ -191,6 +242,7 @@ class CoordinatorRequests:
         if not run.warned and now - run.since_ms >= WARN_AFTER_MS:
             run.warned = True
             log.warning("%s; still retrying until the call's max.block.ms", run.describe())
+        return run
 
     def retrying(self) -> str | None:
         """What the queue's head has been meeting, if it is being retried."""

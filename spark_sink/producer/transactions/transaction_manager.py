@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from spark_sink.client.coordinators import Coordinators
 from spark_sink.client.errors import (
@@ -45,7 +44,12 @@ from spark_sink.client.errors import (
 from spark_sink.producer.batch import ProducerBatch, TopicPartition
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.producer.partition_sequences import PartitionSequences
-from spark_sink.producer.transactions.coordinator_requests import CoordinatorRequests, TransactionalResult, TxnRequest
+from spark_sink.producer.transactions.coordinator_requests import (
+    CoordinatorRequest,
+    CoordinatorRequests,
+    TransactionalResult,
+    TxnRequest,
+)
 from spark_sink.producer.transactions.transaction_states import CALL_STATES, HAS_PRODUCER_ID, Event, State, next_state
 from spark_sink.protocol import kmsg
 from spark_sink.protocol.apis import V1_MAX_VERSIONS, ApiKey
@@ -58,8 +62,10 @@ from spark_sink.protocol.error_codes import (
     OperationNotAttemptedError,
     ProducerFencedError,
     TransactionalIdAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     error_for_code,
+    is_retriable,
 )
 from spark_sink.protocol.txn_coordinator import (
     GROUP_COORDINATOR,
@@ -172,7 +178,7 @@ class TransactionManager:
             self._sequences.identity = (body.producer_id, body.producer_epoch)
             log.info("producer id %s epoch %s", *self._identity)
             self._transition(Event.PRODUCER_ID_RECEIVED)
-        elif getattr(error, "retriable", False):
+        elif is_retriable(error):
             log.info("InitProducerId failed, trying again: %s", error)
             self._init_not_before = now + self._retry_backoff_ms
             self._transition(Event.INIT_PRODUCER_ID_FAILED)
@@ -215,6 +221,10 @@ class TransactionManager:
     def handle_retry(self, batch: ProducerBatch) -> None:
         """A batch that was on the wire goes back to the accumulator for another attempt."""
         self._sequences.handle_retry(batch)
+
+    def handle_split(self, batch: ProducerBatch, pieces: list[ProducerBatch]) -> None:
+        """A batch on the wire, refused as too large, goes back as smaller ``pieces``."""
+        self._sequences.handle_split(batch, pieces)
 
     def handle_completed_batch(self, batch: ProducerBatch) -> None:
         """A batch on the wire was acknowledged (or recognised as a duplicate)."""
@@ -294,12 +304,11 @@ class TransactionManager:
                       result: TransactionalResult | None = None) -> TransactionalResult:
         self._new_transaction()
         result = result or TransactionalResult()
-        self._requests.append(TxnRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self._txn_id,
-                                         kmsg.InitProducerIdRequest(
-                                             transactional_id=self._txn_id,
-                                             transaction_timeout_ms=self._transaction_timeout_ms,
-                                             producer_id=producer_id, producer_epoch=epoch),
-                                         self._on_init_producer_id, result))
+        body = kmsg.InitProducerIdRequest(transactional_id=self._txn_id,
+                                          transaction_timeout_ms=self._transaction_timeout_ms,
+                                          producer_id=producer_id, producer_epoch=epoch)
+        self._requests.append(CoordinatorRequest(ApiKey.INIT_PRODUCER_ID, TRANSACTION_COORDINATOR, self._txn_id, body,
+                                                 self._on_init_producer_id, result=result))
         return result
 
     def begin_transaction(self) -> None:
@@ -346,9 +355,10 @@ class TransactionManager:
             self._check_call("send_offsets_to_transaction")
             result = TransactionalResult()
             pid, epoch = self._identity
-            commit = TxnRequest(ApiKey.TXN_OFFSET_COMMIT, GROUP_COORDINATOR, group_id,
-                                txn_offset_commit_body(self._txn_id, group_id, pid, epoch, offsets),
-                                self._on_txn_offset_commit, result, max_version=self._v1_max(ApiKey.TXN_OFFSET_COMMIT))
+            commit = CoordinatorRequest(ApiKey.TXN_OFFSET_COMMIT, GROUP_COORDINATOR, group_id,
+                                        txn_offset_commit_body(self._txn_id, group_id, pid, epoch, offsets),
+                                        self._on_txn_offset_commit, result=result,
+                                        max_version=self._v1_max(ApiKey.TXN_OFFSET_COMMIT))
             if self.v2:
                 # TxnOffsetCommit v5 adds the group's offsets partition itself (no AddOffsetsToTxn).
                 self._started = True
@@ -362,9 +372,9 @@ class TransactionManager:
                 return error
 
             # Then the offsets themselves, to the group's coordinator: that answer settles ``result``.
-            self._requests.append(TxnRequest(
+            self._requests.append(CoordinatorRequest(
                 ApiKey.ADD_OFFSETS_TO_TXN, TRANSACTION_COORDINATOR, self._txn_id,
-                add_offsets_body(self._txn_id, pid, epoch, group_id), added, result, then=commit))
+                add_offsets_body(self._txn_id, pid, epoch, group_id), added, result=result, then=commit))
             return result
 
     def prepare_transaction(self) -> tuple[str, int, int] | None:
@@ -399,10 +409,10 @@ class TransactionManager:
                 self._transition(Event.INIT_PRODUCER_ID_SENT)
                 return self._enqueue_init(*self._identity, result)
             # _ended() settles ``result``, after a new epoch if the transaction needs one.
-            self._requests.append(TxnRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self._txn_id,
-                                             end_txn_body(self._txn_id, *self._identity, commit),
-                                             lambda body: self._on_end_txn(body, result), result, settles=False,
-                                             max_version=self._v1_max(ApiKey.END_TXN)))
+            self._requests.append(CoordinatorRequest(ApiKey.END_TXN, TRANSACTION_COORDINATOR, self._txn_id,
+                                                     end_txn_body(self._txn_id, *self._identity, commit),
+                                                     lambda body: self._on_end_txn(body, result), result=result,
+                                                     settles=False, max_version=self._v1_max(ApiKey.END_TXN)))
             return result
 
     def _v1_max(self, api_key: ApiKey) -> int | None:
@@ -450,14 +460,12 @@ class TransactionManager:
         partitions, self._to_add = self._to_add, set()
         topics = by_topic(sorted(partitions))
         pid, epoch = self._identity
-        request = TxnRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self._txn_id,
-                             kmsg.AddPartitionsToTxnRequest(
-                                 v3_and_below_transactional_id=self._txn_id, v3_and_below_producer_id=pid,
-                                 v3_and_below_producer_epoch=epoch,
-                                 v3_and_below_topics=[kmsg.AddPartitionsToTxnTopic(t, ps) for t, ps in topics.items()]),
-                             self._on_add_partitions)
-        request.partitions = partitions
-        return request
+        body = kmsg.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=self._txn_id, v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=[kmsg.AddPartitionsToTxnTopic(t, ps) for t, ps in topics.items()])
+        return CoordinatorRequest(ApiKey.ADD_PARTITIONS_TO_TXN, TRANSACTION_COORDINATOR, self._txn_id, body,
+                                  self._on_add_partitions, partitions=partitions)
 
     def handle_find_coordinator(self, request: TxnRequest, error: Exception | None, now: float) -> None:
         """The coordinator of ``request`` was found (:attr:`coordinators` knows it), or
@@ -468,11 +476,10 @@ class TransactionManager:
             else:
                 self._request_failed(request, self._requests.failed(request, error, now))
 
-    def handle_response(self, request: TxnRequest, body: Any, error: Exception | None,
-                        now: float) -> None:
-        """The answer to ``request``: done, retried later, or failing its transaction."""
+    def handle_response(self, request: TxnRequest, now: float) -> None:
+        """The answer to ``request`` is in: done, retried later, or failing its transaction."""
         with self._lock:
-            self._request_failed(request, self._requests.answered(request, body, error, now))
+            self._request_failed(request, self._requests.answered(request, now))
 
     def _request_failed(self, request: TxnRequest, error: Exception | None) -> None:
         """``request`` failed for good with ``error`` (None: it did not): so does its
@@ -529,6 +536,12 @@ class TransactionManager:
         return first
 
     def _on_txn_offset_commit(self, body: kmsg.TxnOffsetCommitResponse) -> Exception | None:
+        unknown = sorted({t.name for t in body.topics for p in t.partitions
+                          if p.error_code == UnknownTopicOrPartitionError.code})
+        if unknown:
+            # Every topic the coordinator does not know, by name: the error the call ends
+            # with if they stay unknown (CoordinatorRequests.failed).
+            return UnknownTopicOrPartitionError(f"topic{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}")
         return partition_error(body, "TxnOffsetCommit")
 
     def _on_end_txn(self, body: kmsg.EndTxnResponse, result: TransactionalResult) -> Exception | None:
