@@ -9,38 +9,47 @@ from __future__ import annotations
 
 import decimal
 import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.registry.front import Front
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from pyspark.sql import DataFrame, SparkSession
 
 USER, PASSWORD = "svc-orders", "s3cret:with-colon"
 
 
 @pytest.fixture
-def front(schema_registry):
+def front(schema_registry: str) -> Iterator[Front]:
     """The suite's registry behind basic authentication."""
     with Front(schema_registry, user_info=(USER, PASSWORD)) as front:
         yield front
 
 
-def _client(url: str):
+def _client(url: str) -> SchemaRegistryClient:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     return SchemaRegistryClient({"url": url, "basic.auth.user.info": f"{USER}:{PASSWORD}"})
 
 
-def _decoded(url: str, messages) -> list[dict]:
+def _decoded(url: str, messages: list[Message]) -> list[dict[str, Any]]:
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     deserializer = AvroDeserializer(_client(url))
-    return [deserializer(m.value(), SerializationContext(m.topic(), MessageField.VALUE)) for m in messages]
+    return [deserializer(m.value(), SerializationContext(m.topic() or "", MessageField.VALUE)) for m in messages]
 
 
-def _orders(df):
+def _orders(df: DataFrame) -> DataFrame:
     """Orders as the README's snippet builds them, nested: a customer struct, an array of
     line structs with decimal prices, a map of tags, a timestamp."""
     n = F.col("id")
@@ -57,7 +66,8 @@ def _orders(df):
         ).alias("value"))
 
 
-def test_a_stream_of_nested_orders_through_a_registry_with_basic_auth(spark, kafka, front, tmp_path):
+def test_a_stream_of_nested_orders_through_a_registry_with_basic_auth(spark: SparkSession, kafka: KafkaCluster,
+                                                                      front: Front, tmp_path: Path) -> None:
     """The topic comes from a column, so the tasks, not only the driver, ask the registry:
     the credentials travel to them too."""
     topics = [create_topic(kafka.bootstrap, unique_topic(f"orders-auth{i}"), partitions=2) for i in range(2)]
@@ -89,7 +99,8 @@ def test_a_stream_of_nested_orders_through_a_registry_with_basic_auth(spark, kaf
         f"{t}-value" for t in topics}
 
 
-def test_a_wrong_password_fails_on_the_driver_naming_the_url_and_401(spark, kafka, front):
+def test_a_wrong_password_fails_on_the_driver_naming_the_url_and_401(spark: SparkSession, kafka: KafkaCluster,
+                                                                     front: Front) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("orders-badauth"), partitions=1)
     with pytest.raises(Exception) as failure:
         (_orders(spark.range(5)).write.format("kprod").mode("append")
@@ -103,7 +114,7 @@ def test_a_wrong_password_fails_on_the_driver_naming_the_url_and_401(spark, kafk
     assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []  # nothing was sent
 
 
-def test_a_given_schema_changes_compatibly_and_not(spark, kafka, front):
+def test_a_given_schema_changes_compatibly_and_not(spark: SparkSession, kafka: KafkaCluster, front: Front) -> None:
     """v1 given; v2 adds a field with a default (BACKWARD): a new version, and records of
     both decode; v3 adds one without: refused on the driver, naming the subject and
     pointing to kprod.value.avro.schema."""
@@ -115,7 +126,7 @@ def test_a_given_schema_changes_compatibly_and_not(spark, kafka, front):
     v2 = {**v1, "fields": [*v1["fields"], {"name": "channel", "type": "string", "default": "web"}]}
     v3 = {**v1, "fields": [*v1["fields"], {"name": "note", "type": "string"}]}
 
-    def write(df, schema) -> None:
+    def write(df: DataFrame, schema: dict[str, Any]) -> None:
         (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("topic", topic).option("kprod.value.format", "avro").option("kprod.schema.registry.url", front.url)
          .option("kprod.schema.registry.basic.auth.user.info", f"{USER}:{PASSWORD}")
