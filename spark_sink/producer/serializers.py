@@ -142,6 +142,12 @@ class ArrowSerializer:
                     "nullable field is a union [type, \"null\"] that can carry no null default: adding a column "
                     "is then no BACKWARD-compatible change. Give the schema, with defaults for new fields, in "
                     f"kprod.{self.column}.{self.format}.schema")
+            else:
+                exc.add_note(
+                    f"The {self.column} schema given in kprod.{self.column}.{self.format}.schema is not a change the "
+                    "subject's compatibility level allows (under BACKWARD, Confluent's default: a new field needs "
+                    "a default, and no field may change its type): change the schema there, or write to another "
+                    "subject")
             raise
 
     def _encoder(self, schema_text: str, arrow_type: pa.DataType) -> AvroEncoder | JsonEncoder:

@@ -1,5 +1,6 @@
-"""The scripts in bench/: each imports and answers --help; bench_partitions.py runs its
---quick form against the suite's Kafka node. No figure is asserted: they are measurements."""
+"""The scripts in bench/: each imports and answers --help; bench_partitions.py and
+bench_avro.py run their --quick forms against the suite's Kafka node (and registry). No
+figure is asserted: they are measurements."""
 
 from __future__ import annotations
 
@@ -51,3 +52,14 @@ def test_partitions_quick_run(kafka):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "checked 6 writes" in done.stderr, done.stderr[-3000:]  # each sink: an untimed write, a timed one
     assert "2x2 kprod" in " ".join(done.stdout.split()), done.stdout
+
+
+@pytest.mark.timeout(600)  # a Spark session and 8 writes, one per row in Python: minutes on a loaded machine
+def test_avro_quick_run(kafka, schema_registry):
+    """Small, one round, every sink: each timed write read back, its records counted and
+    its Avro bodies the same as Spark's to_avro wrote."""
+    done = run_script("bench_avro.py", "--quick", "--bootstrap-servers", kafka.bootstrap, "--registry-url",
+                      schema_registry, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "read back 3 timed writes" in done.stderr, done.stderr[-3000:]
+    assert "kprod vs confluent-kafka per row" in done.stdout, done.stdout

@@ -6,12 +6,15 @@ driver before anything is sent, naming what is wrong."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import decimal
 import json
 import math
 import random
+import uuid
 
+import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
@@ -32,7 +35,11 @@ def _decode(url: str, fmt: str, messages, field: str = "value") -> list:
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     client = _registry_client(url)
-    deserializer = AvroDeserializer(client) if fmt == "avro" else JSONDeserializer(None, schema_registry_client=client)
+    if fmt == "avro":
+        deserializer = AvroDeserializer(client)
+    else:  # numbers as Decimal: a decimal(38, 6)'s text exactly, a double's shortest text
+        deserializer = JSONDeserializer(None, schema_registry_client=client,
+                                        json_decode=lambda text: json.loads(text, parse_float=decimal.Decimal))
     where = MessageField.VALUE if field == "value" else MessageField.KEY
     out = []
     for m in messages:
@@ -69,39 +76,107 @@ def _options(writer, bootstrap: str, topic: str | None, url: str, **options: str
     return writer
 
 
+def _json_decoded(value, spark_type):
+    """A JSONDeserializer's value (numbers as Decimal, every number's text exact) in the
+    form Spark collects the column of ``spark_type``: the inverse of the JSON mapping."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(spark_type, T.StructType):
+        assert set(value) == set(spark_type.names), (sorted(value), spark_type.names)  # every field, no other
+        return {f.name: _json_decoded(value[f.name], f.dataType) for f in spark_type.fields}
+    if isinstance(spark_type, T.ArrayType):
+        return [_json_decoded(v, spark_type.elementType) for v in value]
+    if isinstance(spark_type, T.MapType):
+        return {k: _json_decoded(v, spark_type.valueType) for k, v in value.items()}
+    if isinstance(spark_type, T.FloatType):
+        return float(np.float32(value))  # the shortest text that reads back as the same float32
+    if isinstance(spark_type, T.DoubleType):
+        return float(value)
+    if isinstance(spark_type, T.DecimalType):
+        return decimal.Decimal(value)
+    if isinstance(spark_type, T.BinaryType):
+        return base64.b64decode(value, validate=True)
+    if isinstance(spark_type, T.DateType):
+        return datetime.date.fromisoformat(value)
+    if isinstance(spark_type, T.TimestampType):
+        assert value.endswith("Z"), value
+        return datetime.datetime.fromisoformat(value).astimezone(datetime.UTC).replace(tzinfo=None)
+    if isinstance(spark_type, T.TimestampNTZType):
+        return datetime.datetime.fromisoformat(value)
+    return value
+
+
+def _finite(row: tuple) -> tuple:
+    """The row with its float and double finite: JSON has no NaN nor infinities (kprod
+    refuses them: tests/encoder/test_formats.py)."""
+    return tuple(v if i not in (5, 6) or v is None or math.isfinite(v) else -1.5 for i, v in enumerate(row))
+
+
 @pytest.fixture(scope="module")
-def typed_rows(spark):
-    """300 rows of every supported type (nulls, nested values, decimals, timestamps), as
-    one struct column ``value`` and a struct ``key``, with the rows Spark collects."""
+def typed_rows(spark, tmp_path_factory):
+    """300 rows of every supported type (nulls, nested values, decimals, timestamps, maps,
+    binary), NaN and infinities left out for JSON: for each format a frame of a struct
+    ``key`` (an id and every type) and a struct ``value`` (every type), the rows as Spark
+    collects them, and the same frame in 3 Parquet files for a stream to read."""
     schema = _spark_types()
-    rng = random.Random(1129)
-    rows = [_row(rng, 0.0), _row(rng, 1.0)] + [_row(rng, 0.2) for _ in range(298)]
-    df = spark.createDataFrame(rows, schema).withColumn("n", F.monotonically_increasing_id())
-    framed = df.select(F.struct(F.col("n").alias("id"), F.col("s")).alias("key"),
-                       F.struct(*schema.names).alias("value"))
-    expected = {r["key"]["id"]: (_plain(r["key"]), _plain(r["value"])) for r in framed.collect()}
-    return framed, expected
+    out = {}
+    for fmt in ("avro", "json"):
+        rng = random.Random(1129)
+        rows = [_row(rng, 0.0), _row(rng, 1.0)] + [_row(rng, 0.2) for _ in range(298)]
+        if fmt == "json":
+            rows = [_finite(r) for r in rows]
+        df = spark.createDataFrame(rows, schema).withColumn("n", F.monotonically_increasing_id())
+        framed = df.select(F.struct(F.col("n").alias("id"), *schema.names).alias("key"),
+                           F.struct(*schema.names).alias("value"))
+        expected = {r["key"]["id"]: (_plain(r["key"]), _plain(r["value"])) for r in framed.collect()}
+        files = tmp_path_factory.mktemp(f"typed-{fmt}")
+        framed.repartition(3).write.mode("overwrite").parquet(str(files / "in"))
+        out[fmt] = framed, expected, files
+    return out
 
 
-def test_avro_keys_and_values_decode_with_confluents_deserializer(spark, kafka, schema_registry, typed_rows):
-    framed, expected = typed_rows
-    topic = create_topic(kafka.bootstrap, unique_topic("avro"), partitions=3)
-    _options(framed.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
-             **{"kprod.value.format": "avro", "kprod.key.format": "avro"}).save()
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+@pytest.mark.parametrize("fmt", ["avro", "json"])
+def test_keys_and_values_of_every_type_decode_with_confluents_deserializers(
+        spark, kafka, schema_registry, typed_rows, fmt, mode):
+    """Every record's key and value, written by a batch or a streaming write, decoded by
+    confluent-kafka's AvroDeserializer or JSONDeserializer (the schema fetched by id from
+    the registry; JSON validated against it) back to the row Spark collects."""
+    framed, expected, files = typed_rows[fmt]
+    topic = create_topic(kafka.bootstrap, unique_topic(f"{fmt}-{mode}"), partitions=3)
+    options = {"kprod.value.format": fmt, "kprod.key.format": fmt}
+    if mode == "batch":
+        _options(framed.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
+                 **options).save()
+    else:
+        stream = spark.readStream.schema(framed.schema).option("maxFilesPerTrigger", 1).parquet(str(files / "in"))
+        query = _options(stream.writeStream.format("kprod"), kafka.bootstrap, topic, schema_registry, **options,
+                         checkpointLocation=str(files / f"chk-{uuid.uuid4().hex}")).trigger(availableNow=True).start()
+        query.awaitTermination(300)
+        assert query.exception() is None
+        assert len([p for p in query.recentProgress if p["numInputRows"]]) == 3  # one microbatch per file
     messages = consume_all(kafka.bootstrap, topic, len(expected), settle=0.5)
     assert len(messages) == len(expected)
-    for m in messages:
-        assert m.value()[:1] == b"\x00" and m.key()[:1] == b"\x00"  # the wire format's magic byte
-    keys = _decode(schema_registry, "avro", messages, "key")
-    values = _decode(schema_registry, "avro", messages)
+    client = _registry_client(schema_registry)
+    # The wire format: the magic byte, then the id of the subject's one version.
+    assert {m.value()[:5] for m in messages} == {b"\x00" + client.get_latest_version(f"{topic}-value").schema_id
+                                                 .to_bytes(4, "big")}
+    assert {m.key()[:5] for m in messages} == {b"\x00" + client.get_latest_version(f"{topic}-key").schema_id
+                                               .to_bytes(4, "big")}
+    keys, values = _decode(schema_registry, fmt, messages, "key"), _decode(schema_registry, fmt, messages)
+    if fmt == "json":
+        key_type, value_type = (framed.schema[c].dataType for c in ("key", "value"))
+        keys = [_json_decoded(k, key_type) for k in keys]
+        values = [_json_decoded(v, value_type) for v in values]
     got = {k["id"]: (_plain(k), _plain(v)) for k, v in zip(keys, values)}
     assert got.keys() == expected.keys()
     for n, (key, value) in expected.items():
         assert got[n] == (key, value), n
-    # The registry has the schema Spark derives, under TopicNameStrategy's subjects.
-    client = _registry_client(schema_registry)
-    assert client.get_latest_version(f"{topic}-value").schema.schema_type == "AVRO"
-    assert client.get_latest_version(f"{topic}-key").version == 1
+    for subject in (f"{topic}-key", f"{topic}-value"):
+        latest = client.get_latest_version(subject)
+        assert (latest.version, latest.schema.schema_type) == (1, fmt.upper()), subject
 
 
 def test_the_bodies_are_what_spark_from_avro_reads(spark, kafka, schema_registry):
