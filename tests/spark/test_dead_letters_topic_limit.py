@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.producer.test_message_too_large import LIMIT, _alone_batch_size, _small_topic
 
@@ -35,7 +38,8 @@ def _rows(rng: random.Random, n: int) -> list[tuple[bytes, bytes]]:
 
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
 @pytest.mark.parametrize("seed", range(2))
-def test_records_too_large_for_the_topic_become_dead_letters(spark, kafka, tmp_path, guarantee, seed):
+def test_records_too_large_for_the_topic_become_dead_letters(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path,
+                                                              guarantee: str, seed: int) -> None:
     rng = random.Random(f"{guarantee}-{seed}")
     topic = _small_topic(kafka.bootstrap, 3)
     dead = create_topic(kafka.bootstrap, unique_topic("dlq"), 2)
@@ -66,7 +70,8 @@ def test_records_too_large_for_the_topic_become_dead_letters(spark, kafka, tmp_p
     assert sum(line["records"] for line in lines) == len(good)
 
 
-def test_without_tolerance_the_write_fails_naming_topic_partition_and_size(spark, kafka):
+def test_without_tolerance_the_write_fails_naming_topic_partition_and_size(spark: SparkSession,
+                                                                           kafka: KafkaCluster) -> None:
     topic = _small_topic(kafka.bootstrap, 1)
     df = spark.createDataFrame([(b"a",), (b"x" * (LIMIT + 50),)], "value binary").coalesce(1)
     with pytest.raises(Exception, match=rf"makes a record batch of \d+ bytes for {topic}-0 .*max.message.bytes"):
