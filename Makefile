@@ -1,11 +1,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# 0: the demo's venv without bytecode compiled ahead (tests/test_quickstart.py, which only
-# checks that it installs).
+# 0: the demo's venv without bytecode compiled ahead (tests/test_quickstart.py, which
+# installs it, then runs `make bytecode` apart).
 BYTECODE ?= 1
 
-.PHONY: venv demo-venv system-packages kafka registry kmsg lint unit test soak versions installs demo bench clean
+.PHONY: venv demo-venv bytecode system-packages kafka registry kmsg lint unit test soak versions installs demo bench clean
 
 # The system packages the suite needs (conf/system-packages.sh: installed with apt-get as
 # root on Debian, else named with the command that installs them). make demo needs none.
@@ -20,7 +20,7 @@ $(VENV)/.installed-demo: pyproject.toml setup.py spark_sink/encoder/_kernels.c s
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[demo]'
-	$(if $(filter 1,$(BYTECODE)),$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')")
+	$(if $(filter 1,$(BYTECODE)),$(MAKE) bytecode)
 	touch $@
 
 demo-venv: $(VENV)/.installed-demo
@@ -30,15 +30,18 @@ $(VENV)/.installed: pyproject.toml setup.py spark_sink/encoder/_kernels.c spark_
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e '.[dev]'
-	@# Bytecode for every installed module, on all cores (pip compiles them one by one).
-	@# Where PYTHONDONTWRITEBYTECODE is set, as on the CI machine, no run writes any: each
-	@# of the suite's hundreds of Python processes would compile pyspark, pandas and pyarrow
-	@# from source again.
-	@# javaobj (pyjks's) ships a v3 module in Python 3.12 syntax that pyjks never imports.
-	$(PY) -m compileall -q -j 0 -x '/javaobj/v3/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(MAKE) bytecode
 	touch $@
 
 venv: $(VENV)/.installed
+
+# Bytecode for every module installed in the venv, on all cores (pip compiles them one by
+# one). Where PYTHONDONTWRITEBYTECODE is set, as on the CI machine, no run writes any: each
+# of the suite's hundreds of Python processes would compile pyspark, pandas and pyarrow
+# from source again. javaobj (pyjks's, in every venv) ships a v3 module in Python 3.12
+# syntax that pyjks never imports.
+bytecode:
+	$(PY) -m compileall -q -j 0 -x '/javaobj/v3/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 
 # Apache Kafka's jars, fetched once into ~/.cache/kprod with the Ivy inside PySpark (Java only).
 kafka: venv

@@ -131,20 +131,49 @@ def spark_session(args: argparse.Namespace, app_name: str):
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("KPROD_SPARK_LOG_LEVEL", "WARN"))
     # The pyspark_kprod module registers "kprod" on its own once installed; registering
-    # here too keeps the jobs working from a source checkout that is not installed.
-    from spark_sink.spark import KProdDataSource
+    # here keeps the jobs working from a source checkout that is not installed. Only then:
+    # over the installed one, Spark warns that it replaced a statically registered source.
+    if not _kprod_registered(spark):
+        from spark_sink.spark import KProdDataSource
 
-    spark.dataSource.register(KProdDataSource)
+        spark.dataSource.register(KProdDataSource)
     return spark
+
+
+def _kprod_registered(spark) -> bool:
+    """Whether Spark already knows the "kprod" data source (found by its discovery of
+    ``pyspark_*`` modules). Spark has no Python API for this: its session state is asked,
+    and anything unexpected there counts as not registered."""
+    try:
+        return bool(spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("kprod"))
+    except Exception:  # another Spark's internals: register, as before
+        return False
+
+
+def stop_spark() -> None:
+    """Stop the job's Spark session, if it started one. Left to the process's exit, the
+    JVM dies under Spark's Python workers and the driver's accumulator server while they
+    still read and write: each prints a traceback (BrokenPipeError in pyspark/daemon.py,
+    EOFError in accumulators.py) after the job's own last lines."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()
 
 
 @contextlib.contextmanager
 def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
-    """The bootstrap address: --bootstrap-servers, or a local Apache Kafka node for the job's life."""
+    """The bootstrap address: --bootstrap-servers, or a local Apache Kafka node for the
+    job's life. At the end the job's Spark stops first, then the node: Spark's Python
+    workers keep their producers (and connections) between tasks."""
     if args.bootstrap_servers:
         if args.create_topic:
             create_topic(args.bootstrap_servers, args.topic, args.partitions)
-        yield args.bootstrap_servers
+        try:
+            yield args.bootstrap_servers
+        finally:
+            stop_spark()
         return
     from kprod_broker import KAFKA_VERSION, start_local_kafka
 
@@ -160,8 +189,11 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
     try:
         yield broker.bootstrap
     finally:
-        broker.stop()
-        say("local broker stopped")
+        try:
+            stop_spark()
+        finally:
+            broker.stop()
+            say("local broker stopped")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

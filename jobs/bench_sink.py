@@ -22,7 +22,7 @@ printed every timed write is read back: each row exactly once. Prints each sink'
 and best rows/s, the median CPU seconds per million rows of Spark's JVM, its Python
 workers and the broker, and the ratios of kprod to the others round by round with their
 median (each ratio taken within one round). Without
---bootstrap-servers an Apache Kafka node is started for the run (--broker).
+--bootstrap-servers an Apache Kafka node is started for the run.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bench_sink.py", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     _common.add_common_arguments(parser)
-    parser.set_defaults(topic="kprod-bench", broker="kafka")
+    parser.set_defaults(topic="kprod-bench")
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows written by each sink (default: %(default)s)")
     parser.add_argument("--value-size", type=int, default=100, help="value bytes (default: %(default)s)")
     parser.add_argument("--key-size", type=int, default=10, help="key bytes, 0 for no key (default: %(default)s)")

@@ -46,6 +46,23 @@ def free_port() -> int:
                 return port
 
 
+def check_port_free(port: int) -> None:
+    """Raise KafkaUnavailableError naming ``port`` if a listener on 127.0.0.1 cannot bind
+    it: said before the JVM starts, not found in its log after."""
+    if not 0 < port < 65536:
+        raise KafkaUnavailableError(f"port {port}: expected a TCP port, 1 to 65535")
+    with socket.socket() as s:
+        # As the JVM's server socket (SO_REUSEADDR): a closed connection's TIME_WAIT does
+        # not hold the port, a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise KafkaUnavailableError(
+                f"port {port} on 127.0.0.1 is taken ({exc.strerror}): another broker or program listens "
+                "there; stop it or choose another port") from exc
+
+
 _LOG4J2 = """\
 status = warn
 appender.out.type = Console
@@ -97,7 +114,7 @@ class KafkaNode:
         self.cluster = cluster
         self.node_id = node_id
         self.dir = cluster.dir / f"node-{node_id}"
-        self.port = free_port()
+        self.port = cluster.port if cluster.port is not None else free_port()
         self.controller_port = free_port()
         self.listener_ports = {listener.name: listener.port or listener.node_ports.get(node_id) or free_port()
                                for listener in cluster.listeners}
@@ -265,13 +282,19 @@ class KafkaCluster:
     ``--feature``), e.g. ``{"transaction.version": 1}`` for a cluster without transaction
     protocol v2 (Kafka 4.x finalizes 2 by default).
     Each JVM gets ``jvm_args`` and then the options in the ``KAFKA_OPTS`` environment
-    variable, which Kafka's own scripts read too.
+    variable, which Kafka's own scripts read too. ``port`` fixes a one-node cluster's plain
+    listener (else a free port is taken); a taken port is refused before anything starts.
     """
 
     def __init__(self, nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
                  scram_users: Sequence[str] = (), features: Mapping[str, int] | None = None, heap: str = "512m",
                  jvm_args: Sequence[str] = (), start_timeout: float = 90.0, workdir: str | None = None,
-                 version: str = KAFKA_VERSION) -> None:
+                 version: str = KAFKA_VERSION, port: int | None = None) -> None:
+        if port is not None:
+            if nodes != 1:
+                raise ValueError(f"port fixes the plain listener of one node; this cluster has {nodes}")
+            check_port_free(port)
+        self.port = port
         self.version = version
         self.listeners = tuple(listeners)
         self.config = dict(config or {})

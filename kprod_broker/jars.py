@@ -21,6 +21,9 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 KAFKA_VERSION = "4.3.1"
+# The newest PySpark whose spark-sql-kafka and spark-avro are on Maven Central (the
+# suite's, pinned in pyproject.toml's dev extra).
+SPARK_PACKAGES_VERSION = "4.2.0"
 # Kafka 4 logs through log4j 2 behind slf4j 1.7; its jars name no slf4j binding.
 _LOG4J_VERSION = "2.25.4"
 # Kafka 3 logs through log4j 1 (reload4j) behind slf4j 1.7, and names no binding either.
@@ -54,7 +57,8 @@ def ivy_jar() -> Path:
     """The Ivy jar inside the installed PySpark (found without importing pyspark)."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
-        raise KafkaUnavailableError("fetching Kafka's jars uses the Ivy that PySpark ships: pip install 'kprod[spark]'")
+        raise KafkaUnavailableError("fetching Kafka's jars uses the Ivy that PySpark ships: "
+                                    "pip install -e '.[spark]' in a clone of kprod")
     found = sorted(Path(next(iter(spec.submodule_search_locations)), "jars").glob("ivy-*.jar"))
     if not found:
         raise KafkaUnavailableError(f"no ivy-*.jar in {spec.submodule_search_locations[0]}/jars")
@@ -70,14 +74,20 @@ def maven_jars(name: str, artifacts: Sequence[str], excludes: Sequence[str] = ()
     target = cache_dir() / name
     done = target / ".complete"
     if not done.exists():
-        target.mkdir(parents=True, exist_ok=True)
+        cache_dir().mkdir(parents=True, exist_ok=True)
         with open(cache_dir() / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one Ivy at a time: they share its cache
             if not done.exists():
                 # A first fetch takes a minute or so: say why nothing else happens meanwhile.
                 print(f"[kprod_broker] fetching {', '.join(artifacts)} and their dependencies from Maven "
                       f"Central into {target} (once)", file=sys.stderr, flush=True)
-                _fetch(target, artifacts, excludes)
+                target.mkdir(exist_ok=True)
+                try:
+                    _fetch(target, artifacts, excludes)
+                except BaseException:
+                    # Nothing half-fetched stays behind to be taken for a cache entry.
+                    shutil.rmtree(target, ignore_errors=True)
+                    raise
                 done.write_text("\n".join(artifacts) + "\n")
     return sorted((target / "libs").glob("*.jar"))
 
@@ -189,7 +199,8 @@ def kafka_clients_jar(version: str = KAFKA_VERSION) -> Path:
 def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
     """Spark's own Kafka sink (``spark-sql-kafka-0-10_2.13`` of the running Spark) and what
     it needs at run time that Spark does not already ship, for ``spark.jars``."""
-    return _spark_package_jars("spark-sql-kafka", "spark-sql-kafka-0-10_2.13", spark_version)
+    return _spark_package_jars("spark-sql-kafka", "spark-sql-kafka-0-10_2.13", spark_version,
+                               ", or leave Spark's own Kafka sink out (the benchmarks' --skip-spark-kafka)")
 
 
 def spark_avro_jars(spark_version: str | None = None) -> list[Path]:
@@ -198,11 +209,19 @@ def spark_avro_jars(spark_version: str | None = None) -> list[Path]:
     return _spark_package_jars("spark-avro", "spark-avro_2.13", spark_version)
 
 
-def _spark_package_jars(name: str, artifact_id: str, spark_version: str | None) -> list[Path]:
+def _spark_package_jars(name: str, artifact_id: str, spark_version: str | None, without: str = "") -> list[Path]:
     import pyspark
 
     version = spark_version or pyspark.__version__
-    jars = maven_jars(f"{name}-{version}", [f"org.apache.spark:{artifact_id}:{version}"])
+    try:
+        jars = maven_jars(f"{name}-{version}", [f"org.apache.spark:{artifact_id}:{version}"])
+    except KafkaUnavailableError as exc:
+        # Apache publishes some PySpark releases to PyPI without every module on Maven
+        # Central (spark-sql-kafka 4.2.1 and 4.3.0 are missing there).
+        raise KafkaUnavailableError(
+            f"{artifact_id} {version} (the package of the PySpark installed here) cannot be fetched from "
+            f"{_MAVEN_CENTRAL}: use a PySpark whose {artifact_id} is there, as make venv's is "
+            f"(pip install 'pyspark=={SPARK_PACKAGES_VERSION}'){without}. Ivy said:\n{exc}") from None
 
     def artifact(jar: Path) -> str:
         return re.sub(r"-\d[\w.]*\.jar$", "", jar.name)

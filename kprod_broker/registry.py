@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kprod_broker.cluster import free_port
+from kprod_broker.cluster import check_port_free, free_port
 from kprod_broker.jars import KafkaUnavailableError, java, maven_archive
 
 APICURIO_VERSION = "2.6.13.Final"
@@ -51,9 +51,11 @@ class LocalRegistry:
     """
 
     def __init__(self, *, compatibility: str = "BACKWARD", heap: str = "256m", jvm_args: Sequence[str] = (),
-                 start_timeout: float = 120.0, version: str = APICURIO_VERSION) -> None:
+                 start_timeout: float = 120.0, version: str = APICURIO_VERSION, port: int | None = None) -> None:
+        if port is not None:
+            check_port_free(port)  # before the 142 MB fetch, not found in the server's log after
         jar = apicurio_jar(version)
-        self.port = free_port()
+        self.port = port if port is not None else free_port()
         self.url = f"http://127.0.0.1:{self.port}/apis/ccompat/v7"
         self.dir = Path(tempfile.mkdtemp(prefix="kprod-registry-"))
         self.log_path = self.dir / "registry.log"

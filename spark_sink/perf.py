@@ -3,7 +3,8 @@
     kprod-perf --num-records 1000000 --record-size 100 --key-size 10 --mode arrow --compare
 
 Without --bootstrap-servers it starts a local Apache Kafka node (KRaft) for the run.
-With --compare (``pip install 'kprod[bench]'``, and Java) it also runs confluent-kafka
+With --compare (the bench extra: ``pip install -e '.[bench]'`` in a clone of kprod, which
+``make venv`` includes; and Java) it also runs confluent-kafka
 (per-record produce with a delivery callback), kafka-python and the Java producer
 (Kafka's own ProducerPerformance, values without keys) on the same data in the same run,
 and prints kprod's throughput as a ratio of each. Every client's delivery of every
@@ -60,8 +61,10 @@ class Result:
     latencies_ms: list[float]
     quantiles_ms: dict[float, float] | None = None  # a client that reports its own percentiles
     # CPU seconds of this process (every thread: the caller's and the client's own I/O
-    # threads) over the timed run; None for a client in another process (Java's).
+    # threads) over the timed run; for a client in a process of its own (Java's), that
+    # whole process's (``whole_process``: its start-up included, so no CPU ratio is given).
     cpu_seconds: float | None = None
+    whole_process: bool = False
 
     @property
     def cpu_us_per_record(self) -> float:
@@ -279,6 +282,7 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
     """The Java producer: Kafka's own ProducerPerformance (kafka-tools), in a JVM of its own.
     It sends values without keys."""
     import re
+    import resource
     import subprocess
 
     from kprod_broker import KAFKA_VERSION, java, kafka_classpath
@@ -286,11 +290,16 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
     settings = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": "true",
                 "batch.size": str(batch_size), "linger.ms": str(linger_ms),
                 **{k: v for k, v in props.items() if k in ("compression.type", "acks", "enable.idempotence")}}
+    # Its CPU: what the children this process waited for used, before and after (the JVM
+    # is the only one waited for meanwhile; a local broker runs on).
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [java(), "-Xmx1g", "-cp", kafka_classpath(), "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
          "--num-records", str(num_records), "--record-size", str(record_size), "--throughput", "-1",
          "--producer-props", *(f"{k}={v}" for k, v in settings.items())],
         capture_output=True, text=True, timeout=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     summary = re.search(r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms 50th, ([\d.]+) ms 95th, "
                         r"([\d.]+) ms 99th", done.stdout)
     if done.returncode != 0 or summary is None:
@@ -298,7 +307,7 @@ def run_java(bootstrap: str, topic: str, num_records: int, record_size: int, pro
         raise RunFailed(f"Java's ProducerPerformance failed (exit status {done.returncode}): {tail[0]}")
     sent, rate = int(summary.group(1)), float(summary.group(2))
     return Result(f"Java producer {KAFKA_VERSION}", sent, sent / rate, sent * record_size, [],
-                  {50: float(summary.group(3)), 99: float(summary.group(5))})
+                  {50: float(summary.group(3)), 99: float(summary.group(5))}, cpu_seconds=cpu, whole_process=True)
 
 
 def run_kafka_python(bootstrap: str, topic: str, rows: Rows, batch_size: int = 16384, linger_ms: int = 5) -> Result:
@@ -424,7 +433,10 @@ def report(rounds: list[list[Result]]) -> str:
     lines = [f"{'client':<26}{'records/s':>14}{'MB/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU us/rec':>12}"]
     for r, c in zip(best, cpu):
         lines.append(f"{r.client:<26}{r.records_per_s:>14,.0f}{r.mb_per_s:>10.1f}{r.percentile(50):>10.1f}"
-                     f"{r.percentile(99):>10.1f}{c:>12.2f}")
+                     f"{r.percentile(99):>10.1f}{c:>12.2f}{'*' if r.whole_process else ''}")
+    if any(r.whole_process for r in best):
+        lines.append("* its whole JVM's CPU over the run, start-up and ProducerPerformance's own record making "
+                     "included: no CPU ratio is given for it")
     for i, other in enumerate(best[1:], start=1):
         line = f"{best[0].client} / {other.client}: {best[0].records_per_s / other.records_per_s:.2f}x"
         if len(rounds) > 1:
@@ -432,7 +444,7 @@ def report(rounds: list[list[Result]]) -> str:
             line += f" (per round {min(per_round):.2f}-{max(per_round):.2f}x)"
         lines.append(line)
     for i, other in enumerate(best[1:], start=1):
-        if other.cpu_seconds is None:
+        if other.cpu_seconds is None or other.whole_process:
             continue
         per_round = [runs[0].cpu_us_per_record / runs[i].cpu_us_per_record for runs in rounds]
         line = (f"CPU per record, {best[0].client} / {other.client}: {float(np.median(per_round)):.2f}x"
@@ -460,7 +472,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mode", choices=["arrow", "record"], default="arrow", help="send_arrow or per-record send()")
     ap.add_argument("--compare", action="store_true",
                     help="also run confluent-kafka, kafka-python and the Java producer (ProducerPerformance, "
-                         "values without keys) on the same data; needs pip install 'kprod[bench]' and Java")
+                         "values without keys) on the same data; needs Java and the bench extra "
+                         "(pip install -e '.[bench]' in a clone of kprod)")
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="rounds, each running every client once in a rotating order; the best round of each "
                          "client is reported (default: %(default)s)")
@@ -482,7 +495,8 @@ def _check_peers() -> None:
         except ImportError:
             missing.append(package)
     if missing:
-        raise UsageError(f"--compare runs {' and '.join(missing)}, not installed: pip install 'kprod[bench]'")
+        raise UsageError(f"--compare runs {' and '.join(missing)}, not installed: pip install -e '.[bench]' "
+                         "in a clone of kprod (make venv includes it)")
     try:
         java()
     except KafkaUnavailableError as exc:

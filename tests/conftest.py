@@ -11,8 +11,11 @@ bootstraps through ``kafka_proxy.bootstrap`` (its metadata included) crosses the
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +99,46 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)
 
 
+# The markers `make unit` leaves out: only their tests may run Java.
+_JAVA_MARKERS = ("jvm", "bench", "versions", "installs", "soak")
+
+_NO_JAVA = """#!/bin/sh
+echo "java run by a test not marked jvm (tests/conftest.py marks it from the fixtures it uses: add a fixture \
+that starts a JVM to _JVM_FIXTURES, or mark the test @pytest.mark.jvm; make unit has no java)" >&2
+exit 127
+"""
+
+
+@functools.cache
+def _no_java_dir() -> str:
+    """A directory whose ``java`` refuses to run (removed at the session's end)."""
+    folder = tempfile.mkdtemp(prefix="kprod-no-java-")
+    (Path(folder) / "java").write_text(_NO_JAVA)
+    (Path(folder) / "java").chmod(0o755)
+    return folder
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test without a Java marker, and every fixture it sets up whatever its scope, finds
+    a ``java`` that fails first on PATH (JAVA_HOME unset): one that would run Java unmarked
+    fails in every run, not only under ``make unit``, which has none."""
+    if any(item.get_closest_marker(name) for name in _JAVA_MARKERS):
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in ("PATH", "JAVA_HOME")}
+    os.environ["PATH"] = f"{_no_java_dir()}{os.pathsep}{saved['PATH'] or ''}"
+    os.environ.pop("JAVA_HOME", None)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After a test's own teardown, stop the shared services the worker's next test does
@@ -107,6 +150,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_sessionfinish() -> None:
     SERVICES.stop_unneeded(())
+    if _no_java_dir.cache_info().currsize:
+        shutil.rmtree(_no_java_dir(), ignore_errors=True)
 
 
 @dataclass

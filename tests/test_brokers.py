@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,53 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
     finally:
         if broker.poll() is None:
             broker.kill()
+
+
+def test_kprod_broker_port_serves_there_and_a_taken_port_is_named() -> None:
+    """``kprod-broker --port N`` listens on N (a record goes in and comes back through
+    127.0.0.1:N); a second ``--port N`` while the first serves exits 1 before starting a
+    JVM, its error naming the port."""
+    from kprod_broker import free_port
+
+    port = free_port()
+    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--port", str(port), "--partitions", "1"],
+                              env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert broker.stdout is not None and broker.stderr is not None
+        bootstrap = broker.stdout.readline().strip()
+        assert bootstrap == f"127.0.0.1:{port}", broker.stderr.read() if broker.poll() is not None else bootstrap
+        topic = unique_topic("port")
+        p = Producer({"bootstrap.servers": f"localhost:{port}"})
+        p.produce(topic, value=b"on a fixed port")
+        assert p.flush(30) == 0
+        assert [m.value() for m in consume_all(bootstrap, topic, 1)] == [b"on a fixed port"]
+
+        second = subprocess.run([sys.executable, "-m", "kprod_broker", "--port", str(port)], env=subprocess_env(),
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 1 and second.stdout == "", second.stdout + second.stderr
+        assert f"port {port} on 127.0.0.1 is taken" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr, second.stderr
+
+        broker.send_signal(signal.SIGINT)
+        assert broker.wait(60) == 0, broker.stderr.read()
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+
+
+def test_kprod_broker_refuses_a_port_out_of_range() -> None:
+    done = subprocess.run([sys.executable, "-m", "kprod_broker", "--port", "70000"], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--port must be a TCP port, 1 to 65535, got 70000" in done.stderr, done.stderr
+
+
+def test_kprod_broker_names_a_taken_registry_port_before_starting_kafka() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "kprod_broker", "--registry-port", str(port)],
+                              env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is taken" in done.stderr, done.stderr
+    assert "Apache Kafka" not in done.stderr  # refused before the node started

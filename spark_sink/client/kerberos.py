@@ -38,7 +38,7 @@ def _gssapi() -> Any:
         import gssapi
     except ImportError as exc:
         raise ConfigError(
-            f"sasl.mechanism: GSSAPI needs the gssapi package ({exc}): pip install 'kprod[kerberos]' "
+            f"sasl.mechanism: GSSAPI needs the gssapi package ({exc}): pip install -e '.[kerberos]' in a clone of kprod "
             "(it builds against the system's Kerberos: Debian's libkrb5-dev, Red Hat's krb5-devel)") from None
     return gssapi
 

@@ -339,7 +339,10 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
             "those records are in Kafka and a retry of the %s writes them again (at-least-once)",
             what, len(done), len(messages), detail, what)
     else:
-        log.warning("kprod %s aborted: none of its %d task(s) had completed", what, len(messages))
+        # Nothing was delivered: a query.stop() that killed its tasks, or a task's failure
+        # that Spark reports itself; neither is a warning of kprod's.
+        log.info("kprod %s aborted: none of its %d task(s) had completed; nothing of it was delivered",
+                 what, len(messages))
 
 
 class _TaskWriter:

@@ -59,6 +59,11 @@ def test_compare_reports_every_client_and_ratio_per_round(kafka: KafkaCluster,
     for peer in ("confluent-kafka produce", "kafka-python send"):
         assert f"CPU per record, kprod send / {peer}: " in out and "median of 2 rounds" in out, out
     assert f"CPU per record, kprod send / {java}" not in out, out
+    # Java's CPU is a figure (its whole JVM's, said so), never nan.
+    assert "nan" not in out.lower(), out
+    (java_line,) = [line for line in out.splitlines() if line.startswith(java + " ")]
+    assert java_line.endswith("*") and float(java_line.split()[-1].rstrip("*")) > 0, java_line
+    assert "* its whole JVM's CPU over the run" in out, out
     # Every client's records are on the broker: kprod's and the Python clients' rounds,
     # and the Java producer's, counted by the script itself before it printed a figure.
     assert perf._high_watermarks(kafka.bootstrap, topic) == 4 * 2 * N
@@ -111,7 +116,7 @@ def test_compare_without_the_bench_extra_names_it(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # what an import finds when it is not installed
     assert perf.main(["--bootstrap-servers", "127.0.0.1:1", "--compare", "--num-records", "10"]) == 2
     line = _one_line_error(capsys)
-    assert "confluent-kafka" in line and "pip install 'kprod[bench]'" in line, line
+    assert "confluent-kafka" in line and "pip install -e '.[bench]' in a clone of kprod" in line, line
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -5,6 +5,7 @@ than leave it waiting."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from spark_sink.producer import (
     PreparedTransaction,
     ProducerRecord,
     RecordMetadata,
+    UnknownTopicError,
 )
 from spark_sink.protocol.error_codes import InvalidProducerEpochError, ProducerFencedError
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -85,6 +87,59 @@ def test_aborted_offsets_are_never_committed(kafka: KafkaCluster) -> None:
         p.commit_transaction()
         assert admin.committed_offsets({group: [(topic, 0)]})[group] == {(topic, 0): (6, "")}
     assert _values(kafka.bootstrap, topic, 1) == [b"one"]
+
+
+def _offsets_to_missing_topics(bootstrap: str, existing: str, missing: list[str], rng: random.Random) -> None:
+    """A transaction with a record and offsets of ``existing`` and of the ``missing``
+    topics: the offsets fail naming every missing topic and no other, the transaction
+    aborts, and the next one commits."""
+    offsets = {(existing, p): rng.randrange(1000) for p in range(rng.randint(1, 2))}
+    offsets.update({(t, p): rng.randrange(1000) for t in missing for p in rng.sample(range(4), rng.randint(1, 3))})
+    offsets = dict(rng.sample(sorted(offsets.items()), len(offsets)))
+    with _producer(bootstrap, unique_topic("tid")) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(ProducerRecord(existing, b"aborted", partition=0))
+        with pytest.raises(AbortableTransactionError) as failed:
+            p.send_offsets_to_transaction(offsets, unique_topic("group"))
+        assert isinstance(failed.value.error, UnknownTopicError), repr(failed.value.error)
+        text = str(failed.value)
+        assert "no such topic" in text, text
+        assert all(repr(t) in text for t in missing) and repr(existing) not in text, (missing, text)
+        p.abort_transaction()
+        p.begin_transaction()
+        p.send(ProducerRecord(existing, b"committed", partition=0))
+        p.commit_transaction()
+    assert _values(bootstrap, existing, 1) == [b"committed"]
+
+
+# Kafka's coordinator answers UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist (a
+# TxnOffsetCommit creates none): the call fails once that answer outlasts the grace a new
+# topic gets, not after max.block.ms (60 s, past this test's own timeout).
+@pytest.mark.timeout(45)
+def test_offsets_of_a_missing_topic_fail_naming_it(kafka: KafkaCluster) -> None:
+    existing = create_topic(kafka.bootstrap, unique_topic("offsets"), partitions=2)
+    _offsets_to_missing_topics(kafka.bootstrap, existing, [unique_topic("input")], random.Random(0))
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_offsets_of_random_missing_topics_fail_naming_each(kafka: KafkaCluster, seed: int) -> None:
+    rng = random.Random(seed)
+    existing = create_topic(kafka.bootstrap, unique_topic("offsets"), partitions=2)
+    _offsets_to_missing_topics(kafka.bootstrap, existing, [unique_topic(f"in{i}") for i in range(rng.randint(1, 3))],
+                               rng)
+
+
+@pytest.mark.timeout(45)
+def test_a_send_to_a_missing_topic_in_a_transaction_fails_naming_it(strict_kafka: KafkaCluster) -> None:
+    topic = unique_topic("nowhere")
+    with _producer(strict_kafka.bootstrap, unique_topic("tid")) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        with pytest.raises(UnknownTopicError, match=f"topic '{topic}' does not exist"):
+            p.send(ProducerRecord(topic, b"v")).result(40)
+        p.abort_transaction()
 
 
 def test_a_transaction_its_coordinator_timed_out_is_abortable_not_fatal(kafka: KafkaCluster) -> None:

@@ -28,10 +28,16 @@ from typing import Generic, TypeVar
 
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.coordinators import Client, Coordinators
-from spark_sink.client.errors import KafkaTimeoutError
+from spark_sink.client.errors import KafkaTimeoutError, UnknownTopicError
+from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS
 from spark_sink.producer.batch import TopicPartition
 from spark_sink.protocol.apis import ApiKey
-from spark_sink.protocol.error_codes import CoordinatorNotAvailableError, OperationNotAttemptedError, is_retriable
+from spark_sink.protocol.error_codes import (
+    CoordinatorNotAvailableError,
+    OperationNotAttemptedError,
+    UnknownTopicOrPartitionError,
+    is_retriable,
+)
 from spark_sink.protocol.schema import Request
 from spark_sink.protocol.txn_coordinator import GROUP_COORDINATOR
 
@@ -208,17 +214,26 @@ class CoordinatorRequests:
         self.in_flight = False
         self.coordinators.failed(request.coordinator, request.key, error)
         if is_retriable(error) or isinstance(error, OperationNotAttemptedError):
-            log.debug("%s for %s: %s; retrying", request.api_key.name, request.key, error)
-            request.not_before = now + self._retry_backoff_ms
-            self._note_retry(request, error, now)
-            return None
+            run = self._note_retry(request, error, now)
+            if isinstance(error, UnknownTopicOrPartitionError) and now - run.since_ms >= UNKNOWN_TOPIC_GRACE_MS:
+                # As the metadata's wait for a topic: a coordinator still answering
+                # unknown this long after the first such answer names a topic that does
+                # not exist (a new one is known within that), and retrying until
+                # max.block.ms would only delay the same answer.
+                error = UnknownTopicError(f"{request.describe()}: {error.message or error.name}: no such topic "
+                                          f"(the coordinator answered UNKNOWN_TOPIC_OR_PARTITION for "
+                                          f"{UNKNOWN_TOPIC_GRACE_MS} ms)")
+            else:
+                log.debug("%s for %s: %s; retrying", request.api_key.name, request.key, error)
+                request.not_before = now + self._retry_backoff_ms
+                return None
         self._retrying = None
         self._queue.remove(request)
         return error
 
-    def _note_retry(self, request: TxnRequest, error: Exception, now: float) -> None:
+    def _note_retry(self, request: TxnRequest, error: Exception, now: float) -> Retrying:
         """Count ``request``'s retriable ``error``; one WARNING once a run of them has
-        lasted WARN_AFTER_MS."""
+        lasted WARN_AFTER_MS. Returns the run."""
         run = self._retrying
         if run is None or run.request is not request or type(run.error) is not type(error):
             run = self._retrying = Retrying(request, error, now, last_ms=now)
@@ -227,6 +242,7 @@ class CoordinatorRequests:
         if not run.warned and now - run.since_ms >= WARN_AFTER_MS:
             run.warned = True
             log.warning("%s; still retrying until the call's max.block.ms", run.describe())
+        return run
 
     def retrying(self) -> str | None:
         """What the queue's head has been meeting, if it is being retried."""

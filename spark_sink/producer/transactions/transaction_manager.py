@@ -62,6 +62,7 @@ from spark_sink.protocol.error_codes import (
     OperationNotAttemptedError,
     ProducerFencedError,
     TransactionalIdAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     error_for_code,
     is_retriable,
@@ -535,6 +536,12 @@ class TransactionManager:
         return first
 
     def _on_txn_offset_commit(self, body: kmsg.TxnOffsetCommitResponse) -> Exception | None:
+        unknown = sorted({t.name for t in body.topics for p in t.partitions
+                          if p.error_code == UnknownTopicOrPartitionError.code})
+        if unknown:
+            # Every topic the coordinator does not know, by name: the error the call ends
+            # with if they stay unknown (CoordinatorRequests.failed).
+            return UnknownTopicOrPartitionError(f"topic{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}")
         return partition_error(body, "TxnOffsetCommit")
 
     def _on_end_txn(self, body: kmsg.EndTxnResponse, result: TransactionalResult) -> Exception | None:
