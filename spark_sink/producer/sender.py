@@ -396,8 +396,10 @@ class Sender(threading.Thread):
     def _maybe_describe_topics(self, now: float) -> float:
         """Ask for the max.message.bytes of the topics send_arrow waits for: one
         DescribeConfigs per topic per producer (the answer is kept with the metadata)."""
-        if self._limits_in_flight or now < self._limits_not_before:
-            return max(5.0, self._limits_not_before - now)
+        if self._limits_in_flight:
+            return _MAX_POLL_MS  # its answer wakes the round
+        if now < self._limits_not_before:
+            return self._limits_not_before - now
         node = self._client.least_loaded_node(now)
         if node is None or not self._client.ready(node, now):
             return 10.0
