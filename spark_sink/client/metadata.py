@@ -38,6 +38,10 @@ UNKNOWN_TOPIC_GRACE_MS = 2_000
 ACL_WRITE_BIT = 1 << 4
 OPERATIONS_UNKNOWN = -2147483648
 
+# DescribeConfigs' resource type of a topic (Java's ConfigResource.Type.TOPIC).
+TOPIC_RESOURCE = 2
+MAX_MESSAGE_BYTES = "max.message.bytes"
+
 
 class Metadata:
     """What the producer knows about the cluster."""
@@ -58,6 +62,11 @@ class Metadata:
         self.topic_errors: dict[str, KafkaError] = {}
         # Topics the principal may describe but not write (the broker's authorizer says so).
         self.unwritable: frozenset[str] = frozenset()
+        # topic -> its max.message.bytes (the broker's message.max.bytes where the topic has
+        # no override), asked once per topic with DescribeConfigs; None where it could not
+        # be learnt (no DescribeConfigs right, a broker without the API).
+        self.message_limits: dict[str, int | None] = {}
+        self.limits_wanted: set[str] = set()  # topics whose limit a caller waits for
         # topic -> monotonic time of the first of the answers in a row that said it is unknown
         self._unknown_since: dict[str, float] = {}
         self.version = 0
@@ -134,7 +143,36 @@ class Metadata:
                         f"topic {topic!r} not present in metadata after {max_block_ms:.0f} ms (max.block.ms){detail}")
                 self._cond.wait(min(remaining / 1000.0, 0.1))
 
+    def wait_for_message_limit(self, topic: str, max_block_ms: float, wakeup: Callable[[], None],
+                               fatal: Callable[[], Exception | None] = lambda: None) -> int | None:
+        """``topic``'s max.message.bytes (None where the brokers would not say), asking
+        the Sender for it and waiting up to max.block.ms the first time only."""
+        limits = self.message_limits
+        if topic in limits:
+            return limits[topic]
+        deadline = self._clock() + max_block_ms
+        with self._cond:
+            while topic not in limits:
+                failure = fatal()
+                if failure is not None:
+                    raise failure
+                self.limits_wanted.add(topic)
+                wakeup()
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise KafkaTimeoutError(f"the settings of topic {topic!r} (DescribeConfigs) not known after "
+                                            f"{max_block_ms:.0f} ms (max.block.ms)")
+                self._cond.wait(min(remaining / 1000.0, 0.1))
+            return limits[topic]
+
     # -- the sender thread ----------------------------------------------------
+
+    def set_message_limits(self, limits: dict[str, int | None]) -> None:
+        """Learnt limits (see ``message_limits``); wakes the threads waiting for them."""
+        with self._cond:
+            self.message_limits.update(limits)
+            self.limits_wanted.difference_update(limits)
+            self._cond.notify_all()
 
     def request_update(self) -> None:
         self._need_update = True
@@ -167,6 +205,7 @@ class Metadata:
                 for topic in idle:
                     self._last_used.pop(topic, None)
                     self.topic_errors.pop(topic, None)
+                    self.message_limits.pop(topic, None)  # asked again on its next use
             log.debug("metadata: forgetting topics idle past metadata.max.idle.ms: %s", sorted(idle))
         return MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in sorted(self.topics)],
                                allow_auto_topic_creation=True)

@@ -12,7 +12,7 @@ import itertools
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
@@ -88,6 +88,8 @@ class RecordAccumulator:
         # Encoded batches queued one behind another are joined as they are drained (see
         # _merge_head) where the encoder can join them: the C extension, unless compression.
         self._merge = config.compression_codec == 0 and compiled and PlainAppender is not None and can_merge()
+        # topic -> its max.message.bytes where known (the metadata's): no merged batch is larger
+        self.message_limits: Mapping[str, int | None] = {}
         # append_plain below, in C: the same steps without a Python frame per record (and
         # the producer's PlainSender appends through it)
         self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata, ProducerBatch)
@@ -336,7 +338,8 @@ class RecordAccumulator:
                 # merged batch's bound its joined size.
                 wire_size = batch.wire_size
                 if len(dq) > 1 and not batch.attempts and merge:
-                    batch, wire_size = self._merge_head(dq, min(self._config.batch_size,
+                    cap = self.message_limits.get(tp[0]) or self._config.batch_size
+                    batch, wire_size = self._merge_head(dq, min(self._config.batch_size, cap,
                                                                 max_request_size - sizes[node]))
                 size = sizes[node] + wire_size
                 if size > max_request_size and drained[node]:

@@ -29,7 +29,7 @@ from spark_sink.encoder.columnar import (
 from spark_sink.producer.partitioner import RowPartitioner, murmur2_array, partition_for_hash
 from spark_sink.producer.row_errors import RowRefusals, screen_topics
 from spark_sink.protocol.compression import compressed_bound, largest_input
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, record_parts
 
 # The columns send_arrow takes, and the Arrow types of each.
 ACCEPTED_TYPES = {
@@ -137,6 +137,7 @@ class TopicRows:
     headers: pa.Array | None
     partitions: np.ndarray | int
     partition_count: int
+    message_limit: int | None = None  # the topic's max.message.bytes, where known: caps its batches
 
     def __len__(self) -> int:
         return len(self.values)
@@ -213,11 +214,41 @@ def _topic_codes(topic_col: pa.Array, default_topic: str | None) -> tuple[np.nda
     return codes, names
 
 
+def _alone_batch_sizes(keys: pa.Array | None, values: pa.Array, headers: pa.Array | None,
+                       rows: np.ndarray) -> np.ndarray:
+    """The exact bytes of a record batch holding ``rows``' record alone, uncompressed (one
+    Python record each: only for the few rows whose bound is over a topic's limit)."""
+    out = np.empty(len(rows), np.int64)
+    for j, i in enumerate(rows.tolist()):
+        entries = [] if headers is None else headers[i].as_py() or []
+        _, size = record_parts(0, 0, None if keys is None else keys[i].as_py(), values[i].as_py(),
+                               [(h["key"], h["value"]) for h in entries])
+        out[j] = RECORD_BATCH_OVERHEAD + size
+    return out
+
+
+def _over_topic_limit(keys: pa.Array | None, values: pa.Array, headers: pa.Array | None, bounds: np.ndarray,
+                      limit: int, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``rows`` (all: None), those whose record alone makes a batch larger than
+    ``limit`` (a topic's max.message.bytes, which the broker checks the batch against,
+    compressed: compression is assumed not to help), and those batches' sizes.
+    ``bounds``: each row's record size bound (``record_size_bounds``); only rows over
+    the limit by their bound are sized exactly."""
+    over = bounds > limit - RECORD_BATCH_OVERHEAD
+    maybe = np.flatnonzero(over) if rows is None else rows[over[rows]]
+    if not len(maybe):
+        return maybe, maybe
+    sizes = _alone_batch_sizes(keys, values, headers, maybe)
+    return maybe[sizes > limit], sizes[sizes > limit]
+
+
 def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None, refusals: RowRefusals, *,
-                      partition_count: Callable[[str], int], limits: SendLimits
+                      partition_count: Callable[[str], int], limits: SendLimits,
+                      message_limit: Callable[[str], int | None] = lambda topic: None,
                       ) -> tuple[pa.RecordBatch | pa.Table, tuple[np.ndarray, list[str]] | None]:
     """``data`` without the rows that carry an error of their own (see ``row_errors``),
-    each refused through ``refusals``: a record too large, a null topic with no default,
+    each refused through ``refusals``: a record too large (for a request, the buffer, or
+    alone in a batch for its topic's ``message_limit``), a null topic with no default,
     a topic missing, invalid or not the principal's to describe, a partition its topic
     does not have; and
     the rows' topics (see ``_topic_codes``) if a column names them, for
@@ -232,7 +263,9 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
     if headers is not None and headers.type != HEADER_TYPE:
         headers = headers.cast(HEADER_TYPE)
     largest, setting, value = limits.largest_record()
-    too_large = np.flatnonzero(record_size_bounds(keys, as_binary(_column(data, "value")), headers) > largest)
+    values = as_binary(_column(data, "value"))
+    bounds = record_size_bounds(keys, values, headers)
+    too_large = np.flatnonzero(bounds > largest)
     if len(too_large):
         refusals.refuse(too_large, RecordTooLargeError(
             f"the row's record is larger than {setting} ({value}) allows"))
@@ -245,6 +278,15 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
             refusals.refuse(np.flatnonzero(codes < 0), ColumnError(
                 "column 'topic' is null and no default topic is set"))
     counts = screen_topics(refusals, codes, names, partition_count)
+    for i, topic in enumerate(names):
+        limit = message_limit(topic) if topic in counts else None
+        if limit is not None:
+            over, _ = _over_topic_limit(keys, values, headers, bounds, limit,
+                                        np.flatnonzero((codes == i) & ~refusals.mask))
+            if len(over):
+                refusals.refuse(over, RecordTooLargeError(
+                    f"the row's record alone makes a record batch larger than topic {topic!r}'s max.message.bytes "
+                    f"({limit}) allows"), topic)
     explicit = _column(data, "partition")
     if explicit is not None:
         given = as_numpy(explicit.cast(pa.int64()), fill=-1)
@@ -268,10 +310,12 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
                     partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
                     ignore_keys: bool, limits: SendLimits, now_ms: int,
                     partitioner: RowPartitioner | None = None, check_sizes: bool = True,
-                    topics: tuple[np.ndarray, list[str]] | None = None) -> list[TopicRows]:
+                    topics: tuple[np.ndarray, list[str]] | None = None,
+                    message_limit: Callable[[str], int | None] = lambda topic: None) -> list[TopicRows]:
     """Check all of ``data`` (columns, each row's record size unless ``check_sizes`` is
-    false, explicit partitions), split its rows per topic and pick each row's partition
-    (input order kept). ``topics``: the rows' topics as ``screen_arrow_rows`` found them."""
+    false: against the request, the buffer and its topic's ``message_limit``; explicit
+    partitions), split its rows per topic and pick each row's partition (input order
+    kept). ``topics``: the rows' topics as ``screen_arrow_rows`` found them."""
     _check_input(data, default_topic)
     n = data.num_rows
     if n == 0:
@@ -285,8 +329,7 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         headers = headers.cast(HEADER_TYPE) if headers.type != HEADER_TYPE else headers
         if headers.null_count == n:
             headers = None
-    if check_sizes:
-        _check_record_sizes(keys, values, headers, limits)
+    bounds = _check_record_sizes(keys, values, headers, limits) if check_sizes else None
     timestamps = _timestamps(_column(data, "timestamp"), n, now_ms)
     explicit = _column(data, "partition")
     batch_size = limits.batch_bytes()
@@ -318,15 +361,33 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         count = partition_count(topic)
         parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys=ignore_keys,
                             batch_size=batch_size, sticky=sticky_partition, partitioner=partitioner)
+        limit = message_limit(topic)
+        if bounds is not None and limit is not None:
+            _check_topic_limit(topic, limit, parts, rows, keys, values, headers, bounds)
         one = int(parts[0]) if (parts == parts[0]).all() else None
-        out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, parts if one is None else one, count))
+        out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, parts if one is None else one, count, limit))
     return out
 
 
+def _check_topic_limit(topic: str, limit: int, parts: np.ndarray, rows: np.ndarray | None, keys: pa.Array | None,
+                       values: pa.Array, headers: pa.Array | None, bounds: np.ndarray) -> None:
+    """Raise RecordTooLargeError naming the first of ``rows`` (all: None) whose record
+    alone makes a batch larger than ``topic``'s max.message.bytes (``limit``), its
+    partition (``parts``: each of ``rows``') and the batch's size."""
+    over, sizes = _over_topic_limit(keys, values, headers, bounds, limit, rows)
+    if len(over):
+        row = int(over[0])
+        partition = int(parts[row if rows is None else int(np.searchsorted(rows, row))])
+        raise RecordTooLargeError(
+            f"row {row} makes a record batch of {int(sizes[0])} bytes for {topic}-{partition} holding it alone, "
+            f"larger than the topic's max.message.bytes ({limit}; the broker's message.max.bytes where the topic "
+            "has no override); no row of this send_arrow call was sent")
+
+
 def _check_record_sizes(keys: pa.Array | None, values: pa.Array, headers: pa.Array | None,
-                        limits: SendLimits) -> None:
+                        limits: SendLimits) -> np.ndarray:
     """Raise RecordTooLargeError naming the first row whose record may not fit a request
-    (or the buffer), before any row is queued."""
+    (or the buffer), before any row is queued; else each row's record size bound."""
     largest, setting, value = limits.largest_record()
     sizes = record_size_bounds(keys, values, headers)
     too_large = sizes > largest
@@ -337,6 +398,7 @@ def _check_record_sizes(keys: pa.Array | None, values: pa.Array, headers: pa.Arr
         raise RecordTooLargeError(
             f"row {row} makes a record of up to {made + RECORD_BATCH_OVERHEAD} bytes in its batch, larger than "
             f"{setting} ({value}); no row of this send_arrow call was sent")
+    return sizes
 
 
 def _partitions(topic: str, count: int, explicit: pa.Array | None, keys: pa.Array | None, values: pa.Array, *,

@@ -209,6 +209,8 @@ class KafkaProducer:
         self._pool = BufferPool(c.buffer_memory, clock=clock)
         self._accumulator = RecordAccumulator(c, self._pool, clock=clock)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=clock)
+        # Merged batches stay within each topic's max.message.bytes too (a dict shared, not copied).
+        self._accumulator.message_limits = self._metadata.message_limits
         self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection, clock=clock)
         self._txn = TransactionManager(c)
         self._metrics = ProducerMetrics(self._pool, clock)
@@ -468,11 +470,12 @@ class KafkaProducer:
         if skip:
             refusals = RowRefusals(data)
             data, topics = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
-                                             limits=self._arrow_limits)
+                                             limits=self._arrow_limits, message_limit=self._message_limit)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=wall_ns() // 1_000_000, check_sizes=refusals is None, topics=topics)
+            now_ms=wall_ns() // 1_000_000, check_sizes=refusals is None, topics=topics,
+            message_limit=self._message_limit)
         future = ArrowSendFuture()
         if refusals is not None:
             future._refused = tuple(refusals.refused)
@@ -483,7 +486,8 @@ class KafkaProducer:
         try:
             with self._no_wait_in_callback():
                 for rows in groups:
-                    for chunk in rows.encode(batch_bytes, c.compression_codec, c.compression_level,
+                    cap = min(batch_bytes, rows.message_limit or batch_bytes)  # the topic's max.message.bytes
+                    for chunk in rows.encode(cap, c.compression_codec, c.compression_level,
                                              chunk_bytes_for(rows.partition_count, chunk_bytes, c.buffer_memory)):
                         if txn is not None:
                             for partition, _ in chunk:
@@ -549,6 +553,18 @@ class KafkaProducer:
         result.wait(self.config.max_block_ms / 1000 if timeout is None else timeout, what, self._txn.held_up_by)
 
     # -- lifecycle ------------------------------------------------------------
+
+    def _message_limit(self, topic: str) -> int | None:
+        """``topic``'s max.message.bytes, asked of the brokers on send_arrow's first use of
+        it (None where they would not say): send_arrow sizes its batches within it and
+        refuses a record too large for it before any row is queued, where a Produce the
+        broker refuses could not be traced back to rows (and would make a transaction
+        abortable)."""
+        limits = self._metadata.message_limits
+        if topic in limits:
+            return limits[topic]
+        return self._metadata.wait_for_message_limit(topic, self.config.max_block_ms, self._sender.wakeup,
+                                                     lambda: self._client.authentication_error)
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic`` (fetching metadata, up to max.block.ms)."""

@@ -11,6 +11,7 @@ ones. To refuse rows for one more reason: where it is found, call
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
@@ -19,9 +20,21 @@ import pyarrow as pa
 
 from spark_sink.client.errors import UnknownTopicError
 from spark_sink.encoder.columnar import as_arrow_indices
-from spark_sink.protocol.error_codes import InvalidTopicException, TopicAuthorizationFailedError
+from spark_sink.protocol.error_codes import InvalidTopicException, KafkaError, TopicAuthorizationFailedError
 
 ON_ERROR = ("fail", "skip")
+
+# Kafka's rule for a topic name (its Topic.validate): what a broker refuses as INVALID_TOPIC_EXCEPTION.
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def topic_name_error(name: str) -> KafkaError | None:
+    """Why Kafka refuses ``name`` as a topic name, or None if it takes it: known without
+    asking, so that nothing (a schema's subject, say) is done for such a row first."""
+    if _TOPIC_NAME.fullmatch(name) and name not in (".", ".."):
+        return None
+    return InvalidTopicException(f"topic {name!r}: Kafka's topic names are 1 to 249 of a-z A-Z 0-9 . _ - "
+                                 "(and neither '.' nor '..')")
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.connections import ClientResponse
 from spark_sink.client.errors import AbortableTransactionError, KafkaTimeoutError
-from spark_sink.client.metadata import Metadata
+from spark_sink.client.metadata import MAX_MESSAGE_BYTES, TOPIC_RESOURCE, Metadata
 from spark_sink.producer.accumulator import RecordAccumulator
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.producer.config import ProducerConfig
@@ -21,15 +21,21 @@ from spark_sink.producer.transactions.transaction_states import State
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
     NO_ERROR,
+    ClusterAuthorizationFailedError,
     DuplicateSequenceNumberError,
     KProdError,
     MessageTooLargeError,
     RecordListTooLargeError,
+    TopicAuthorizationFailedError,
     UnknownServerError,
+    error_for_code,
     failure_for_code,
     is_invalid_metadata,
 )
 from spark_sink.protocol.kmsg import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
     InitProducerIdResponse,
     MetadataResponse,
     PartitionProduceData,
@@ -124,6 +130,10 @@ class Sender(threading.Thread):
         self._running = True
         self._force_close = False
         self._metadata_in_flight = False
+        self._limits_in_flight = False
+        self._limits_not_before = -1e18  # after a failed DescribeConfigs: retry.backoff.ms
+        self._limits_denied_logged = False
+        self.topics_described = 0  # topics asked for with DescribeConfigs (a test reads it)
         self._in_flight_batches: set[ProducerBatch] = set()
         self.fatal_error: Exception | None = None
         # Held by whichever thread does the sender's work: this one, or a sending thread
@@ -261,6 +271,8 @@ class Sender(threading.Thread):
         self._quiet_until = -1e18  # set again only by a round that gets to its end
         poll_ms = _MAX_POLL_MS
         poll_ms = min(poll_ms, self._maybe_update_metadata(now))
+        if self._metadata.limits_wanted:
+            poll_ms = min(poll_ms, self._maybe_describe_topics(now))
         if self._txn.transactional:
             poll_ms = min(poll_ms, self._maybe_send_transactional_request(now))
         if not self._ensure_producer_id(now):
@@ -380,6 +392,58 @@ class Sender(threading.Thread):
             return
         self._metadata.update(response.reply(), self._clock())
         self._client.set_nodes(self._metadata.nodes)
+
+    def _maybe_describe_topics(self, now: float) -> float:
+        """Ask for the max.message.bytes of the topics send_arrow waits for: one
+        DescribeConfigs per topic per producer (the answer is kept with the metadata)."""
+        if self._limits_in_flight:
+            return _MAX_POLL_MS  # its answer wakes the round
+        if now < self._limits_not_before:
+            return self._limits_not_before - now
+        node = self._client.least_loaded_node(now)
+        if node is None or not self._client.ready(node, now):
+            return 10.0
+        topics = sorted(self._metadata.limits_wanted)
+        if self._client.api_version(node, ApiKey.DESCRIBE_CONFIGS) is None:
+            self._limits_unknown(topics, "the broker does not offer DescribeConfigs v1-v4")
+            return _MAX_POLL_MS
+        self._limits_in_flight = True
+        self.topics_described += len(topics)
+        body = DescribeConfigsRequest([DescribeConfigsResource(TOPIC_RESOURCE, t, [MAX_MESSAGE_BYTES]) for t in topics])
+        self._client.send(node, ApiKey.DESCRIBE_CONFIGS, body, self._on_describe_topics)
+        return _MAX_POLL_MS
+
+    def _on_describe_topics(self, response: ClientResponse[DescribeConfigsResponse]) -> None:
+        self._limits_in_flight = False
+        if response.error is not None:  # the connection's: asked again after a backoff
+            self._limits_not_before = self._clock() + self._config.retry_backoff_ms
+            return
+        learnt: dict[str, int | None] = {}
+        denied = []
+        for result in response.reply().results:
+            error = error_for_code(result.error_code, f"DescribeConfigs of topic {result.resource_name!r}")
+            if error is None:
+                value = next((c.value for c in result.configs if c.name == MAX_MESSAGE_BYTES), None)
+                learnt[result.resource_name] = int(value) if value is not None else None
+            elif isinstance(error, (TopicAuthorizationFailedError, ClusterAuthorizationFailedError)):
+                denied.append(result.resource_name)
+            elif error.retriable:
+                self._limits_not_before = self._clock() + self._config.retry_backoff_ms
+            else:
+                learnt[result.resource_name] = None
+                log.warning("%s; a record too large for this topic is not refused before sending: the broker "
+                            "refuses it and its write fails", error)
+        if denied:
+            self._limits_unknown(denied, "the principal may not describe their settings (DescribeConfigs)")
+        self._metadata.set_message_limits(learnt)
+
+    def _limits_unknown(self, topics: list[str], why: str) -> None:
+        """Fall back to the broker's refusal for ``topics``' records too large, saying so once."""
+        if not self._limits_denied_logged:
+            self._limits_denied_logged = True
+            log.warning("max.message.bytes of topics %s unknown: %s. A record too large for such a topic is "
+                        "not refused before sending: the broker refuses it and its write fails", topics, why)
+        self._metadata.set_message_limits(dict.fromkeys(topics))
 
     def _ensure_producer_id(self, now: float) -> bool:
         """Whether batches may be drained; asks for a producer id when one is needed."""

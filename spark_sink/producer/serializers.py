@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from spark_sink.client.errors import ColumnError, ConfigError
 from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, avro_schema_for, json_schema_for
-from spark_sink.producer.row_errors import RowRefusals
+from spark_sink.producer.row_errors import RowRefusals, topic_name_error
 from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient, subject_name
 
 FORMATS = ("avro", "json")
@@ -211,16 +211,27 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
                       value_serializer: ArrowSerializer | None, refusals: RowRefusals | None = None) -> pa.Table:
     """``data`` with its key and value columns serialized, by the serializers given.
 
-    With ``refusals`` (made over ``data``), a row its key or value format cannot carry is
-    refused there (its columns as they were: the dead letter's) and left out of the
-    result; else it fails the call, naming the column path and the row."""
+    Each row's subject is named after the topic it is sent to: its ``topic`` column's,
+    ``topic`` where that is null or absent (as ``send_arrow`` chooses). A row whose topic
+    name Kafka refuses is refused (or fails the call) before any subject is resolved, so
+    that none is registered for it. With ``refusals`` (made over ``data``), a row its key
+    or value format cannot carry is refused there (its columns as they were: the dead
+    letter's) and left out of the result; else it fails the call, naming the column path
+    and the row."""
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
-    topics: str | pa.ChunkedArray | None = topic
-    if topics is None and "topic" in table.column_names:
-        topics = table.column("topic")
-    for serializer in (key_serializer, value_serializer):
-        if serializer is None:
-            continue
+    serializers = [s for s in (key_serializer, value_serializer) if s is not None]
+    if not serializers:
+        return table
+    topics: str | pa.Array | None = topic
+    if "topic" in table.column_names:
+        column = table.column("topic").combine_chunks()
+        topics = column if topic is None else pc.fill_null(column, topic)
+    kept = _without_invalid_topics(topics, refusals)
+    if kept is not None:
+        table = table.take(pa.array(kept))
+        if isinstance(topics, pa.Array):
+            topics = topics.take(pa.array(kept))
+    for serializer in serializers:
         name = serializer.column
         if name not in table.column_names:
             raise ConfigError(f"column {name!r}: missing; a {serializer.format} {name} serializer was given")
@@ -231,13 +242,32 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
         table = table.set_column(table.column_names.index(name), name, encoded)
         if refusals is not None and refused:
             for rows, error in refused:
-                refusals.refuse(rows, error, _topic_of(topics, rows))
+                refusals.refuse(rows if kept is None else kept[rows], error, _topic_of(topics, rows))
     if refusals is None or not refusals.mask.any():
         return table
-    return table.filter(pa.array(~refusals.mask))
+    return table.filter(pa.array(~refusals.mask if kept is None else ~refusals.mask[kept]))
 
 
-def _topic_of(topics: str | pa.ChunkedArray | None, rows: np.ndarray) -> str | None:
+def _without_invalid_topics(topics: str | pa.Array | None, refusals: RowRefusals | None) -> np.ndarray | None:
+    """The rows left once those to a topic name Kafka refuses are refused (None: all of
+    them); without ``refusals``, such a row raises InvalidTopicException."""
+    if topics is None:
+        return None
+    names = [topics] if isinstance(topics, str) else [t for t in pc.unique(topics).to_pylist() if t is not None]
+    for name in names:
+        error = topic_name_error(name)
+        if error is None:
+            continue
+        if refusals is None:
+            raise error
+        n = len(refusals.mask)
+        rows = np.arange(n) if isinstance(topics, str) else np.flatnonzero(
+            pc.equal(topics, name).to_numpy(zero_copy_only=False))
+        refusals.refuse(rows, error, name)
+    return None if refusals is None or not refusals.mask.any() else np.flatnonzero(~refusals.mask)
+
+
+def _topic_of(topics: str | pa.Array | None, rows: np.ndarray) -> str | None:
     """The topic of ``rows`` (all of one topic, as the serializer groups them), if known."""
     if isinstance(topics, str) or topics is None:
         return topics

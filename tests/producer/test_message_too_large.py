@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import KafkaCluster
+from spark_sink.client.errors import RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.protocol.error_codes import MessageTooLargeError
 from tests.brokers import consume_all, unique_topic
@@ -84,14 +85,93 @@ def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka: Kafk
         assert f.result(0).offset == offsets[b"single-%03d|" % i]
 
 
-def test_a_record_too_large_on_its_own_fails_naming_topic_partition_and_size(kafka: KafkaCluster) -> None:
+def _varint_size(n: int) -> int:
+    zigzag = n << 1
+    size = 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def _alone_batch_size(key: bytes, value: bytes) -> int:
+    """A record batch holding one record (no headers, deltas 0), by the v2 format's layout:
+    the batch header (61 bytes with the log's offset and length) and the record."""
+    body = 3 + _varint_size(len(key)) + len(key) + _varint_size(len(value)) + len(value) + 1
+    return 61 + _varint_size(body) + body
+
+
+def test_a_record_too_large_on_its_own_fails_before_sending_naming_topic_partition_and_size(
+        kafka: KafkaCluster) -> None:
     topic = _small_topic(kafka.bootstrap, 1)
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
-        with pytest.raises(MessageTooLargeError) as failure:
+        with pytest.raises(RecordTooLargeError) as failure:
             p.send_arrow(pa.table({"value": [b"a", b"x" * (LIMIT + 10), b"b"]}), topic).result(60)
-        # The other rows' batches were split from it and went through.
         p.send_arrow(pa.table({"value": [b"after"]}), topic).result(60)
     message = str(failure.value)
-    assert f"{topic}-0" in message and "max.message.bytes" in message, message
-    assert "bytes holding one record" in message, message
-    assert sorted(m.value() for m in consume_all(kafka.bootstrap, topic, 3, settle=0.5)) == [b"a", b"after", b"b"]
+    size = _alone_batch_size(b"", b"x" * (LIMIT + 10))  # a null key takes a byte, as an empty one
+    assert f"row 1 makes a record batch of {size} bytes for {topic}-0" in message, message
+    assert f"max.message.bytes ({LIMIT}" in message, message
+    # Refused before sending: nothing of the call arrived.
+    assert [m.value() for m in consume_all(kafka.bootstrap, topic, 1, settle=0.5)] == [b"after"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("setting", ["idempotent", "transactional"])
+def test_records_too_large_for_the_topic_are_refused_exactly_at_its_limit(kafka: KafkaCluster, setting: str,
+                                                                          seed: int) -> None:
+    """on_error="skip": every row whose batch alone would pass max.message.bytes is refused
+    (by the exact size: a row one byte under arrives), the others arrive once, and under
+    a transaction the good rows commit."""
+    rng = random.Random(f"{setting}-limit-{seed}")
+    topic = _small_topic(kafka.bootstrap, rng.choice([1, 3]))
+    n = rng.choice([20, 300, 2000])
+    keys = [b"k%d" % rng.randrange(1000) for _ in range(n)]
+    # Sizes around the limit (its batch alone within a few bytes of it), and small ones.
+    values = []
+    for i, key in enumerate(keys):
+        if rng.random() < 0.3:
+            target = LIMIT + rng.randrange(-6, 7)
+            length = max(0, target - _alone_batch_size(key, b""))
+            while _alone_batch_size(key, bytes(length)) > target:
+                length -= 1
+            values.append(b"%06d:" % i + rng.randbytes(max(0, length - 7)))
+        else:
+            values.append(b"%06d:" % i + rng.randbytes(rng.randrange(0, 400)))
+    too_large = {i for i, (k, v) in enumerate(zip(keys, values)) if _alone_batch_size(k, v) > LIMIT}
+    config: dict[str, str] = {"bootstrap.servers": kafka.bootstrap, **SETTINGS[setting]}
+    if setting == "transactional":
+        config["transactional.id"] = unique_topic("limit-txn")
+    with KafkaProducer(config) as p:
+        if setting == "transactional":
+            p.init_transactions(30)
+            p.begin_transaction()
+        result = p.send_arrow(pa.table({"key": keys, "value": values}), topic, on_error="skip").result(120)
+        if setting == "transactional":
+            p.commit_transaction(30)
+    refused = {int(r) for group in result.refused for r in group.rows}
+    assert refused == too_large
+    assert {g.error for g in result.refused} <= {"RecordTooLargeError"}
+    assert all(g.topic == topic and "max.message.bytes (3000)" in g.message for g in result.refused)
+    expected = sorted(v for i, v in enumerate(values) if i not in too_large)
+    got = consume_all(kafka.bootstrap, topic, len(expected), settle=0.5,
+                      overrides={"isolation.level": "read_committed"})
+    assert sorted(m.value() for m in got) == expected
+    # The limit is the broker's own: the smallest refused record is refused by it too.
+    if too_large:
+        i = min(too_large, key=lambda i: _alone_batch_size(keys[i], values[i]))
+        with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
+            with pytest.raises(MessageTooLargeError):
+                p.send(ProducerRecord(topic, values[i], key=keys[i])).result(60)
+
+
+def test_the_topics_limit_is_asked_once_per_topic(kafka: KafkaCluster) -> None:
+    """The common path pays one DescribeConfigs per topic per producer, nothing per call;
+    a topic without an override has the broker's message.max.bytes."""
+    small = _small_topic(kafka.bootstrap, 1)
+    plain = unique_topic("plain")
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
+        for _ in range(5):
+            p.send_arrow(pa.table({"value": [b"v"] * 10, "topic": [small, plain] * 5})).result(60)
+        assert p._metadata.message_limits == {small: LIMIT, plain: 1048588}  # Kafka's default
+        assert p._sender.topics_described == 2

@@ -136,7 +136,8 @@ def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
 def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker, schema_registry, seed):
     """A value serializer's refusals (a null the schema has no room for) and the screen's
     (a topic that cannot be) in one call: each row refused once for its first reason, its
-    index that of the call's input, its columns as given; the rest arrive and decode."""
+    index that of the call's input, its columns as given; the rest arrive and decode. No
+    subject is registered for the topic name Kafka refuses."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -157,8 +158,9 @@ def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker, schem
     with KafkaProducer({"bootstrap.servers": broker.bootstrap}) as p:
         result = p.send_arrow(table, value_serializer=ArrowSerializer("avro", {"url": schema_registry}),
                               on_error="skip").result(60)
-    # A row bad twice is refused for the first reason met: its value, encoded first.
-    expected = {i: "InvalidTopicException" if k == "invalid_topic" else "FormatValueError"
+    # A row bad twice is refused for the first reason met: its topic's name, checked before
+    # its value is encoded (which would name a subject after that topic).
+    expected = {i: "InvalidTopicException" if k in ("invalid_topic", "both") else "FormatValueError"
                 for i, k in enumerate(drawn) if k != "good"}
     refused = {int(row): r for r in result.refused for row in r.rows}
     assert {i: r.error for i, r in refused.items()} == expected
@@ -170,9 +172,45 @@ def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker, schem
     good = [i for i, k in enumerate(drawn) if k == "good"]
     assert result.records == len(good)
     messages = consume_all(broker.bootstrap, topic, len(good), settle=0.3) if good else []
-    deserializer = AvroDeserializer(SchemaRegistryClient({"url": schema_registry}))
+    registry = SchemaRegistryClient({"url": schema_registry})
+    deserializer = AvroDeserializer(registry)
     got = [deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in messages]
     assert sorted(v["id"] for v in got) == good
+    assert not [s for s in registry.get_subjects() if s.startswith(INVALID)]
+
+
+def test_subjects_are_named_after_the_topic_each_row_goes_to(broker, schema_registry):
+    """send_arrow(table, topic) with a topic column: a row goes to its column's topic, the
+    default where the column is null, and its subject is that topic's; a topic name Kafka
+    refuses fails the call (without skip) before any subject is registered."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from spark_sink.producer import ArrowSerializer
+    from spark_sink.protocol.error_codes import InvalidTopicException
+
+    default, named = (create_topic(broker.bootstrap, unique_topic(t), partitions=1) for t in ("dflt", "named"))
+    rng = random.Random(7)
+    topics = [rng.choice([None, named]) for _ in range(50)]
+    value = pa.StructArray.from_arrays([pa.array(range(50), pa.int64())], fields=[pa.field("id", pa.int64(), False)])
+    serializer = ArrowSerializer("avro", {"url": schema_registry})
+    with KafkaProducer({"bootstrap.servers": broker.bootstrap}) as p:
+        p.send_arrow(pa.table({"value": value, "topic": pa.array(topics, pa.string())}), default,
+                     value_serializer=serializer).result(60)
+        with pytest.raises(InvalidTopicException, match="no spaces allowed!"):
+            p.send_arrow(pa.table({"value": value, "topic": [INVALID] * 50}), default, value_serializer=serializer)
+    registry = SchemaRegistryClient({"url": schema_registry})
+    deserializer = AvroDeserializer(registry)
+    for topic, ids in ((default, [i for i, t in enumerate(topics) if t is None]),
+                       (named, [i for i, t in enumerate(topics) if t == named])):
+        messages = consume_all(broker.bootstrap, topic, len(ids), settle=0.3)
+        got = [deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in messages]
+        assert sorted(v["id"] for v in got) == ids
+        # the wire id names the subject of the row's own topic
+        assert {int.from_bytes(m.value()[1:5], "big") for m in messages} == {
+            registry.get_latest_version(f"{topic}-value").schema_id}
+    assert not [s for s in registry.get_subjects() if s.startswith(INVALID)]
 
 
 INVALID = "no spaces allowed!"
