@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kprod_broker import KafkaCluster
 from tests.brokers import subprocess_env
 from tests.script_help import help_text, unknown_options
 
@@ -17,12 +18,12 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py"))
 
 
-def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_script(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(BENCH / name), *args], env=subprocess_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
-def test_every_bench_script_is_listed():
+def test_every_bench_script_is_listed() -> None:
     assert "bench_partitions.py" in SCRIPTS and len(SCRIPTS) >= 6, SCRIPTS
 
 
@@ -39,13 +40,13 @@ def test_kprod_perf_help_says_how_to_install_its_peers_from_a_clone() -> None:
     assert "kprod[bench]" not in text and "pip install -e '.[bench]'" in " ".join(text.split()), text
 
 
-def test_partitions_refuses_a_bad_shape_naming_it():
+def test_partitions_refuses_a_bad_shape_naming_it() -> None:
     done = run_script("bench_partitions.py", "--shapes", "8,16y4", timeout=60)
     assert done.returncode == 2 and "shape '16y4'" in done.stderr, done.stderr
 
 
 @pytest.mark.timeout(600)  # a Spark session and 6 writes: minutes on a loaded 2-core machine
-def test_partitions_quick_run(kafka):
+def test_partitions_quick_run(kafka: KafkaCluster) -> None:
     """The suite's form: small, one round, the Spark sink left out (its jars are fetched
     once, by the full benchmark); every write is checked by its topics' end offsets."""
     done = run_script("bench_partitions.py", "--quick", "--skip-spark-kafka", "--bootstrap-servers", kafka.bootstrap)
@@ -55,7 +56,7 @@ def test_partitions_quick_run(kafka):
 
 
 @pytest.mark.timeout(600)  # a Spark session and 8 writes, one per row in Python: minutes on a loaded machine
-def test_avro_quick_run(kafka, schema_registry):
+def test_avro_quick_run(kafka: KafkaCluster, schema_registry: str) -> None:
     """Small, one round, every sink: each timed write read back, its records counted and
     its Avro bodies the same as Spark's to_avro wrote."""
     done = run_script("bench_avro.py", "--quick", "--bootstrap-servers", kafka.bootstrap, "--registry-url",

@@ -1,6 +1,9 @@
 """The columnar encoder writes exactly the bytes of the row-wise reference encoder, with
 either of its compiled forms: the C extension and numba's."""
 
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -8,23 +11,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_sink.encoder import _kernels, jit, kernels
-from spark_sink.encoder.columnar import as_numpy, encode_columns, encode_groups
+from spark_sink.encoder.columnar import EncodedRecords, as_numpy, encode_columns, encode_groups
 from spark_sink.producer.partitioner import murmur2, murmur2_array
-from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Record, encode_records
+from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Header, Record, encode_records
 
 
 @pytest.fixture(autouse=True, scope="module", params=[_kernels, jit], ids=["extension", "numba"])
-def loops(request):
+def loops(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
     """Every test of this module once with each form of the loops."""
-    chosen = kernels.compiled
-    kernels.compiled = lambda: request.param
-    yield request.param
-    kernels.compiled = chosen
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "compiled", lambda: request.param)
+        yield request.param
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.none() | st.binary(max_size=13), max_size=30), st.integers(0, 3))
-def test_murmur2_over_a_column_equals_javas_per_key(keys, cut):
+def test_murmur2_over_a_column_equals_javas_per_key(keys: list[bytes | None], cut: int) -> None:
     column = pa.array(keys, pa.binary()).slice(min(cut, len(keys)))
     assert murmur2_array(column).tolist() == [murmur2(k or b"") for k in keys[cut:]]
 
@@ -42,13 +44,17 @@ rows_st = st.lists(
 )
 
 
-def _reference(rows):
+# A row as rows_st draws it: key, value, timestamp, headers.
+Row = tuple[bytes | None, bytes | None, int, Sequence[Header]]
+
+
+def _reference(rows: Sequence[Row]) -> list[Record]:
     return [Record(k, v, ts, tuple(h)) for k, v, ts, h in rows]
 
 
 @settings(max_examples=80, deadline=None)
 @given(rows_st, st.booleans())
-def test_single_batch_equals_row_wise_encoder(rows, with_headers):
+def test_single_batch_equals_row_wise_encoder(rows: list[Row], with_headers: bool) -> None:
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
@@ -61,7 +67,8 @@ def test_single_batch_equals_row_wise_encoder(rows, with_headers):
 
 @settings(max_examples=80, deadline=None)
 @given(rows_st, st.integers(61, 600), st.booleans())
-def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_size, ordered):
+def test_split_batches_each_equal_reference_and_respect_batch_size(rows: list[Row], batch_size: int,
+                                                                    ordered: bool) -> None:
     keys = pa.array([r[0] for r in rows], pa.binary())
     values = pa.array([r[1] for r in rows], pa.binary())
     ts = np.array([r[2] for r in rows], np.int64)
@@ -77,13 +84,13 @@ def test_split_batches_each_equal_reference_and_respect_batch_size(rows, batch_s
         pos += b.record_count
 
 
-def test_string_large_and_view_types_are_accepted():
+def test_string_large_and_view_types_are_accepted() -> None:
     for t in (pa.string(), pa.large_binary(), pa.large_string(), pa.binary_view(), pa.string_view()):
         (b,) = encode_columns(pa.array(["k", None], t), pa.array(["v", "w"], t), np.array([5, 6]), batch_size=0)
         assert b.payload == encode_records([Record(b"k", b"v", 5), Record(None, b"w", 6)], 5)
 
 
-def test_wide_varints_and_long_prefixes_equal_reference():
+def test_wide_varints_and_long_prefixes_equal_reference() -> None:
     # Timestamp deltas past 2**55 take more than 8 varint bytes (the general path); a
     # 20k-record batch has 3-byte offset deltas, so the prefix spans two packed words.
     n = 20_000
@@ -104,7 +111,8 @@ def test_wide_varints_and_long_prefixes_equal_reference():
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 300), st.integers(0, 20), st.integers(0, 300), st.integers(61, 3000), st.booleans())
-def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, with_keys):
+def test_uniform_records_split_greedily(n: int, key_size: int, value_size: int, batch_size: int,
+                                        with_keys: bool) -> None:
     # Every batch must match the reference bytes, fit batch_size, and be full (one more
     # equal record would not fit).
     keys = [b"k" * key_size] * n if with_keys else [None] * n
@@ -124,7 +132,7 @@ def test_uniform_records_split_greedily(n, key_size, value_size, batch_size, wit
     assert pos == n
 
 
-def test_records_larger_than_batch_size_get_their_own_batch():
+def test_records_larger_than_batch_size_get_their_own_batch() -> None:
     # Lengths past 16383 take 3-byte varints, beyond the row loop's lookup table.
     keys = [b"a", b"k" * 17_000, None, b"b"]
     values = [b"1", b"v" * 20_000, b"w" * 16_000, b"2"]
@@ -141,7 +149,8 @@ def test_records_larger_than_batch_size_get_their_own_batch():
 
 @settings(max_examples=80, deadline=None)
 @given(rows_st, st.data(), st.sampled_from([0, 61, 300, 16384]), st.booleans(), st.booleans())
-def test_groups_keep_input_order_in_batches_of_their_own(rows, data, batch_size, uniform, with_headers):
+def test_groups_keep_input_order_in_batches_of_their_own(rows: list[Row], data: st.DataObject, batch_size: int,
+                                                         uniform: bool, with_headers: bool) -> None:
     # Several partitions' rows in one pass, in input order: each group gets batches of
     # its own, its rows in input order.
     if uniform:
@@ -167,11 +176,17 @@ def test_groups_keep_input_order_in_batches_of_their_own(rows, data, batch_size,
         if batch_size == 0:
             assert len(batches) == (1 if picked else 0)
     # each group's payloads are views of a buffer of its own
-    buffers = [{id(b.payload.obj) for b in batches} for batches in encoded if batches]
+    buffers = [{id(_buffer_of(b.payload)) for b in batches} for batches in encoded if batches]
     assert all(len(ids) == 1 for ids in buffers) and len(set.union(*buffers)) == len(buffers)
 
 
-def test_null_header_lists_are_empty_even_when_they_span_entries():
+def _buffer_of(payload: bytes | memoryview) -> object:
+    """The buffer an encoded section is a view of."""
+    assert isinstance(payload, memoryview), type(payload)
+    return payload.obj
+
+
+def test_null_header_lists_are_empty_even_when_they_span_entries() -> None:
     """Arrow lets a null list's slot span entries: they are not the record's headers."""
     entries = pa.array([{"key": f"h{i}", "value": b"x"} for i in range(4)], HEADERS.value_type)
     offsets = pa.array([0, 1, 3, 3, 4], pa.int32())
@@ -186,7 +201,8 @@ def test_null_header_lists_are_empty_even_when_they_span_entries():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.none() | st.integers(0, 2**31), max_size=40), st.integers(0, 5),
        st.sampled_from([pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.bool_()]))
-def test_as_numpy_reads_sliced_arrays_and_fills_nulls(items, cut, arrow_type):
+def test_as_numpy_reads_sliced_arrays_and_fills_nulls(items: list[int | None], cut: int,
+                                                      arrow_type: pa.DataType) -> None:
     if pa.types.is_boolean(arrow_type):
         items = [None if x is None else x % 2 == 1 for x in items]
     else:  # every value the type holds, negative ones too
@@ -199,7 +215,7 @@ def test_as_numpy_reads_sliced_arrays_and_fills_nulls(items, cut, arrow_type):
             as_numpy(arr)
 
 
-def test_write_records_refuses_a_short_buffer_or_a_group_outside_outs(loops):
+def test_write_records_refuses_a_short_buffer_or_a_group_outside_outs(loops: ModuleType) -> None:
     """The loops check every write against its group's buffer: a wrong plan raises
     instead of writing past the end."""
     from spark_sink.encoder.columnar import _ABSENT, _NO_HEADERS, _column
@@ -218,12 +234,12 @@ def test_write_records_refuses_a_short_buffer_or_a_group_outside_outs(loops):
         loops.write_records([np.zeros(64, np.uint8)], opens, groups, *args)
 
 
-def test_a_large_partitions_buffer_is_reused_only_once_its_payloads_are_gone():
+def test_a_large_partitions_buffer_is_reused_only_once_its_payloads_are_gone() -> None:
     """Payloads of a partition's share large enough to be recycled keep their bytes while
     any view of them lives; once all are gone, the next call writes into the same memory."""
     n = 4_000  # about 450 KB of records: past the recycled buffers' smallest size
 
-    def encode(fill: bytes):
+    def encode(fill: bytes) -> tuple[EncodedRecords, bytes]:
         values = pa.array([fill * 100 + b"%06d" % i for i in range(n)], pa.binary())
         ts = np.arange(n, dtype=np.int64)
         expected = encode_records([Record(None, values[i].as_py(), i) for i in range(n)], 0)
@@ -231,7 +247,7 @@ def test_a_large_partitions_buffer_is_reused_only_once_its_payloads_are_gone():
         assert batch.payload == expected
         return batch, expected
 
-    def address(payload) -> int:
+    def address(payload: bytes | memoryview) -> int:
         return np.frombuffer(payload, np.uint8).ctypes.data
 
     first, first_bytes = encode(b"a")

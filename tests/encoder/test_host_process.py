@@ -10,7 +10,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.installs import venv_with_kprod
 
@@ -52,7 +54,7 @@ seen["features"] = [codegen._tm_features, ll.get_host_cpu_features().flatten()]
 """
 
 
-def _run(python: Path | str, script: str, kafka, cwd: Path, env: dict[str, str]) -> dict:
+def _run(python: Path | str, script: str, kafka: KafkaCluster, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
     topic = create_topic(kafka.bootstrap, unique_topic("host"), 2)
     done = subprocess.run([str(python), "-c", script + "\nprint(json.dumps(seen))", kafka.bootstrap, topic],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
@@ -61,7 +63,7 @@ def _run(python: Path | str, script: str, kafka, cwd: Path, env: dict[str, str])
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_user_numba_code_compiled_after_kprod_gets_the_host_cpu(kafka, tmp_path):
+def test_user_numba_code_compiled_after_kprod_gets_the_host_cpu(kafka: KafkaCluster, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     seen = _run(sys.executable, _SEND + _USER_NUMBA, kafka, tmp_path, env)
     assert seen["after import"] is None and seen["after send_arrow"] is None
@@ -72,7 +74,8 @@ def test_user_numba_code_compiled_after_kprod_gets_the_host_cpu(kafka, tmp_path)
     assert seen["features"][0] == seen["features"][1] != ""
 
 
-def test_a_wheel_install_encodes_with_its_compiled_loops_and_writes_nothing(kafka, tmp_path, kprod_wheel):
+def test_a_wheel_install_encodes_with_its_compiled_loops_and_writes_nothing(kafka: KafkaCluster, tmp_path: Path,
+                                                                            kprod_wheel: Path) -> None:
     python = venv_with_kprod(tmp_path / "venv", kprod_wheel)
     package = Path(subprocess.run([str(python), "-c", "import spark_sink; print(spark_sink.__path__[0])"],
                                   capture_output=True, text=True, check=True).stdout.strip())
@@ -120,7 +123,7 @@ print(json.dumps(sorted(name for name in ("pandas", "numba") if name in sys.modu
 """
 
 
-def test_send_arrow_with_every_column_imports_no_pandas(kafka, tmp_path):
+def test_send_arrow_with_every_column_imports_no_pandas(kafka: KafkaCluster, tmp_path: Path) -> None:
     """pyarrow's to_numpy imports pandas: a third of a second of CPU in every fresh Spark
     Python worker's first write, for nothing. Every path of send_arrow (keys with nulls,
     sticky and explicit partitions, a topic column, null timestamps and headers, more than

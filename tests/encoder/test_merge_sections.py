@@ -27,13 +27,13 @@ def _merged(records: list[Record], cuts: list[int]) -> bytes:
 
 @settings(max_examples=150, deadline=None)
 @given(records_st, st.lists(st.integers(1, 39), max_size=6))
-def test_merged_sections_are_the_reference_encoding_of_all_records(records, cuts):
+def test_merged_sections_are_the_reference_encoding_of_all_records(records: list[Record], cuts: list[int]) -> None:
     # Timestamps in any order: a later section's base may lie before the first one's.
     cuts = sorted(c for c in set(cuts) if c < len(records))
     assert _merged(records, cuts) == encode_records(records, records[0].timestamp)
 
 
-def test_many_sections_whose_deltas_grow_past_a_varint_byte():
+def test_many_sections_whose_deltas_grow_past_a_varint_byte() -> None:
     """Offsets past 63 and 8191 and timestamp deltas of days take more varint bytes."""
     rng = random.Random(55)
     records = [Record(b"k%d" % i, bytes(rng.randrange(0, 150)), 1_700_000_000_000 + rng.randrange(-10**9, 10**9))
@@ -42,19 +42,19 @@ def test_many_sections_whose_deltas_grow_past_a_varint_byte():
     assert _merged(records, cuts) == encode_records(records, records[0].timestamp)
 
 
-def test_one_section_comes_back_as_it_was():
+def test_one_section_comes_back_as_it_was() -> None:
     section = encode_records([Record(b"k", b"v", 5)], 5)
     assert merge_sections([memoryview(section)], [1], [5]) == section
 
 
 @pytest.mark.parametrize("payload", [b"\x7f", b"\x06\x00\x00", b"\x02\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"])
-def test_a_payload_that_is_not_whole_records_is_refused(payload):
+def test_a_payload_that_is_not_whole_records_is_refused(payload: bytes) -> None:
     good = encode_records([Record(None, b"v", 1)], 1)
     with pytest.raises(ValueError, match="not a records section of whole records"):
         merge_sections([good, payload], [1, 1], [1, 1])
 
 
-def test_arguments_that_do_not_match_are_refused():
+def test_arguments_that_do_not_match_are_refused() -> None:
     with pytest.raises(ValueError, match="one count and base timestamp per payload"):
         merge_sections([b""], [1, 2], [0])
     with pytest.raises(ValueError, match="at least one"):

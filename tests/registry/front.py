@@ -41,7 +41,9 @@ class Front:
 
     def __post_init__(self) -> None:
         target = urllib.parse.urlsplit(self.upstream)
-        self._target = (target.hostname, target.port)
+        if target.hostname is None:
+            raise ValueError(f"upstream {self.upstream!r}: expected a URL with a host")
+        self._target: tuple[str, int | None] = (target.hostname, target.port)
         self._lock = threading.Lock()
         front = self
 

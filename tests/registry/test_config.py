@@ -4,6 +4,7 @@ value, before any request. No registry needed."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from spark_sink.client.errors import ConfigError
 from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient
 
 
-def test_urls_credentials_and_defaults():
+def test_urls_credentials_and_defaults() -> None:
     config = RegistryConfig.from_mapping({"url": " http://a:8081/x/ , https://bob:p%40ss@[::1]/apis "})
     assert [e.url for e in config.endpoints] == ["http://a:8081/x", "https://[::1]:443/apis"]
     assert config.endpoints[1].user_info == ("bob", "p@ss") and config.user_info is None
@@ -44,12 +45,12 @@ def test_urls_credentials_and_defaults():
     ({"url": "http://a", "ssl.key.location": "/k.pem"}, "ssl.key.location"),
     ({"url": "https://a", "ssl.ca.location": "/nonexistent/ca.pem"}, "ssl.ca.location"),
 ])
-def test_a_bad_setting_names_its_key(settings, key):
+def test_a_bad_setting_names_its_key(settings: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace("(", r"\(").replace(")", r"\)")):
         RegistryConfig.from_mapping(settings)
 
 
-def test_a_password_never_appears_in_an_error():
+def test_a_password_never_appears_in_an_error() -> None:
     with pytest.raises(ConfigError) as bad:
         RegistryConfig.from_mapping({"url": "http://bob:s3cret@registry:port"})
     assert "s3cret" not in str(bad.value) and "bob:***@registry" in str(bad.value)
@@ -58,7 +59,7 @@ def test_a_password_never_appears_in_an_error():
     assert "s3cret" not in str(bad.value)
 
 
-def test_an_unreadable_client_certificate_is_named(tmp_path):
+def test_an_unreadable_client_certificate_is_named(tmp_path: Path) -> None:
     files = make_tls_files(tmp_path)
     good = {"url": "https://a", "ssl.ca.location": str(files.ca)}
     RegistryConfig.from_mapping({**good, "ssl.certificate.location": str(files.client_cert),
@@ -69,7 +70,7 @@ def test_an_unreadable_client_certificate_is_named(tmp_path):
     RegistryConfig.from_mapping({**good, "ssl.ca.location": str(tmp_path)})  # a directory of CAs
 
 
-def test_bad_arguments_are_refused_before_any_request():
+def test_bad_arguments_are_refused_before_any_request() -> None:
     client = SchemaRegistryClient({"url": "http://127.0.0.1:1"})  # nothing listens there
     with pytest.raises(ConfigError, match="schema type"):
         client.register("s", "{}", "XML")
@@ -83,7 +84,7 @@ def test_bad_arguments_are_refused_before_any_request():
         client.schema_by_id("1")  # type: ignore[arg-type]
 
 
-def test_errors_pickle_whole():
+def test_errors_pickle_whole() -> None:
     error = IncompatibleSchemaError("refused", subject="t-value", messages=("a field",), url="http://r", status=409,
                                     error_code=409)
     copy = pickle.loads(pickle.dumps(error))

@@ -14,7 +14,7 @@ def _record(*fields: dict) -> str:
     return json.dumps({"type": "record", "name": "R", "fields": list(fields)})
 
 
-def test_the_registry_is_backward_compatible_as_confluent_s(schema_registry):
+def test_the_registry_is_backward_compatible_as_confluent_s(schema_registry: str) -> None:
     client = SchemaRegistryClient({"url": schema_registry})
     assert client.get_compatibility() == "BACKWARD"
     subject = f"local-{uuid.uuid4().hex[:8]}-value"
@@ -32,7 +32,7 @@ def test_the_registry_is_backward_compatible_as_confluent_s(schema_registry):
         raise AssertionError("an incompatible schema was registered")
 
 
-def test_the_same_schema_written_otherwise_is_the_same_schema(schema_registry):
+def test_the_same_schema_written_otherwise_is_the_same_schema(schema_registry: str) -> None:
     """Lookups compare canonical forms, as Confluent's registry does."""
     client = SchemaRegistryClient({"url": schema_registry})
     subject = f"local-{uuid.uuid4().hex[:8]}-value"

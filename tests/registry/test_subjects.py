@@ -14,20 +14,20 @@ _RECORD = st.from_regex(r"([A-Za-z_][A-Za-z0-9_]*\.){0,3}[A-Za-z_][A-Za-z0-9_]*"
 
 
 @given(topic=_TOPIC, record=st.none() | _RECORD, is_key=st.booleans())
-def test_topic_name_strategy_is_the_topic_and_key_or_value(topic, record, is_key):
+def test_topic_name_strategy_is_the_topic_and_key_or_value(topic: str, record: str | None, is_key: bool) -> None:
     expected = f"{topic}-{'key' if is_key else 'value'}"
     assert subject_name("TopicNameStrategy", topic, record, is_key) == expected
     assert subject_name("io.confluent.kafka.serializers.subject.TopicNameStrategy", topic, record, is_key) == expected
 
 
 @given(topic=_TOPIC, record=_RECORD, is_key=st.booleans())
-def test_record_strategies_name_the_record(topic, record, is_key):
+def test_record_strategies_name_the_record(topic: str, record: str, is_key: bool) -> None:
     assert subject_name("RecordNameStrategy", topic, record, is_key) == record
     assert subject_name("TopicRecordNameStrategy", topic, record, is_key) == f"{topic}-{record}"
 
 
 @pytest.mark.parametrize("is_key", [False, True])
-def test_a_record_strategy_without_a_record_name_names_the_setting(is_key):
+def test_a_record_strategy_without_a_record_name_names_the_setting(is_key: bool) -> None:
     key = "key" if is_key else "value"
     with pytest.raises(ConfigError, match=rf"{key}\.subject\.name\.strategy: RecordNameStrategy .* record name"):
         subject_name("RecordNameStrategy", "t", None, is_key)

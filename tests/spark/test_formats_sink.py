@@ -13,22 +13,38 @@ import json
 import math
 import random
 import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
+from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark.test_formats_spark import _row, _spark_types
 
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql.types import DataType
 
-def _registry_client(url: str):
+# A batch or a streaming writer: option() gives back the same kind.
+Writer = TypeVar("Writer", "DataFrameWriter", "DataStreamWriter")
+# For one format: the frame (struct columns key and value), the rows Spark collects of it
+# by key id (key and value as _plain gives them), and the directory of its Parquet files.
+TypedRows = tuple["DataFrame", dict[int, tuple[Any, Any]], Path]
+
+
+def _registry_client(url: str) -> SchemaRegistryClient:
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     return SchemaRegistryClient({"url": url})
 
 
-def _decode(url: str, fmt: str, messages, field: str = "value") -> list:
+def _decode(url: str, fmt: str, messages: list[Message], field: str = "value") -> list[Any]:
     """Each record's key or value decoded by confluent-kafka's deserializer for ``fmt``."""
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer
@@ -41,14 +57,23 @@ def _decode(url: str, fmt: str, messages, field: str = "value") -> list:
         deserializer = JSONDeserializer(None, schema_registry_client=client,
                                         json_decode=lambda text: json.loads(text, parse_float=decimal.Decimal))
     where = MessageField.VALUE if field == "value" else MessageField.KEY
-    out = []
+    out: list[Any] = []
     for m in messages:
         data = m.value() if field == "value" else m.key()
-        out.append(None if data is None else deserializer(data, SerializationContext(m.topic(), where)))
+        topic = m.topic()
+        assert topic is not None  # None only on an error event, which consume_all never returns
+        out.append(None if data is None else deserializer(data, SerializationContext(topic, where)))
     return out
 
 
-def _plain(value):
+def _latest_id(client: SchemaRegistryClient, subject: str) -> int:
+    """The id of ``subject``'s latest schema."""
+    schema_id = client.get_latest_version(subject).schema_id
+    assert schema_id is not None, subject
+    return schema_id
+
+
+def _plain(value: Any) -> Any:
     """A Spark row's value, or a decoded one, in one form: dicts, lists, bytes, naive UTC
     datetimes (Spark collects timestamps naive, in its session's zone: UTC in the suite),
     NaN by name (NaN != NaN)."""
@@ -67,7 +92,7 @@ def _plain(value):
     return value
 
 
-def _options(writer, bootstrap: str, topic: str | None, url: str, **options: str):
+def _options(writer: Writer, bootstrap: str, topic: str | None, url: str, **options: str) -> Writer:
     writer = writer.option("kafka.bootstrap.servers", bootstrap).option("kprod.schema.registry.url", url)
     if topic is not None:
         writer = writer.option("topic", topic)
@@ -76,7 +101,7 @@ def _options(writer, bootstrap: str, topic: str | None, url: str, **options: str
     return writer
 
 
-def _json_decoded(value, spark_type):
+def _json_decoded(value: Any, spark_type: DataType) -> Any:
     """A JSONDeserializer's value (numbers as Decimal, every number's text exact) in the
     form Spark collects the column of ``spark_type``: the inverse of the JSON mapping."""
     from pyspark.sql import types as T
@@ -115,13 +140,13 @@ def _finite(row: tuple) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def typed_rows(spark, tmp_path_factory):
+def typed_rows(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, TypedRows]:
     """300 rows of every supported type (nulls, nested values, decimals, timestamps, maps,
     binary), NaN and infinities left out for JSON: for each format a frame of a struct
     ``key`` (an id and every type) and a struct ``value`` (every type), the rows as Spark
     collects them, and the same frame in 3 Parquet files for a stream to read."""
     schema = _spark_types()
-    out = {}
+    out: dict[str, TypedRows] = {}
     for fmt in ("avro", "json"):
         rng = random.Random(1129)
         rows = [_row(rng, 0.0), _row(rng, 1.0)] + [_row(rng, 0.2) for _ in range(298)]
@@ -140,7 +165,8 @@ def typed_rows(spark, tmp_path_factory):
 @pytest.mark.parametrize("mode", ["batch", "stream"])
 @pytest.mark.parametrize("fmt", ["avro", "json"])
 def test_keys_and_values_of_every_type_decode_with_confluents_deserializers(
-        spark, kafka, schema_registry, typed_rows, fmt, mode):
+        spark: SparkSession, kafka: KafkaCluster, schema_registry: str, typed_rows: dict[str, TypedRows], fmt: str,
+        mode: str) -> None:
     """Every record's key and value, written by a batch or a streaming write, decoded by
     confluent-kafka's AvroDeserializer or JSONDeserializer (the schema fetched by id from
     the registry; JSON validated against it) back to the row Spark collects."""
@@ -161,10 +187,8 @@ def test_keys_and_values_of_every_type_decode_with_confluents_deserializers(
     assert len(messages) == len(expected)
     client = _registry_client(schema_registry)
     # The wire format: the magic byte, then the id of the subject's one version.
-    assert {m.value()[:5] for m in messages} == {b"\x00" + client.get_latest_version(f"{topic}-value").schema_id
-                                                 .to_bytes(4, "big")}
-    assert {m.key()[:5] for m in messages} == {b"\x00" + client.get_latest_version(f"{topic}-key").schema_id
-                                               .to_bytes(4, "big")}
+    assert {m.value()[:5] for m in messages} == {b"\x00" + _latest_id(client, f"{topic}-value").to_bytes(4, "big")}
+    assert {m.key()[:5] for m in messages} == {b"\x00" + _latest_id(client, f"{topic}-key").to_bytes(4, "big")}
     keys, values = _decode(schema_registry, fmt, messages, "key"), _decode(schema_registry, fmt, messages)
     if fmt == "json":
         key_type, value_type = (framed.schema[c].dataType for c in ("key", "value"))
@@ -179,7 +203,8 @@ def test_keys_and_values_of_every_type_decode_with_confluents_deserializers(
         assert (latest.version, latest.schema.schema_type) == (1, fmt.upper()), subject
 
 
-def test_the_bodies_are_what_spark_from_avro_reads(spark, kafka, schema_registry):
+def test_the_bodies_are_what_spark_from_avro_reads(
+        spark: SparkSession, kafka: KafkaCluster, schema_registry: str) -> None:
     from pyspark.sql.avro.functions import from_avro
 
     topic = create_topic(kafka.bootstrap, unique_topic("avro-spark"), partitions=2)
@@ -188,12 +213,14 @@ def test_the_bodies_are_what_spark_from_avro_reads(spark, kafka, schema_registry
     _options(df.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
              **{"kprod.value.format": "avro"}).save()
     schema = _registry_client(schema_registry).get_latest_version(f"{topic}-value").schema.schema_str
+    assert schema is not None
     read = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap).option("subscribe", topic)
             .load().select(from_avro(F.expr("substring(value, 6)"), schema).alias("v")).select("v.*"))
     assert sorted(tuple(r) for r in read.collect()) == [(i, i * 1.5, str(i)) for i in range(50)]
 
 
-def test_json_schema_values_in_a_stream(spark, kafka, schema_registry, tmp_path):
+def test_json_schema_values_in_a_stream(spark: SparkSession, kafka: KafkaCluster, schema_registry: str,
+                                      tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("json"), partitions=2)
     source = tmp_path / "in"
     source.mkdir()
@@ -217,7 +244,8 @@ def test_json_schema_values_in_a_stream(spark, kafka, schema_registry, tmp_path)
     assert {m.key().decode() for m in messages} == {str(n) for n in range(20)}
 
 
-def test_a_topic_column_gets_one_schema_id_per_subject(spark, kafka, schema_registry):
+def test_a_topic_column_gets_one_schema_id_per_subject(
+        spark: SparkSession, kafka: KafkaCluster, schema_registry: str) -> None:
     topics = [create_topic(kafka.bootstrap, unique_topic(f"avro-t{i}"), partitions=1) for i in range(3)]
     df = spark.range(90).select(F.element_at(F.array(*map(F.lit, topics)), (F.col("id") % 3 + 1).cast("int"))
                                 .alias("topic"), F.struct("id").alias("value"))
@@ -233,7 +261,8 @@ def test_a_topic_column_gets_one_schema_id_per_subject(spark, kafka, schema_regi
     assert len(ids) >= 1
 
 
-def test_a_given_schema_evolves_as_the_registry_allows(spark, kafka, schema_registry):
+def test_a_given_schema_evolves_as_the_registry_allows(
+        spark: SparkSession, kafka: KafkaCluster, schema_registry: str) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("avro-evolve"), partitions=1)
     v1 = {"type": "record", "name": "Order", "namespace": "shop",
           "fields": [{"name": "id", "type": "long"}, {"name": "item", "type": "string"}]}
@@ -259,7 +288,8 @@ def test_a_given_schema_evolves_as_the_registry_allows(spark, kafka, schema_regi
     assert len(consume_all(kafka.bootstrap, topic, 6, settle=0.3)) == 6  # nothing more was sent
 
 
-def test_a_derived_schema_change_is_refused_pointing_at_a_given_schema(spark, kafka, schema_registry):
+def test_a_derived_schema_change_is_refused_pointing_at_a_given_schema(
+        spark: SparkSession, kafka: KafkaCluster, schema_registry: str) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("avro-derived"), partitions=1)
     base = spark.range(2).select(F.struct("id").alias("value"))
     _options(base.write.format("kprod").mode("append"), kafka.bootstrap, topic, schema_registry,
@@ -272,13 +302,14 @@ def test_a_derived_schema_change_is_refused_pointing_at_a_given_schema(spark, ka
 
 
 @pytest.mark.parametrize("case", ["unreachable", "column", "nullable", "not a struct", "no url", "bad format"])
-def test_errors_on_the_driver_name_what_is_wrong(spark, kafka, schema_registry, case):
+def test_errors_on_the_driver_name_what_is_wrong(spark: SparkSession, kafka: KafkaCluster, schema_registry: str,
+                                               case: str) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("avro-err"), partitions=1)
-    given = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"},
+    given: dict[str, Any] = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"},
                                                        {"name": "name", "type": "string"}]}
     df = spark.range(3).select(F.struct("id", F.col("id").cast("string").alias("name")).alias("value"))
     options = {"kprod.value.format": "avro"}
-    url = schema_registry
+    url: str | None = schema_registry
     expected = ""
     if case == "unreachable":
         url, expected = "http://127.0.0.1:9", "127.0.0.1:9"
@@ -306,7 +337,7 @@ def test_errors_on_the_driver_name_what_is_wrong(spark, kafka, schema_registry, 
     assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []  # nothing was sent
 
 
-def test_send_arrow_refuses_a_null_the_schema_has_no_room_for(kafka, schema_registry):
+def test_send_arrow_refuses_a_null_the_schema_has_no_room_for(kafka: KafkaCluster, schema_registry: str) -> None:
     """The producer's own path (Spark refuses such a row itself, before kprod sees it): a
     null in a field declared non-nullable fails the call naming the column and the row,
     before any row is queued."""
@@ -331,7 +362,8 @@ def test_send_arrow_refuses_a_null_the_schema_has_no_room_for(kafka, schema_regi
     assert values == [{"id": 0, "name": "a"}, {"id": 1, "name": "b"}, {"id": 2, "name": "c"}]
 
 
-def test_exactly_once_writes_keep_their_guarantee_with_a_format(spark, kafka, schema_registry):
+def test_exactly_once_writes_keep_their_guarantee_with_a_format(
+        spark: SparkSession, kafka: KafkaCluster, schema_registry: str) -> None:
     from tests.spark.readback import assert_nothing_left_open
 
     topic = create_topic(kafka.bootstrap, unique_topic("avro-eos"), partitions=2)

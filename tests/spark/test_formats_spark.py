@@ -9,15 +9,21 @@ import datetime
 import decimal
 import json
 import random
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import pytest
 
 from spark_sink.encoder.formats import AvroEncoder, avro_schema_for
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
+
 UTC = datetime.UTC
 
 
-def _spark_types():
+def _spark_types() -> StructType:
     from pyspark.sql import types as T
 
     nested = T.StructType([
@@ -42,14 +48,14 @@ def _spark_types():
     ])
 
 
-def _row(rng: random.Random, nulls: float):
-    def maybe(value):
+def _row(rng: random.Random, nulls: float) -> tuple[object, ...]:
+    def maybe(value: object) -> object:
         return None if rng.random() < nulls else value
 
-    def text():
+    def text() -> str:
         return "".join(rng.choice("aZé€\U0001f600\"\\\n 0") for _ in range(rng.randrange(12)))
 
-    def dec(precision, scale):
+    def dec(precision: int, scale: int) -> decimal.Decimal:
         return decimal.Decimal(f"{rng.randrange(-10 ** precision + 1, 10 ** precision)}E-{scale}")
 
     micros = rng.randrange(-6 * 10 ** 16, 2 * 10 ** 17)  # years 69 to 8307
@@ -72,8 +78,13 @@ def _row(rng: random.Random, nulls: float):
     )
 
 
+# The value column's Spark type, Spark's derived Avro schema, the given schema (as JSON
+# data), and a table of the value column with to_avro's bodies for both schemas.
+Frame = tuple["DataType", Any, Any, pa.Table]
+
+
 @pytest.fixture(scope="module")
-def frame(spark):
+def frame(spark: SparkSession) -> Frame:
     """Spark's to_avro bodies (with the derived schema and with a given one) beside the
     value column they came from, as Arrow."""
     from pyspark.sql import functions as F
@@ -85,6 +96,7 @@ def frame(spark):
     df = spark.createDataFrame(rows, schema).select(F.struct(*schema.names).alias("value"))
     value_type = df.schema["value"].dataType
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # None only once the session is stopped
     spark_schema = json.loads(jvm.org.apache.spark.sql.avro.SchemaConverters.toAvroType(
         df._jdf.schema().apply("value").dataType(), False, "topLevelRecord", "").toString())
     given = _null_first_bytes_decimals(spark_schema)
@@ -93,7 +105,7 @@ def frame(spark):
     return value_type, spark_schema, given, table
 
 
-def _null_first_bytes_decimals(schema):
+def _null_first_bytes_decimals(schema: Any) -> Any:
     """The schema with unions null-first and decimals as bytes: a given schema's other forms."""
     if isinstance(schema, list):
         return sorted((_null_first_bytes_decimals(s) for s in schema), key=lambda s: s != "null")
@@ -105,12 +117,12 @@ def _null_first_bytes_decimals(schema):
     return schema
 
 
-def test_the_derived_schema_is_sparks(frame):
+def test_the_derived_schema_is_sparks(frame: Frame) -> None:
     _, spark_schema, _, table = frame
     assert avro_schema_for(table.schema.field("value").type) == spark_schema
 
 
-def test_the_bodies_are_sparks_to_avro_bytes(frame):
+def test_the_bodies_are_sparks_to_avro_bytes(frame: Frame) -> None:
     _, spark_schema, given, table = frame
     value = table.column("value")
     ours = AvroEncoder(None, value.type).encode(value).to_pylist()
