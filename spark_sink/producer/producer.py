@@ -564,7 +564,14 @@ class KafkaProducer:
         if topic in limits:
             return limits[topic]
         return self._metadata.wait_for_message_limit(topic, self.config.max_block_ms, self._sender.wakeup,
-                                                     lambda: self._client.authentication_error)
+                                                     self._limit_wait_error)
+
+    def _limit_wait_error(self) -> Exception | None:
+        """Why a wait for a topic's settings cannot end: authentication failed, or the
+        producer was closed meanwhile (its sender will never ask)."""
+        if self._closed:
+            return ProducerClosedError("the producer was closed while send_arrow waited for the settings of a topic")
+        return self._client.authentication_error
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic`` (fetching metadata, up to max.block.ms)."""

@@ -19,7 +19,11 @@ from typing import Any
 
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import KafkaError
+from spark_sink.protocol.kmsg import DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult
 from tests.producer.scripted_client import Callback, Request, ScriptedClient, TopicPartition
+
+
+BROKER_MESSAGE_MAX_BYTES = 1048588  # Kafka's default message.max.bytes
 
 
 @dataclass
@@ -38,12 +42,23 @@ class FakeCluster(ScriptedClient):
              expect_response: bool = True, max_version: int | None = None) -> None:
         with self._cond:
             super().send(node_id, api_key, body, callback, expect_response, max_version)
-            if api_key == ApiKey.PRODUCE:
+            if api_key == ApiKey.DESCRIBE_CONFIGS:
+                self._describe_configs(self.requests[-1])
+            elif api_key == ApiKey.PRODUCE:
                 if expect_response:
                     self._answer(self.requests[-1])
                 else:
                     self.write(self.requests[-1])  # acks=0: the broker writes, and says nothing
             self._cond.notify_all()
+
+    def _describe_configs(self, request: Request) -> None:
+        """A topic's max.message.bytes as a broker without topic overrides answers it
+        (its message.max.bytes, Kafka's default)."""
+        self.respond(request, DescribeConfigsResponse(results=[
+            DescribeConfigsResult(resource_type=r.resource_type, resource_name=r.resource_name,
+                                  configs=[DescribeConfigsResourceResult(name=key, value=str(BROKER_MESSAGE_MAX_BYTES))
+                                           for key in r.configuration_keys or ()])
+            for r in request.body.resources]))
 
     def _answer(self, request: Request) -> None:
         if self.lose_answers:
