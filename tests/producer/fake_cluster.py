@@ -22,7 +22,6 @@ from spark_sink.protocol.error_codes import KafkaError
 from spark_sink.protocol.kmsg import DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult
 from tests.producer.scripted_client import Callback, Request, ScriptedClient, TopicPartition
 
-
 BROKER_MESSAGE_MAX_BYTES = 1048588  # Kafka's default message.max.bytes
 
 
