@@ -102,9 +102,9 @@ def frame(spark, rows: int, tasks: int):
 
 
 def register_sinks(spark):
-    """The confluent-kafka per-row data source, registered with the session. Defined in a
-    function: Spark's workers cannot import bench/, and a class of an imported module is
-    pickled by reference (cloudpickle pickles this one by value)."""
+    """The confluent-kafka per-row data source and the no-op floor, registered with the session. The
+    former is defined in a function: Spark's workers cannot import bench/, and a class of an
+    imported module is pickled by reference (cloudpickle pickles this one by value)."""
     from dataclasses import dataclass
 
     from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
@@ -156,20 +156,6 @@ def register_sinks(spark):
                 raise RuntimeError(f"confluent-kafka delivered {delivered[0]} of {sent}: {errors[:3]}")
             return _Count(sent)
 
-    class _NoopWriter(DataSourceArrowWriter):
-        def write(self, iterator):
-            return _Count(sum(batch.num_rows for batch in iterator))
-
-    class NoopDataSource(DataSource):
-        """Takes Spark's Arrow batches of the value column and drops them."""
-
-        @classmethod
-        def name(cls) -> str:
-            return "bench_avro_noop"
-
-        def writer(self, schema, overwrite):
-            return _NoopWriter()
-
     class ConfluentAvroDataSource(DataSource):
         """confluent-kafka's AvroSerializer and produce() once per row."""
 
@@ -181,7 +167,7 @@ def register_sinks(spark):
             return _ConfluentAvroWriter(dict(self.options))
 
     spark.dataSource.register(ConfluentAvroDataSource)
-    spark.dataSource.register(NoopDataSource)
+    spark.dataSource.register(_common.noop_data_source("bench_avro_noop"))
 
 
 def read_back(bootstrap: str, topic: str, rows: int, framed: bool, url: str) -> int:

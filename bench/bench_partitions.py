@@ -216,27 +216,7 @@ class _Sinks:
     """The sinks of one run and how each writes a frame to given topics."""
 
     def __init__(self, spark, args: argparse.Namespace, bootstrap: str) -> None:
-        from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
-
-        # bench_sink.py's no-op sink again, defined here: a class of an imported module is
-        # pickled by reference, and Spark's workers cannot import jobs/bench_sink.py.
-        @dataclass(frozen=True)
-        class _Count(WriterCommitMessage):
-            rows: int
-
-        class _NoopWriter(DataSourceArrowWriter):
-            def write(self, iterator):
-                return _Count(sum(batch.num_rows for batch in iterator))
-
-        class NoopDataSource(DataSource):
-            @classmethod
-            def name(cls) -> str:
-                return "bench_parts_noop"
-
-            def writer(self, schema, overwrite):
-                return _NoopWriter()
-
-        spark.dataSource.register(NoopDataSource)
+        spark.dataSource.register(_common.noop_data_source("bench_parts_noop"))
         self.kprod_options = _common.producer_options(args, bootstrap)
         self.bootstrap = bootstrap
         self.labels = [NOOP, KPROD] + ([] if args.skip_spark_kafka else [SPARK])

@@ -196,6 +196,35 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
             say("local broker stopped")
 
 
+def noop_data_source(source_name: str) -> type:
+    """A Python data source named ``source_name`` that takes Spark's Arrow batches and
+    drops them: what Spark costs a Python sink, the floor the benchmarks measure kprod
+    against. The classes are made in this function because Spark's workers cannot import
+    jobs/ or bench/: a class of an imported module is pickled by reference, a class made
+    in a function by value (cloudpickle)."""
+    from dataclasses import dataclass
+
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    @dataclass(frozen=True)
+    class Dropped(WriterCommitMessage):
+        rows: int
+
+    class NoopWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            return Dropped(sum(batch.num_rows for batch in iterator))
+
+    class NoopDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return source_name
+
+        def writer(self, schema, overwrite):
+            return NoopWriter()
+
+    return NoopDataSource
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create ``topic`` unless it exists (confluent-kafka's admin client)."""
     from confluent_kafka.admin import AdminClient, NewTopic

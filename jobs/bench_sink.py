@@ -56,22 +56,6 @@ class _Count(WriterCommitMessage):
     rows: int
 
 
-class _NoopWriter(DataSourceArrowWriter):
-    def write(self, iterator):
-        return _Count(sum(batch.num_rows for batch in iterator))
-
-
-class NoopDataSource(DataSource):
-    """Takes Spark's Arrow batches and drops them."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "bench_noop"
-
-    def writer(self, schema, overwrite):
-        return _NoopWriter()
-
-
 class _ConfluentWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -283,7 +267,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]
         if "PYSPARK_GATEWAY_PORT" not in os.environ:
             os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
     spark = _common.spark_session(args, "kprod bench_sink")
-    spark.dataSource.register(NoopDataSource)
+    spark.dataSource.register(_common.noop_data_source("bench_noop"))
     spark.dataSource.register(ConfluentDataSource)
     kprod_options = {**_common.producer_options(args, bootstrap), "topic": args.topic}
     compression = _compression(kprod_options)
