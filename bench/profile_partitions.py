@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.rounds):
                 before = (time.process_time(), time.thread_time(), _proc_cpu(sender_stat),
                           _proc_cpu(f"/proc/{broker_pid}/stat") if broker_pid else 0.0)
+                totals = producer.metric_totals()
                 started = time.perf_counter()
                 if profile is not None:
                     profile.enable()
@@ -200,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
                 assert sent == args.rows, f"{sent} rows acknowledged of {args.rows}"
                 per_m = tuple((a - b) * 1e6 / sent for a, b in zip(after, before))
                 figures.append(per_m + (sent / elapsed,))
-                print(f"  round {i + 1}: " + "  ".join(f"{v:.3f}" for v in per_m) + f"  {sent / elapsed:,.0f}")
+                done = producer.metric_totals().since(totals)
+                # batches from the metrics' average batch size (its last 30 s), roughly
+                batches = done.bytes_sent / max(1.0, producer.metrics().get("batch-size-avg", 0.0) or 1.0)
+                print(f"  round {i + 1}: " + "  ".join(f"{v:.3f}" for v in per_m) + f"  {sent / elapsed:,.0f}"
+                      f"  ({done.requests} Produce requests, ~{batches:,.0f} record batches)")
             print("  median:  " + "  ".join(f"{median(col):.3f}" for col in list(zip(*figures))[:4])
                   + f"  {median(f[4] for f in figures):,.0f}")
             stacks = spy.stop() if spy is not None else None

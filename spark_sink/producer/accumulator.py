@@ -219,16 +219,18 @@ class RecordAccumulator:
                                         wakeup)
                 i += 1
                 continue
+            run = []
+            for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
+                shared = SharedReservation(size, len(encoded))
+                run.append((partition, [(records, shared) for records in encoded]))
             self._pool.allocate(total, max_block_ms)
             try:
-                for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
-                    shared = SharedReservation(size, len(encoded))
-                    self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
-                    total -= size
-                    queued(encoded)
+                self._enqueue_encoded(topic, run, now, listener)  # the whole run, or nothing
+                total = 0
             finally:
-                if total:  # the shares of partitions not queued
+                if total:  # not queued: the run's reservation back
                     self._pool.deallocate(total)
+            queued([records for _, encoded in groups[i:end] for records in encoded])
             wakeup()
             i = end
 
@@ -243,28 +245,37 @@ class RecordAccumulator:
                 records = dataclasses.replace(records, payload=bytes(records.payload))
             self._pool.allocate(records.size_in_bytes, max_block_ms)
             try:
-                self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
+                self._enqueue_encoded(topic, [(partition, [(records, records.size_in_bytes)])], now, listener)
             except BaseException:
                 self._pool.deallocate(records.size_in_bytes)
                 raise
             queued([records])
             wakeup()
 
-    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedReservation]],
+    def _enqueue_encoded(self, topic: str,
+                         groups: list[tuple[int, list[tuple[EncodedRecords, int | SharedReservation]]]],
                          now: float, listener: Callable[[ProducerBatch], None]) -> None:
+        """Queue encoded batches, (partition, [(records, memory)]) per partition, all of them
+        under one taking of the lock, or none (the producer has stopped)."""
         batch_size = self._config.batch_size
-        batches = [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records, listener=listener)
-                   for records, memory in encoded]
+        made = [(partition, [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records,
+                                           listener=listener) for records, memory in encoded])
+                for partition, encoded in groups]
         with self._lock:
             if self._stopped is not None:
                 self._raise_stopped()
-            dq = self._deque((topic, partition))
-            if dq:
-                dq[-1].closed = True  # later send() records must not overtake these batches
-            for batch in batches:
-                batch.order = next(self._order)
-            dq.extend(batches)
-            self._incomplete.update(batches)
+            order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
+            for partition, batches in made:
+                dq = queues.get(partition)
+                if dq is None:  # the partition's first batch
+                    dq = self._deque((topic, partition))
+                    queues = self._by_topic[topic]
+                elif dq:
+                    dq[-1].closed = True  # later send() records must not overtake these batches
+                for batch in batches:
+                    batch.order = next(order)
+                dq.extend(batches)
+                incomplete.update(batches)
             self._created(now)
 
     # -- sender side ----------------------------------------------------------
