@@ -144,7 +144,7 @@ class Sender(threading.Thread):
         self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
         self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
         # What the last full round could not send: the partitions whose batches the
-        # in-flight limits held back, and the leaders it had batches ready for that could
+        # in-flight limits held back (of those ready() looked at), and the leaders it had batches ready for that could
         # take no request (at their in-flight limit or still writing one); and until when
         # only an answer can change what a round would do (the round's own wait: linger,
         # backoffs, metadata, timeouts). See run_in_caller.
