@@ -29,8 +29,8 @@ timed rounds and prints its N functions of most own and of most total samples.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import os
 import pstats
 import re

@@ -32,6 +32,7 @@ from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
+
 def _varint_bytes(value: int) -> int:
     """Bytes of the zigzag varint of a non-negative ``value``."""
     return max(1, -(-(2 * value + 1).bit_length() // 7))
@@ -219,7 +220,7 @@ class RecordAccumulator:
                                         wakeup)
                 i += 1
                 continue
-            run = []
+            run: list[tuple[int, list[tuple[EncodedRecords, int | SharedReservation]]]] = []
             for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
                 shared = SharedReservation(size, len(encoded))
                 run.append((partition, [(records, shared) for records in encoded]))

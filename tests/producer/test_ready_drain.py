@@ -4,6 +4,7 @@ replaced, or a partition without one), partitions the in-flight limits hold, and
 
 from __future__ import annotations
 
+import functools
 import random
 
 from hypothesis import given, settings
@@ -29,6 +30,10 @@ def _append(acc: RecordAccumulator, tp: tuple[str, int], serial: int) -> None:
                value_size=VALUE, headers_size=0, max_block_ms=1000)
 
 
+def _not_in(held: set[tuple[str, int]], tp: tuple[str, int]) -> bool:
+    return tp not in held
+
+
 def _run(seed: int, steps: int) -> None:
     rng = random.Random(seed)
     acc = _accumulator()
@@ -50,10 +55,7 @@ def _run(seed: int, steps: int) -> None:
             leaders = {**leaders, topic: changed}
             continue
         held = {(t, p) for t in TOPICS for p in range(PARTITIONS) if rng.random() < 0.3}
-
-        def can_send(tp: tuple[str, int]) -> bool:
-            return tp not in held
-
+        can_send = functools.partial(_not_in, held)
         waiting = {tp for tp, records in queued.items() if records}
         refused: set[tuple[str, int]] = set()
         ready, _, unknown = acc.ready(leaders, 0.0, can_send, refused=refused)
@@ -71,7 +73,7 @@ def _run(seed: int, steps: int) -> None:
             assert len(batches) == 1 or sum(b.wire_size for b in batches) <= max_request
             for batch in batches:
                 assert leaders[batch.topic][batch.partition] == node and batch.tp not in held
-                first = batch.encoded.base_timestamp  # the record's serial
+                first = batch.seal(0).base_timestamp  # the record's serial
                 assert queued[batch.tp][0] == first, "a partition's batches out of order"
                 queued[batch.tp].pop(0)
     # Everything left comes out once every partition has a leader and nothing is held.
@@ -80,7 +82,7 @@ def _run(seed: int, steps: int) -> None:
         drained = acc.drain(leaders, {1}, 1 << 20, 0.0, lambda tp: True, 0, None, lambda batch: None)
         assert drained
         for batch in drained[1]:
-            assert queued[batch.tp].pop(0) == batch.encoded.base_timestamp
+            assert queued[batch.tp].pop(0) == batch.seal(0).base_timestamp
     assert not acc.has_undrained()
 
 
