@@ -2,7 +2,7 @@
 
     python bench/profile_partitions.py                       # 512 partitions: CPU per M rows
     python bench/profile_partitions.py --cprofile 30         # and the sending thread's profile
-    python bench/profile_partitions.py --py-spy 30           # and py-spy --gil of the Sender thread
+    python bench/profile_partitions.py --py-spy 30           # and py-spy of the Sender thread
     python bench/profile_partitions.py --partitions 8 --rounds 5
     PYTHONPATH=/tmp/main-tree python bench/profile_partitions.py   # another tree, same script
 
@@ -22,7 +22,7 @@ two trees by alternating runs of this script, not against figures of another day
 
 --cprofile N profiles the sending thread over the timed rounds (cProfile sees only the
 thread it is enabled in) and prints the N functions of most own time; --py-spy N samples
-the Sender thread with ``py-spy record --gil`` (only samples holding the GIL) over the
+the Sender thread with py-spy (its record command, only samples holding the GIL) over the
 timed rounds and prints its N functions of most own and of most total samples.
 """
 
