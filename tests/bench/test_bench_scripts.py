@@ -64,3 +64,14 @@ def test_avro_quick_run(kafka: KafkaCluster, schema_registry: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "read back 3 timed writes" in done.stderr, done.stderr[-3000:]
     assert "kprod vs confluent-kafka per row" in done.stdout, done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_profile_partitions_quick_run(kafka: KafkaCluster) -> None:
+    """In one process: an untimed write, a timed round of its CPU figures, the sending
+    thread's profile."""
+    done = run_script("profile_partitions.py", "--partitions", "4", "--rows", "20000", "--rounds", "1",
+                      "--cprofile", "5", "--bootstrap-servers", kafka.bootstrap)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "round 1:" in done.stdout and "Produce requests" in done.stdout, done.stdout
+    assert "cProfile, the sending thread" in done.stdout, done.stdout
