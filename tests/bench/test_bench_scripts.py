@@ -45,6 +45,9 @@ def test_partitions_refuses_a_bad_shape_naming_it() -> None:
     assert done.returncode == 2 and "shape '16y4'" in done.stderr, done.stderr
 
 
+# The quick runs start a Spark session and a Kafka run of their own: make bench runs them
+# before the benchmarks (the suite checks the scripts' options with --help).
+@pytest.mark.bench
 @pytest.mark.timeout(600)  # a Spark session and 6 writes: minutes on a loaded 2-core machine
 def test_partitions_quick_run(kafka: KafkaCluster) -> None:
     """The suite's form: small, one round, the Spark sink left out (its jars are fetched
@@ -55,6 +58,7 @@ def test_partitions_quick_run(kafka: KafkaCluster) -> None:
     assert "2x2 kprod" in " ".join(done.stdout.split()), done.stdout
 
 
+@pytest.mark.bench
 @pytest.mark.timeout(600)  # a Spark session and 8 writes, one per row in Python: minutes on a loaded machine
 def test_avro_quick_run(kafka: KafkaCluster, schema_registry: str) -> None:
     """Small, one round, every sink: each timed write read back, its records counted and
