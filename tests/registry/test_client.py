@@ -272,8 +272,8 @@ def _check_waits(clock: MovedClock, failed: RegistryUnavailableError, wait_ms: i
 
 def test_a_test_clock_moves_the_retry_waits_and_the_deadline() -> None:
     """The client's clock is its transport's: the waits between retries are the clock's
-    sleeps (which move it rather than wait), and the deadline is on it: waits of 20 s or
-    more and a minute's timeout end after three attempts."""
+    sleeps (which move it rather than wait), and the deadline is on it: waits of 10 s and
+    more, doubling, and a minute's timeout end after two or three attempts."""
     clock = MovedClock()
     ours = _dead_registry(clock, retries_wait_ms=20_000, retries_max_wait_ms=600_000, max_retries=100,
                           timeout_ms=60_000)
