@@ -10,12 +10,13 @@ their fields as they were, kept in the dead letter as JSON).
 from __future__ import annotations
 
 import base64
-import datetime
 import decimal
 import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
+from datetime import time as time_of_day
 from typing import TYPE_CHECKING
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
@@ -121,7 +122,7 @@ def _plain(value: object) -> object:
         return base64.b64encode(value).decode()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if isinstance(value, (datetime.date, datetime.time, decimal.Decimal, datetime.timedelta)):
+    if isinstance(value, (date, time_of_day, decimal.Decimal, timedelta)):
         return value.isoformat() if hasattr(value, "isoformat") else str(value)
     return value
 
