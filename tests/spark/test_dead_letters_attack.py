@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, start_kafka, unique_topic
+from tests.spark.readback import assert_nothing_left_open
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -366,3 +367,208 @@ def test_topic_limit_without_describe_configs_right(spark: SparkSession, attack_
     batch_write(spark, rows, sink_options(attack_kafka.bootstrap, topics, report), 1)
     check_good(attack_kafka.bootstrap, rows)
     check_dead_letters(attack_kafka.bootstrap, topics, rows)
+
+
+def test_max_ratio_boundary_batch(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path) -> None:
+    """maxRatio is 'higher fails': a share equal to it passes, one row more fails naming
+    the ratio and the most common reason, under exactly-once with nothing visible."""
+    topics = Topics.create(attack_kafka.bootstrap)
+    rng = random.Random(3)
+    rows = make_rows(rng, 40, topics, 0.0, headers=False)
+    for row in rows.rows[:10]:  # 10 of 40: exactly 0.25
+        rows.good[str(row["topic"])].discard(str(row["key"]))
+        rows.bad[str(row["key"])] = "partition"
+        row["topic"], row["partition"] = topics.good, 9
+    rng.shuffle(rows.rows)
+    report = tmp_path / "report.jsonl"
+    eo = {"kprod.deliveryGuarantee": "exactly-once", "kprod.markerTopic": topics.good}
+    batch_write(spark, rows, sink_options(attack_kafka.bootstrap, topics, report, **{"kprod.errors.maxRatio": "0.25"},
+                                          **eo), 2)
+    check_good(attack_kafka.bootstrap, rows, committed=True)
+    check_dead_letters(attack_kafka.bootstrap, topics, rows, committed=True)
+
+    more = Topics.create(attack_kafka.bootstrap)
+    extra = next(r for r in rows.rows if str(r["key"]) not in rows.bad)
+    extra["topic"], extra["partition"] = None, None  # 11 of 40
+    for row in rows.rows:
+        row["topic"] = more.good if row["topic"] == topics.good else more.small if row["topic"] == topics.small \
+            else row["topic"]
+    eo["kprod.markerTopic"] = more.good
+    with pytest.raises(Exception, match=r"BadRowsRatioError.*11 of 40 rows.*maxRatio=0\.25.*InvalidPartitionError"):
+        batch_write(spark, rows, sink_options(attack_kafka.bootstrap, more, report, **{"kprod.errors.maxRatio": "0.25"},
+                                              **eo), 2)
+    for topic in (more.good, more.small, more.dead):
+        assert read(attack_kafka.bootstrap, topic, 0, committed=True, settle=0.5) == []
+    assert_nothing_left_open(attack_kafka.bootstrap, more.dead, 2)
+    assert_nothing_left_open(attack_kafka.bootstrap, more.good, 3)
+
+
+def test_max_ratio_fails_one_microbatch_exactly_once(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                     tmp_path: Path) -> None:
+    """A microbatch over maxRatio fails the query: none of its good rows or dead letters
+    visible, the microbatches before it committed, nothing left open."""
+    rng = random.Random(11)
+    topics = Topics.create(attack_kafka.bootstrap)
+    first = make_rows(rng, 30, topics, 0.1, kinds=("partition", "invalid"), tag="a", headers=False)
+    second = make_rows(rng, 30, topics, 0.9, kinds=("partition", "invalid", "request"), tag="b", headers=False)
+    source, report = tmp_path / "in", tmp_path / "report.jsonl"
+    write_files(source, [first.rows, second.rows])
+    opts = stream_options(attack_kafka.bootstrap, topics, report, "exactly-once", **{"kprod.errors.maxRatio": "0.5"})
+    q = stream(spark, source, tmp_path / "cp", opts)
+    with pytest.raises(Exception, match=r"BadRowsRatioError"):
+        q.awaitTermination(300)
+    assert "maxRatio=0.5" in str(q.exception())
+    check_good(attack_kafka.bootstrap, first, committed=True)
+    check_dead_letters(attack_kafka.bootstrap, topics, first, committed=True, streaming=True)
+    check_report(report_lines(report), first)
+    assert_nothing_left_open(attack_kafka.bootstrap, topics.dead, 2)
+    assert_nothing_left_open(attack_kafka.bootstrap, topics.good, 3)
+
+
+@pytest.mark.parametrize("change", ["deny_write", "delete"])
+def test_dead_letter_topic_lost_mid_stream_exactly_once(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                        tmp_path: Path, change: str) -> None:
+    """The dead-letter topic loses its write right, or is deleted, between microbatches:
+    the microbatch fails (its refused rows are not dropped), and once the topic is back a
+    restart writes every good row and every dead letter once."""
+    rng = random.Random(len(change))
+    topics = Topics.create(attack_kafka.bootstrap)
+    first = make_rows(rng, 30, topics, 0.3, kinds=("partition", "invalid"), tag="a", headers=False)
+    second = make_rows(rng, 30, topics, 0.3, kinds=("partition", "null_topic"), tag="b", headers=False)
+    source, report, checkpoint = tmp_path / "in", tmp_path / "report.jsonl", tmp_path / "cp"
+    write_files(source, [first.rows])
+    # A short delivery timeout: a deleted topic's records are retried until it ends.
+    opts = stream_options(attack_kafka.bootstrap, topics, report, "exactly-once",
+                          **{"kafka.delivery.timeout.ms": "8000", "kafka.request.timeout.ms": "5000",
+                             "kafka.max.block.ms": "5000"})
+    run_stream(spark, source, checkpoint, opts)
+    admin = AdminClient({"bootstrap.servers": attack_kafka.bootstrap})
+    if change == "deny_write":
+        bindings = topic_acls(attack_kafka.bootstrap, topics.dead, "WRITE")
+    else:
+        admin.delete_topics([topics.dead])[topics.dead].result(30)
+    write_files(source, [second.rows], start=1)
+    q = stream(spark, source, checkpoint, opts)
+    with pytest.raises(Exception, match=topics.dead):
+        q.awaitTermination(300)
+    if change == "deny_write":
+        drop_acls(attack_kafka.bootstrap, bindings)
+    else:
+        for _ in range(100):  # the deletion is finished before the name can be taken again
+            try:
+                admin.create_topics([NewTopic(topics.dead, 2, 1)])[topics.dead].result(30)
+                break
+            except Exception:
+                import time
+                time.sleep(0.2)
+        create_topic_wait(attack_kafka.bootstrap, topics.dead)
+    run_stream(spark, source, checkpoint, opts)
+    both = Rows(first.rows + second.rows, {t: first.good[t] | second.good[t] for t in first.good},
+                {**first.bad, **second.bad})
+    check_good(attack_kafka.bootstrap, both, committed=True)
+    check_dead_letters(attack_kafka.bootstrap, topics, second if change == "delete" else both, committed=True,
+                       streaming=True)
+    check_report(report_lines(report), both)
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+def kill_and_restart_stream(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path, seed: int,
+                            faults: int, files: int) -> None:
+    """An exactly-once query over random mixes, SIGKILLed (a Python process of kprod's,
+    writer or the driver's commit worker) or stopped at random moments, restarted each
+    time, then run to the end: every good row once, every dead letter once."""
+    import time
+
+    from tests.spark.faults import kill_writer
+
+    rng = random.Random(seed)
+    topics = Topics.create(attack_kafka.bootstrap)
+    rows = make_rows(rng, 40 * files, topics, rng.choice((0.1, 0.5)),
+                     kinds=("partition", "invalid", "null_topic", "topic_limit", "request"), headers=False)
+    source, report, checkpoint = tmp_path / "in", tmp_path / "report.jsonl", tmp_path / "cp"
+    write_files(source, split(rows, rng, files))
+    opts = stream_options(attack_kafka.bootstrap, topics, report, "exactly-once")
+    port = int(attack_kafka.bootstrap.rsplit(":", 1)[1])
+    partitions = rng.choice((2, 6))
+    for _ in range(faults):
+        q = stream(spark, source, checkpoint, opts, partitions, available_now=False)
+        deadline = time.monotonic() + rng.uniform(0.5, 6)
+        killed = None
+        while killed is None and time.monotonic() < deadline and q.isActive:
+            if rng.random() < 0.25:
+                time.sleep(0.05)
+                continue
+            killed = kill_writer(port, rng)
+            time.sleep(0.02)
+        if killed is None:
+            q.stop()
+        q.awaitTermination(120)
+        q.stop()
+    run_stream(spark, source, checkpoint, opts, partitions)
+    check_good(attack_kafka.bootstrap, rows, committed=True)
+    check_dead_letters(attack_kafka.bootstrap, topics, rows, committed=True, streaming=True)
+
+
+def test_worker_killed_and_query_restarted_exactly_once(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                        tmp_path: Path) -> None:
+    kill_and_restart_stream(spark, attack_kafka, tmp_path, seed=1, faults=2, files=4)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", range(2, 8))
+def test_worker_killed_and_query_restarted_exactly_once_soak(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                             tmp_path: Path, seed: int) -> None:
+    kill_and_restart_stream(spark, attack_kafka, tmp_path, seed=seed, faults=5, files=8)
+
+
+def broker_restart_during_write(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path, seed: int) -> None:
+    """The broker is SIGKILLed and restarted while a write looks up topics it has not used
+    yet: the write succeeds or fails the task, and never turns a good row into a dead
+    letter (an unreachable or restarting broker is the cluster's error, not the row's)."""
+    import threading
+    import time
+
+    rng = random.Random(seed)
+    topics = Topics.create(attack_kafka.bootstrap)
+    fresh = [create_topic(attack_kafka.bootstrap, unique_topic("fresh"), 2) for _ in range(3)]
+    good = {t: {f"k{t}-{i}" for i in range(rng.randrange(5, 40))} for t in fresh}
+    rows = Rows([{"key": k, "value": "v", "topic": t, "partition": None, "headers": None}
+                 for t, keys in good.items() for k in keys], good, {})
+    rng.shuffle(rows.rows)
+    node = attack_kafka.node(1)
+    node.kill()
+    restart = threading.Timer(rng.uniform(0.0, 5.0), node.start)
+    restart.start()
+    report = tmp_path / "report.jsonl"
+    opts = sink_options(attack_kafka.bootstrap, topics, report, **{
+        "kprod.clusterCheck": "false", "kafka.max.block.ms": "20000", "kafka.delivery.timeout.ms": "30000"})
+    try:
+        batch_write(spark, rows, opts, 2)
+        failed = None
+    except Exception as exc:  # a cluster's error: the task's, allowed
+        failed = exc
+    finally:
+        restart.join()
+        attack_kafka.wait_ready(120)
+    for line in report_lines(report):
+        assert line["refusedRows"] == {} and line["deadLetters"] == 0, line
+    assert failed is None or "UnknownTopicError" not in str(failed), failed
+    assert read(attack_kafka.bootstrap, topics.dead, 0, settle=2.0) == [], "a broker restart made dead letters"
+    if failed is None:
+        for topic, keys in good.items():
+            assert {m.key().decode() for m in read(attack_kafka.bootstrap, topic, len(keys))} == keys
+    time.sleep(0)
+
+
+def test_broker_restarted_mid_write_gives_no_dead_letters(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                          tmp_path: Path) -> None:
+    broker_restart_during_write(spark, attack_kafka, tmp_path, 1)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", range(2, 6))
+def test_broker_restarted_mid_write_gives_no_dead_letters_soak(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                               tmp_path: Path, seed: int) -> None:
+    broker_restart_during_write(spark, attack_kafka, tmp_path, seed)
