@@ -572,3 +572,68 @@ def test_broker_restarted_mid_write_gives_no_dead_letters(spark: SparkSession, a
 def test_broker_restarted_mid_write_gives_no_dead_letters_soak(spark: SparkSession, attack_kafka: KafkaCluster,
                                                                tmp_path: Path, seed: int) -> None:
     broker_restart_during_write(spark, attack_kafka, tmp_path, seed)
+
+
+# -- value formats ---------------------------------------------------------------------------
+
+FIXED_SCHEMA = json.dumps({"type": "record", "name": "Attack", "fields": [
+    {"name": "id", "type": "long"}, {"name": "f", "type": {"type": "fixed", "name": "F4", "size": 4}}]})
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_format_refusals_mixed_with_other_bad_rows(spark: SparkSession, attack_kafka: KafkaCluster,
+                                                   schema_registry: str, tmp_path: Path, fmt: str) -> None:
+    """Rows a value format cannot encode (JSON: NaN; Avro: a binary of another length than
+    the schema's fixed) among rows with a partition the topic lacks, at random places,
+    exactly-once: the good rows once, each bad row once, format refusals as JSON text."""
+    import base64
+
+    from pyspark.sql.types import BinaryType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
+
+    rng = random.Random(len(fmt))
+    topics = Topics.create(attack_kafka.bootstrap)
+    records, expected_bad, good = [], {}, set()
+    for i in range(rng.randrange(40, 80)):
+        key, partition = f"r{i}", None
+        x, f = float(i), bytes(rng.randrange(256) for _ in range(4))
+        kind = rng.choice(("good", "good", "format", "partition"))
+        if kind == "format":
+            if fmt == "json":
+                x = rng.choice((float("nan"), float("inf"), float("-inf")))
+            else:
+                f = f[:rng.choice((0, 1, 3))] if rng.random() < 0.5 else f + b"!"
+        elif kind == "partition":
+            partition = 7
+        (good.add(key) if kind == "good" else expected_bad.__setitem__(key, (kind, i, x, f)))
+        records.append((key, (i, x, f) if fmt == "json" else (i, f), partition))
+    fields = [StructField("id", LongType(), False)]
+    fields += [StructField("x", DoubleType(), False)] if fmt == "json" else []
+    fields += [StructField("f", BinaryType(), False)]
+    schema = StructType([StructField("key", StringType()), StructField("value", StructType(fields), False),
+                         StructField("partition", IntegerType())])
+    report = tmp_path / "report.jsonl"
+    opts = sink_options(attack_kafka.bootstrap, topics, report, **{
+        "topic": topics.good, "kprod.value.format": fmt, "kprod.schema.registry.url": schema_registry,
+        "kprod.deliveryGuarantee": "exactly-once"})
+    if fmt == "avro":
+        opts["kprod.value.avro.schema"] = FIXED_SCHEMA
+    spark.createDataFrame(records, schema).repartition(3).write.format("kprod").mode("append").options(**opts).save()
+    got = Counter(m.key().decode() for m in read(attack_kafka.bootstrap, topics.good, len(good), committed=True))
+    assert set(got) == good and max(got.values()) == 1, got
+    letters = read(attack_kafka.bootstrap, topics.dead, len(expected_bad), committed=True)
+    assert Counter(m.key().decode() for m in letters) == Counter(set(expected_bad)), "dead letters not once each"
+    for m in letters:
+        kind, i, x, f = expected_bad[m.key().decode()]
+        hs = dict(headers_of(m))
+        if kind == "format":
+            assert hs["kprod.errors.class"] == b"FormatValueError", hs
+            value = json.loads(m.value())
+            assert value["id"] == i and base64.b64decode(value["f"]) == f, value
+            if fmt == "json":
+                assert value["x"] == str(x), value
+        else:
+            assert hs["kprod.errors.class"] == b"InvalidPartitionError", hs
+            assert m.value().startswith(b"\0"), "a row refused after its encoding keeps the encoded value"
+    line, = report_lines(report)
+    assert line["records"] == len(good) and line["deadLetters"] == len(expected_bad), line
+    assert sum(line["refusedRows"].values()) == len(expected_bad), line
