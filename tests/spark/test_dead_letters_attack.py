@@ -224,8 +224,11 @@ def batch_write(spark: SparkSession, rows: Rows, options: dict[str, str], partit
     df.write.format("kprod").mode("append").options(**options).save()
 
 
+SOAK = pytest.mark.soak
+
+
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, *(pytest.param(s, marks=SOAK) for s in range(2, 8))])
 def test_batch_random_mix(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path, guarantee: str,
                           seed: int) -> None:
     """Every kind of bad row at random positions and shares: good rows once, dead letters once."""
@@ -289,7 +292,7 @@ def stream_options(bootstrap: str, topics: Topics, report: Path, guarantee: str,
     return opts
 
 
-@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+@pytest.mark.parametrize("guarantee", [pytest.param("at-least-once", marks=SOAK), "exactly-once"])
 def test_stream_random_mix_with_hurtful_shapes(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path,
                                                guarantee: str) -> None:
     """Microbatches of random mixes, then: all rows bad, the only bad row the last one, an
@@ -405,6 +408,7 @@ def test_max_ratio_boundary_batch(spark: SparkSession, attack_kafka: KafkaCluste
     assert_nothing_left_open(attack_kafka.bootstrap, more.good, 3)
 
 
+@SOAK
 def test_max_ratio_fails_one_microbatch_exactly_once(spark: SparkSession, attack_kafka: KafkaCluster,
                                                      tmp_path: Path) -> None:
     """A microbatch over maxRatio fails the query: none of its good rows or dead letters
@@ -427,7 +431,7 @@ def test_max_ratio_fails_one_microbatch_exactly_once(spark: SparkSession, attack
     assert_nothing_left_open(attack_kafka.bootstrap, topics.good, 3)
 
 
-@pytest.mark.parametrize("change", ["deny_write", "delete"])
+@pytest.mark.parametrize("change", ["deny_write", pytest.param("delete", marks=SOAK)])
 def test_dead_letter_topic_lost_mid_stream_exactly_once(spark: SparkSession, attack_kafka: KafkaCluster,
                                                         tmp_path: Path, change: str) -> None:
     """The dead-letter topic loses its write right, or is deleted, between microbatches:
@@ -511,12 +515,13 @@ def kill_and_restart_stream(spark: SparkSession, attack_kafka: KafkaCluster, tmp
     check_dead_letters(attack_kafka.bootstrap, topics, rows, committed=True, streaming=True)
 
 
+@SOAK
 def test_worker_killed_and_query_restarted_exactly_once(spark: SparkSession, attack_kafka: KafkaCluster,
                                                         tmp_path: Path) -> None:
     kill_and_restart_stream(spark, attack_kafka, tmp_path, seed=1, faults=2, files=4)
 
 
-@pytest.mark.soak
+@SOAK
 @pytest.mark.parametrize("seed", range(2, 8))
 def test_worker_killed_and_query_restarted_exactly_once_soak(spark: SparkSession, attack_kafka: KafkaCluster,
                                                              tmp_path: Path, seed: int) -> None:
@@ -559,12 +564,13 @@ def broker_restart_during_write(spark: SparkSession, attack_kafka: KafkaCluster,
             assert {m.key().decode() for m in read(attack_kafka.bootstrap, topic, len(keys))} == keys
 
 
+@SOAK
 def test_broker_restarted_mid_write_gives_no_dead_letters(spark: SparkSession, attack_kafka: KafkaCluster,
                                                           tmp_path: Path) -> None:
     broker_restart_during_write(spark, attack_kafka, tmp_path, 1)
 
 
-@pytest.mark.soak
+@SOAK
 @pytest.mark.parametrize("seed", range(2, 6))
 def test_broker_restarted_mid_write_gives_no_dead_letters_soak(spark: SparkSession, attack_kafka: KafkaCluster,
                                                                tmp_path: Path, seed: int) -> None:
@@ -577,7 +583,7 @@ FIXED_SCHEMA = json.dumps({"type": "record", "name": "Attack", "fields": [
     {"name": "id", "type": "long"}, {"name": "f", "type": {"type": "fixed", "name": "F4", "size": 4}}]})
 
 
-@pytest.mark.parametrize("fmt", ["json", "avro"])
+@pytest.mark.parametrize("fmt", [pytest.param("json", marks=SOAK), "avro"])
 def test_format_refusals_mixed_with_other_bad_rows(spark: SparkSession, attack_kafka: KafkaCluster,
                                                    schema_registry: str, tmp_path: Path, fmt: str) -> None:
     """Rows a value format cannot encode (JSON: NaN; Avro: a binary of another length than
