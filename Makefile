@@ -102,9 +102,10 @@ versions: venv kafka
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m versions tests/test_versions.py
 
 # The README's cluster installs (a virtualenv archive with --archives, a zip with
-# --py-files) on a standalone cluster, with spark-submit.
+# --py-files, kprod installed in the executors' Python) on a standalone cluster, with
+# spark-submit, and writes through a Spark Connect server.
 installs: venv kafka
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m installs tests/spark/test_cluster_installs.py
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m "installs and not bench" tests
 
 # Streams through kprod into a local Apache Kafka node it starts (jars fetched on first use).
 demo: demo-venv

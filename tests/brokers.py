@@ -153,10 +153,12 @@ def subprocess_env() -> dict[str, str]:
     return with_test_jvm_options(env)
 
 
-def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0) -> None:
+def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0,
+               allow: tuple[str, ...] = ("DESCRIBE", "READ")) -> None:
     """Deny User:ANONYMOUS (every PLAINTEXT client) ``operation`` (an AclOperation name:
-    ALL, WRITE, ...) on ``topic``, on a broker with an authorizer (``acl_kafka``); returns
-    once the broker's authorizer lists the ACL (it answers from the same state)."""
+    ALL, WRITE, ...) on ``topic``, on a broker with an authorizer (``acl_kafka``), and allow
+    the operations ``allow`` names; returns once the broker's authorizer lists the ACLs (it
+    answers from the same state)."""
     from confluent_kafka.admin import (
         AclBinding,
         AclBindingFilter,
@@ -175,8 +177,7 @@ def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0
     if operation != "ALL":
         # allow.everyone.if.no.acl.found stops applying to a topic once an ACL names it:
         # the rest is allowed again by name.
-        bindings += [acl(AclOperation.DESCRIBE, AclPermissionType.ALLOW), acl(AclOperation.READ,
-                                                                              AclPermissionType.ALLOW)]
+        bindings += [acl(AclOperation[name], AclPermissionType.ALLOW) for name in allow]
     for future in admin.create_acls(bindings).values():
         future.result(timeout)
     anyone: Any = None  # a filter's None matches every principal and host

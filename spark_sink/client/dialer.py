@@ -18,8 +18,8 @@ import random
 import selectors
 import socket
 import ssl
-from collections.abc import Callable, Iterable
-from typing import cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 from spark_sink.client import tls
 from spark_sink.client.clock import Clock
@@ -35,13 +35,30 @@ from spark_sink.protocol.framing import KafkaProtocol
 # The logger users know from the README's troubleshooting (a wrong address shows here).
 log = logging.getLogger("spark_sink.client.network")
 
+# What a name resolves to: (family, type, proto, canonname, sockaddr) tuples, as
+# socket.getaddrinfo(host, port, 0, SOCK_STREAM) gives them.
+AddressInfo = tuple[Any, ...]
+Resolve = Callable[[str, int], Sequence[AddressInfo]]
+
+
+def resolve(host: str, port: int) -> Sequence[AddressInfo]:
+    """Every TCP address of ``host``, in the order the system's resolver prefers."""
+    return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+
 
 class Dialer:
     """Brings the NetworkClient's connections up and remembers how that went."""
 
     def __init__(self, config: ClientConfig, selector: selectors.BaseSelector,
-                 write: Callable[[Connection], None], clock: Clock) -> None:
+                 write: Callable[[Connection], None], clock: Clock, resolver: Resolve = resolve) -> None:
         self._config = config
+        self._resolve = resolver
+        # Each host:port's resolved addresses and the next one to try. Every attempt takes
+        # the next, and a name is resolved again once all were tried: Java's
+        # client.dns.lookup=use_all_dns_ips, so that a name whose first address refuses
+        # (localhost as ::1 before 127.0.0.1, a DNS name of several brokers' IPs) still
+        # connects, and a name whose addresses changed is looked up again.
+        self._addresses: dict[tuple[str, int], tuple[Sequence[AddressInfo], int]] = {}
         self._selector = selector
         self._write = write  # the NetworkClient's: queued setup requests go out with its I/O
         self._clock = clock
@@ -77,9 +94,7 @@ class Dialer:
         """Open a socket to ``conn``'s address and start connecting, without blocking."""
         log.debug("connecting to node %s at %s:%s", conn.node_id, conn.host, conn.port)
         try:
-            family = socket.AF_INET6 if ":" in conn.host else socket.AF_INET
-            infos = socket.getaddrinfo(conn.host, conn.port, 0, socket.SOCK_STREAM)
-            family, _, _, _, address = infos[0] if infos else (family, None, None, None, (conn.host, conn.port))
+            family, _, _, _, address = self._next_address(conn.host, conn.port)
             sock = socket.socket(family, socket.SOCK_STREAM)
         except socket.gaierror as exc:
             self._fail_connect(conn, f"name not resolved ({exc.strerror})", now)
@@ -103,6 +118,22 @@ class Dialer:
             return
         self._selector.register(sock, selectors.EVENT_WRITE, conn)
         conn.writing = True
+
+    def _next_address(self, host: str, port: int) -> AddressInfo:
+        """The address of ``host:port`` to try now (resolving it when all were tried)."""
+        infos, index = self._addresses.get((host, port), ((), 0))
+        if index >= len(infos):
+            infos, index = self._resolve(host, port), 0
+            if not infos:
+                raise socket.gaierror(socket.EAI_NONAME, "no address")
+        self._addresses[(host, port)] = (infos, index + 1)
+        return infos[index]
+
+    def _keep_address(self, host: str, port: int) -> None:
+        """The address just tried works: try it first again when the connection breaks."""
+        infos, index = self._addresses.get((host, port), ((), 0))
+        if index > 0:
+            self._addresses[(host, port)] = (infos, index - 1)
 
     def advance(self, conn: Connection) -> None:
         """The socket of a CONNECTING or HANDSHAKING connection is ready: take the next step."""
@@ -215,6 +246,7 @@ class Dialer:
                     self.transaction_version = transaction_version(output.features, output.versions)
                 ready = True
                 self.authentication_error = None
+                self._keep_address(conn.host, conn.port)
                 address = f"{conn.host}:{conn.port}"
                 self.connect_failures.pop(address, None)
                 self._warned.discard(address)

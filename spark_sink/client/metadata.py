@@ -56,7 +56,9 @@ class Metadata:
         self._last_used: dict[str, float] = {}
         self._cond = threading.Condition()
         self.nodes: dict[int, tuple[str, int]] = {}
-        # topic -> leader node per partition (-1 while a partition has none)
+        # topic -> leader node per partition (-1 while a partition has none). Replaced
+        # whole by each change, never changed in place: the accumulator keeps its
+        # partitions grouped by leader for as long as this object is the same.
         self.leaders: dict[str, list[int]] = {}
         self.topics: set[str] = set()
         self.topic_errors: dict[str, KafkaError] = {}

@@ -32,7 +32,7 @@ from spark_sink.client.connections import (
     Reply,
     least_loaded,
 )
-from spark_sink.client.dialer import Dialer
+from spark_sink.client.dialer import Dialer, Resolve, resolve
 from spark_sink.client.errors import AuthenticationError
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import (
@@ -55,7 +55,8 @@ _MAX_IOV = 64
 class NetworkClient:
     """Connections to every broker the producer talks to."""
 
-    def __init__(self, config: ClientConfig, max_in_flight: int = 5, *, clock: Clock = now_ms) -> None:
+    def __init__(self, config: ClientConfig, max_in_flight: int = 5, *, clock: Clock = now_ms,
+                 resolver: Resolve = resolve) -> None:
         self._config = config
         self._clock = clock  # what request and connection-setup timeouts are measured with
         self._max_in_flight = max_in_flight  # per connection: the producer's max.in.flight.requests.per.connection
@@ -81,7 +82,8 @@ class NetworkClient:
         # for every new or full batch, and most of those find the sender already woken.
         self._wakeup_pending = False
         # Brings connections up (TCP, TLS, ApiVersions, SASL); it writes through this client.
-        self._dialer = Dialer(config, self._selector, self._write, clock)
+        # resolver: what names are looked up with (tests give names several addresses).
+        self._dialer = Dialer(config, self._selector, self._write, clock, resolver)
         self._tls = self._dialer.uses_tls  # read per write and read: SSLSocket has no sendmsg
 
     # -- nodes ----------------------------------------------------------------

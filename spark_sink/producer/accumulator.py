@@ -32,8 +32,6 @@ from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
 
-LeaderOf = Callable[[TopicPartition], int | None]
-
 
 def _varint_bytes(value: int) -> int:
     """Bytes of the zigzag varint of a non-negative ``value``."""
@@ -78,7 +76,10 @@ class RecordAccumulator:
         self._incomplete: set[ProducerBatch] = set()
         self._order = itertools.count()
         self._flushes = 0
-        self._drain_start = 0  # where in _batches' order the next drain starts
+        self._drain_starts: dict[int, int] = {}  # per node, where in its partitions the next drain starts
+        # The deques by leader (see _groups), and the Metadata's leaders they were made from.
+        self._leader_groups: dict[int | None, list[tuple[TopicPartition, deque[ProducerBatch]]]] = {}
+        self._groups_of: Mapping[str, Sequence[int]] | None = None
         self._next_expiry_ms = float("-inf")  # before it, no queued batch has expired (see expire)
         self.closed = False
         self._stopped: Exception | None = None  # why the Sender stopped, once it has
@@ -219,16 +220,18 @@ class RecordAccumulator:
                                         wakeup)
                 i += 1
                 continue
+            run: list[tuple[int, list[tuple[EncodedRecords, int | SharedReservation]]]] = []
+            for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
+                shared = SharedReservation(size, len(encoded))
+                run.append((partition, [(records, shared) for records in encoded]))
             self._pool.allocate(total, max_block_ms)
             try:
-                for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
-                    shared = SharedReservation(size, len(encoded))
-                    self._enqueue_encoded(topic, partition, [(records, shared) for records in encoded], now, listener)
-                    total -= size
-                    queued(encoded)
+                self._enqueue_encoded(topic, run, now, listener)  # the whole run, or nothing
+                total = 0
             finally:
-                if total:  # the shares of partitions not queued
+                if total:  # not queued: the run's reservation back
                     self._pool.deallocate(total)
+            queued([records for _, encoded in groups[i:end] for records in encoded])
             wakeup()
             i = end
 
@@ -243,126 +246,150 @@ class RecordAccumulator:
                 records = dataclasses.replace(records, payload=bytes(records.payload))
             self._pool.allocate(records.size_in_bytes, max_block_ms)
             try:
-                self._enqueue_encoded(topic, partition, [(records, records.size_in_bytes)], now, listener)
+                self._enqueue_encoded(topic, [(partition, [(records, records.size_in_bytes)])], now, listener)
             except BaseException:
                 self._pool.deallocate(records.size_in_bytes)
                 raise
             queued([records])
             wakeup()
 
-    def _enqueue_encoded(self, topic: str, partition: int, encoded: list[tuple[EncodedRecords, int | SharedReservation]],
+    def _enqueue_encoded(self, topic: str,
+                         groups: list[tuple[int, list[tuple[EncodedRecords, int | SharedReservation]]]],
                          now: float, listener: Callable[[ProducerBatch], None]) -> None:
+        """Queue encoded batches, (partition, [(records, memory)]) per partition, all of them
+        under one taking of the lock, or none (the producer has stopped)."""
         batch_size = self._config.batch_size
-        batches = [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records, listener=listener)
-                   for records, memory in encoded]
+        made = [(partition, [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records,
+                                           listener=listener) for records, memory in encoded])
+                for partition, encoded in groups]
         with self._lock:
             if self._stopped is not None:
                 self._raise_stopped()
-            dq = self._deque((topic, partition))
-            if dq:
-                dq[-1].closed = True  # later send() records must not overtake these batches
-            for batch in batches:
-                batch.order = next(self._order)
-            dq.extend(batches)
-            self._incomplete.update(batches)
+            order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
+            for partition, batches in made:
+                dq = queues.get(partition)
+                if dq is None:  # the partition's first batch
+                    dq = self._deque((topic, partition))
+                    queues = self._by_topic[topic]
+                elif dq:
+                    dq[-1].closed = True  # later send() records must not overtake these batches
+                for batch in batches:
+                    batch.order = next(order)
+                dq.extend(batches)
+                incomplete.update(batches)
             self._created(now)
 
     # -- sender side ----------------------------------------------------------
 
-    def ready(self, leader_of: LeaderOf, now: float, can_send: Callable[[TopicPartition], bool], *,
+    def _groups(self, leaders: Mapping[str, Sequence[int]]) -> dict[int | None, list[tuple[TopicPartition, deque]]]:
+        """The partitions' deques by leader (None: unknown), in the order they were made.
+        Made again only when a partition is new or the metadata's leaders changed (the
+        Metadata replaces its ``leaders`` whole), not every round: with hundreds of
+        partitions a leader lookup per partition was most of ready()'s time, as Java keeps
+        the partitions of each node for its drain. Only with the lock held."""
+        if self._groups_of is leaders:
+            return self._leader_groups
+        groups: dict[int | None, list[tuple[TopicPartition, deque]]] = {}
+        for tp, dq in self._batches.items():
+            nodes = leaders.get(tp[0])
+            node = nodes[tp[1]] if nodes is not None and tp[1] < len(nodes) else -1
+            groups.setdefault(node if node >= 0 else None, []).append((tp, dq))
+        self._leader_groups, self._groups_of = groups, leaders
+        return groups
+
+    def ready(self, leaders: Mapping[str, Sequence[int]], now: float, can_send: Callable[[TopicPartition], bool], *,
               refused: set[TopicPartition] | None = None) -> tuple[set[int], float, set[str]]:
         """(leaders with a sendable batch, ms until the next batch may become ready,
-        topics whose leader is unknown). ``refused`` gets the partitions holding batches
-        that ``can_send`` refused."""
+        topics whose leader is unknown), from ``leaders`` (topic -> each partition's
+        leader, -1 for none: the Metadata's). ``refused`` gets partitions holding batches
+        that ``can_send`` refused, up to the first sendable one of their leader.
+
+        A leader's partitions are looked at until one has a batch to send (Java's ready()
+        skips the rest of a ready leader's partitions too): with many partitions a round
+        no longer goes through all of them while batches keep coming."""
         ready: set[int] = set()
         unknown: set[str] = set()
         next_ms = float("inf")
         linger = self._config.linger_ms
         urgent = self._flushes > 0 or self.closed or self._pool.exhausted
         with self._lock:
-            for tp, dq in self._batches.items():
-                if not dq:
-                    continue
-                leader = leader_of(tp)
+            for leader, members in self._groups(leaders).items():
                 if leader is None:
-                    unknown.add(tp[0])
+                    unknown.update(tp[0] for tp, dq in members if dq)
                     continue
-                if leader in ready:
-                    continue
-                if not can_send(tp):
-                    if refused is not None:
-                        refused.add(tp)
-                    continue
-                batch = dq[0]
-                if batch.attempts:
-                    wait_ms = retry_backoff_ms(self._config, batch.attempts)
-                    waited = now - batch.last_attempt_ms
-                    if waited < wait_ms:
-                        next_ms = min(next_ms, wait_ms - waited)
+                for tp, dq in members:
+                    if not dq:
                         continue
-                    ready.add(leader)
-                    continue
-                waited = now - batch.created_ms
-                if urgent or len(dq) > 1 or batch.is_full or waited >= linger:
-                    ready.add(leader)
-                else:
+                    if not can_send(tp):
+                        if refused is not None:
+                            refused.add(tp)
+                        continue
+                    batch = dq[0]
+                    if batch.attempts:
+                        wait_ms = retry_backoff_ms(self._config, batch.attempts)
+                        waited = now - batch.last_attempt_ms
+                        if waited < wait_ms:
+                            next_ms = min(next_ms, wait_ms - waited)
+                            continue
+                        ready.add(leader)
+                        break
+                    waited = now - batch.created_ms
+                    if urgent or len(dq) > 1 or batch.is_full or waited >= linger:
+                        ready.add(leader)
+                        break
                     next_ms = min(next_ms, linger - waited)
         return ready, next_ms, unknown
 
-    def drain(self, leader_of: LeaderOf, nodes: set[int], max_request_size: int, now: float,
+    def drain(self, leaders: Mapping[str, Sequence[int]], nodes: set[int], max_request_size: int, now: float,
               can_send: Callable[[TopicPartition], bool], codec: int, level: int | None,
               prepare: Callable[[ProducerBatch], None]) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, up to max.request.size."""
-        drained: dict[int, list[ProducerBatch]] = {n: [] for n in nodes}
-        sizes = dict.fromkeys(nodes, 0)
-        full: set[int] = set()
+        drained: dict[int, list[ProducerBatch]] = {}
         merge = self._merge
+        batch_size = self._config.batch_size
         with self._lock:
-            # Each drain starts where the last one first ran out of room (Java's
-            # drainIndex), so partitions late in the order are not always left for later.
-            items = list(self._batches.items())
-            start = self._drain_start % len(items) if items else 0
-            self._drain_start = start + 1
-            stopped = False
-            for i in range(len(items)):
-                tp, dq = items[(start + i) % len(items)]
-                if not dq:
+            groups = self._groups(leaders)
+            for node in nodes:
+                members = groups.get(node)
+                if not members:
                     continue
-                node = leader_of(tp)
-                if node not in drained or node in full or not can_send(tp):
-                    continue
-                batch = dq[0]
-                if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
-                    continue
-                # An open batch's estimate bounds its encoded size from above, as does a
-                # merged batch's bound its joined size.
-                wire_size = batch.wire_size
-                if len(dq) > 1 and not batch.attempts and merge:
-                    cap = self.message_limits.get(tp[0]) or self._config.batch_size
-                    batch, wire_size = self._merge_head(dq, min(self._config.batch_size, cap,
-                                                                max_request_size - sizes[node]))
-                size = sizes[node] + wire_size
-                if size > max_request_size and drained[node]:
-                    full.add(node)
-                    if not stopped:
-                        stopped = True
-                        self._drain_start = start + i
-                    continue
-                dq.popleft()
-                batch.closed = True  # its records are final: prepare() numbers them
-                prepare(batch)
-                sizes[node] = size
-                drained[node].append(batch)
+                taken: list[ProducerBatch] = []
+                size = 0
+                # Each drain of a node starts where its last one first ran out of room
+                # (Java's per-node drainIndex), else one further, so that partitions late
+                # in the order are not always left for later.
+                start = self._drain_starts.get(node, 0) % len(members)
+                self._drain_starts[node] = start + 1
+                for i in range(len(members)):
+                    tp, dq = members[(start + i) % len(members)]
+                    if not dq or not can_send(tp):
+                        continue
+                    batch = dq[0]
+                    if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
+                        continue
+                    # An open batch's estimate bounds its encoded size from above, as does a
+                    # merged batch's bound its joined size.
+                    wire_size = batch.wire_size
+                    if len(dq) > 1 and not batch.attempts and merge:
+                        cap = self.message_limits.get(tp[0]) or batch_size
+                        batch, wire_size = self._merge_head(dq, min(batch_size, cap, max_request_size - size))
+                    if size + wire_size > max_request_size and taken:
+                        self._drain_starts[node] = start + i
+                        break
+                    dq.popleft()
+                    batch.closed = True  # its records are final: prepare() numbers them
+                    prepare(batch)
+                    size += wire_size
+                    taken.append(batch)
+                if taken:
+                    drained[node] = taken
         # Encoding happens outside the lock: send() keeps appending to the next batches
         # meanwhile instead of waiting for (and handing the GIL back and forth with) it.
-        result = {}
-        for node, batches in drained.items():
-            if batches:
-                for batch in batches:
-                    batch.join_parts()
-                    batch.seal(codec, level)
-                result[node] = batches
-        return result
+        for batches in drained.values():
+            for batch in batches:
+                batch.join_parts()
+                batch.seal(codec, level)
+        return drained
 
     def _merge_head(self, dq: deque[ProducerBatch], limit: int) -> tuple[ProducerBatch, int]:
         """The first batch of a partition, joined with the encoded batches queued right
@@ -455,6 +482,7 @@ class RecordAccumulator:
         dq = self._batches.get(tp)
         if dq is None:
             dq = self._batches[tp] = deque()
+            self._groups_of = None  # a partition to place by its leader
             self._by_topic.setdefault(tp[0], {})[tp[1]] = dq
         return dq
 

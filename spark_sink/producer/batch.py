@@ -13,7 +13,6 @@ running from its source files (a --py-files zip).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -235,7 +234,8 @@ class ProducerBatch:
             sections = [p._sealed() for p in parts]
             payload = merge_sections([e.payload for e in sections], [e.record_count for e in sections],
                                      [e.base_timestamp for e in sections])
-            self.encoded = dataclasses.replace(self._sealed(), payload=payload, uncompressed_size=len(payload))
+            e = self._sealed()
+            self.encoded = EncodedRecords(payload, 0, e.record_count, e.base_timestamp, e.max_timestamp, len(payload))
 
     def split(self, codec_level: int | None, done: Callable[[ProducerBatch], None]) -> list[ProducerBatch]:
         """Smaller batches with this batch's records, in order, for a broker refused it as

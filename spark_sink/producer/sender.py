@@ -144,7 +144,7 @@ class Sender(threading.Thread):
         self._waiting_until = 0.0  # when this thread's current wait on the brokers ends
         self._caller_ran_ms = -1e18  # when a sending thread last did the sender's work
         # What the last full round could not send: the partitions whose batches the
-        # in-flight limits held back, and the leaders it had batches ready for that could
+        # in-flight limits held back (of those ready() looked at), and the leaders it had batches ready for that could
         # take no request (at their in-flight limit or still writing one); and until when
         # only an answer can change what a round would do (the round's own wait: linger,
         # backoffs, metadata, timeouts). See run_in_caller.
@@ -280,10 +280,10 @@ class Sender(threading.Thread):
             if self._client.poll(0):
                 return 0.0  # a connection got ready or the producer id came: go on at once
             return min(poll_ms, 50.0, self._client.next_timeout_ms(now))
-        leader_of = self._metadata.leader
+        leaders = self._metadata.leaders
         can_send = self._txn.can_send
         held: set[tuple[str, int]] = set()
-        ready, next_ms, unknown = self._acc.ready(leader_of, now, can_send, refused=held)
+        ready, next_ms, unknown = self._acc.ready(leaders, now, can_send, refused=held)
         if unknown:
             self._metadata.request_update()
         poll_ms = min(poll_ms, next_ms)
@@ -306,7 +306,7 @@ class Sender(threading.Thread):
             self._metadata.request_update()
             poll_ms = min(poll_ms, self._maybe_update_metadata(now))
         if sendable:
-            drained = self._acc.drain(leader_of, sendable, self._config.max_request_size, now, can_send,
+            drained = self._acc.drain(leaders, sendable, self._config.max_request_size, now, can_send,
                                       self._config.compression_codec, self._config.compression_level,
                                       self._txn.prepare_batch)
             self._acc.note_drained(drained, now)

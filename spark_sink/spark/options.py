@@ -117,7 +117,8 @@ _REFUSED_PRODUCER_KEYS: dict[str, str] = {
 # the driver with what kprod does instead. A key kprod implements is not looked up here
 # (PRODUCER_KEYS wins), so a key the producer learns later simply stops being listed.
 JVM_ONLY_KEYS: dict[str, str] = {
-    "client.dns.lookup": "kprod connects to the first address the resolver returns for each host",
+    "client.dns.lookup": ("kprod tries each address a host resolves to in turn, as use_all_dns_ips "
+                          "(the Java default) does"),
     "config.providers": "kprod resolves no ${provider:...} references; pass the values themselves",
     "enable.metrics.push": "kprod pushes no client metrics to the broker (KIP-714); see producer.metrics()",
     "metric.reporters": "kprod's metrics are producer.metrics() and each write's summary line, no JMX",

@@ -45,6 +45,9 @@ def test_partitions_refuses_a_bad_shape_naming_it() -> None:
     assert done.returncode == 2 and "shape '16y4'" in done.stderr, done.stderr
 
 
+# The quick runs start a Spark session and a Kafka run of their own: make bench runs them
+# before the benchmarks (the suite checks the scripts' options with --help).
+@pytest.mark.bench
 @pytest.mark.timeout(600)  # a Spark session and 6 writes: minutes on a loaded 2-core machine
 def test_partitions_quick_run(kafka: KafkaCluster) -> None:
     """The suite's form: small, one round, the Spark sink left out (its jars are fetched
@@ -55,6 +58,7 @@ def test_partitions_quick_run(kafka: KafkaCluster) -> None:
     assert "2x2 kprod" in " ".join(done.stdout.split()), done.stdout
 
 
+@pytest.mark.bench
 @pytest.mark.timeout(600)  # a Spark session and 8 writes, one per row in Python: minutes on a loaded machine
 def test_avro_quick_run(kafka: KafkaCluster, schema_registry: str) -> None:
     """Small, one round, every sink: each timed write read back, its records counted and
@@ -64,3 +68,14 @@ def test_avro_quick_run(kafka: KafkaCluster, schema_registry: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "read back 3 timed writes" in done.stderr, done.stderr[-3000:]
     assert "kprod vs confluent-kafka per row" in done.stdout, done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_profile_partitions_quick_run(kafka: KafkaCluster) -> None:
+    """In one process: an untimed write, a timed round of its CPU figures, the sending
+    thread's profile."""
+    done = run_script("profile_partitions.py", "--partitions", "4", "--rows", "20000", "--rounds", "1",
+                      "--cprofile", "5", "--bootstrap-servers", kafka.bootstrap)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "round 1:" in done.stdout and "Produce requests" in done.stdout, done.stdout
+    assert "cProfile, the sending thread" in done.stdout, done.stdout

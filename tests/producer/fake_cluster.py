@@ -71,7 +71,13 @@ class FakeCluster(ScriptedClient):
     def poll(self, timeout_ms: float) -> bool:
         with self._cond:  # an RLock: wait() takes it again
             self.wait(timeout_ms)
-            return super().poll(0)
+            completed, self._completed = self._completed, []
+        # The callbacks run outside the lock, as NetworkClient's do outside its own: they
+        # take the producer's locks (metadata's), whose holders call wakeup(), which takes
+        # this one. Held across them, each thread would wait for the other's lock.
+        for callback, response in completed:
+            callback(response)
+        return bool(completed)
 
     def wait(self, timeout_ms: float, io: bool = True) -> None:
         with self._cond:

@@ -7,11 +7,12 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kprod_broker import KafkaCluster
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.connections import ClientResponse
+from spark_sink.client.dialer import Resolve
 from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.client.network import NetworkClient
 from spark_sink.producer.config import ProducerConfig
@@ -22,6 +23,7 @@ from spark_sink.protocol.records import Record, build_record_batch
 from spark_sink.protocol.schema import Request
 from tests.brokers import consume_all, create_topic, free_port, unique_topic
 from tests.clock import MovedClock
+from tests.faultproxy import FaultProxy
 
 if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
@@ -166,6 +168,51 @@ def test_refused_connection_backs_off() -> None:
         assert 40 <= backoffs[0] <= 60 and backoffs[0] < backoffs[1] < backoffs[2]
         assert all(b <= 300 * 1.2 for b in backoffs) and backoffs[4] >= 300 * 0.8
         assert client.least_loaded_node(now_ms()) in (None, node)
+    finally:
+        client.close()
+
+
+def _resolving_to(*addresses: tuple[str, int]) -> tuple[list[str], Resolve]:
+    """A resolver that gives every name ``addresses``, and the list of names it was asked."""
+    asked: list[str] = []
+
+    def resolver(host: str, port: int) -> list[tuple[Any, ...]]:
+        asked.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", a) for a in addresses]
+    return asked, resolver
+
+
+def test_a_name_whose_first_address_refuses_connects_to_the_next(kafka: KafkaCluster) -> None:
+    """As Java's client.dns.lookup=use_all_dns_ips: localhost as ::1 then 127.0.0.1, or a
+    DNS name of several brokers, where the first address refuses. The address that
+    answered is tried first again when its connection breaks."""
+    host, port = kafka.bootstrap.rsplit(":", 1)
+    with FaultProxy(host, int(port)) as proxy:
+        asked, resolver = _resolving_to(("127.0.0.1", free_port()), ("127.0.0.1", proxy.port))
+        config = ProducerConfig.from_dict({"bootstrap.servers": "brokers.example:9092", "reconnect.backoff.ms": 10})
+        client = NetworkClient(config, resolver=resolver)
+        try:
+            node = _ready_node(client)
+            assert asked == ["brokers.example"] and client._conns[node].failures == 0
+            assert proxy.cut_all() == 1
+            _poll_until(client, lambda: not client.is_connected(node))
+            _poll_until(client, lambda: client.ready(node, now_ms()))
+            assert asked == ["brokers.example"], "the working address was not tried first again"
+        finally:
+            client.close()
+
+
+def test_every_address_is_tried_before_the_name_is_resolved_again() -> None:
+    asked, resolver = _resolving_to(("127.0.0.1", free_port()), ("127.0.0.1", free_port()))
+    config = ProducerConfig.from_dict({"bootstrap.servers": "brokers.example:9092", "reconnect.backoff.ms": 10,
+                                       "reconnect.backoff.max.ms": 20})
+    client = NetworkClient(config, resolver=resolver)
+    try:
+        node = client.bootstrap_nodes()[0]
+        for attempt, resolved in [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3)]:
+            _poll_until(client, partial(_failed_times, client, node, attempt))
+            assert len(asked) == resolved, (attempt, asked)
+        assert client.connect_failures["brokers.example:9092"].startswith("connection refused")
     finally:
         client.close()
 

@@ -31,7 +31,8 @@ from tests.spark_cluster import SPARK_SUBMIT, StandaloneCluster, spark_env
 JOBS = ROOT / "jobs"
 
 # Starting three JVMs, then a driver and two executors per job, on a shared machine.
-pytestmark = pytest.mark.timeout(600)
+# Run by make installs (a cluster of JVMs of its own: minutes of the suite's two cores).
+pytestmark = [pytest.mark.installs, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

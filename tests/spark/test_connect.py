@@ -22,7 +22,8 @@ from kprod_broker import KafkaCluster
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.spark_cluster import ConnectServer, spark_env
 
-pytestmark = pytest.mark.timeout(600)
+# Run by make installs (a cluster of JVMs of its own: minutes of the suite's two cores).
+pytestmark = [pytest.mark.installs, pytest.mark.timeout(600)]
 
 # Runs in the client's Python: argv[1] is the server's URL, argv[2] a JSON of settings.
 _CLIENT_PRELUDE = """

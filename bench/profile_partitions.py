@@ -1,0 +1,225 @@
+"""Where kprod's cost per partition goes, in one process: a Spark task's sends without Spark.
+
+    python bench/profile_partitions.py                       # 512 partitions: CPU per M rows
+    python bench/profile_partitions.py --cprofile 30         # and the sending thread's profile
+    python bench/profile_partitions.py --py-spy 30           # and py-spy of the Sender thread
+    python bench/profile_partitions.py --partitions 8 --rounds 5
+    PYTHONPATH=/tmp/main-tree python bench/profile_partitions.py   # another tree, same script
+
+One producer with the sink's settings (batch.size 1000000, the rest at their defaults)
+sends ``--rows`` keyed rows (10-byte keys, 100-byte values) to one topic of
+``--partitions`` partitions in send_arrow calls sized as a task's (at most 100,000 rows
+and a quarter of buffer.memory: spark/writer.py's SEND_ROWS and SEND_CALLS_PER_BUFFER),
+settling the futures as a task does, then flushes. The first round writes into the new
+topic untimed (a broker's first write to a partition costs it several times what later
+ones do: bench/RESULTS.md, issue 55); each later round is timed.
+
+Per round: CPU seconds per million rows of the whole process, of the sending thread (the
+task's: it encodes, and does the Sender's work while it sends: Sender.run_in_caller) and
+of the Sender thread (from /proc/self/task), and of the broker (its JVM, from /proc; a
+local one is started unless --bootstrap-servers is given). The machine is shared: compare
+two trees by alternating runs of this script, not against figures of another day.
+
+--cprofile N profiles the sending thread over the timed rounds (cProfile sees only the
+thread it is enabled in) and prints the N functions of most own time; --py-spy N samples
+the Sender thread with py-spy (its record command, only samples holding the GIL) over the
+timed rounds and prints its N functions of most own and of most total samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import os
+import pstats
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from statistics import median
+
+import pyarrow as pa
+
+from spark_sink import KafkaProducer
+
+SEND_ROWS = 100_000  # spark/writer.py's, which imports PySpark: not imported here
+SEND_CALLS_PER_BUFFER = 4
+SINK_SETTINGS = {"batch.size": "1000000"}  # spark/options.py's SINK_PRODUCER_DEFAULTS
+
+
+def _proc_cpu(path: str) -> float:
+    """User plus system CPU seconds of /proc/<pid>[/task/<tid>]/stat."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _table(rows: int) -> pa.Table:
+    keys = pa.array([b"%010d" % (i % 100_000) for i in range(rows)], pa.binary())
+    values = pa.array([b"%0100d" % i for i in range(rows)], pa.binary())
+    return pa.table({"key": keys, "value": values})
+
+
+def _calls(table: pa.Table, buffer_memory: int) -> list[pa.Table]:
+    """The task's send_arrow inputs: SEND_ROWS rows or buffer.memory / 4 bytes at most."""
+    per_row = max(1, table.nbytes // max(1, table.num_rows))
+    rows = max(1, min(SEND_ROWS, buffer_memory // SEND_CALLS_PER_BUFFER // per_row))
+    return [table.slice(i, rows) for i in range(0, table.num_rows, rows)]
+
+
+def _send(producer: KafkaProducer, calls: list[pa.Table], topic: str) -> int:
+    """What a task does with its tables (writer._TaskWrite): send, settle what is done, flush."""
+    pending: collections.deque = collections.deque()
+    sent = 0
+    for table in calls:
+        pending.append(producer.send_arrow(table, topic))
+        while pending and pending[0].done():
+            sent += pending.popleft().result(120).records
+    producer.flush(300)
+    while pending:
+        sent += pending.popleft().result(120).records
+    return sent
+
+
+class _PySpy:
+    """``py-spy record --gil --threads`` of this process while running, in raw (collapsed) form."""
+
+    def __init__(self) -> None:
+        exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
+        self.out = tempfile.NamedTemporaryFile(prefix="kprod-pyspy-", suffix=".txt", delete=False).name
+        self.process = subprocess.Popen(
+            [exe if os.path.exists(exe) else "py-spy", "record", "--gil", "--threads", "--nonblocking",
+             "--rate", "250", "--format", "raw", "--output", self.out, "--pid", str(os.getpid())],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # attached before the rounds start
+
+    def stop(self) -> dict[str, int]:
+        """Collapsed stacks (``thread;frame;frame``) and their sample counts."""
+        self.process.send_signal(signal.SIGINT)
+        _, err = self.process.communicate(timeout=120)
+        stacks: dict[str, int] = {}
+        with open(self.out) as f:
+            for line in f:
+                stack, _, count = line.rstrip("\n").rpartition(" ")
+                if stack:
+                    stacks[stack] = stacks.get(stack, 0) + int(count)
+        os.unlink(self.out)
+        if not stacks:
+            print(f"py-spy recorded nothing: {err.decode(errors='replace')[-500:]}")
+        return stacks
+
+
+def _print_pyspy(stacks: dict[str, int], native_id: int, top: int) -> None:
+    """The Sender thread's samples: functions (line numbers dropped) by own and by total samples."""
+    mark = f"({native_id})"
+    own: collections.Counter = collections.Counter()
+    total: collections.Counter = collections.Counter()
+    samples = 0
+    for stack, count in stacks.items():
+        frames = stack.split(";")
+        if not frames or mark not in frames[0]:
+            continue
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in frames[1:]]
+        samples += count
+        if frames:
+            own[frames[-1]] += count
+        for frame in set(frames):
+            total[frame] += count
+    print(f"\npy-spy --gil, the Sender thread: {samples} samples holding the GIL")
+    for title, counter in (("own", own), ("total", total)):
+        print(f"  by {title} samples:")
+        for frame, count in counter.most_common(top):
+            print(f"    {count:6d} {100 * count / max(1, samples):5.1f}%  {frame}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--partitions", type=int, default=512)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows per round (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds (default: %(default)s)")
+    ap.add_argument("--bootstrap-servers", help="a running broker (default: start a local one)")
+    ap.add_argument("--broker-pid", type=int, help="its process, for the broker's CPU")
+    ap.add_argument("--producer-prop", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="the sending thread's top N functions")
+    ap.add_argument("--py-spy", type=int, default=0, metavar="N", help="the Sender thread's top N functions")
+    args = ap.parse_args(argv)
+
+    cluster = None
+    broker_pid = args.broker_pid
+    bootstrap = args.bootstrap_servers
+    if bootstrap is None:
+        from kprod_broker import start_local_kafka
+
+        cluster = start_local_kafka()
+        bootstrap = cluster.bootstrap
+        broker_pid = cluster.nodes[0].pid
+    settings = {"bootstrap.servers": bootstrap, **SINK_SETTINGS}
+    settings.update(p.split("=", 1) for p in args.producer_prop)  # type: ignore[misc]
+    topic = f"profile-{args.partitions}-{uuid.uuid4().hex[:8]}"
+    try:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1)])[topic].result(60)
+        del admin  # its thread would go on calling a broker stopped at the end
+        table = _table(args.rows)
+        with KafkaProducer(settings) as producer:
+            calls = _calls(table, producer.config.buffer_memory)
+            while len(producer.partitions_for(topic)) != args.partitions:
+                time.sleep(0.1)
+            _send(producer, calls, topic)  # the first write into new partitions: untimed
+            sender = next(t for t in threading.enumerate() if t.name.startswith("kprod-sender"))
+            sender_stat = f"/proc/self/task/{sender.native_id}/stat"
+            profile = cProfile.Profile() if args.cprofile else None
+            spy = _PySpy() if args.py_spy else None
+            columns = ("process", "sending thread", "Sender thread", "broker")
+            print(f"{args.partitions} partitions, {args.rows:,} rows a round in {len(calls)} send_arrow calls; "
+                  f"CPU s per M rows ({', '.join(columns)}), rows/s")
+            figures: list[tuple[float, ...]] = []
+            for i in range(args.rounds):
+                before = (time.process_time(), time.thread_time(), _proc_cpu(sender_stat),
+                          _proc_cpu(f"/proc/{broker_pid}/stat") if broker_pid else 0.0)
+                totals = producer.metric_totals()
+                started = time.perf_counter()
+                if profile is not None:
+                    profile.enable()
+                sent = _send(producer, calls, topic)
+                if profile is not None:
+                    profile.disable()
+                elapsed = time.perf_counter() - started
+                after = (time.process_time(), time.thread_time(), _proc_cpu(sender_stat),
+                         _proc_cpu(f"/proc/{broker_pid}/stat") if broker_pid else 0.0)
+                assert sent == args.rows, f"{sent} rows acknowledged of {args.rows}"
+                per_m = tuple((a - b) * 1e6 / sent for a, b in zip(after, before))
+                figures.append(per_m + (sent / elapsed,))
+                done = producer.metric_totals().since(totals)
+                # batches from the metrics' average batch size (its last 30 s), roughly
+                batches = done.bytes_sent / max(1.0, producer.metrics().get("batch-size-avg", 0.0) or 1.0)
+                print(f"  round {i + 1}: " + "  ".join(f"{v:.3f}" for v in per_m) + f"  {sent / elapsed:,.0f}"
+                      f"  ({done.requests} Produce requests, ~{batches:,.0f} record batches)")
+            print("  median:  " + "  ".join(f"{median(col):.3f}" for col in list(zip(*figures))[:4])
+                  + f"  {median(f[4] for f in figures):,.0f}")
+            stacks = spy.stop() if spy is not None else None
+            sender_id = sender.native_id
+        if profile is not None:
+            print(f"\ncProfile, the sending thread over {args.rounds} rounds, by own time:")
+            pstats.Stats(profile).sort_stats("tottime").print_stats(args.cprofile)
+        if stacks is not None:
+            _print_pyspy(stacks, sender_id, args.py_spy)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
