@@ -232,7 +232,7 @@ class _TaskWrite:
         for future in self.pending:
             self.settle(future)
         if self.dead is not None:
-            self.dead.settle(self.options.flush_timeout_s)
+            self.dead.settle(producer, self.options.flush_timeout_s)
         self.counts = producer.metric_totals().since(self.before)  # before the pool may hand it on
         if self.eo is not None:
             self.transaction = producer.prepare_transaction()
