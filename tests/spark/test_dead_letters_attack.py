@@ -360,6 +360,7 @@ def drop_acls(bootstrap: str, bindings: list) -> None:
         future.result(30)
 
 
+@SOAK  # a known gap (strict xfail): make soak fails once it is fixed
 @pytest.mark.xfail(strict=True, reason="known gap (README, Not yet tolerated): without DescribeConfigs on a topic "
                    "(the usual producer ACLs) its max.message.bytes is unknown and a row too large for it fails the task")
 def test_topic_limit_without_describe_configs_right(spark: SparkSession, attack_kafka: KafkaCluster,
@@ -376,6 +377,7 @@ def test_topic_limit_without_describe_configs_right(spark: SparkSession, attack_
     check_dead_letters(attack_kafka.bootstrap, topics, rows)
 
 
+@SOAK  # tests/spark/test_dead_letters.py checks maxRatio in the suite
 def test_max_ratio_boundary_batch(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path) -> None:
     """maxRatio is 'higher fails': a share equal to it passes, one row more fails naming
     the ratio and the most common reason, under exactly-once with nothing visible."""
@@ -647,7 +649,7 @@ def test_format_refusals_mixed_with_other_bad_rows(spark: SparkSession, attack_k
     assert sum(line["refusedRows"].values()) == len(expected_bad), line
 
 
-@pytest.mark.parametrize("part", ["key", "headers"])
+@pytest.mark.parametrize("part", ["key", pytest.param("headers", marks=SOAK)])
 def test_row_too_large_by_its_key_or_headers(spark: SparkSession, attack_kafka: KafkaCluster, tmp_path: Path,
                                              part: str) -> None:
     """A row too large for max.request.size by its key or its own headers (not its value)

@@ -154,6 +154,7 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, k
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
+@pytest.mark.soak  # the batch aggregation over 200 shuffle partitions stays in the suite
 def test_a_streaming_aggregation_over_50_shuffle_partitions(spark: SparkSession, kafka: KafkaCluster,
                                                             tmp_path: Path) -> None:
     """kprod itself as the sink of a streaming aggregation (Complete mode: Spark offers
