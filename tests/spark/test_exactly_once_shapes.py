@@ -389,6 +389,7 @@ def test_random_shapes_timings_and_failures(spark: SparkSession, kafka: KafkaClu
     _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
 
 
+@pytest.mark.soak  # the suite writes on protocol v1 in the crash points and the driver tests
 def test_writes_on_protocol_v1(spark: SparkSession, kafka_tv1: KafkaCluster, kafka_tv1_proxy: ProxiedKafka) -> None:
     """On a cluster without transaction protocol v2 (AddPartitionsToTxn, AddOffsetsToTxn,
     EndTxn v4): a failing task, a replay's markers, and a random shape."""
