@@ -87,7 +87,8 @@ test: system-packages venv kafka registry
 
 # The randomized transaction and exactly-once tests with many more cases than the suite's,
 # then the tests marked soak: exactly-once under random connection faults (KPROD_CHAOS
-# seeds) and the slow tests of known gaps (strict xfails: they fail the run once fixed).
+# seeds), the slow tests of known gaps (strict xfails: they fail the run once fixed), and
+# the further variants of suite tests (more seeds, shapes and moments of a cut).
 KPROD_SOAK ?= 100
 KPROD_CHAOS ?= 5
 soak: venv kafka

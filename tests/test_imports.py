@@ -155,6 +155,18 @@ def test_the_rules_catch_a_wrong_import() -> None:
     assert _allowed("spark_sink.producer.sender", "spark_sink.producer.transactions.transaction_manager")
 
 
+# The modules that import the time module: the clock (docs/architecture.md, One clock), and
+# kprod-perf, which times its own runs (perf_counter, process_time) beside the layers.
+READS_TIME = ["spark_sink.client.clock", "spark_sink.perf"]
+
+
+def test_only_the_clock_reads_the_systems_clocks() -> None:
+    """Every timeout, backoff, wait and wall-clock reading comes through client/clock.py, so
+    a test clock moves them all."""
+    graph = _graph()
+    assert sorted(name for name, targets in graph.items() if "time" in targets) == READS_TIME
+
+
 def test_protocol_and_encoder_import_no_numba_and_protocol_no_third_party_io() -> None:
     graph = _graph()
     assert {name: sorted(t for t in targets if t.startswith(("numba", "llvmlite")))

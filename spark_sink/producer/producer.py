@@ -470,12 +470,12 @@ class KafkaProducer:
         if skip:
             refusals = RowRefusals(data)
             data, topics = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
-                                             limits=self._arrow_limits, message_limit=self._message_limit)
+                                             limits=self._arrow_limits, message_limit=self.max_message_bytes)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
             now_ms=wall_ns() // 1_000_000, check_sizes=refusals is None, topics=topics,
-            message_limit=self._message_limit)
+            message_limit=self.max_message_bytes)
         future = ArrowSendFuture()
         if refusals is not None:
             future._refused = tuple(refusals.refused)
@@ -554,18 +554,6 @@ class KafkaProducer:
 
     # -- lifecycle ------------------------------------------------------------
 
-    def _message_limit(self, topic: str) -> int | None:
-        """``topic``'s max.message.bytes, asked of the brokers on send_arrow's first use of
-        it (None where they would not say): send_arrow sizes its batches within it and
-        refuses a record too large for it before any row is queued, where a Produce the
-        broker refuses could not be traced back to rows (and would make a transaction
-        abortable)."""
-        limits = self._metadata.message_limits
-        if topic in limits:
-            return limits[topic]
-        return self._metadata.wait_for_message_limit(topic, self.config.max_block_ms, self._sender.wakeup,
-                                                     self._limit_wait_error)
-
     def _limit_wait_error(self) -> Exception | None:
         """Why a wait for a topic's settings cannot end: authentication failed, or the
         producer was closed meanwhile (its sender will never ask)."""
@@ -576,6 +564,16 @@ class KafkaProducer:
     def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic`` (fetching metadata, up to max.block.ms)."""
         return list(range(self._metadata.partition_count(topic) or self._wait_for_topic(topic)))
+
+    def max_message_bytes(self, topic: str) -> int | None:
+        """``topic``'s max.message.bytes as the brokers have it (None where they would not
+        say), asked once per topic (DescribeConfigs, up to max.block.ms) and kept while the
+        topic is in use. send_arrow asks it on its first use of a topic: it sizes its
+        batches within it and refuses a record too large for it before any row is queued,
+        where a Produce the broker refuses could not be traced back to rows (and would make
+        a transaction abortable)."""
+        return self._metadata.wait_for_message_limit(topic, self.config.max_block_ms, self._sender.wakeup,
+                                                     self._limit_wait_error)
 
     def _wait_for_topic(self, topic: str) -> int:
         """Partition count once metadata names ``topic``: up to max.block.ms, or until TLS

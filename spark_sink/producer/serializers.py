@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.errors import ColumnError, ConfigError
 from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, avro_schema_for, json_schema_for
 from spark_sink.producer.row_errors import RowRefusals, topic_name_error
@@ -30,11 +31,12 @@ MAGIC = b"\x00"
 
 class ArrowSerializer:
     """One column (``key`` or ``value``, a struct) of every row into the registry's wire
-    format. Picklable: its registry client is made again where it is used."""
+    format. Picklable: its registry client is made again where it is used, on ``clock``
+    (the time of the registry calls' deadlines and retry waits)."""
 
     def __init__(self, fmt: str, registry: RegistryConfig | Mapping[str, Any], *, is_key: bool = False,
                  schema: str | Mapping[str, Any] | None = None, subject_name_strategy: str = "TopicNameStrategy",
-                 auto_register: bool = True, use_latest_version: bool = False) -> None:
+                 auto_register: bool = True, use_latest_version: bool = False, clock: Time = SYSTEM_TIME) -> None:
         if fmt not in FORMATS:
             raise ConfigError(f"format: expected one of {', '.join(FORMATS)} (or binary, no serializer), got {fmt!r}")
         subject_name(subject_name_strategy, "topic", "record", is_key)  # ConfigError naming the setting
@@ -51,6 +53,7 @@ class ArrowSerializer:
         self.strategy = subject_name_strategy
         self.auto_register = auto_register
         self.use_latest = use_latest_version
+        self.clock = clock
         # subject -> (schema id, schema text): what the driver resolved travels to the tasks.
         self.resolved: dict[str, tuple[int, str]] = {}
         self._client: SchemaRegistryClient | None = None
@@ -65,7 +68,7 @@ class ArrowSerializer:
     @property
     def client(self) -> SchemaRegistryClient:
         if self._client is None:
-            self._client = SchemaRegistryClient(self.registry)
+            self._client = SchemaRegistryClient(self.registry, self.clock)
         return self._client
 
     def _schema_text(self, arrow_type: pa.DataType) -> str:

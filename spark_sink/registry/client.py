@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Hashable, Mapping
 from typing import Any
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.errors import ConfigError
 from spark_sink.registry.config import RegistryConfig
 from spark_sink.registry.errors import IncompatibleSchemaError, SchemaNotFoundError, SchemaRegistryError
@@ -61,11 +62,12 @@ class _Cache:
 
 class SchemaRegistryClient:
     """A Schema Registry client: ``SchemaRegistryClient({"url": "http://registry:8081"})``
-    (Confluent's setting names, RegistryConfig) or a RegistryConfig."""
+    (Confluent's setting names, RegistryConfig) or a RegistryConfig. ``clock``: the time of
+    each call's deadline and of the waits between its retries (a test's, to move them)."""
 
-    def __init__(self, config: RegistryConfig | Mapping[str, Any]) -> None:
+    def __init__(self, config: RegistryConfig | Mapping[str, Any], clock: Time = SYSTEM_TIME) -> None:
         self.config = config if isinstance(config, RegistryConfig) else RegistryConfig.from_mapping(config)
-        self._transport = Transport(self.config)
+        self._transport = Transport(self.config, clock)
         self._ids = _Cache(self.config.cache_capacity)  # (subject, type, schema) -> id
         self._versions = _Cache(self.config.cache_capacity)  # (subject, type, schema) -> RegisteredSchema
         self._schemas = _Cache(self.config.cache_capacity)  # id -> RegisteredSchema (no subject)

@@ -10,12 +10,13 @@ their fields as they were, kept in the dead letter as JSON).
 from __future__ import annotations
 
 import base64
-import datetime
 import decimal
 import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
+from datetime import time as time_of_day
 from typing import TYPE_CHECKING
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
@@ -57,14 +58,23 @@ class TaskDeadLetters:
             count, message = self.reasons.get(r.error, (0, r.message))
             self.reasons[r.error] = (count + len(r), message)
         if self.topic is not None and groups:
-            # A dead letter that cannot be written fails the task: never silently lost.
-            self.futures.append(producer.send_arrow(self.table(groups), self.topic))
+            # Refused dead letters are sent again in settle: a row too large without its value
+            # (by its key or headers) is tolerated too; any other fails the task there.
+            self.futures.append(producer.send_arrow(self.table(groups), self.topic, on_error="skip"))
 
-    def settle(self, timeout_s: float) -> None:
-        """Wait for every dead letter sent; raise the first failure."""
+    def settle(self, producer: KafkaProducer, timeout_s: float) -> None:
+        """Wait for every dead letter sent; raise the first failure. A dead letter the
+        producer refused is sent again, failing the task with its error (never silently
+        lost), unless its row was too large: then without its key and the row's headers."""
+        again: list[RefusedRows] = []
         for future in self.futures:
-            self.sent += future.result(timeout_s).records
+            result = future.result(timeout_s)
+            self.sent += result.records
+            again += result.refused
         self.futures.clear()
+        for r in again:
+            data = _stripped(r.data) if r.error == _TOO_LARGE and _of_rows_too_large(r.data) else r.data
+            self.sent += producer.send_arrow(data, self.topic).result(timeout_s).records
 
     def table(self, groups: list[RefusedRows]) -> pa.Table:
         """The dead letters of ``groups``: key, value and the row's headers, then kprod's."""
@@ -99,6 +109,25 @@ class TaskDeadLetters:
                          "headers": pa.array(headers, header_type)})
 
 
+def _of_rows_too_large(letters: pa.Table) -> bool:
+    """Whether every one of these dead letters is a row's refused as too large."""
+    class_header = (HEADER_PREFIX + "class", _TOO_LARGE.encode())
+    return all(class_header in [(h["key"], h["value"]) for h in hs] for hs in letters.column("headers").to_pylist())
+
+
+def _stripped(letters: pa.Table) -> pa.Table:
+    """Dead letters of rows too large that are too large without their value: without
+    their key and the row's own headers too, their message saying so."""
+    import pyarrow as pa
+
+    message = HEADER_PREFIX + "message"
+    headers = [[{"key": h["key"], "value": h["value"] + b" (and its key and the row's headers: too large with them)"
+                 if h["key"] == message else h["value"]} for h in hs if h["key"].startswith(HEADER_PREFIX)]
+               for hs in letters.column("headers").to_pylist()]
+    return pa.table({"key": pa.nulls(len(letters), pa.binary()), "value": pa.nulls(len(letters), pa.binary()),
+                     "headers": pa.array(headers, letters.schema.field("headers").type)})
+
+
 def _as_bytes(value: object) -> bytes | None:
     """A dead letter's key or value: bytes as they were, text as UTF-8, and a struct a
     format could not encode as its fields in JSON."""
@@ -121,7 +150,7 @@ def _plain(value: object) -> object:
         return base64.b64encode(value).decode()
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if isinstance(value, (datetime.date, datetime.time, decimal.Decimal, datetime.timedelta)):
+    if isinstance(value, (date, time_of_day, decimal.Decimal, timedelta)):
         return value.isoformat() if hasattr(value, "isoformat") else str(value)
     return value
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.producer import MetricTotals, PreparedTransaction
 
 log = logging.getLogger(__name__)
@@ -124,12 +125,14 @@ class WriteSummary:
                f"microbatch committed their rows" if self.already_committed else "")
         )
 
-    def report_line(self, batch_id: int | None, tolerant: bool = False, dead_letter_topic: str | None = None) -> str:
+    def report_line(self, batch_id: int | None, tolerant: bool = False, dead_letter_topic: str | None = None,
+                    clock: Time = SYSTEM_TIME) -> str:
         """One JSON line for the delivery report (with ``tolerant``, kprod.errors.tolerance=all,
-        the refused rows and dead letters too)."""
+        the refused rows and dead letters too), committed now on ``clock``'s wall clock."""
+        committed_at = datetime.datetime.fromtimestamp(clock.wall_ms() / 1000, datetime.UTC)
         line: dict[str, object] = {
             "batchId": batch_id,
-            "committedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "committedAt": committed_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "tasks": self.tasks,
             "records": self.records,
             "bytes": self.bytes,

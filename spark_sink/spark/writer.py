@@ -232,7 +232,7 @@ class _TaskWrite:
         for future in self.pending:
             self.settle(future)
         if self.dead is not None:
-            self.dead.settle(self.options.flush_timeout_s)
+            self.dead.settle(producer, self.options.flush_timeout_s)
         self.counts = producer.metric_totals().since(self.before)  # before the pool may hand it on
         if self.eo is not None:
             self.transaction = producer.prepare_transaction()
@@ -303,7 +303,8 @@ def _driver_logging() -> None:
         root.propagate = False
 
 
-def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None,
+            clock: Time = SYSTEM_TIME) -> None:
     _driver_logging()
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     skipped: frozenset[int] = frozenset()
@@ -312,7 +313,7 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
         whole = WriteSummary.of(messages)
         check_ratio(what, whole.records, whole.refused, options.errors.max_ratio)
     if options.exactly_once is not None:
-        committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id)
+        committed = exactly_once.commit(options.producer_config, options.exactly_once, messages, batch_id, clock)
         what += f" (exactly-once, {committed.transactions} transaction(s) committed)"
         skipped = committed.skipped
     summary = WriteSummary.of(messages, already_committed=skipped)
@@ -320,7 +321,7 @@ def _commit(options: SinkOptions, messages: list[WriterCommitMessage | None], ba
     log.info("kprod %s committed: %s%s", what, summary.describe(), summary.describe_refused(dead_letter_topic))
     if options.delivery_report_path:
         append_report(options.delivery_report_path,
-                      summary.report_line(batch_id, options.errors is not None, dead_letter_topic))
+                      summary.report_line(batch_id, options.errors is not None, dead_letter_topic, clock))
 
 
 def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:

@@ -13,6 +13,7 @@ import io
 import json
 import subprocess
 import sys
+from typing import Any
 
 import fastavro
 import jsonschema
@@ -40,16 +41,16 @@ LEAVES = [pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(
 
 # ---- random Arrow types and rows -------------------------------------------------------
 
-def _fields(inner):
+def _fields(inner: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[list[pa.Field]]:
     return st.lists(st.tuples(inner, st.booleans()), min_size=1, max_size=4).map(
         lambda kids: [pa.field(f"f{i}", t, nullable) for i, (t, nullable) in enumerate(kids)])
 
 
-def _decimals():
+def _decimals() -> st.SearchStrategy[pa.DataType]:
     return st.integers(1, 38).flatmap(lambda p: st.integers(0, p).map(lambda s: pa.decimal128(p, s)))
 
 
-def _types(leaves=LEAVES):
+def _types(leaves: list[pa.DataType] = LEAVES) -> st.SearchStrategy[pa.DataType]:
     leaf = st.one_of(st.sampled_from(leaves), _decimals())
     return st.recursive(leaf, lambda inner: st.one_of(
         st.tuples(inner, st.booleans()).map(lambda a: pa.list_(pa.field("element", *a))),
@@ -58,9 +59,10 @@ def _types(leaves=LEAVES):
         _fields(inner).map(pa.struct)), max_leaves=8)
 
 
-def _values(t: pa.DataType, nullable: bool, finite: bool = False):
+def _values(t: pa.DataType, nullable: bool, finite: bool = False) -> st.SearchStrategy[Any]:
     """Python values of Arrow type ``t`` (None among them where ``nullable``; no infinities
-    where ``finite``)."""
+    where ``finite``): what Python type they are depends on ``t``."""
+    values: st.SearchStrategy[Any]
     if pa.types.is_boolean(t):
         values = st.booleans()
     elif pa.types.is_integer(t):
@@ -99,7 +101,7 @@ def _decimal(unscaled: int, scale: int) -> decimal.Decimal:
 
 
 @st.composite
-def columns(draw, finite=False):
+def columns(draw: st.DrawFn, finite: bool = False) -> tuple[pa.DataType, pa.Array | pa.ChunkedArray, list[Any]]:
     """A struct column (a random type, nullable rows), as a sliced array or a chunked one,
     and its rows."""
     t = pa.struct(draw(_fields(_types())))
@@ -116,7 +118,7 @@ def columns(draw, finite=False):
     return t, array, rows
 
 
-def _expected(t: pa.DataType, value):
+def _expected(t: pa.DataType, value: Any) -> Any:
     """A row as the readers give it back: maps as dicts."""
     if value is None:
         return None
@@ -131,9 +133,9 @@ def _expected(t: pa.DataType, value):
     return value
 
 
-def _avro_rows(schema, bodies, prefix=b""):
+def _avro_rows(schema: Any, bodies: list[bytes | None], prefix: bytes = b"") -> list[Any]:
     parsed = fastavro.parse_schema(schema)
-    out = []
+    out: list[Any] = []
     for body in bodies:
         if body is None:
             out.append(None)
@@ -149,7 +151,8 @@ def _avro_rows(schema, bodies, prefix=b""):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(columns(), st.sampled_from([b"", b"\x00\x00\x00\x00\x07"]))
-def test_avro_bodies_read_back_as_the_rows(column, prefix):
+def test_avro_bodies_read_back_as_the_rows(column: tuple[pa.DataType, pa.Array | pa.ChunkedArray, list[Any]],
+                                           prefix: bytes) -> None:
     t, array, rows = column
     schema = avro_schema_for(t)
     out = AvroEncoder(json.dumps(schema), t).encode(array, prefix)
@@ -159,11 +162,14 @@ def test_avro_bodies_read_back_as_the_rows(column, prefix):
 
 # ---- Avro: what Java's writer writes, byte for byte ------------------------------------
 
-def _body(schema, t, values):
-    return AvroEncoder(schema, t).encode(pa.array(values, t)).to_pylist()
+def _body(schema: Any, t: pa.DataType, values: list[dict[str, Any]]) -> list[bytes]:
+    """The Avro bodies of ``values``, none of them null."""
+    bodies = AvroEncoder(schema, t).encode(pa.array(values, t)).to_pylist()
+    assert None not in bodies
+    return bodies
 
 
-def test_zigzag_varints_blocks_and_unions():
+def test_zigzag_varints_blocks_and_unions() -> None:
     t = pa.struct([pa.field("n", pa.int64(), False), pa.field("xs", pa.list_(pa.field("e", pa.int32(), False)), False),
                    pa.field("o", pa.int32())])
     schema = {"type": "record", "name": "r", "fields": [
@@ -178,7 +184,7 @@ def test_zigzag_varints_blocks_and_unions():
     (0, b"\x00"), (-1, b"\xff"), (127, b"\x7f"), (128, b"\x00\x80"), (-128, b"\x80"), (-129, b"\xff\x7f"),
     (255, b"\x00\xff"), (10 ** 38 - 1, (10 ** 38 - 1).to_bytes(17, "big", signed=True).lstrip(b"\x00")),
     (-(10 ** 38) + 1, (-(10 ** 38) + 1).to_bytes(16, "big", signed=True))])
-def test_decimals_as_biginteger_to_byte_array_and_as_sign_extended_fixed(unscaled, encoded):
+def test_decimals_as_biginteger_to_byte_array_and_as_sign_extended_fixed(unscaled: int, encoded: bytes) -> None:
     """bytes: BigInteger.toByteArray (minimal two's complement); fixed: sign-extended to its size."""
     t = pa.struct([pa.field("d", pa.decimal128(38, 2), False)])
     value = _decimal(unscaled, 2)
@@ -192,7 +198,7 @@ def test_decimals_as_biginteger_to_byte_array_and_as_sign_extended_fixed(unscale
     assert _body(fixed, t, [{"d": value}])[0] == unscaled.to_bytes(16, "big", signed=True)
 
 
-def test_map_entries_in_javas_hashmap_order():
+def test_map_entries_in_javas_hashmap_order() -> None:
     """Spark puts a map's entries in a java.util.HashMap before writing: they come out by
     bucket (String.hashCode spread, table sized for the count), then in insertion order."""
     t = pa.struct([pa.field("m", pa.map_(pa.string(), pa.field("v", pa.int32(), False)), False)])
@@ -234,7 +240,7 @@ ADDRESS = pa.struct([pa.field("street", pa.string(), False), pa.field("zip", pa.
 PERSON = pa.struct([pa.field("name", pa.string(), False), pa.field("address", ADDRESS, False)])
 
 
-def _person_schema(zip_type):
+def _person_schema(zip_type: str | list[str]) -> dict[str, Any]:
     return {"type": "record", "name": "person", "namespace": "com.example", "fields": [
         {"name": "name", "type": "string"},
         {"name": "address", "type": {"type": "record", "name": "address", "fields": [
@@ -246,7 +252,8 @@ def _person_schema(zip_type):
     (["null", "long"], "value.address.zip", ["int32", "long"]),
     (["null", "int", "string"], "value.address.zip", ["union"]),
 ])
-def test_a_type_that_does_not_fit_is_refused_naming_the_column_path(zip_type, column, words):
+def test_a_type_that_does_not_fit_is_refused_naming_the_column_path(zip_type: str | list[str], column: str,
+                                                                     words: list[str]) -> None:
     with pytest.raises(FormatSchemaError) as info:
         AvroEncoder(_person_schema(zip_type), PERSON)
     assert f"column {column}" in str(info.value)
@@ -254,7 +261,7 @@ def test_a_type_that_does_not_fit_is_refused_naming_the_column_path(zip_type, co
         assert word in str(info.value)
 
 
-def test_the_schema_check_errors():
+def test_the_schema_check_errors() -> None:
     schema = _person_schema("int")
     AvroEncoder(json.dumps(schema), PERSON)  # fits
     extra = pa.struct([*PERSON, pa.field("age", pa.int32(), False)])
@@ -278,7 +285,7 @@ def test_the_schema_check_errors():
         AvroEncoder(schema, PERSON).encode(pa.array([{"name": "x"}]))
 
 
-def test_fields_the_column_lacks_are_written_null_or_as_their_default():
+def test_fields_the_column_lacks_are_written_null_or_as_their_default() -> None:
     t = pa.struct([pa.field("a", pa.int64(), False)])
     schema = {"type": "record", "name": "r", "namespace": "n", "fields": [
         {"name": "before", "type": ["null", "string"]},
@@ -292,7 +299,7 @@ def test_fields_the_column_lacks_are_written_null_or_as_their_default():
                                            "again": None, "score": 1.5}]
 
 
-def test_a_given_schema_with_null_first_unions_bytes_decimals_and_millis():
+def test_a_given_schema_with_null_first_unions_bytes_decimals_and_millis() -> None:
     t = pa.struct([pa.field("d", pa.decimal128(5, 1)), pa.field("ts", pa.timestamp("us", "UTC")),
                    pa.field("local", pa.timestamp("us")), pa.field("raw", pa.binary()),
                    pa.field("plain", pa.timestamp("us", "UTC"), False)])
@@ -303,8 +310,9 @@ def test_a_given_schema_with_null_first_unions_bytes_decimals_and_millis():
         {"name": "raw", "type": [{"type": "fixed", "name": "two", "size": 2}, "null"]},
         {"name": "plain", "type": "long"}]}
     when = datetime.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
-    rows = [{"d": decimal.Decimal("-12.5"), "ts": when, "local": when.replace(tzinfo=None), "raw": b"ab",
-             "plain": when}, {"d": None, "ts": None, "local": None, "raw": None, "plain": when}]
+    rows: list[dict[str, Any]] = [
+        {"d": decimal.Decimal("-12.5"), "ts": when, "local": when.replace(tzinfo=None), "raw": b"ab", "plain": when},
+        {"d": None, "ts": None, "local": None, "raw": None, "plain": when}]
     bodies = AvroEncoder(schema, t).encode(pa.array(rows, t)).to_pylist()
     back = _avro_rows(schema, bodies)
     # millis floored, as Spark's microsToMillis; a long with no logical type: millis, as Spark
@@ -316,7 +324,7 @@ def test_a_given_schema_with_null_first_unions_bytes_decimals_and_millis():
         AvroEncoder(schema, t).encode(pa.array([rows[1], {**rows[0], "raw": b"abc"}], t))
 
 
-def test_a_null_where_the_schema_has_none_names_the_column_and_the_row():
+def test_a_null_where_the_schema_has_none_names_the_column_and_the_row() -> None:
     t = pa.struct([pa.field("id", pa.int64(), False),
                    pa.field("inner", pa.struct([pa.field("x", pa.int32(), False)]), False)])
     inner = pa.StructArray.from_arrays([pa.array([1, 2, None, 4, 5], pa.int32())], fields=[t.field("inner").type.field(0)])
@@ -331,7 +339,7 @@ def test_a_null_where_the_schema_has_none_names_the_column_and_the_row():
     assert len(encoder.encode(array.slice(3))) == 2
 
 
-def test_a_decimal_beyond_its_precision_is_refused():
+def test_a_decimal_beyond_its_precision_is_refused() -> None:
     t = pa.struct([pa.field("d", pa.decimal128(3, 0), False)])
     digits = pa.array([1, 1000], pa.decimal128(4, 0)).view(pa.decimal128(3, 0))  # Arrow checks no precision
     array = pa.StructArray.from_arrays([digits], fields=list(t))
@@ -340,7 +348,7 @@ def test_a_decimal_beyond_its_precision_is_refused():
         AvroEncoder(None, t).encode(array)
 
 
-def test_without_the_compiled_extension_the_encoder_says_what_to_install():
+def test_without_the_compiled_extension_the_encoder_says_what_to_install() -> None:
     script = ("import sys; sys.modules['spark_sink.encoder._formats'] = None\n"
               "import pyarrow as pa\n"
               "from spark_sink.encoder.formats import AvroEncoder\n"
@@ -352,7 +360,7 @@ def test_without_the_compiled_extension_the_encoder_says_what_to_install():
 
 # ---- JSON -------------------------------------------------------------------------------
 
-def _json_expected(t: pa.DataType, value):
+def _json_expected(t: pa.DataType, value: Any) -> Any:
     """A row as JsonEncoder writes it, in json.loads' terms (floats and decimals as
     Decimals of their text, compared by value below)."""
     if value is None:
@@ -373,7 +381,7 @@ def _json_expected(t: pa.DataType, value):
     return value
 
 
-def _json_actual(t: pa.DataType, value):
+def _json_actual(t: pa.DataType, value: Any) -> Any:
     """A value json.loads gave back (parse_float=Decimal), floats as Arrow's."""
     if value is None:
         return None
@@ -393,7 +401,8 @@ def _json_actual(t: pa.DataType, value):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(columns(finite=True), st.sampled_from([b"", b"\x00\x00\x00\x00\x07"]))
-def test_json_texts_read_back_as_the_rows_and_fit_the_schema(column, prefix):
+def test_json_texts_read_back_as_the_rows_and_fit_the_schema(
+        column: tuple[pa.DataType, pa.Array | pa.ChunkedArray, list[Any]], prefix: bytes) -> None:
     t, array, rows = column
     schema = json_schema_for(t, title="topLevelRecord")
     validator = jsonschema.Draft7Validator(schema, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
@@ -410,7 +419,7 @@ def test_json_texts_read_back_as_the_rows_and_fit_the_schema(column, prefix):
         assert _json_actual(t, json.loads(body, parse_float=decimal.Decimal)) == _json_expected(t, row)
 
 
-def test_json_text_golden():
+def test_json_text_golden() -> None:
     t = pa.struct([pa.field("s", pa.string(), False), pa.field("f", pa.float64()), pa.field("g", pa.float32()),
                    pa.field("d", pa.decimal128(6, 3)), pa.field("b", pa.binary()), pa.field("day", pa.date32()),
                    pa.field("ts", pa.timestamp("us", "UTC")), pa.field("local", pa.timestamp("us")),
@@ -429,21 +438,21 @@ def test_json_text_golden():
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
-def test_json_refuses_nan_and_infinities_naming_the_column_and_row(value):
+def test_json_refuses_nan_and_infinities_naming_the_column_and_row(value: float) -> None:
     t = pa.struct([pa.field("inner", pa.struct([pa.field("x", pa.float64())]))])
     array = pa.array([{"inner": {"x": 1.0}}, {"inner": {"x": value}}], t)
     with pytest.raises(FormatValueError, match=r"column value\.inner\.x, row 1: NaN or an infinity"):
         JsonEncoder(None, t).encode(array)
 
 
-def test_json_refuses_years_rfc_3339_cannot_write():
+def test_json_refuses_years_rfc_3339_cannot_write() -> None:
     t = pa.struct([pa.field("day", pa.date32())])
     array = pa.StructArray.from_arrays([pa.array([0, 2932897], pa.int32()).view(pa.date32())], fields=list(t))
     with pytest.raises(FormatValueError, match=r"column value\.day, row 1: a date in the year 10000"):
         JsonEncoder(None, t).encode(array)
 
 
-def test_json_schema_checks():
+def test_json_schema_checks() -> None:
     t = pa.struct([pa.field("id", pa.int64(), False), pa.field("tags", pa.list_(pa.string()))])
     derived = json_schema_for(t)
     JsonEncoder(derived, t)

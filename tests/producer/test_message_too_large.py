@@ -173,5 +173,5 @@ def test_the_topics_limit_is_asked_once_per_topic(kafka: KafkaCluster) -> None:
     with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
         for _ in range(5):
             p.send_arrow(pa.table({"value": [b"v"] * 10, "topic": [small, plain] * 5})).result(60)
-        assert p._metadata.message_limits == {small: LIMIT, plain: 1048588}  # Kafka's default
+        assert (p.max_message_bytes(small), p.max_message_bytes(plain)) == (LIMIT, 1048588)  # Kafka's default
         assert p._sender.topics_described == 2

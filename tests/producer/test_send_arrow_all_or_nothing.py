@@ -77,7 +77,7 @@ def test_buffer_exhausted_mid_call_hands_over_the_future_of_what_was_queued(kafk
               "max.block.ms": 500}
     with KafkaProducer(config) as p:
         p.partitions_for(topic)
-        p._message_limit(topic)  # the topic's max.message.bytes, which a first send_arrow asks for, before the stall
+        assert p.max_message_bytes(topic) == 1048588  # Kafka's default; asked before the stall, as send_arrow would
         proxy.stall()
         try:
             with pytest.raises(BufferExhaustedError, match="max.block.ms") as err:
@@ -101,7 +101,7 @@ def test_a_producer_closed_mid_call_fails_what_was_queued_and_leaves_nothing_wai
               "max.block.ms": 60_000}
     with KafkaProducer(config) as p:
         p.partitions_for(topic)
-        p._message_limit(topic)  # the topic's max.message.bytes, which a first send_arrow asks for, before the stall
+        assert p.max_message_bytes(topic) == 1048588  # Kafka's default; asked before the stall, as send_arrow would
         proxy.stall()
         def close_once_blocked() -> None:
             _wait_until_blocked(p)

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import TopicPartition
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import (
     BrokersUnreachableError,
     ColumnError,
@@ -47,7 +48,7 @@ def _rows(rng: random.Random, n: int, kinds: list[str], good_topics: list[str]) 
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_bad_rows_refused_good_rows_sent_once(broker, seed):
+def test_bad_rows_refused_good_rows_sent_once(broker: KafkaCluster, seed: int) -> None:
     rng = random.Random(seed)
     good_topics = [create_topic(broker.bootstrap, unique_topic("skip"), partitions=2) for _ in range(2)]
     n = rng.choice([1, 7, 200, 1500])
@@ -72,7 +73,7 @@ def test_bad_rows_refused_good_rows_sent_once(broker, seed):
         assert sorted(m.value() for m in got) == want
 
 
-def test_fail_mode_raises_as_before(broker):
+def test_fail_mode_raises_as_before(broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("fail"), partitions=2)
     config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST}
     with KafkaProducer(config) as p:
@@ -89,7 +90,7 @@ def test_fail_mode_raises_as_before(broker):
             p.send_arrow(pa.table({"value": [b"ok"], "colour": [1]}), topic, on_error="skip")
 
 
-def test_missing_topic_refused_on_a_strict_cluster(strict_kafka):
+def test_missing_topic_refused_on_a_strict_cluster(strict_kafka: KafkaCluster) -> None:
     """A topic column naming a topic the cluster does not have (and will not create)."""
     real = create_topic(strict_kafka.bootstrap, unique_topic("real"), partitions=1)
     missing = unique_topic("missing")
@@ -110,15 +111,14 @@ def test_missing_topic_refused_on_a_strict_cluster(strict_kafka):
     assert len(consume_all(strict_kafka.bootstrap, real, 2 * topics.count(real), settle=0.3)) == 2 * topics.count(real)
 
 
-def test_cluster_errors_are_never_refused_rows():
+def test_cluster_errors_are_never_refused_rows() -> None:
     """No broker at all: the call fails, whatever on_error says."""
     with KafkaProducer({"bootstrap.servers": "127.0.0.1:1", "max.block.ms": 500}) as p:
         with pytest.raises(BrokersUnreachableError):
             p.send_arrow(pa.table({"value": [b"a", b"b"]}), "any", on_error="skip")
 
 
-def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
-
+def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka: KafkaCluster) -> None:
     allowed = create_topic(acl_kafka.bootstrap, unique_topic("allowed"), partitions=1)
     denied = create_topic(acl_kafka.bootstrap, unique_topic("denied"), partitions=1)
     deny_topic(acl_kafka.bootstrap, denied, "ALL")
@@ -133,7 +133,8 @@ def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker, schema_registry, seed):
+def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker: KafkaCluster, schema_registry: str,
+                                                                   seed: int) -> None:
     """A value serializer's refusals (a null the schema has no room for) and the screen's
     (a topic that cannot be) in one call: each row refused once for its first reason, its
     index that of the call's input, its columns as given; the rest arrive and decode. No
@@ -179,7 +180,7 @@ def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker, schem
     assert not [s for s in registry.get_subjects() if s.startswith(INVALID)]
 
 
-def test_subjects_are_named_after_the_topic_each_row_goes_to(broker, schema_registry):
+def test_subjects_are_named_after_the_topic_each_row_goes_to(broker: KafkaCluster, schema_registry: str) -> None:
     """send_arrow(table, topic) with a topic column: a row goes to its column's topic, the
     default where the column is null, and its subject is that topic's; a topic name Kafka
     refuses fails the call (without skip) before any subject is registered."""
@@ -217,7 +218,7 @@ INVALID = "no spaces allowed!"
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_topic_the_principal_may_describe_but_not_write_is_refused(acl_kafka, seed):
+def test_a_topic_the_principal_may_describe_but_not_write_is_refused(acl_kafka: KafkaCluster, seed: int) -> None:
     """WRITE denied, DESCRIBE allowed: the brokers' Produce would refuse the rows
     (TOPIC_AUTHORIZATION_FAILED), leaving a transaction abortable. The metadata's
     authorized operations tell kprod first: the rows are refused before any is queued,

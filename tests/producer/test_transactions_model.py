@@ -280,6 +280,7 @@ def test_transactions_match_the_model(kafka: KafkaCluster, kafka_proxy: ProxiedK
         suppress_health_check=list(HealthCheck)))
 
 
+@pytest.mark.soak  # the suite runs protocol v1 through the exactly-once shapes and crash points
 def test_transactions_match_the_model_on_protocol_v1(kafka_tv1: KafkaCluster, kafka_tv1_proxy: ProxiedKafka) -> None:
     """The same on a cluster without transaction protocol v2 (transaction.version 1)."""
     test_transactions_match_the_model(kafka_tv1, kafka_tv1_proxy)

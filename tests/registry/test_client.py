@@ -11,6 +11,7 @@ import logging
 import urllib.parse
 import uuid
 
+import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry import SchemaRegistryClient as TheirClient
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kprod_broker import TlsFiles, make_tls_files
+from spark_sink.producer import ArrowSerializer
 from spark_sink.registry import (
     IncompatibleSchemaError,
     InvalidSchemaError,
@@ -30,6 +32,7 @@ from spark_sink.registry import (
     SchemaRegistryError,
 )
 from tests.brokers import free_port
+from tests.clock import MovedClock
 from tests.faultproxy import FaultProxy
 from tests.registry.front import Front, server_context
 
@@ -248,6 +251,57 @@ def test_a_dead_registry_fails_naming_each_url_and_the_cause() -> None:
     message = str(failed.value)
     assert all(f"{url}: connection refused" in message for url in dead), message
     assert "after 4 attempt(s) within timeout.ms=3000" in message
+
+
+def _dead_registry(clock: MovedClock, **settings: int) -> SchemaRegistryClient:
+    """A client of a URL nothing listens on, on ``clock``."""
+    config = {"url": f"http://127.0.0.1:{free_port()}", **{k.replace("_", "."): str(v) for k, v in settings.items()}}
+    return SchemaRegistryClient(config, clock)
+
+
+def _check_waits(clock: MovedClock, failed: RegistryUnavailableError, wait_ms: int, max_wait_ms: int) -> int:
+    """The waits between attempts were the test clock's sleeps, each the doubling backoff
+    less its jitter; the number of attempts."""
+    attempts = len(clock.slept) + 1
+    assert f"after {attempts} attempt(s)" in str(failed)
+    for k, slept in enumerate(clock.slept):
+        nominal_s = min(max_wait_ms, wait_ms * 2 ** k) / 1000
+        assert nominal_s / 2 <= slept <= nominal_s
+    return attempts
+
+
+def test_a_test_clock_moves_the_retry_waits_and_the_deadline() -> None:
+    """The client's clock is its transport's: the waits between retries are the clock's
+    sleeps (which move it rather than wait), and the deadline is on it: waits of 10 s and
+    more, doubling, and a minute's timeout end after two or three attempts."""
+    clock = MovedClock()
+    ours = _dead_registry(clock, retries_wait_ms=20_000, retries_max_wait_ms=600_000, max_retries=100,
+                          timeout_ms=60_000)
+    with pytest.raises(RegistryUnavailableError) as failed:
+        ours.latest("t-value")
+    assert _check_waits(clock, failed.value, 20_000, 600_000) in (2, 3)
+    assert sum(clock.slept) < 60
+    # An ArrowSerializer's registry client runs on the clock it is given.
+    serializer_clock = MovedClock()
+    serializer = ArrowSerializer("avro", {"url": f"http://127.0.0.1:{free_port()}", "retries.wait.ms": "30000",
+                                          "max.retries": "2", "timeout.ms": "600000"}, clock=serializer_clock)
+    with pytest.raises(RegistryUnavailableError) as failed:
+        serializer.prepare(pa.struct([pa.field("id", pa.int64(), False)]), "t")
+    assert _check_waits(serializer_clock, failed.value, 30_000, 2_000) == 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(wait_ms=st.integers(0, 120_000), max_wait_ms=st.integers(0, 600_000), max_retries=st.integers(0, 8),
+       timeout_ms=st.integers(1, 3_600_000))
+def test_retry_waits_on_a_test_clock_follow_the_settings(wait_ms: int, max_wait_ms: int, max_retries: int,
+                                                         timeout_ms: int) -> None:
+    clock = MovedClock()
+    ours = _dead_registry(clock, retries_wait_ms=wait_ms, retries_max_wait_ms=max_wait_ms, max_retries=max_retries,
+                          timeout_ms=timeout_ms)
+    with pytest.raises(RegistryUnavailableError) as failed:
+        ours.latest("t-value")
+    assert _check_waits(clock, failed.value, wait_ms, max_wait_ms) <= max_retries + 1
+    assert sum(clock.slept) * 1000 < timeout_ms  # no wait past the deadline
 
 
 def test_a_registry_that_never_answers_fails_at_its_deadline(schema_registry: str) -> None:

@@ -11,10 +11,14 @@ import collections
 import json
 import random
 import time
+from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
+from kprod_broker import KafkaCluster
 from spark_sink.producer import ConfigError
 from spark_sink.spark.options import parse_options
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -38,7 +42,7 @@ def _kinds(rng: random.Random, n: int) -> list[str]:
     return rng.choices(kinds, weights, k=n)
 
 
-def _write_input(directory, kinds: list[str], files: int) -> None:
+def _write_input(directory: Path, kinds: list[str], files: int) -> None:
     directory.mkdir()
     per_file = -(-len(kinds) // files)
     for f in range(files):
@@ -46,7 +50,7 @@ def _write_input(directory, kinds: list[str], files: int) -> None:
         (directory / f"{f:03d}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _as_records(df, good_topic: str):
+def _as_records(df: DataFrame, good_topic: str) -> DataFrame:
     kind = F.col("kind")
     return df.select(
         F.col("id").cast("string").alias("key"),
@@ -57,7 +61,7 @@ def _as_records(df, good_topic: str):
         F.when(kind == "bad_partition", F.lit(99)).otherwise(F.lit(None)).cast("int").alias("partition"))
 
 
-def _options(bootstrap: str, good_topic: str, dead_topic: str | None, report, guarantee: str) -> dict[str, str]:
+def _options(bootstrap: str, good_topic: str, dead_topic: str | None, report: Path, guarantee: str) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": bootstrap, "kafka.max.request.size": str(MAX_REQUEST),
             "kprod.errors.tolerance": "all", "kprod.deliveryReport.path": str(report),
             "kprod.deliveryGuarantee": guarantee}
@@ -68,7 +72,7 @@ def _options(bootstrap: str, good_topic: str, dead_topic: str | None, report, gu
     return opts
 
 
-def _check(bootstrap: str, kinds: list[str], good_topic: str, dead_topic: str, report, guarantee: str,
+def _check(bootstrap: str, kinds: list[str], good_topic: str, dead_topic: str, report: Path, guarantee: str,
            streaming: bool) -> None:
     """Every good row once in ``good_topic``, every bad row once in ``dead_topic`` with its
     headers, and the report's counts."""
@@ -110,7 +114,8 @@ def _topics(bootstrap: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
 @pytest.mark.parametrize("seed", range(2))
-def test_batch_write_sends_bad_rows_to_the_dead_letter_topic(spark, kafka, tmp_path, guarantee, seed):
+def test_batch_write_sends_bad_rows_to_the_dead_letter_topic(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path,
+                                                             guarantee: str, seed: int) -> None:
     rng = random.Random(seed * 10 + len(guarantee))
     good_topic, dead_topic = _topics(kafka.bootstrap)
     kinds = _kinds(rng, rng.choice([40, 400, 3000]))
@@ -123,7 +128,7 @@ def test_batch_write_sends_bad_rows_to_the_dead_letter_topic(spark, kafka, tmp_p
 
 
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
-def test_a_stream_runs_on_past_bad_rows(spark, kafka, tmp_path, guarantee):
+def test_a_stream_runs_on_past_bad_rows(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path, guarantee: str) -> None:
     rng = random.Random(7 + len(guarantee))
     good_topic, dead_topic = _topics(kafka.bootstrap)
     kinds = _kinds(rng, 900)
@@ -140,7 +145,8 @@ def test_a_stream_runs_on_past_bad_rows(spark, kafka, tmp_path, guarantee):
     _check(kafka.bootstrap, kinds, good_topic, dead_topic, report, guarantee, streaming=True)
 
 
-def test_an_exactly_once_query_stopped_mid_way_and_restarted_writes_neither_twice(spark, kafka, tmp_path):
+def test_an_exactly_once_query_stopped_mid_way_and_restarted_writes_neither_twice(
+        spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     """Stopped once the second microbatch's tasks are done (before, in or after its
     commit), then restarted from the checkpoint."""
     from tests.spark.test_exactly_once_stop_restart import _wait_for_commit_phase
@@ -152,16 +158,17 @@ def test_an_exactly_once_query_stopped_mid_way_and_restarted_writes_neither_twic
     report = tmp_path / "report.jsonl"
     opts = _options(kafka.bootstrap, good_topic, dead_topic, report, "exactly-once")
 
-    def start(trigger: dict):
+    def start(available_now: bool) -> StreamingQuery:
         stream = spark.readStream.schema("id bigint, kind string").option("maxFilesPerTrigger", 1) \
             .json(str(tmp_path / "in"))
-        return (_as_records(stream.repartition(2), good_topic).writeStream.format("kprod").options(**opts)
-                .option("checkpointLocation", str(tmp_path / "cp")).trigger(**trigger).start())
+        writer = (_as_records(stream.repartition(2), good_topic).writeStream.format("kprod").options(**opts)
+                  .option("checkpointLocation", str(tmp_path / "cp")))
+        return (writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="1 second")).start()
 
-    q = start({"processingTime": "1 second"})
+    q = start(available_now=False)
     _wait_for_commit_phase(spark, 2)  # the first microbatch's write job
     q.stop()
-    q = start({"availableNow": True})
+    q = start(available_now=True)
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
     overrides = READ_COMMITTED
@@ -173,7 +180,7 @@ def test_an_exactly_once_query_stopped_mid_way_and_restarted_writes_neither_twic
     assert sorted(int(m.key()) for m in letters) == bad
 
 
-def test_max_ratio_fails_the_write_naming_ratio_and_reason(spark, kafka, tmp_path):
+def test_max_ratio_fails_the_write_naming_ratio_and_reason(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     good_topic, dead_topic = _topics(kafka.bootstrap)
     kinds = ["good", "too_large", "too_large", "bad_partition"] * 25
     _write_input(tmp_path / "in", kinds, 2)
@@ -189,7 +196,7 @@ def test_max_ratio_fails_the_write_naming_ratio_and_reason(spark, kafka, tmp_pat
     assert not report.exists()
 
 
-def test_a_missing_dead_letter_topic_fails_on_the_driver(spark, strict_kafka, tmp_path):
+def test_a_missing_dead_letter_topic_fails_on_the_driver(spark: SparkSession, strict_kafka: KafkaCluster) -> None:
     good_topic = create_topic(strict_kafka.bootstrap, unique_topic("good"), 1)
     missing = unique_topic("nodlq")
     df = spark.createDataFrame([("k", "v")], "key string, value string")
@@ -200,7 +207,8 @@ def test_a_missing_dead_letter_topic_fails_on_the_driver(spark, strict_kafka, tm
     assert consume_all(strict_kafka.bootstrap, good_topic, 0, settle=0.5) == []
 
 
-def test_a_missing_topic_is_a_bad_row_without_a_dead_letter_topic(spark, strict_kafka, tmp_path):
+def test_a_missing_topic_is_a_bad_row_without_a_dead_letter_topic(spark: SparkSession, strict_kafka: KafkaCluster,
+                                                                  tmp_path: Path) -> None:
     """On a cluster that creates no topic on first use; no dead-letter topic: dropped, counted."""
     good_topic = create_topic(strict_kafka.bootstrap, unique_topic("good"), 1)
     missing = unique_topic("missing")
@@ -221,12 +229,12 @@ def test_a_missing_topic_is_a_bad_row_without_a_dead_letter_topic(spark, strict_
     ({"kprod.errors.tolerance": "all", "kprod.errors.maxRatio": "1.5"}, "fraction from 0 to 1"),
     ({"kprod.errors.tolerance": "all", "kprod.errors.deadLetterTopic": "a b"}, "not a valid Kafka topic"),
 ])
-def test_bad_options_are_refused(options, match):
+def test_bad_options_are_refused(options: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         parse_options({"kafka.bootstrap.servers": "h:1", "topic": "t", **options})
 
 
-def test_tolerance_parsed():
+def test_tolerance_parsed() -> None:
     opts = parse_options({"kafka.bootstrap.servers": "h:1", "topic": "t", "kprod.errors.tolerance": "ALL",
                           "kprod.errors.deadLetterTopic": "dlq", "kprod.errors.maxRatio": "0.25"})
     assert opts.errors is not None
@@ -234,7 +242,7 @@ def test_tolerance_parsed():
     assert parse_options({"kafka.bootstrap.servers": "h:1", "topic": "t"}).errors is None
 
 
-def test_a_broker_killed_mid_write_makes_no_dead_letters(spark, kafka3, tmp_path):
+def test_a_broker_killed_mid_write_makes_no_dead_letters(spark: SparkSession, kafka3: KafkaCluster, tmp_path: Path) -> None:
     """The leader of a partition SIGKILLed and restarted while a tolerance=all write runs
     (a topic column too, whose metadata the kill disturbs): the producer retries through
     the election as ever, every row arrives once, and not one becomes a dead letter."""
@@ -284,7 +292,8 @@ def test_a_broker_killed_mid_write_makes_no_dead_letters(spark, kafka3, tmp_path
     assert (line["refusedRows"], line["deadLetters"]) == ({}, 0)
 
 
-def test_a_named_exactly_once_write_run_again_writes_neither_twice(spark, kafka, tmp_path):
+def test_a_named_exactly_once_write_run_again_writes_neither_twice(spark: SparkSession, kafka: KafkaCluster,
+                                                                   tmp_path: Path) -> None:
     """A named batch write (kprod.transactionalIdPrefix) run a second time is a replay whose
     tasks an earlier run committed: its good rows and its dead letters, sent again by the
     second run's tasks, are aborted with their transactions."""

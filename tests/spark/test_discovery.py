@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+@pytest.mark.installs  # builds a venv: make installs
 @pytest.mark.parametrize("mode", ["editable", "wheel"])
 def test_installed_kprod_is_found_from_a_foreign_directory(kafka: KafkaCluster, tmp_path: Path, mode: str,
                                                            kprod_wheel: Path, installed_python: Path) -> None:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-@pytest.mark.parametrize("first", ["foreachBatch", "batch job"])
+@pytest.mark.parametrize("first", [pytest.param("foreachBatch", marks=pytest.mark.soak), "batch job"])
 def test_a_named_write_committed_whole_is_not_written_again(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path,
                                                             first: str) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("eos-fb"), partitions=2)

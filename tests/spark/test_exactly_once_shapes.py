@@ -154,6 +154,7 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, k
     assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
+@pytest.mark.soak  # the batch aggregation over 200 shuffle partitions stays in the suite
 def test_a_streaming_aggregation_over_50_shuffle_partitions(spark: SparkSession, kafka: KafkaCluster,
                                                             tmp_path: Path) -> None:
     """kprod itself as the sink of a streaming aggregation (Complete mode: Spark offers
@@ -388,6 +389,7 @@ def test_random_shapes_timings_and_failures(spark: SparkSession, kafka: KafkaClu
     _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
 
 
+@pytest.mark.soak  # the suite writes on protocol v1 in the crash points and the driver tests
 def test_writes_on_protocol_v1(spark: SparkSession, kafka_tv1: KafkaCluster, kafka_tv1_proxy: ProxiedKafka) -> None:
     """On a cluster without transaction protocol v2 (AddPartitionsToTxn, AddOffsetsToTxn,
     EndTxn v4): a failing task, a replay's markers, and a random shape."""

@@ -69,7 +69,9 @@ def _wait_for_the_commit(timeout: float = 120.0) -> int:
     return found[0]
 
 
-@pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), (1.0, "stop"), (None, None)])
+# The suite keeps a kill at the commit's start and a random moment and cut; make soak adds a stop.
+@pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), pytest.param(1.0, "stop", marks=pytest.mark.soak),
+                                                  (None, None)])
 def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka,
                                                 tmp_path: Path, into_commit_s: float | None, cut: str | None) -> None:
     """Expected: once the query has stopped, nothing of its last microbatch holds

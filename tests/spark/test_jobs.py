@@ -70,6 +70,7 @@ def test_demo_rates_leave_out_empty_microbatches_and_put_the_first_apart() -> No
     assert demo.kprod_rates([(0, 0.0)]) == []
 
 
+@pytest.mark.bench  # a Spark session and a Kafka node of its own for a minute: make bench
 def test_bench_sink_delivers_every_row_it_times(kafka: KafkaCluster) -> None:
     """The benchmark's figures stand for real deliveries: each Kafka writer's every write
     (the untimed one and one per round) went to a topic of its own, which holds each row

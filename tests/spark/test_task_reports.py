@@ -1,7 +1,14 @@
 """Offset ranges in commit messages: within a task (one producer, sends in order) and
 across tasks (producers interleaved); -1 is an end the broker did not tell."""
 
-from spark_sink.spark.task_reports import extend_ranges, merge_ranges
+import datetime
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spark_sink.spark.task_reports import KProdCommitMessage, WriteSummary, extend_ranges, merge_ranges
+from tests.clock import days_later
 
 TP, OTHER = ("t", 0), ("t", 1)
 
@@ -30,8 +37,6 @@ def test_tasks_widen_the_range_and_an_unknown_end_stays_unknown() -> None:
 def test_the_summary_counts_the_tasks_given_no_row() -> None:
     """A few rows over many shuffle partitions: the summary says how many tasks were empty,
     since each costs Spark a Python task whatever the sink does."""
-    from spark_sink.spark.task_reports import KProdCommitMessage, WriteSummary
-
     messages = [KProdCommitMessage(partition_id=0, attempt=0, records=3, bytes=30, partitions={TP: (3, 0, 2)}),
                 KProdCommitMessage(partition_id=1, attempt=0, records=0, bytes=0),
                 KProdCommitMessage(partition_id=2, attempt=0, records=0, bytes=0), None]
@@ -39,3 +44,15 @@ def test_the_summary_counts_the_tasks_given_no_row() -> None:
     assert (summary.tasks, summary.empty_tasks, summary.records) == (3, 2, 3)
     assert "from 3 task(s) (2 without rows);" in summary.describe()
     assert "without rows" not in WriteSummary.of(messages[:1]).describe()
+
+
+@given(st.floats(-10_000, 100_000))
+def test_the_report_line_is_committed_at_the_clocks_time(days: float) -> None:
+    """The delivery report's committedAt is the wall clock of the clock given (whole seconds, UTC)."""
+    clock = days_later(days)
+    summary = WriteSummary.of([KProdCommitMessage(partition_id=0, attempt=0, records=1, bytes=1)])
+    before = int(clock.wall_ms() // 1000)
+    line = json.loads(summary.report_line(7, clock=clock))
+    after = clock.wall_ms() / 1000
+    at = datetime.datetime.strptime(line["committedAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    assert before <= at.timestamp() <= after and line["batchId"] == 7
