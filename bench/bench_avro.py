@@ -52,7 +52,7 @@ sys.path.insert(0, str(BENCH))
 
 import _common  # noqa: E402  (jobs/ on the path first)
 from avro_to_kafka import registry  # noqa: E402
-from bench_partitions import _cpu, _cpu_model, _create_topics, _tree_cpu  # noqa: E402
+from bench_partitions import _cpu, _cpu_model, _tree_cpu  # noqa: E402
 
 KPROD, SPARK, CONFLUENT = "kprod", "Spark to_avro + Kafka sink", "confluent-kafka per row"
 NOOP = "no-op (Spark's share)"
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, l
         if label == NOOP:
             return ""
         topic = f"{args.topic}-{uuid.uuid4().hex[:8]}"
-        _create_topics(bootstrap, [topic], args.partitions)
+        _common.create_topics(bootstrap, [topic], args.partitions)
         written.append((label, topic))
         return topic
 

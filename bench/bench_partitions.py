@@ -141,48 +141,6 @@ def _with_topic(df, prefix: str, topics: int):
                      F.concat(F.lit(prefix + "-"), F.col("topic_index")).alias("topic"))
 
 
-def _create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    """Create the topics and wait until each partition has a leader."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1)
-                                       for n in names]).values():
-        future.result(60)
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            meta = admin.list_topics(name, timeout=10).topics.get(name)
-            if (meta is not None and meta.error is None and len(meta.partitions) == partitions
-                    and all(p.leader >= 0 for p in meta.partitions.values())):
-                break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"topic {name}: no leader for every partition after 60 s")
-            time.sleep(0.05)
-    # A leader in the metadata is not yet a log on the broker: a loaded broker took a second
-    # to create 64 partitions' logs, and Spark's sink, answered NOT_LEADER_OR_FOLLOWER
-    # meanwhile, then met OutOfOrderSequence until its batches expired (the broker's log,
-    # 2026-11-29). ListOffsets answers once every log is there.
-    while True:
-        try:
-            _end_offsets(bootstrap, names, partitions)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-def _end_offsets(bootstrap: str, names: list[str], partitions: int) -> int:
-    """The sum of the topics' end offsets (one ListOffsets round)."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = {TopicPartition(n, p): OffsetSpec.latest() for n in names for p in range(partitions)}
-    return sum(f.result(60).offset for f in admin.list_offsets(request).values())
-
-
 def _cpu(pid: int) -> float:
     """User plus system CPU seconds of a process and its reaped children."""
     try:
@@ -285,7 +243,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
                 names = [prefix] if shape.topics == 1 else [f"{prefix}-{i}" for i in range(shape.topics)]
                 topics = current[label] = TopicSet(label, prefix, names, shape.partitions)
                 if label != NOOP:
-                    _create_topics(bootstrap, names, shape.partitions)
+                    _common.create_topics(bootstrap, names, shape.partitions)
                     topic_sets.append(topics)
             frame = _with_topic(df, topics.prefix, shape.topics)
             before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
@@ -321,7 +279,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
         df.unpersist()
     checked = [t for t in topic_sets if t.clean]
     for t in checked:
-        ends, expected = _end_offsets(bootstrap, t.names, t.partitions), args.rows * t.writes
+        ends, expected = _common.end_offsets(bootstrap, t.names, t.partitions), args.rows * t.writes
         if ends < expected or (ends != expected and t.label != EOS):
             raise SystemExit(f"{t.label} wrote {ends} records to {t.names[0]}..., expected {expected}")
     _common.say(f"checked {sum(t.writes for t in checked)} writes by their topics' end offsets")

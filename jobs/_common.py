@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -226,15 +227,58 @@ def noop_data_source(source_name: str) -> type:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` unless it exists (confluent-kafka's admin client)."""
+    """Create ``topic`` unless it exists, ready to be written (``create_topics``)."""
+    from confluent_kafka.admin import AdminClient
+
+    if topic in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics:
+        say(f"topic {topic} exists")
+        return
+    create_topics(bootstrap, [topic], partitions)
+    say(f"created topic {topic} with {partitions} partitions")
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Create the topics (confluent-kafka's admin client) and wait until every partition
+    has a leader and a log."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic in admin.list_topics(timeout=30).topics:
-        say(f"topic {topic} exists")
-        return
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
-    say(f"created topic {topic} with {partitions} partitions")
+    for future in admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1)
+                                       for n in names]).values():
+        future.result(60)
+    deadline = time.monotonic() + 60
+    for name in names:
+        while True:
+            meta = admin.list_topics(name, timeout=10).topics.get(name)
+            if (meta is not None and meta.error is None and len(meta.partitions) == partitions
+                    and all(p.leader >= 0 for p in meta.partitions.values())):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"topic {name}: no leader for every partition after 60 s")
+            time.sleep(0.05)
+    # A leader in the metadata is not yet a log on the broker: a loaded broker took a second
+    # to create 64 partitions' logs, and Spark's sink, answered NOT_LEADER_OR_FOLLOWER
+    # meanwhile, then met OutOfOrderSequence until its batches expired (the broker's log,
+    # 2026-11-29; bench_sink.py's Spark-sink round the same way on a fresh 6-partition
+    # topic). ListOffsets answers once every log is there.
+    while True:
+        try:
+            end_offsets(bootstrap, names, partitions)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def end_offsets(bootstrap: str, names: list[str], partitions: int) -> int:
+    """The sum of the topics' end offsets (one ListOffsets round)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = {TopicPartition(n, p): OffsetSpec.latest() for n in names for p in range(partitions)}
+    return sum(f.result(60).offset for f in admin.list_offsets(request).values())
 
 
 def setup_logging() -> None:
