@@ -209,25 +209,6 @@ def _compression(kprod_options: dict[str, str]) -> str:
     return kprod_options.get("kafka.compression.type", "none").strip().lower()
 
 
-def _wait_for_leaders(bootstrap: str, topic: str, partitions: int) -> None:
-    """Until the broker names a leader for every partition of a new topic, so that no
-    write starts before. (Two runs failed when Spark's Kafka sink met
-    NOT_LEADER_OR_FOLLOWER on a new topic and expired its batches; one of them had this
-    wait, so it is not the whole cause: bench/RESULTS.md, 2026-11-28.)"""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + 30
-    while True:
-        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions and all(
-                p.leader >= 0 and p.error is None for p in meta.partitions.values()):
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"topic {topic}: no leader for every partition after 30 s: {meta}")
-        time.sleep(0.05)
-
-
 def _read_back(bootstrap: str, topic: str, rows: int) -> None:
     """Every row of one write is in ``topic`` exactly once, or the run fails."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -283,8 +264,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> tuple[dict[str, list[float]
         if label == "no-op":
             return ""
         topic = f"{args.topic}-{len(written)}-{uuid.uuid4().hex[:4]}"
-        _common.create_topic(bootstrap, topic, args.partitions)
-        _wait_for_leaders(bootstrap, topic, args.partitions)
+        _common.create_topic(bootstrap, topic, args.partitions)  # with its leaders and logs
         written.append((label, topic))
         return topic
 
