@@ -61,9 +61,7 @@ MASK = (1 << 64) - 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench_avro.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("bench_avro.py", __doc__)
     _common.add_common_arguments(parser)
     parser.set_defaults(topic="kprod-avro-bench", partitions=8)
     parser.add_argument("--registry-url", help="the Schema Registry (default: a local Apicurio Registry for the run)")

@@ -96,9 +96,7 @@ class Figures:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench_partitions.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("bench_partitions.py", __doc__)
     _common.add_common_arguments(parser)
     parser.set_defaults(topic="kprod-parts", partitions=1)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows per write (default: %(default)s)")

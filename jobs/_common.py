@@ -32,6 +32,14 @@ def say(message: str) -> None:
     print(f"[kprod] {message}", file=sys.stderr, flush=True)
 
 
+def docstring_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """A script's parser: its docstring's first paragraph as the description, the rest as
+    the epilog, kept as written."""
+    return argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   epilog=doc.split("\n\n", 1)[1])
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every job has: where Kafka is, the topic, producer and Spark settings."""
     parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",

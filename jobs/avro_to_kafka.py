@@ -28,9 +28,7 @@ from _common import say
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="avro_to_kafka.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("avro_to_kafka.py", __doc__)
     _common.add_common_arguments(parser)
     parser.set_defaults(topic="orders")
     parser.add_argument("--registry-url", help="the Schema Registry (default: a local one for the run)")

@@ -109,9 +109,7 @@ class ConfluentDataSource(DataSource):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bench_sink.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("bench_sink.py", __doc__)
     _common.add_common_arguments(parser)
     parser.set_defaults(topic="kprod-bench")
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows written by each sink (default: %(default)s)")

@@ -12,7 +12,6 @@ includes starting Spark's Python workers. Exits non-zero if they differ.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -70,9 +69,7 @@ def kprod_rates(batches: list[tuple[int, float]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="demo.py", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("demo.py", __doc__)
     parser.add_argument("--duration", type=float, default=20,
                         help="seconds of streaming, longer until a microbatch had rows (default: %(default)s)")
     parser.add_argument("--rows-per-second", type=int, default=50000, help="rate source speed (default: %(default)s)")

@@ -23,9 +23,7 @@ KPROD_COLUMNS = {"value", "key", "topic", "partition", "headers", "timestamp"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="file_to_kafka.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("file_to_kafka.py", __doc__)
     parser.add_argument("paths", nargs="+", help="files or directories to read")
     _common.add_common_arguments(parser)
     parser.add_argument("--format", choices=["parquet", "csv", "json"],

@@ -26,9 +26,7 @@ from _common import say
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stream_to_kafka.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = _common.docstring_parser("stream_to_kafka.py", __doc__)
     _common.add_common_arguments(parser)
     parser.add_argument("--source", choices=["rate", "files"], default="rate", help="input (default: %(default)s)")
     parser.add_argument("--rows-per-second", type=int, default=20000, help="rate source speed (default: %(default)s)")
