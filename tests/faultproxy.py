@@ -155,7 +155,7 @@ class FaultProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, direction: int) -> None:
         late: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
         deliverer: threading.Thread | None = None
-        frames = _RequestFrames(self.requests, self._lock) if direction == 0 else None
+        frames = RequestFrames(self.requests, self._lock) if direction == 0 else None
         try:
             while True:
                 data = src.recv(65536)
@@ -207,7 +207,7 @@ class FaultProxy:
                 dst.sendall(data)
 
 
-class _RequestFrames:
+class RequestFrames:
     """Kafka's request frames (a 4-byte size, then the request, whose header begins with
     its 2-byte API key) followed across one connection's chunks, each counted by API key.
     A TLS or SASL-wrapped connection is not Kafka's framing: the proxied listener is plain."""

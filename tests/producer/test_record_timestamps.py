@@ -1,6 +1,8 @@
 """A record without a timestamp of its own carries the producer's clock's wall time: the
 clock KafkaProducer takes (a test's here), on every path (send()'s compiled and Python
-short ways, the long way, send_arrow), read back from a real broker with confluent-kafka."""
+short ways, the long way, send_arrow), read back from a real broker with confluent-kafka;
+and the system's when the producer is given no clock (the compiled path reads it itself
+then: the same clock as ``time.time_ns``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from spark_sink.producer import batch as batch_module
 from spark_sink.producer.batch import PyRecordBuffer
 from tests.brokers import consume_all, create_topic, unique_topic
 from tests.clock import MovedClock
+from tests.producer.fake_cluster import FakeCluster
 
 _YEAR_MS = 365 * 86_400_000
 
@@ -34,14 +37,45 @@ class SetWallClock(MovedClock):
         return float(self.wall)
 
 
+def _python_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """send() as where kprod's extension is not built."""
+    monkeypatch.setattr(accumulator_module, "PlainAppender", None)
+    monkeypatch.setattr(accumulator_module, "RecordBuffer", PyRecordBuffer)
+    monkeypatch.setattr(batch_module, "run_callbacks", None)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_without_a_clock_records_carry_the_systems_time(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not compiled:
+        _python_paths(monkeypatch)
+    with KafkaProducer({"bootstrap.servers": "fake:9092"}, network_client=FakeCluster(topics={"t": [0, 0]})) as p:
+        assert (getattr(p.send, "__func__", None) is KafkaProducer.send) != compiled
+        before = time.time_ns() // 1_000_000
+        futures = [p.send(ProducerRecord("t", b"v", key=b"%d" % i)) for i in range(1000)]
+        after = time.time_ns() // 1_000_000
+        p.flush(10)
+    stamps = [f.result(0).timestamp for f in futures]
+    assert before <= min(stamps) and max(stamps) <= after
+
+
+def test_a_failing_clock_fails_the_send() -> None:
+    class Broken(SetWallClock):
+        def wall_ms(self) -> float:
+            raise RuntimeError("no time")
+
+    with KafkaProducer({"bootstrap.servers": "fake:9092"}, network_client=FakeCluster(topics={"t": [0]}),
+                       clock=Broken(0)) as p:
+        for record in (ProducerRecord("t", b"v", key=b"k"), ProducerRecord("t", b"v", partition=0)):
+            with pytest.raises(RuntimeError, match="no time"):
+                p.send(record)
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 @pytest.mark.parametrize("seed", range(3))
 def test_records_carry_the_producers_clock(kafka: KafkaCluster, compiled: bool, seed: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    if not compiled:  # as where kprod's extension is not built
-        monkeypatch.setattr(accumulator_module, "PlainAppender", None)
-        monkeypatch.setattr(accumulator_module, "RecordBuffer", PyRecordBuffer)
-        monkeypatch.setattr(batch_module, "run_callbacks", None)
+    if not compiled:
+        _python_paths(monkeypatch)
     rng = random.Random(seed)
     topic = create_topic(kafka.bootstrap, unique_topic(f"clock{seed}"), partitions=3)
     # Times from four years ago to now, in any order (a batch's deltas go both ways), often
