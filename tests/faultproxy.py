@@ -210,17 +210,18 @@ class FaultProxy:
 class RequestFrames:
     """Kafka's request frames (a 4-byte size, then the request, whose header begins with
     its 2-byte API key) followed across one connection's chunks, each counted by API key.
-    A TLS or SASL-wrapped connection is not Kafka's framing: the proxied listener is plain."""
+    Only a plain Kafka listener's counts mean anything (a TLS or HTTP one's bytes are not
+    these frames); a size no request can have stops the counting on that connection."""
 
     def __init__(self, counts: collections.Counter[int], lock: threading.Lock) -> None:
         self._counts = counts
         self._lock = lock
         self._head = b""  # the start of a frame whose size and API key are not all here yet
-        self._skip = 0  # bytes of the current frame still to pass
+        self._skip = 0  # bytes of the current frame still to pass (-1: not Kafka's framing)
 
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
+        while view and self._skip >= 0:
             if self._skip:
                 taken = min(self._skip, len(view))
                 self._skip -= taken
@@ -231,6 +232,9 @@ class RequestFrames:
             view = view[need:]
             if len(self._head) == 6:
                 size, api_key = struct.unpack(">ih", self._head)
+                if size < 2:
+                    self._skip = -1
+                    return
                 with self._lock:
                     self._counts[api_key] += 1
                 self._skip = size - 2

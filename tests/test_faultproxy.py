@@ -81,3 +81,10 @@ def test_the_proxy_counts_what_a_client_sends(kafka_proxy: ProxiedKafka) -> None
         p.produce(topic, b"%d" % i)
         assert p.flush(30) == 0  # one request each
     assert kafka_proxy.proxy.requests[ApiKey.PRODUCE] - produced_before == 3
+
+
+def test_bytes_that_are_not_kafka_frames_stop_the_count() -> None:
+    counts: collections.Counter[int] = collections.Counter()
+    frames = RequestFrames(counts, threading.Lock())
+    frames.feed(struct.pack(">ih", 6, 18) + bytes(4) + b"\xff\xff\xff\xff\x00\x03" + struct.pack(">ih", 2, 0))
+    assert counts == collections.Counter({18: 1})

@@ -27,7 +27,6 @@ def now_ms() -> float:
 Clock = Callable[[], float]
 
 
-
 class Time(Protocol):
     """The whole clock: called, monotonic milliseconds (so a Time is a ``Clock``); the wall
     clock in milliseconds since the epoch; and sleeping."""
