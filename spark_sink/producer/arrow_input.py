@@ -253,11 +253,15 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
     does not have; and
     the rows' topics (see ``_topic_codes``) if a column names them, for
     ``plan_arrow_send``. What is left passes its row checks (sizes need not be checked
-    again)."""
+    again); a table's columns come back in one chunk each."""
     _check_input(data, default_topic)
     n = data.num_rows
     if n == 0:
         return data, None
+    if isinstance(data, pa.Table):
+        # A table of many batches (a Spark task's joined ones): each column joined once
+        # here, which plan_arrow_send then reads as it is, instead of joined twice.
+        data = data.combine_chunks()
     keys = as_binary(_column(data, "key"))
     headers = _column(data, "headers")
     if headers is not None and headers.type != HEADER_TYPE:
