@@ -32,10 +32,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
 
-import _common  # noqa: E402  (jobs/: the benchmarks' topic creation)
-from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
+import _common  # jobs/ (on the path above): the benchmarks' topic creation
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-from spark_sink.spark.writer import plan_write, write_task  # noqa: E402
+from spark_sink.spark.writer import plan_write, write_task
 
 SETTINGS = ("none", "all")
 
