@@ -8,9 +8,10 @@ The sink's task function itself (``spark_sink.spark.writer.write_task``) is give
 record batches of ``--batch-rows`` rows (as Spark hands a task: 10,000 unless
 spark.sql.execution.arrow.maxRecordsPerBatch says otherwise), 10-byte keys and 100-byte
 values as jobs/bench_sink.py writes, once per setting in alternating order each round, to
-a topic of its own per round. Per write: the whole process's CPU seconds (the Sender
-thread too). Prints each setting's median CPU seconds per million rows and the median of
-the per-round ratios all / none. With --profile, cProfile of one more write of each
+a topic of its own per round. Per write: the calling thread's CPU seconds (the task's:
+the screen for bad rows runs there), the whole process's (the Sender thread too) and its
+minor page faults. Prints each setting's medians per million rows and the median of the
+per-round ratios all / none. With --profile, cProfile of one more write of each
 setting (the calling thread), the top functions by their own time. Without
 --bootstrap-servers a local Apache Kafka node is started for the run.
 """
@@ -22,6 +23,7 @@ import contextlib
 import cProfile
 import io
 import pstats
+import resource
 import sys
 import time
 import uuid
@@ -74,23 +76,26 @@ def main() -> None:
         batches = _batches(args.rows, args.batch_rows)
         counter = iter(range(1_000_000))
 
-        def write(setting: str) -> float:
-            """One task's write to a new topic; the process's CPU seconds."""
+        def write(setting: str) -> tuple[float, float, float]:
+            """One task's write to a new topic: its thread's and the process's CPU seconds,
+            and the process's minor page faults."""
             topic = f"{base}-{next(counter)}"
             _common.create_topic(bootstrap, topic, 6)  # as bench_sink's topics
             options = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "kprod.clusterCheck": "false"}
             if setting == "all":
                 options |= {"kprod.errors.tolerance": "all", "kprod.errors.deadLetterTopic": dead}
             sink, plan = plan_write(options, schema, check=False)
-            started = time.process_time()
+            t0, p0 = time.thread_time(), time.process_time()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             message = write_task(iter(batches), sink, plan)
-            seconds = time.process_time() - started
+            figures = (time.thread_time() - t0, time.process_time() - p0,
+                       resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
             assert message.records == args.rows and not message.refused, message
-            return seconds
+            return figures
 
         for setting in SETTINGS:  # warm: connections, encoder loaded, the pool's producer
             write(setting)
-        cpu: dict[str, list[float]] = {s: [] for s in SETTINGS}
+        cpu: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETTINGS}
         for r in range(args.rounds):
             for setting in SETTINGS if r % 2 == 0 else SETTINGS[::-1]:
                 cpu[setting].append(write(setting))
@@ -106,10 +111,12 @@ def main() -> None:
                 profiles[setting] = out.getvalue()
     scale = 1e6 / args.rows
     print(f"write_task on {bootstrap}: {args.rows} rows in batches of {args.batch_rows}, 10-byte keys, 100-byte "
-          f"values, {args.rounds} rounds; process CPU s per million rows, medians")
-    ratios = [a / n for a, n in zip(cpu["all"], cpu["none"])]
-    print(f"  tolerance=none {median(cpu['none']) * scale:.3f}  tolerance=all {median(cpu['all']) * scale:.3f}  "
-          f"all / none median {median(ratios):.3f}x (per round {' '.join(f'{r:.2f}' for r in ratios)})")
+          f"values, {args.rounds} rounds; per million rows, medians")
+    for i, name in enumerate(("task thread CPU s", "process CPU s", "minor page faults")):
+        none, all_ = ([c[i] * scale for c in cpu[s]] for s in SETTINGS)
+        ratios = [a / n for a, n in zip(all_, none)]
+        print(f"  {name:<18} none {median(none):9.3f}  all {median(all_):9.3f}  all / none median {median(ratios):.3f}x "
+              f"(per round {' '.join(f'{r:.2f}' for r in ratios)})")
     for setting, text in profiles.items():
         print(f"\n--- cProfile, tolerance={setting} ---\n{text}")
 
