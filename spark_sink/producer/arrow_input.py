@@ -270,8 +270,8 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
     largest, setting, value = limits.largest_record()
     values = as_binary(_column(data, "value"))
     bounds = record_size_bounds(keys, values, headers)
-    # Where no row is bad (the common case) the screen makes no per-row array beyond
-    # these bounds: rows are looked for only once a whole-column test says some exist.
+    # Where no row is bad (the common case) the screen makes no per-row index array:
+    # rows are looked for only once a whole-column test says some exist.
     biggest = int(bounds.max())
     if biggest > largest:
         refusals.refuse(np.flatnonzero(bounds > largest), RecordTooLargeError(
@@ -340,6 +340,9 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         headers = headers.cast(HEADER_TYPE) if headers.type != HEADER_TYPE else headers
         if headers.null_count == n:
             headers = None
+    # The screen's bounds are held until the plan is made, as the plan's own would be:
+    # freed before it, the plan's arrays faulted fresh pages in (glibc had handed the
+    # freed ones back), +50% page faults per call (bench/RESULTS.md, issue 53).
     screened = bounds is not None
     if bounds is None:
         bounds = _check_record_sizes(keys, values, headers, limits)

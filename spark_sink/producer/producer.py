@@ -470,7 +470,7 @@ class KafkaProducer:
         if skip:
             refusals = RowRefusals(data)
             data, topics, bounds = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
-                                             limits=self._arrow_limits, message_limit=self.max_message_bytes)
+                                                     limits=self._arrow_limits, message_limit=self.max_message_bytes)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
