@@ -114,7 +114,7 @@ def main() -> None:
           f"values, {args.rounds} rounds; per million rows, medians")
     for i, name in enumerate(("task thread CPU s", "process CPU s", "minor page faults")):
         none, all_ = ([c[i] * scale for c in cpu[s]] for s in SETTINGS)
-        ratios = [a / n for a, n in zip(all_, none)]
+        ratios = [a / n for a, n in zip(all_, none) if n]
         print(f"  {name:<18} none {median(none):9.3f}  all {median(all_):9.3f}  all / none median {median(ratios):.3f}x "
               f"(per round {' '.join(f'{r:.2f}' for r in ratios)})")
     for setting, text in profiles.items():

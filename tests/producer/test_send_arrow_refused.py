@@ -107,7 +107,7 @@ def _default_topic_rows(rng: random.Random, n: int, bad_share: float) -> tuple[p
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_bad_rows_refused_without_a_topic_column(kafka: KafkaCluster, seed: int) -> None:
+def test_bad_rows_refused_without_a_topic_column(broker: KafkaCluster, seed: int) -> None:
     """The screen's fast way (one topic for every row, given to the call; a table of
     several chunks; no bad row, some, or all): every bad row refused for its reason at
     its index, exactly as the same rows naming their topic in a column are, and every
@@ -115,18 +115,19 @@ def test_bad_rows_refused_without_a_topic_column(kafka: KafkaCluster, seed: int)
     from tests.producer.test_message_too_large import _small_topic
 
     rng = random.Random(seed)
-    topic = _small_topic(kafka.bootstrap, 2)
+    topic = _small_topic(broker.bootstrap, 2)
     n = rng.choice([1, 40, 400, 3000]) if seed >= 3 else 400
     bad_share = [0.0, rng.uniform(0.01, 0.5), 1.0][seed % 3]
     table, drawn = _default_topic_rows(rng, n, bad_share)
-    config = {"bootstrap.servers": kafka.bootstrap, "max.request.size": MAX_REQUEST, "batch.size": 2048}
+    config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST, "batch.size": 2048}
     with KafkaProducer(config) as p:
         result = p.send_arrow(table, topic, on_error="skip").result(60)
-        named = p.send_arrow(table.append_column("topic", pa.array([topic] * n, pa.string())), on_error="skip")
-        named_result = named.result(60)
+        # The same rows naming their topic in a column: the screen's general way.
+        named_result = p.send_arrow(table.append_column("topic", pa.array([topic] * n, pa.string())),
+                                    on_error="skip").result(60)
     expected = {i: DEFAULT_TOPIC_KINDS[k] for i, k in enumerate(drawn) if k != "good"}
+    named_by = [kind[1] for kind in DEFAULT_TOPIC_KINDS.values() if kind]
     for r in (result, named_result):
-        named_by = [m for kind in DEFAULT_TOPIC_KINDS.values() if kind for m in kind[1:]]
         assert {int(row): (g.error, next(m for m in named_by if m in g.message))
                 for g in r.refused for row in g.rows} == expected
         assert r.records == n - len(expected)
@@ -135,7 +136,7 @@ def test_bad_rows_refused_without_a_topic_column(kafka: KafkaCluster, seed: int)
     assert [(g.error, g.message, list(g.rows)) for g in result.refused] == [
         (g.error, g.message, list(g.rows)) for g in named_result.refused]
     good = sorted(table.column("value")[i].as_py() for i in range(n) if i not in expected)
-    got = consume_all(kafka.bootstrap, topic, 2 * len(good), settle=0.3) if good else []
+    got = consume_all(broker.bootstrap, topic, 2 * len(good), settle=0.3) if good else []
     assert sorted(m.value() for m in got) == sorted(good * 2)
 
 
