@@ -2,11 +2,13 @@
 
 It forwards bytes unchanged between clients and one target. Put it in front of a broker
 whose advertised address is the proxy's (a Kafka ``Listener`` with ``advertised_port``) and
-every connection a client makes, bootstrap and leader alike, goes through it.
+every connection a client makes, bootstrap and leader alike, goes through it. It also
+counts the requests clients send through it by API key, as the broker receives them.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import socket
@@ -36,6 +38,7 @@ class FaultProxy:
         self.connections_reset = 0  # connections reset on arrival (reset_next)
         self._ended: set[socket.socket] = set()  # client sockets of connections one side ended
         self._cut = threading.Condition()
+        self.requests: collections.Counter[int] = collections.Counter()  # by API key, client to broker
         threading.Thread(target=self._accept_loop, name=f"faultproxy-{self.port}", daemon=True).start()
 
     @property
@@ -152,12 +155,15 @@ class FaultProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, direction: int) -> None:
         late: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
         deliverer: threading.Thread | None = None
+        frames = RequestFrames(self.requests, self._lock) if direction == 0 else None
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     self._one_side_ended(src, dst, direction)
                     break
+                if frames is not None:
+                    frames.feed(data)
                 self._flowing.wait()
                 delay = self._delay_s[direction]
                 if delay or deliverer is not None:
@@ -199,3 +205,37 @@ class FaultProxy:
                 if wait > 0:
                     time.sleep(wait)
                 dst.sendall(data)
+
+
+class RequestFrames:
+    """Kafka's request frames (a 4-byte size, then the request, whose header begins with
+    its 2-byte API key) followed across one connection's chunks, each counted by API key.
+    Only a plain Kafka listener's counts mean anything (a TLS or HTTP one's bytes are not
+    these frames); a size no request can have stops the counting on that connection."""
+
+    def __init__(self, counts: collections.Counter[int], lock: threading.Lock) -> None:
+        self._counts = counts
+        self._lock = lock
+        self._head = b""  # the start of a frame whose size and API key are not all here yet
+        self._skip = 0  # bytes of the current frame still to pass (-1: not Kafka's framing)
+
+    def feed(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view and self._skip >= 0:
+            if self._skip:
+                taken = min(self._skip, len(view))
+                self._skip -= taken
+                view = view[taken:]
+                continue
+            need = 6 - len(self._head)
+            self._head += bytes(view[:need])
+            view = view[need:]
+            if len(self._head) == 6:
+                size, api_key = struct.unpack(">ih", self._head)
+                if size < 2:
+                    self._skip = -1
+                    return
+                with self._lock:
+                    self._counts[api_key] += 1
+                self._skip = size - 2
+                self._head = b""

@@ -26,10 +26,6 @@ def now_ms() -> float:
 # it moves, so that a timeout passes without the test waiting for it. A ``Time`` is one.
 Clock = Callable[[], float]
 
-# Record timestamps (wall-clock nanoseconds): the function itself, not a wrapper, since the
-# producer reads it once per record.
-wall_ns = time.time_ns
-
 
 class Time(Protocol):
     """The whole clock: called, monotonic milliseconds (so a Time is a ``Clock``); the wall
@@ -59,3 +55,15 @@ class SystemTime:
 
 
 SYSTEM_TIME = SystemTime()
+
+
+def record_clock(clock: Clock) -> Callable[[], int]:
+    """The wall clock of record timestamps (nanoseconds since the epoch) that goes with
+    ``clock``: a ``Time``'s own (a test's moves with it), else the system's, which is
+    ``time.time_ns`` itself, not a wrapper: the producer reads it once per record."""
+    wall_ms = getattr(clock, "wall_ms", None)
+    if wall_ms is None or isinstance(clock, SystemTime):
+        return time.time_ns
+    # Whole microseconds first: nanoseconds since the epoch are past a float's 53 bits, and
+    # a millisecond the clock gives exactly must stay that millisecond.
+    return lambda: int(wall_ms() * 1000) * 1000

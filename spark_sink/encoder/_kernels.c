@@ -1184,13 +1184,19 @@ static PyType_Spec PlainAppender_spec = {
 };
 
 /* send() whole: PlainSender(appender, metadata, max_payload, seed, ProducerRecord,
-   long_way, new_batch).send(record, callback=None) is KafkaProducer.send (producer.py has
+   long_way, new_batch, wall_ns).send(record, callback=None) is KafkaProducer.send (producer.py has
    the short way in Python too, _send_plain_py). The common record is appended here; one
    that needs a new batch goes to new_batch(topic, partition, timestamp, key, value,
    callback, key_size, value_size) with everything already worked out; every other record,
-   and every record once close() was called, to long_way(record, callback). */
+   and every record once close() was called, to long_way(record, callback). A record's
+   timestamp is wall_ns() // 10**6: the producer's clock (spark_sink/client/clock.py),
+   which tests move. When that clock is Python's own time_ns (the system's), it is read here
+   the way time_ns reads it, without the call: through Python's call and its int, the
+   clock cost about 85 ns a record, a third more than this whole send
+   (bench/bench_plain_send.py). */
 static PyObject *str_topic, *str_key, *str_value, *str_partition, *str_timestamp, *str_headers, *str_leaders,
     *str_callback;
+static PyObject *system_wall_ns; /* the time module's time_ns */
 
 typedef struct {
     PyObject_HEAD
@@ -1198,6 +1204,8 @@ typedef struct {
     PyObject *metadata; /* its leaders: {topic: [leader per partition]}, replaced when metadata changes */
     PyObject *metadata_dict; /* metadata's __dict__, where `leaders` is read (NULL: read by name) */
     PyObject *long_way, *new_batch;
+    PyObject *wall_ns;  /* the record timestamps' clock: nanoseconds since the epoch, an int */
+    int system_clock;   /* wall_ns is the time module's time_ns */
     long long max_payload;
     uint32_t seed;
     int closed;
@@ -1209,17 +1217,17 @@ typedef struct {
 static PyObject *PlainAppender_type;
 
 static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *appender, *metadata, *record_type, *long_way, *new_batch;
+    PyObject *appender, *metadata, *record_type, *long_way, *new_batch, *wall_ns;
     long long max_payload, seed;
     if (kwargs && PyObject_Length(kwargs) > 0) {
         PyErr_SetString(PyExc_TypeError, "PlainSender() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OLLO!OO", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload,
-                          &seed, &PyType_Type, &record_type, &long_way, &new_batch))
+    if (!PyArg_ParseTuple(args, "O!OLLO!OOO", (PyTypeObject *)PlainAppender_type, &appender, &metadata, &max_payload,
+                          &seed, &PyType_Type, &record_type, &long_way, &new_batch, &wall_ns))
         return NULL;
-    if (!PyCallable_Check(long_way) || !PyCallable_Check(new_batch)) {
-        PyErr_SetString(PyExc_TypeError, "PlainSender: long_way and new_batch must be callable");
+    if (!PyCallable_Check(long_way) || !PyCallable_Check(new_batch) || !PyCallable_Check(wall_ns)) {
+        PyErr_SetString(PyExc_TypeError, "PlainSender: long_way, new_batch and wall_ns must be callable");
         return NULL;
     }
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
@@ -1234,6 +1242,8 @@ static PyObject *PlainSender_new(PyTypeObject *type, PyObject *args, PyObject *k
     if (!self->metadata_dict) PyErr_Clear();
     self->long_way = Py_NewRef(long_way);
     self->new_batch = Py_NewRef(new_batch);
+    self->wall_ns = Py_NewRef(wall_ns);
+    self->system_clock = wall_ns == system_wall_ns;
     self->max_payload = max_payload;
     self->seed = (uint32_t)seed;
     self->closed = 0;
@@ -1256,6 +1266,7 @@ static int PlainSender_traverse(PlainSender *self, visitproc visit, void *arg) {
     Py_VISIT(self->metadata_dict);
     Py_VISIT(self->long_way);
     Py_VISIT(self->new_batch);
+    Py_VISIT(self->wall_ns);
     Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         int visited = slot_traverse(slots[i], visit, arg);
@@ -1270,6 +1281,7 @@ static int PlainSender_clear(PlainSender *self) {
     Py_CLEAR(self->metadata_dict);
     Py_CLEAR(self->long_way);
     Py_CLEAR(self->new_batch);
+    Py_CLEAR(self->wall_ns);
     Py_CLEAR(self->last_ts);
     Slot *slots[] = {&self->topic, &self->key, &self->value, &self->partition, &self->timestamp, &self->headers};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_clear(slots[i]);
@@ -1329,9 +1341,20 @@ static PyObject *PlainSender_send(PlainSender *self, PyObject *const *args, Py_s
     Py_ssize_t key_len = PyBytes_Size(key), value_len = PyBytes_Size(value);
     if (key_len + value_len > self->max_payload) goto long_way;
     uint32_t h = murmur2((const uint8_t *)PyBytes_AsString(key), key_len, self->seed);
-    struct timespec now;
-    timespec_get(&now, TIME_UTC); /* C11: the wall clock, as Python's time_ns() reads it */
-    long long timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time_ns() // 10**6 */
+    long long timestamp;
+    if (self->system_clock) {
+        struct timespec now; /* C11's TIME_UTC: CLOCK_REALTIME, which time_ns() reads */
+        timespec_get(&now, TIME_UTC);
+        timestamp = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000; /* time_ns() // 10**6 */
+    } else {
+        /* The clock may run Python (a test's): every object used after it is held. */
+        PyObject *now = PyObject_CallNoArgs(self->wall_ns);
+        if (!now) goto done;
+        long long now_ns = PyLong_AsLongLong(now);
+        Py_DECREF(now);
+        if (now_ns == -1 && PyErr_Occurred()) goto done;
+        timestamp = now_ns / 1000000; /* wall_ns() // 10**6 (a time after 1970) */
+    }
     if (timestamp != self->last_ms || !self->last_ts) {
         PyObject *ts = PyLong_FromLongLong(timestamp);
         if (!ts) goto done;
@@ -1386,7 +1409,8 @@ static PyType_Slot PlainSender_slots[] = {
     {Py_tp_traverse, PlainSender_traverse},
     {Py_tp_clear, PlainSender_clear},
     {Py_tp_methods, PlainSender_methods},
-    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed, record_type, long_way, new_batch): send() in C."},
+    {Py_tp_doc, "PlainSender(appender, metadata, max_payload, seed, record_type, long_way, new_batch, wall_ns): "
+                "send() in C."},
     {0, NULL},
 };
 
@@ -1503,6 +1527,10 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!(*names[i].name = PyUnicode_InternFromString(names[i].text))) goto fail;
+    PyObject *time_module = PyImport_ImportModule("time");
+    system_wall_ns = time_module ? PyObject_GetAttrString(time_module, "time_ns") : NULL;
+    Py_XDECREF(time_module);
+    if (!system_wall_ns) goto fail;
     if (!(Future_type = PyType_FromSpec(&Future_spec)) ||
         PyModule_AddObjectRef(m, "FutureRecordMetadata", Future_type) < 0 ||
         !(RecordBuffer_type = PyType_FromSpec(&RecordBuffer_spec)) ||

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from spark_sink.client.clock import Clock, now_ms, wall_ns
+from spark_sink.client.clock import Clock, now_ms, record_clock
 from spark_sink.client.cluster_check import unknown_topic_message
 from spark_sink.client.errors import (
     BrokersUnreachableError,
@@ -201,11 +201,12 @@ class KafkaProducer:
                  clock: Clock = now_ms) -> None:
         """``network_client``: the network for tests (an in-process fake cluster, as Java's
         MockClient); by default a NetworkClient to ``bootstrap.servers``. ``clock``: the
-        time of timeouts, backoffs and metrics, for tests (a clock they move, as Java's
-        MockTime)."""
+        time of timeouts, backoffs and metrics, and with a ``Time``'s wall clock the
+        records' timestamps, for tests (a clock they move, as Java's MockTime)."""
         self.config = ProducerConfig.from_dict(config)
         c = self.config
         self._clock = clock
+        self._wall_ns = record_clock(clock)
         self._pool = BufferPool(c.buffer_memory, clock=clock)
         self._accumulator = RecordAccumulator(c, self._pool, clock=clock)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=clock)
@@ -241,7 +242,7 @@ class KafkaProducer:
         elif appender is not None:
             # send() whole in C: the short way, and the long way called from there.
             self._plain_sender = PlainSender(appender, self._metadata, self._max_record_payload, MURMUR2_SEED,
-                                             ProducerRecord, self._send, self._send_new_batch)
+                                             ProducerRecord, self._send, self._send_new_batch, self._wall_ns)
             short_way = self._plain_sender.send
             if type(self).send is KafkaProducer.send:  # not a subclass's own send()
                 self.send = self._plain_sender.send  # type: ignore[method-assign]  # without send()'s Python frame
@@ -281,7 +282,7 @@ class KafkaProducer:
             value_size = len(value)
             if leaders and key_size + value_size <= self._max_record_payload:
                 partition = (murmur2_unsigned(key, MURMUR2_SEED) & 0x7FFFFFFF) % len(leaders)
-                timestamp = wall_ns() // 1_000_000
+                timestamp = self._wall_ns() // 1_000_000
                 return (self._accumulator.append_plain(topic, partition, timestamp, key, value, callback, key_size,
                                                        value_size)
                         or self._send_new_batch(topic, partition, timestamp, key, value, callback, key_size,
@@ -356,7 +357,7 @@ class KafkaProducer:
                 f"but the topic has {count} partitions (0..{count - 1})")
         timestamp = record.timestamp
         if timestamp is None:
-            timestamp = wall_ns() // 1_000_000
+            timestamp = self._wall_ns() // 1_000_000
         if self._txn.transactional:
             self._txn.maybe_add_partition((topic, partition))
         if self._ack_interceptors:
@@ -474,7 +475,7 @@ class KafkaProducer:
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=wall_ns() // 1_000_000, bounds=bounds, topics=topics,
+            now_ms=self._wall_ns() // 1_000_000, bounds=bounds, topics=topics,
             message_limit=self.max_message_bytes)
         future = ArrowSendFuture()
         if refusals is not None:

@@ -133,7 +133,6 @@ class Sender(threading.Thread):
         self._limits_in_flight = False
         self._limits_not_before = -1e18  # after a failed DescribeConfigs: retry.backoff.ms
         self._limits_denied_logged = False
-        self.topics_described = 0  # topics asked for with DescribeConfigs (a test reads it)
         self._in_flight_batches: set[ProducerBatch] = set()
         self.fatal_error: Exception | None = None
         # Held by whichever thread does the sender's work: this one, or a sending thread
@@ -408,7 +407,6 @@ class Sender(threading.Thread):
             self._limits_unknown(topics, "the broker does not offer DescribeConfigs v1-v4")
             return _MAX_POLL_MS
         self._limits_in_flight = True
-        self.topics_described += len(topics)
         body = DescribeConfigsRequest([DescribeConfigsResource(TOPIC_RESOURCE, t, [MAX_MESSAGE_BYTES]) for t in topics])
         self._client.send(node, ApiKey.DESCRIBE_CONFIGS, body, self._on_describe_topics)
         return _MAX_POLL_MS

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -16,8 +17,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kprod_broker import KafkaCluster
 from spark_sink.client.errors import RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import MessageTooLargeError
 from tests.brokers import consume_all, unique_topic
+
+if TYPE_CHECKING:
+    from tests.conftest import ProxiedKafka
 
 LIMIT = 3000  # the topic's max.message.bytes
 
@@ -165,13 +170,15 @@ def test_records_too_large_for_the_topic_are_refused_exactly_at_its_limit(kafka:
                 p.send(ProducerRecord(topic, values[i], key=keys[i])).result(60)
 
 
-def test_the_topics_limit_is_asked_once_per_topic(kafka: KafkaCluster) -> None:
-    """The common path pays one DescribeConfigs per topic per producer, nothing per call;
-    a topic without an override has the broker's message.max.bytes."""
-    small = _small_topic(kafka.bootstrap, 1)
+def test_the_topics_limit_is_asked_once_per_topic(kafka_proxy: ProxiedKafka) -> None:
+    """The common path pays one DescribeConfigs per topic per producer, nothing per call
+    (counted by the proxy between the producer and the broker); a topic without an
+    override has the broker's message.max.bytes."""
+    small = _small_topic(kafka_proxy.cluster.bootstrap, 1)
     plain = unique_topic("plain")
-    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as p:
-        for _ in range(5):
-            p.send_arrow(pa.table({"value": [b"v"] * 10, "topic": [small, plain] * 5})).result(60)
+    asked_before = kafka_proxy.proxy.requests[ApiKey.DESCRIBE_CONFIGS]
+    with KafkaProducer({"bootstrap.servers": kafka_proxy.bootstrap}) as p:
+        for topics in [[small], [plain], *[[small, plain]] * 4]:  # one new topic per call, then none
+            p.send_arrow(pa.table({"value": [b"v"] * 10, "topic": topics * (10 // len(topics))})).result(60)
         assert (p.max_message_bytes(small), p.max_message_bytes(plain)) == (LIMIT, 1048588)  # Kafka's default
-        assert p._sender.topics_described == 2
+    assert kafka_proxy.proxy.requests[ApiKey.DESCRIBE_CONFIGS] - asked_before == 2
