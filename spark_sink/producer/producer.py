@@ -29,7 +29,6 @@ from spark_sink.client.errors import (
 )
 from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.client.network import NetworkClient
-from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator, chunk_bytes_for
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send, screen_arrow_rows
 from spark_sink.producer.batch import FutureRecordMetadata, PlainSender, ProducerBatch, SendCallback, headers_size
@@ -131,14 +130,14 @@ class ArrowSendFuture:
             except Exception:
                 log.exception("send_arrow done callback failed")
 
-    def _queued(self, encoded: list[EncodedRecords]) -> None:
-        """These batches are queued: they complete from now on, whatever happens. (One may
-        complete before this is heard; the count is only read once the future is sealed.)"""
+    def _queued(self, records: int, nbytes: int, batches: int) -> None:
+        """``batches`` batches holding ``records`` records (``nbytes`` of keys and values) are
+        queued: they complete from now on, whatever happens. (One may complete before this
+        is heard; the count is only read once the future is sealed.)"""
         with self._lock:
-            self._pending += len(encoded)
-            for e in encoded:
-                self._records += e.record_count
-                self._bytes += e.uncompressed_size
+            self._pending += batches
+            self._records += records
+            self._bytes += nbytes
 
     def _seal(self) -> None:
         """Nothing more will be queued: resolve once what was queued has completed."""

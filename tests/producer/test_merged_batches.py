@@ -49,7 +49,7 @@ class Calls:
                                batch.error))
 
         self.h.accumulator.append_encoded(TOPIC, [(p, b) for p, b in enumerate(groups) if b], self.h.clock(), 1000,
-                                          listener, lambda encoded: None, lambda: None)
+                                          listener, lambda *counts: None, lambda: None)
 
     def check_delivered(self) -> None:
         """Every partition's log holds its rows once, in order, and each queued batch heard
@@ -133,7 +133,7 @@ def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() 
         h, _ = _started(1, **{"batch.size": batch_size, "enable.idempotence": False, "acks": 1})
         for _ in range(2):
             h.accumulator.append_encoded(TOPIC, [(0, encoded())], h.clock(), 1000, lambda b: None,
-                                         lambda e: None, lambda: None)
+                                         lambda *counts: None, lambda: None)
         ack_one_by_one(h)
         assert h.client.values((TOPIC, 0)) == [b"x" * 50] * 2
         return [n for _, _, _, n in _wire_batches(h)]
@@ -194,7 +194,7 @@ def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_
     created = h.clock() - 3000
     groups = encode_groups(None, pa.array([b"v"]), np.zeros(1, np.int64), None, None, 1, batch_size=16384)
     heard: list = []
-    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, heard.append, lambda e: None, lambda: None)
+    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, heard.append, lambda *counts: None, lambda: None)
     h.clock.advance(h.config.delivery_timeout_ms - 3000 - 20_000)  # 20 s early: the clock also runs
     h.run()
     assert heard == []
