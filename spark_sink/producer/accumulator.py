@@ -433,7 +433,7 @@ class RecordAccumulator:
             joined = bound
         if taken == 1:
             return first, size
-        merged = ProducerBatch.merged([dq.popleft() for _ in range(taken)])
+        merged = ProducerBatch.merged([dq.popleft() for _ in range(taken)], records, high)
         dq.appendleft(merged)
         return merged, joined
 

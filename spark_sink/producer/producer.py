@@ -148,26 +148,26 @@ class ArrowSendFuture:
 
     def _on_batch(self, batch: ProducerBatch) -> None:
         """A queued batch has completed (the listener of every batch the call queued)."""
+        count = batch.record_count
         with self._lock:
             if batch.error is not None:
-                self._failed_records += batch.record_count
+                self._failed_records += count
                 self._error = self._error or batch.error
             else:
                 # The range runs from the first offset of the partition's first batch (in
                 # send order) to the last offset of its last; an end whose batch came back
                 # without an offset (a retry the broker had already written) is -1.
-                known = batch.base_offset >= 0
-                first = batch.base_offset if known else -1
-                last = batch.base_offset + batch.record_count - 1 if known else -1
+                base, order = batch.base_offset, batch.order
+                first, last = (base, base + count - 1) if base >= 0 else (-1, -1)
                 r = self._ranges.get(batch.tp)
                 if r is None:
-                    self._ranges[batch.tp] = [batch.record_count, batch.order, first, batch.order, last]
+                    self._ranges[batch.tp] = [count, order, first, order, last]
                 else:
-                    r[0] += batch.record_count
-                    if batch.order < r[1]:
-                        r[1], r[2] = batch.order, first
-                    if batch.order > r[3]:
-                        r[3], r[4] = batch.order, last
+                    r[0] += count
+                    if order < r[1]:
+                        r[1], r[2] = order, first
+                    if order > r[3]:
+                        r[3], r[4] = order, last
             self._pending -= 1
             if self._pending == 0 and self._sealed:
                 self._finish()
