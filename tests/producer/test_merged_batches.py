@@ -238,7 +238,8 @@ def test_a_merged_batch_completes_each_part_once_at_its_own_offset(counts: list[
         waiters = [pool.submit(p.wait, 5) for p in parts]  # record by record, from other threads
         merged.complete(base if not failed else -1, -1, error)
         assert all(w.result() for w in waiters)
-    expected, offset = [], base if not failed else -1
+    expected: list[tuple[int, int, int, Exception | None]] = []
+    offset = base if not failed else -1
     for i, n in enumerate(counts):
         if i in done_before:
             expected.append((i, -1, n, early))
