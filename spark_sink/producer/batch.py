@@ -365,11 +365,15 @@ class ProducerBatch:
         send_arrow's (no callbacks, no parts), so what complete() does for it comes down
         to its listener and its waiters: done here, a Python call less per part."""
         offset = base_offset
+        thread = self._completing  # this thread: a listener waiting on its own part returns at once
         for part in self.parts or ():
             count = part._sealed().record_count
             if part.callbacks or part.completed or part._completing:
-                part.complete(offset, log_append_time, error)  # never so for now: the general way
+                # completed already (failed while its merged batch was on the wire), or not
+                # send_arrow's: complete() itself, which leaves a completed part as it is
+                part.complete(offset, log_append_time, error)
             else:
+                part._completing = thread
                 part.base_offset, part.log_append_time, part.error = offset, log_append_time, error
                 try:
                     if part.listener is not None:

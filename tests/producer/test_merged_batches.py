@@ -212,6 +212,7 @@ def _parts(counts: list[int], heard: list[tuple[int, int, int, Exception | None]
     """Encoded batches of one partition, each telling ``heard`` (its index, offset, records,
     error) when it completes."""
     def listener(batch: ProducerBatch) -> None:
+        assert batch.wait(0), "a listener waiting on its own batch must not wait for itself"
         heard.append((int(batch.order), batch.base_offset, batch.record_count, batch.error))
 
     return [ProducerBatch(TOPIC, 0, 0.0, i, 0, 1 << 20, encoded=EncodedRecords(b"", 0, n, 0, 0, 0), listener=listener)
