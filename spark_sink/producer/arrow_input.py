@@ -245,19 +245,24 @@ def _over_topic_limit(keys: pa.Array | None, values: pa.Array, headers: pa.Array
 def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None, refusals: RowRefusals, *,
                       partition_count: Callable[[str], int], limits: SendLimits,
                       message_limit: Callable[[str], int | None] = lambda topic: None,
-                      ) -> tuple[pa.RecordBatch | pa.Table, tuple[np.ndarray, list[str]] | None]:
+                      ) -> tuple[pa.RecordBatch | pa.Table, tuple[np.ndarray, list[str]] | None, np.ndarray | None]:
     """``data`` without the rows that carry an error of their own (see ``row_errors``),
     each refused through ``refusals``: a record too large (for a request, the buffer, or
     alone in a batch for its topic's ``message_limit``), a null topic with no default,
     a topic missing, invalid or not the principal's to describe, a partition its topic
     does not have; and
-    the rows' topics (see ``_topic_codes``) if a column names them, for
-    ``plan_arrow_send``. What is left passes its row checks (sizes need not be checked
-    again)."""
+    the rows' topics (see ``_topic_codes``) if a column names them and each row's record
+    size bound (``record_size_bounds``), for ``plan_arrow_send``. What is left passes its
+    row checks (sizes need not be checked again); a table's columns come back in one
+    chunk each."""
     _check_input(data, default_topic)
     n = data.num_rows
     if n == 0:
-        return data, None
+        return data, None, None
+    if isinstance(data, pa.Table):
+        # A table of many batches (a Spark task's joined ones): each column joined once
+        # here, which plan_arrow_send then reads as it is, instead of joined twice.
+        data = data.combine_chunks()
     keys = as_binary(_column(data, "key"))
     headers = _column(data, "headers")
     if headers is not None and headers.type != HEADER_TYPE:
@@ -265,13 +270,16 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
     largest, setting, value = limits.largest_record()
     values = as_binary(_column(data, "value"))
     bounds = record_size_bounds(keys, values, headers)
-    too_large = np.flatnonzero(bounds > largest)
-    if len(too_large):
-        refusals.refuse(too_large, RecordTooLargeError(
+    # Where no row is bad (the common case) the screen makes no per-row index array:
+    # rows are looked for only once a whole-column test says some exist.
+    biggest = int(bounds.max())
+    if biggest > largest:
+        refusals.refuse(np.flatnonzero(bounds > largest), RecordTooLargeError(
             f"the row's record is larger than {setting} ({value}) allows"))
     topic_col = _column(data, "topic")
+    codes: np.ndarray | None = None  # each row's index into names; None: every row is names[0]'s
     if topic_col is None:
-        codes, names = np.zeros(n, dtype=np.int64), [cast(str, default_topic)]
+        names = [cast(str, default_topic)]
     else:
         codes, names = _topic_codes(topic_col, default_topic)
         if topic_col.null_count and not default_topic:
@@ -280,9 +288,9 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
     counts = screen_topics(refusals, codes, names, partition_count)
     for i, topic in enumerate(names):
         limit = message_limit(topic) if topic in counts else None
-        if limit is not None:
-            over, _ = _over_topic_limit(keys, values, headers, bounds, limit,
-                                        np.flatnonzero((codes == i) & ~refusals.mask))
+        if limit is not None and biggest > limit - RECORD_BATCH_OVERHEAD:
+            candidates = ~refusals.mask if codes is None else (codes == i) & ~refusals.mask
+            over, _ = _over_topic_limit(keys, values, headers, bounds, limit, np.flatnonzero(candidates))
             if len(over):
                 refusals.refuse(over, RecordTooLargeError(
                     f"the row's record alone makes a record batch larger than topic {topic!r}'s max.message.bytes "
@@ -294,28 +302,31 @@ def screen_arrow_rows(data: pa.RecordBatch | pa.Table, default_topic: str | None
         for i, topic in enumerate(names):
             if topic in counts:
                 count = counts[topic]
-                bad = (codes == i) & (malformed | (given >= count))
+                bad = malformed | (given >= count)
+                if codes is not None:
+                    bad &= codes == i
                 if bad.any():
                     refusals.refuse(np.flatnonzero(bad), InvalidPartitionError(
                         f"column 'partition' names a partition topic {topic!r} does not have: it has {count} "
                         f"partitions (0..{count - 1})"), topic)
-    topics = None if topic_col is None else (codes, names)
-    if not refusals.mask.any():
-        return data, topics
+    topics = None if codes is None else (codes, names)
+    if not refusals.refused:
+        return data, topics, bounds
     keep = np.flatnonzero(~refusals.mask)
-    return data.take(as_arrow_indices(keep)), None if topics is None else (codes[keep], names)
+    return data.take(as_arrow_indices(keep)), None if codes is None else (codes[keep], names), bounds[keep]
 
 
 def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, *,
                     partition_count: Callable[[str], int], sticky_partition: Callable[[str, int], int],
                     ignore_keys: bool, limits: SendLimits, now_ms: int,
-                    partitioner: RowPartitioner | None = None, check_sizes: bool = True,
+                    partitioner: RowPartitioner | None = None, bounds: np.ndarray | None = None,
                     topics: tuple[np.ndarray, list[str]] | None = None,
                     message_limit: Callable[[str], int | None] = lambda topic: None) -> list[TopicRows]:
-    """Check all of ``data`` (columns, each row's record size unless ``check_sizes`` is
-    false: against the request, the buffer and its topic's ``message_limit``; explicit
-    partitions), split its rows per topic and pick each row's partition (input order
-    kept). ``topics``: the rows' topics as ``screen_arrow_rows`` found them."""
+    """Check all of ``data`` (columns, each row's record size against the request, the
+    buffer and its topic's ``message_limit``; explicit partitions), split its rows per
+    topic and pick each row's partition (input order kept). ``topics`` and ``bounds``:
+    the rows' topics and record size bounds as ``screen_arrow_rows`` found them; with
+    ``bounds`` the sizes it checked are not checked again."""
     _check_input(data, default_topic)
     n = data.num_rows
     if n == 0:
@@ -329,7 +340,12 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         headers = headers.cast(HEADER_TYPE) if headers.type != HEADER_TYPE else headers
         if headers.null_count == n:
             headers = None
-    bounds = _check_record_sizes(keys, values, headers, limits) if check_sizes else None
+    # The screen's bounds are held until the plan is made, as the plan's own would be:
+    # freed before it, the plan's arrays faulted fresh pages in (glibc had handed the
+    # freed ones back), +50% page faults per call (bench/RESULTS.md, issue 53).
+    screened = bounds is not None
+    if bounds is None:
+        bounds = _check_record_sizes(keys, values, headers, limits)
     timestamps = _timestamps(_column(data, "timestamp"), n, now_ms)
     explicit = _column(data, "partition")
     batch_size = limits.batch_bytes()
@@ -362,7 +378,7 @@ def plan_arrow_send(data: pa.RecordBatch | pa.Table, default_topic: str | None, 
         parts = _partitions(topic, count, take(explicit), t_keys, t_values, ignore_keys=ignore_keys,
                             batch_size=batch_size, sticky=sticky_partition, partitioner=partitioner)
         limit = message_limit(topic)
-        if bounds is not None and limit is not None:
+        if not screened and limit is not None:
             _check_topic_limit(topic, limit, parts, rows, keys, values, headers, bounds)
         one = int(parts[0]) if (parts == parts[0]).all() else None
         out.append(TopicRows(topic, t_keys, t_values, t_ts, t_headers, parts if one is None else one, count, limit))

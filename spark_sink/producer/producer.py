@@ -465,15 +465,15 @@ class KafkaProducer:
             return count
 
         # Every check runs on the whole input before any row is queued.
-        refusals = topics = None
+        refusals = topics = bounds = None
         if skip:
             refusals = RowRefusals(data)
-            data, topics = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
-                                             limits=self._arrow_limits, message_limit=self.max_message_bytes)
+            data, topics, bounds = screen_arrow_rows(data, topic, refusals, partition_count=partition_count,
+                                                     limits=self._arrow_limits, message_limit=self.max_message_bytes)
         groups = plan_arrow_send(
             data, topic, partition_count=partition_count, sticky_partition=self._sticky.next,
             ignore_keys=c.partitioner_ignore_keys, partitioner=self._partitioner, limits=self._arrow_limits,
-            now_ms=wall_ns() // 1_000_000, check_sizes=refusals is None, topics=topics,
+            now_ms=wall_ns() // 1_000_000, bounds=bounds, topics=topics,
             message_limit=self.max_message_bytes)
         future = ArrowSendFuture()
         if refusals is not None:

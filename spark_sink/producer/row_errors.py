@@ -81,19 +81,25 @@ class RowRefusals:
         return (*self.refused, *(replace(r, rows=kept[r.rows]) for r in later))
 
 
-def screen_topics(refusals: RowRefusals, codes: np.ndarray, names: list[str],
+def screen_topics(refusals: RowRefusals, codes: np.ndarray | None, names: list[str],
                   partition_count: Callable[[str], int]) -> dict[str, int]:
     """Each topic's partition count, refusing the rows of a topic that is missing, invalid
-    or not to be described (``codes``: each row's index into ``names``, -1 for none)."""
+    or not to be described (``codes``: each row's index into ``names``, -1 for none; None:
+    every row is ``names[0]``'s, and no index array is made unless its rows are refused)."""
     counts: dict[str, int] = {}
     for i, topic in enumerate(names):
-        rows = np.flatnonzero(codes == i)
-        if not len(rows) or refusals.mask[rows].all():
-            continue
+        if codes is None:
+            rows = None
+            if refusals.mask.all():
+                continue
+        else:
+            rows = np.flatnonzero(codes == i)
+            if not len(rows) or refusals.mask[rows].all():
+                continue
         try:
             counts[topic] = partition_count(topic)
         # UnknownTopicError comes only once the brokers answered that the topic does not
         # exist (no broker reached is BrokersUnreachableError): the rows', not the cluster's.
         except (UnknownTopicError, InvalidTopicException, TopicAuthorizationFailedError) as exc:
-            refusals.refuse(rows, exc, topic)
+            refusals.refuse(np.arange(len(refusals.mask)) if rows is None else rows, exc, topic)
     return counts

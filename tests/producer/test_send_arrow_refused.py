@@ -73,6 +73,73 @@ def test_bad_rows_refused_good_rows_sent_once(broker: KafkaCluster, seed: int) -
         assert sorted(m.value() for m in got) == want
 
 
+# Rows without a topic column (the topic given to the call, as the Spark sink's option
+# gives it), where the screen goes its fast way: kinds, their refusals' classes and what
+# the message names.
+DEFAULT_TOPIC_KINDS = {
+    "good": None,
+    "too_large": ("RecordTooLargeError", "max.request.size"),
+    "over_topic_limit": ("RecordTooLargeError", "max.message.bytes"),  # under max.request.size
+    "bad_partition": ("InvalidPartitionError", "column 'partition'"),
+    "negative_partition": ("InvalidPartitionError", "column 'partition'"),
+}
+
+
+def _default_topic_rows(rng: random.Random, n: int, bad_share: float) -> tuple[pa.Table, list[str]]:
+    """``n`` rows (no topic column), each bad with probability ``bad_share``, of a kind
+    drawn; as several record batches, as a Spark task joins them."""
+    from tests.producer.test_message_too_large import LIMIT
+
+    bad_kinds = [k for k in DEFAULT_TOPIC_KINDS if k != "good"]
+    drawn = [rng.choice(bad_kinds) if rng.random() < bad_share else "good" for _ in range(n)]
+    values, partitions = [], []
+    for i, kind in enumerate(drawn):
+        size = {"too_large": MAX_REQUEST + rng.randrange(1, 50), "over_topic_limit": LIMIT + rng.randrange(0, 500)
+                }.get(kind, rng.randrange(0, 200))
+        values.append(b"%06d:" % i + bytes(size))
+        partitions.append({"bad_partition": 2, "negative_partition": -1 - rng.randrange(5)}.get(
+            kind, rng.choice([None, 0, 1])))
+    table = pa.table({"key": pa.array([b"k%d" % i for i in range(n)], pa.binary()),
+                      "value": pa.array(values, pa.binary()), "partition": pa.array(partitions, pa.int32())})
+    cuts = sorted(rng.sample(range(1, n), min(n - 1, rng.randrange(0, 6)))) if n > 1 else []
+    batches = [table.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, n])]
+    return pa.concat_tables(batches), drawn
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bad_rows_refused_without_a_topic_column(broker: KafkaCluster, seed: int) -> None:
+    """The screen's fast way (one topic for every row, given to the call; a table of
+    several chunks; no bad row, some, or all): every bad row refused for its reason at
+    its index, exactly as the same rows naming their topic in a column are, and every
+    good row arrives once."""
+    from tests.producer.test_message_too_large import _small_topic
+
+    rng = random.Random(seed)
+    topic = _small_topic(broker.bootstrap, 2)
+    n = rng.choice([1, 40, 400, 3000]) if seed >= 3 else 400
+    bad_share = [0.0, rng.uniform(0.01, 0.5), 1.0][seed % 3]
+    table, drawn = _default_topic_rows(rng, n, bad_share)
+    config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST, "batch.size": 2048}
+    with KafkaProducer(config) as p:
+        result = p.send_arrow(table, topic, on_error="skip").result(60)
+        # The same rows naming their topic in a column: the screen's general way.
+        named_result = p.send_arrow(table.append_column("topic", pa.array([topic] * n, pa.string())),
+                                    on_error="skip").result(60)
+    expected = {i: DEFAULT_TOPIC_KINDS[k] for i, k in enumerate(drawn) if k != "good"}
+    named_by = [kind[1] for kind in DEFAULT_TOPIC_KINDS.values() if kind]
+    for r in (result, named_result):
+        assert {int(row): (g.error, next(m for m in named_by if m in g.message))
+                for g in r.refused for row in g.rows} == expected
+        assert r.records == n - len(expected)
+        for g in r.refused:
+            assert g.data.column("value").to_pylist() == [table.column("value")[int(i)].as_py() for i in g.rows]
+    assert [(g.error, g.message, list(g.rows)) for g in result.refused] == [
+        (g.error, g.message, list(g.rows)) for g in named_result.refused]
+    good = sorted(table.column("value")[i].as_py() for i in range(n) if i not in expected)
+    got = consume_all(broker.bootstrap, topic, 2 * len(good), settle=0.3) if good else []
+    assert sorted(m.value() for m in got) == sorted(good * 2)
+
+
 def test_fail_mode_raises_as_before(broker: KafkaCluster) -> None:
     topic = create_topic(broker.bootstrap, unique_topic("fail"), partitions=2)
     config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST}
@@ -103,6 +170,10 @@ def test_missing_topic_refused_on_a_strict_cluster(strict_kafka: KafkaCluster) -
         again = p.send_arrow(table, on_error="skip").result(60)
         with pytest.raises(UnknownTopicError):
             p.send_arrow(table)
+        # The missing topic given to the call (no topic column): every row refused.
+        alone = p.send_arrow(table.drop_columns(["topic"]), missing, on_error="skip").result(60)
+    ((error, rows),) = [(r.error, list(r.rows)) for r in alone.refused]
+    assert (error, rows, alone.records) == ("UnknownTopicError", list(range(300)), 0)
     for r in (result, again):
         (refused,) = r.refused
         assert (refused.error, refused.topic) == ("UnknownTopicError", missing)
