@@ -25,9 +25,11 @@ from spark_sink.protocol.records import MAX_HEADER_OVERHEAD, MAX_RECORD_OVERHEAD
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EncodedRecords:
-    """A finished records section for one record batch, compressed with ``codec``."""
+    """A finished records section for one record batch, compressed with ``codec``. Not
+    changed once made (not frozen: a frozen dataclass costs twice as much to make, and
+    send_arrow makes one per partition and call)."""
 
     payload: bytes | memoryview  # an uncompressed section is a view of its partition's encoded buffer
     codec: int

@@ -194,79 +194,93 @@ class RecordAccumulator:
 
     def append_encoded(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], now: float,
                        max_block_ms: float, listener: Callable[[ProducerBatch], None],
-                       queued: Callable[[list[EncodedRecords]], None], wakeup: Callable[[], None]) -> None:
+                       queued: Callable[[int, int, int], None], wakeup: Callable[[], None]) -> None:
         """Append already-encoded batches, ``(partition, batches)`` per partition, each
         after whatever its partition holds.
 
-        ``queued`` hears of batches once they are queued (from then on they complete,
-        whatever happens), ``listener`` of each batch when it completes, and ``wakeup``
-        tells the sender there is something to send. Raises BufferExhaustedError or
-        ProducerClosedError with part of ``groups`` queued, as ``queued`` heard.
+        ``queued(records, bytes, batches)`` hears of batches once they are queued (from
+        then on they complete, whatever happens), ``listener`` of each batch when it
+        completes, and ``wakeup`` tells the sender there is something to send. Raises
+        BufferExhaustedError or ProducerClosedError with part of ``groups`` queued, as
+        ``queued`` heard.
         """
-        sizes = [sum(records.size_in_bytes for records in encoded) for _, encoded in groups]
         most = self._pool.total // 4
-        i = 0
-        while i < len(groups):
+        batch_size = self._config.batch_size
+        i, n = 0, len(groups)
+        while i < n:
             # A run of partitions reserved at once, at most a quarter of buffer.memory: a
             # producer running ahead of the brokers waits (and wakes) once per run instead
-            # of once per batch; each partition's share is freed with its last batch, as its
-            # payloads share one buffer.
-            end, total = i, 0
-            while end < len(groups) and total + sizes[end] <= most:
-                total += sizes[end]
-                end += 1
-            if end == i:  # one partition's batches larger than that: one by one
-                self._append_one_by_one(topic, groups[i][0], groups[i][1], now, max_block_ms, listener, queued,
-                                        wakeup)
+            # of once per batch. A partition's batches share one buffer, so its share is
+            # freed with the last of them (SharedReservation); one batch, the common case
+            # with many partitions, holds its own.
+            run: list[tuple[int, list[ProducerBatch]]] = []
+            total = records = uncompressed = batches = 0
+            while i < n:
+                partition, encoded = groups[i]
+                size = (RECORD_BATCH_OVERHEAD + len(encoded[0].payload) if len(encoded) == 1
+                        else sum(e.size_in_bytes for e in encoded))
+                if total + size > most:
+                    if run:
+                        break
+                    # one partition's batches larger than that: one by one
+                    self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup)
+                    i += 1
+                    continue
+                if len(encoded) == 1:
+                    e = encoded[0]
+                    made = [ProducerBatch(topic, partition, now, 0, size, batch_size, e, listener)]
+                    records += e.record_count
+                    uncompressed += e.uncompressed_size
+                else:
+                    shared = SharedReservation(size, len(encoded))
+                    made = [ProducerBatch(topic, partition, now, 0, shared, batch_size, e, listener) for e in encoded]
+                    for e in encoded:
+                        records += e.record_count
+                        uncompressed += e.uncompressed_size
+                run.append((partition, made))
+                total += size
+                batches += len(made)
                 i += 1
+            if not run:
                 continue
-            run: list[tuple[int, list[tuple[EncodedRecords, int | SharedReservation]]]] = []
-            for (partition, encoded), size in zip(groups[i:end], sizes[i:end]):
-                shared = SharedReservation(size, len(encoded))
-                run.append((partition, [(records, shared) for records in encoded]))
             self._pool.allocate(total, max_block_ms)
             try:
-                self._enqueue_encoded(topic, run, now, listener)  # the whole run, or nothing
+                self._enqueue(topic, run, now)  # the whole run, or nothing
                 total = 0
             finally:
                 if total:  # not queued: the run's reservation back
                     self._pool.deallocate(total)
-            queued([records for _, encoded in groups[i:end] for records in encoded])
+            queued(records, uncompressed, batches)
             wakeup()
-            i = end
 
     def _append_one_by_one(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
                            max_block_ms: float, listener: Callable[[ProducerBatch], None],
-                           queued: Callable[[list[EncodedRecords]], None], wakeup: Callable[[], None]) -> None:
+                           queued: Callable[[int, int, int], None], wakeup: Callable[[], None]) -> None:
         """A partition's batches too large to reserve at once: batch by batch, each sendable
         before the next waits."""
         for records in encoded:
             if isinstance(records.payload, memoryview):
                 # Its own copy, so that its memory is really free when the batch completes.
                 records = dataclasses.replace(records, payload=bytes(records.payload))
-            self._pool.allocate(records.size_in_bytes, max_block_ms)
+            size = records.size_in_bytes
+            self._pool.allocate(size, max_block_ms)
             try:
-                self._enqueue_encoded(topic, [(partition, [(records, records.size_in_bytes)])], now, listener)
+                batch = ProducerBatch(topic, partition, now, 0, size, self._config.batch_size, records, listener)
+                self._enqueue(topic, [(partition, [batch])], now)
             except BaseException:
-                self._pool.deallocate(records.size_in_bytes)
+                self._pool.deallocate(size)
                 raise
-            queued([records])
+            queued(records.record_count, records.uncompressed_size, 1)
             wakeup()
 
-    def _enqueue_encoded(self, topic: str,
-                         groups: list[tuple[int, list[tuple[EncodedRecords, int | SharedReservation]]]],
-                         now: float, listener: Callable[[ProducerBatch], None]) -> None:
-        """Queue encoded batches, (partition, [(records, memory)]) per partition, all of them
-        under one taking of the lock, or none (the producer has stopped)."""
-        batch_size = self._config.batch_size
-        made = [(partition, [ProducerBatch(topic, partition, now, 0, memory, batch_size, encoded=records,
-                                           listener=listener) for records, memory in encoded])
-                for partition, encoded in groups]
+    def _enqueue(self, topic: str, groups: list[tuple[int, list[ProducerBatch]]], now: float) -> None:
+        """Queue encoded batches, (partition, its batches) per partition, all of them under
+        one taking of the lock, or none (the producer has stopped)."""
         with self._lock:
             if self._stopped is not None:
                 self._raise_stopped()
             order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
-            for partition, batches in made:
+            for partition, batches in groups:
                 dq = queues.get(partition)
                 if dq is None:  # the partition's first batch
                     dq = self._deque((topic, partition))
@@ -275,8 +289,8 @@ class RecordAccumulator:
                     dq[-1].closed = True  # later send() records must not overtake these batches
                 for batch in batches:
                     batch.order = next(order)
-                dq.extend(batches)
-                incomplete.update(batches)
+                    dq.append(batch)
+                    incomplete.add(batch)
             self._created(now)
 
     # -- sender side ----------------------------------------------------------
@@ -419,7 +433,7 @@ class RecordAccumulator:
             joined = bound
         if taken == 1:
             return first, size
-        merged = ProducerBatch.merged([dq.popleft() for _ in range(taken)])
+        merged = ProducerBatch.merged([dq.popleft() for _ in range(taken)], records, high)
         dq.appendleft(merged)
         return merged, joined
 

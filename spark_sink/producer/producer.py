@@ -29,7 +29,6 @@ from spark_sink.client.errors import (
 )
 from spark_sink.client.metadata import UNKNOWN_TOPIC_GRACE_MS, Metadata
 from spark_sink.client.network import NetworkClient
-from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.accumulator import RecordAccumulator, chunk_bytes_for
 from spark_sink.producer.arrow_input import CHUNK_BYTES, SendLimits, plan_arrow_send, screen_arrow_rows
 from spark_sink.producer.batch import FutureRecordMetadata, PlainSender, ProducerBatch, SendCallback, headers_size
@@ -131,14 +130,14 @@ class ArrowSendFuture:
             except Exception:
                 log.exception("send_arrow done callback failed")
 
-    def _queued(self, encoded: list[EncodedRecords]) -> None:
-        """These batches are queued: they complete from now on, whatever happens. (One may
-        complete before this is heard; the count is only read once the future is sealed.)"""
+    def _queued(self, records: int, nbytes: int, batches: int) -> None:
+        """``batches`` batches holding ``records`` records (``nbytes`` of keys and values) are
+        queued: they complete from now on, whatever happens. (One may complete before this
+        is heard; the count is only read once the future is sealed.)"""
         with self._lock:
-            self._pending += len(encoded)
-            for e in encoded:
-                self._records += e.record_count
-                self._bytes += e.uncompressed_size
+            self._pending += batches
+            self._records += records
+            self._bytes += nbytes
 
     def _seal(self) -> None:
         """Nothing more will be queued: resolve once what was queued has completed."""
@@ -149,26 +148,26 @@ class ArrowSendFuture:
 
     def _on_batch(self, batch: ProducerBatch) -> None:
         """A queued batch has completed (the listener of every batch the call queued)."""
+        count = batch.record_count
         with self._lock:
             if batch.error is not None:
-                self._failed_records += batch.record_count
+                self._failed_records += count
                 self._error = self._error or batch.error
             else:
                 # The range runs from the first offset of the partition's first batch (in
                 # send order) to the last offset of its last; an end whose batch came back
                 # without an offset (a retry the broker had already written) is -1.
-                known = batch.base_offset >= 0
-                first = batch.base_offset if known else -1
-                last = batch.base_offset + batch.record_count - 1 if known else -1
+                base, order = batch.base_offset, batch.order
+                first, last = (base, base + count - 1) if base >= 0 else (-1, -1)
                 r = self._ranges.get(batch.tp)
                 if r is None:
-                    self._ranges[batch.tp] = [batch.record_count, batch.order, first, batch.order, last]
+                    self._ranges[batch.tp] = [count, order, first, order, last]
                 else:
-                    r[0] += batch.record_count
-                    if batch.order < r[1]:
-                        r[1], r[2] = batch.order, first
-                    if batch.order > r[3]:
-                        r[3], r[4] = batch.order, last
+                    r[0] += count
+                    if order < r[1]:
+                        r[1], r[2] = order, first
+                    if order > r[3]:
+                        r[3], r[4] = order, last
             self._pending -= 1
             if self._pending == 0 and self._sealed:
                 self._finish()

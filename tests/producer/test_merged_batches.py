@@ -7,11 +7,15 @@ their own errors), through retries of a many-partition request with errors per p
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from spark_sink.client.errors import KafkaTimeoutError
 from spark_sink.encoder.columnar import EncodedRecords, can_merge, encode_groups
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.protocol.error_codes import InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
@@ -49,7 +53,7 @@ class Calls:
                                batch.error))
 
         self.h.accumulator.append_encoded(TOPIC, [(p, b) for p, b in enumerate(groups) if b], self.h.clock(), 1000,
-                                          listener, lambda encoded: None, lambda: None)
+                                          listener, lambda *counts: None, lambda: None)
 
     def check_delivered(self) -> None:
         """Every partition's log holds its rows once, in order, and each queued batch heard
@@ -133,7 +137,7 @@ def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() 
         h, _ = _started(1, **{"batch.size": batch_size, "enable.idempotence": False, "acks": 1})
         for _ in range(2):
             h.accumulator.append_encoded(TOPIC, [(0, encoded())], h.clock(), 1000, lambda b: None,
-                                         lambda e: None, lambda: None)
+                                         lambda *counts: None, lambda: None)
         ack_one_by_one(h)
         assert h.client.values((TOPIC, 0)) == [b"x" * 50] * 2
         return [n for _, _, _, n in _wire_batches(h)]
@@ -194,7 +198,7 @@ def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_
     created = h.clock() - 3000
     groups = encode_groups(None, pa.array([b"v"]), np.zeros(1, np.int64), None, None, 1, batch_size=16384)
     heard: list = []
-    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, heard.append, lambda e: None, lambda: None)
+    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, heard.append, lambda *counts: None, lambda: None)
     h.clock.advance(h.config.delivery_timeout_ms - 3000 - 20_000)  # 20 s early: the clock also runs
     h.run()
     assert heard == []
@@ -202,3 +206,48 @@ def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_
     h.run()
     (batch,) = heard
     assert "delivery.timeout.ms=120000" in str(batch.error)
+
+
+def _parts(counts: list[int], heard: list[tuple[int, int, int, Exception | None]]) -> list[ProducerBatch]:
+    """Encoded batches of one partition, each telling ``heard`` (its index, offset, records,
+    error) when it completes."""
+    def listener(batch: ProducerBatch) -> None:
+        assert batch.wait(0), "a listener waiting on its own batch must not wait for itself"
+        heard.append((int(batch.order), batch.base_offset, batch.record_count, batch.error))
+
+    return [ProducerBatch(TOPIC, 0, 0.0, i, 0, 1 << 20, encoded=EncodedRecords(b"", 0, n, 0, 0, 0), listener=listener)
+            for i, n in enumerate(counts)]
+
+
+@given(counts=st.lists(st.integers(1, 50), min_size=2, max_size=8), done_before=st.sets(st.integers(0, 7)),
+       base=st.sampled_from([-1, 0, 1234]), failed=st.booleans())
+def test_a_merged_batch_completes_each_part_once_at_its_own_offset(counts: list[int], done_before: set[int],
+                                                                    base: int, failed: bool) -> None:
+    """A merged batch's completion tells each part's listener once, at the part's own
+    offset (-1 where the batch has none), with the batch's error, and releases its waiters;
+    a part completed before (failed by a closing producer while its merged batch was on the
+    wire) is left as it was, and the offsets of the parts after it still count its records."""
+    heard: list[tuple[int, int, int, Exception | None]] = []
+    parts = _parts(counts, heard)
+    early = KafkaTimeoutError("failed first")
+    for i in sorted(done_before):
+        if i < len(parts):
+            parts[i].complete(-1, -1, early)
+    merged = ProducerBatch.merged(parts, sum(counts), 0)
+    error = NotEnoughReplicasError("refused") if failed else None
+    with ThreadPoolExecutor(len(parts)) as pool:
+        waiters = [pool.submit(p.wait, 5) for p in parts]  # record by record, from other threads
+        merged.complete(base if not failed else -1, -1, error)
+        assert all(w.result() for w in waiters)
+    expected: list[tuple[int, int, int, Exception | None]] = []
+    offset = base if not failed else -1
+    for i, n in enumerate(counts):
+        if i in done_before:
+            expected.append((i, -1, n, early))
+        else:
+            expected.append((i, offset, n, error))
+        if offset >= 0:
+            offset += n
+    assert sorted(heard, key=lambda h: h[0]) == expected
+    assert [h[0] for h in heard if h[0] not in done_before] == [i for i in range(len(counts)) if i not in done_before]
+    assert all(p.completed and p.wait(0) for p in parts) and merged.completed
