@@ -137,9 +137,14 @@ class NetworkClient:
         return conn is not None and conn.state is ConnState.DISCONNECTED and conn.failures > 0
 
     def connection_delay_ms(self, node_id: int, now: float) -> float:
-        """How long until ``node_id`` may be tried again (0 if now)."""
+        """How long until ``node_id`` may be tried again (0 if now); infinite for a
+        connected node, which only I/O can make ready again (an answer to a request in
+        flight, the socket taking the rest of one), as Java's connectionDelay: a Sender
+        waiting on the selector wakes for that, and a timer would only wake it for nothing."""
         conn = self._conns.get(node_id)
-        return conn.connect_delay_ms(now) if conn is not None else 0.0
+        if conn is None:
+            return 0.0
+        return float("inf") if conn.state is ConnState.READY else conn.connect_delay_ms(now)
 
     def in_flight_count(self, node_id: int) -> int:
         conn = self._conns.get(node_id)
