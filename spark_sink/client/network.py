@@ -229,8 +229,8 @@ class NetworkClient:
     def poll(self, timeout_ms: float) -> bool:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
         connection attempts, then run the callbacks of completed requests. Returns whether
-        a request completed, a connection became ready or wakeup() was called: the caller's
-        next step may differ."""
+        a request completed, a connection became ready, one finished writing a request
+        left part-written or wakeup() was called: the caller's next step may differ."""
         self._progressed = False
         if timeout_ms > 0:
             timeout_ms = min(timeout_ms, self.next_timeout_ms(self._clock()))
@@ -365,6 +365,10 @@ class NetworkClient:
                 continue
             break
         want_write = bool(outbox)
+        if conn.writing and not want_write:
+            # The rest of a request went out on a writable event: the connection may take
+            # the next one now, which the caller must look at rather than wait for an answer.
+            self._progressed = True
         if want_write != conn.writing:
             self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0), conn)
             conn.writing = want_write
