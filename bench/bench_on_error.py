@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 import uuid
+from pathlib import Path
 from statistics import median
 
 import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
+
+import _common  # jobs/ (on the path above): a local Kafka node unless one is given
 
 from spark_sink.producer import KafkaProducer
 
@@ -48,13 +54,7 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap_servers
-        if bootstrap is None:
-            from kprod_broker import start_local_kafka
-
-            cluster = start_local_kafka()
-            stack.callback(cluster.stop)
-            bootstrap = cluster.bootstrap
+        bootstrap = stack.enter_context(_common.given_or_local_kafka(args.bootstrap_servers))
         serializer = None
         if args.value_format is not None:
             from kprod_broker import start_local_registry

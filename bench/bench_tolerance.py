@@ -62,13 +62,7 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap_servers
-        if bootstrap is None:
-            from kprod_broker import start_local_kafka
-
-            cluster = start_local_kafka()
-            stack.callback(cluster.stop)
-            bootstrap = cluster.bootstrap
+        bootstrap = stack.enter_context(_common.given_or_local_kafka(args.bootstrap_servers))
         base = f"bench-tolerance-{uuid.uuid4().hex[:6]}"
         dead = f"{base}-dlq"
         _common.create_topic(bootstrap, dead, 1)

@@ -205,6 +205,21 @@ def kafka_cluster(args: argparse.Namespace) -> Iterator[str]:
             say("local broker stopped")
 
 
+@contextlib.contextmanager
+def given_or_local_kafka(bootstrap: str | None) -> Iterator[str]:
+    """``bootstrap`` if given, else that of a local Apache Kafka node started for the block."""
+    if bootstrap is not None:
+        yield bootstrap
+        return
+    from kprod_broker import start_local_kafka
+
+    cluster = start_local_kafka()
+    try:
+        yield cluster.bootstrap
+    finally:
+        cluster.stop()
+
+
 def noop_data_source(source_name: str) -> type:
     """A Python data source named ``source_name`` that takes Spark's Arrow batches and
     drops them: what Spark costs a Python sink, the floor the benchmarks measure kprod

@@ -40,6 +40,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "tests.spark.daemon")  # kprod's imports before each fork
         .config("spark.python.unix.domain.socket.enabled", "true")  # as conf/spark-defaults.conf
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .getOrCreate()

@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 # A minute and a half a seed on the 2-core machine: make soak runs them, not the suite.
-pytestmark = pytest.mark.soak
+# A seed may take its whole budget (90 s of faults, then up to four runs of 240 s): a
+# pytest-timeout inside a py4j call would leave the worker's SparkSession out of step
+# for every later test, so the timeout is above the budget.
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(1200)]
 
 SEEDS = int(os.environ.get("KPROD_CHAOS", "1"))
 FIRST = int(os.environ.get("KPROD_CHAOS_FROM", "0"))

@@ -64,7 +64,10 @@ def both(bootstrap: str, make: Callable[[str], DataFrame], n: int, partitions: i
     out = {}
     for fmt in FORMATS:
         topic = create_topic(bootstrap, unique_topic(f"parity-{fmt}"), partitions)
-        save(make(topic), fmt, bootstrap, topic if topic_option else None, **(options or {}))
+        # A write that must work may wait for metadata longer than the suite's 5 s: on a
+        # loaded machine Spark's producer once took longer to see a topic just created.
+        save(make(topic), fmt, bootstrap, topic if topic_option else None,
+             **{"kafka.max.block.ms": "60000", **(options or {})})
         out[fmt] = records(bootstrap, topic, n, same_partitions)
     return out
 
