@@ -18,12 +18,12 @@ chosen per row through a ``topic`` column. For every shape the same cached DataF
 
 Rounds alternate: every round writes once through each sink, the order rotating from
 round to round (A B C, B C A, ...); the figures are medians over the rounds, the ratios
-medians of per-round ratios. Each sink writes topics of its own at each shape, once
-untimed first: a broker's first write to a new partition costs it far more than later
-ones (--fresh-topics: every write to new topics, as bench_sink.py does), and at 2,048
-partitions the second write still paid for it (the broker's page faults on each
-partition's index files, in system CPU: bench/RESULTS.md, issue 55 (4)), so each sink's
-topics are written --warm-writes times (2) untimed first. CPU is read from /proc: Spark's
+medians of per-round ratios. Each sink writes topics of its own at each shape,
+--warm-writes times (2) untimed first: a broker's first writes to a new partition cost it
+far more than later ones (page faults on each partition's index files, in system CPU; at
+2,048 partitions the second write still paid some, and so may a write after the topics
+rested: bench/RESULTS.md, issue 55 (4)); every write says the broker's CPU and major
+faults (--fresh-topics: every write to new topics, as bench_sink.py does). CPU is read from /proc: Spark's
 side is the driver JVM with all its descendants (the Python workers), the broker's its
 own process (a separate JVM, started for the run unless --bootstrap-servers is given; then
 no broker figure). Every write is checked afterwards by its topics' end offsets:
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="untimed writes into each sink's topics of a shape first (default: %(default)s)")
     parser.add_argument("--fresh-topics", action="store_true",
                         help="every write to new topics (default: each sink writes its own topics of a shape, "
-                             "once untimed first)")
+                             "--warm-writes times untimed first)")
     parser.add_argument("--quick", action="store_true", help=f"a short run for the suite: {' '.join(QUICK)}")
     return parser
 
