@@ -18,9 +18,12 @@ chosen per row through a ``topic`` column. For every shape the same cached DataF
 
 Rounds alternate: every round writes once through each sink, the order rotating from
 round to round (A B C, B C A, ...); the figures are medians over the rounds, the ratios
-medians of per-round ratios. Each sink writes topics of its own at each shape, once
-untimed first: a broker's first write to a new partition costs it far more than later
-ones (--fresh-topics: every write to new topics, as bench_sink.py does). CPU is read from /proc: Spark's
+medians of per-round ratios. Each sink writes topics of its own at each shape,
+--warm-writes times (2) untimed first: a broker's first writes to a new partition cost it
+far more than later ones (page faults on each partition's index files, in system CPU; at
+2,048 partitions the second write still paid some, and so may a write after the topics
+rested: bench/RESULTS.md, issue 55 (4)); every write says the broker's CPU and major
+faults (--fresh-topics: every write to new topics, as bench_sink.py does). CPU is read from /proc: Spark's
 side is the driver JVM with all its descendants (the Python workers), the broker's its
 own process (a separate JVM, started for the run unless --bootstrap-servers is given; then
 no broker figure). Every write is checked afterwards by its topics' end offsets:
@@ -49,7 +52,7 @@ import _common  # noqa: E402  (jobs/ on the path first)
 
 NOOP, KPROD, EOS, SPARK = "no-op", "kprod", "kprod exactly-once", "Spark's sink"
 NAN = math.nan
-QUICK = ["--rows", "10000", "--shapes", "4,2x2", "--rounds", "1", "--exactly-once", "4"]
+QUICK = ["--rows", "10000", "--shapes", "4,2x2", "--rounds", "1", "--exactly-once", "4", "--warm-writes", "1"]
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="shapes also written by kprod in exactly-once mode, '' for none (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per shape (default: %(default)s)")
     parser.add_argument("--skip-spark-kafka", action="store_true", help="leave out Spark's own Kafka sink")
+    parser.add_argument("--warm-writes", type=int, default=2,
+                        help="untimed writes into each sink's topics of a shape first (default: %(default)s)")
     parser.add_argument("--fresh-topics", action="store_true",
                         help="every write to new topics (default: each sink writes its own topics of a shape, "
-                             "once untimed first)")
+                             "--warm-writes times untimed first)")
     parser.add_argument("--quick", action="store_true", help=f"a short run for the suite: {' '.join(QUICK)}")
     return parser
 
@@ -147,6 +152,16 @@ def _cpu(pid: int) -> float:
     except OSError:
         return 0.0
     return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _major_faults(pid: int) -> int:
+    """Major page faults of a process so far (the broker's first writes into a partition
+    fault its index files in: system CPU, not the records' handling)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[9])
+    except OSError:
+        return 0
 
 
 def _tree_cpu(root: int) -> float:
@@ -244,19 +259,24 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
                     _common.create_topics(bootstrap, names, shape.partitions)
                     topic_sets.append(topics)
             frame = _with_topic(df, topics.prefix, shape.topics)
+            faults = _major_faults(broker) if broker else 0
             before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
             seconds = sinks.write(label, frame, topics.prefix if shape.topics == 1 else None)
             after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
             topics.writes += 1
+            if broker:
+                _common.say(f"{shape} partitions, {'timed' if timed else 'untimed'} {label}: broker "
+                            f"{after[1] - before[1]:.2f} CPU s, {_major_faults(broker) - faults} major page faults")
             return seconds, after[0] - before[0], after[1] - before[1]
 
         for label in labels:
             # Untimed: workers started and code paths compiled (once per sink), and unless
-            # --fresh-topics, each sink's topics of this shape written once: a broker's first
-            # write to a new partition costs it far more than the next ones (bench/RESULTS.md,
-            # 2026-11-29), which would swamp what a sink costs it.
+            # --fresh-topics, each sink's topics of this shape written --warm-writes times: a
+            # broker's first writes to a new partition cost it far more than the next ones
+            # (bench/RESULTS.md, issue 55 and 55 (4)), which would swamp what a sink costs it.
             if label not in warmed or not args.fresh_topics:
-                write(label, timed=False)
+                for _ in range(1 if args.fresh_topics else max(1, args.warm_writes)):
+                    write(label, timed=False)
                 warmed.add(label)
         for round_no in range(args.rounds):
             turn = round_no % len(labels)

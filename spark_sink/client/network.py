@@ -137,9 +137,14 @@ class NetworkClient:
         return conn is not None and conn.state is ConnState.DISCONNECTED and conn.failures > 0
 
     def connection_delay_ms(self, node_id: int, now: float) -> float:
-        """How long until ``node_id`` may be tried again (0 if now)."""
+        """How long until ``node_id`` may be tried again (0 if now); infinite for a
+        connected node, which only I/O can make ready again (an answer to a request in
+        flight, the socket taking the rest of one), as Java's connectionDelay: a Sender
+        waiting on the selector wakes for that, and a timer would only wake it for nothing."""
         conn = self._conns.get(node_id)
-        return conn.connect_delay_ms(now) if conn is not None else 0.0
+        if conn is None:
+            return 0.0
+        return float("inf") if conn.state is ConnState.READY else conn.connect_delay_ms(now)
 
     def in_flight_count(self, node_id: int) -> int:
         conn = self._conns.get(node_id)
@@ -224,8 +229,8 @@ class NetworkClient:
     def poll(self, timeout_ms: float) -> bool:
         """Wait up to ``timeout_ms`` for I/O, handle it, expire timed-out requests and
         connection attempts, then run the callbacks of completed requests. Returns whether
-        a request completed, a connection became ready or wakeup() was called: the caller's
-        next step may differ."""
+        a request completed, a connection became ready, one finished writing a request
+        left part-written or wakeup() was called: the caller's next step may differ."""
         self._progressed = False
         if timeout_ms > 0:
             timeout_ms = min(timeout_ms, self.next_timeout_ms(self._clock()))
@@ -360,6 +365,10 @@ class NetworkClient:
                 continue
             break
         want_write = bool(outbox)
+        if conn.writing and not want_write:
+            # The rest of a request went out on a writable event: the connection may take
+            # the next one now, which the caller must look at rather than wait for an answer.
+            self._progressed = True
         if want_write != conn.writing:
             self._selector.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0), conn)
             conn.writing = want_write

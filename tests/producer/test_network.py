@@ -391,3 +391,31 @@ def test_stuck_acks0_write_times_out_and_close_fails_the_rest(kafka_proxy: Proxi
         client.close()
     assert len(got) == 2 and isinstance(got[1].error, KafkaConnectionError)
     assert "closed" in str(got[1].error)
+
+
+def test_poll_that_finishes_writing_a_request_reports_progress(kafka_proxy: ProxiedKafka) -> None:
+    """A request too large for one write keeps its node busy; the poll that writes its
+    rest says so (the Sender waits on the selector, not a timer, for a busy node: only
+    this poll can tell it the node takes the next request before the answer comes)."""
+    proxy = kafka_proxy.proxy
+    topic = create_topic(kafka_proxy.bootstrap, unique_topic("net-written"), partitions=1)
+    client = _client(kafka_proxy.bootstrap, **{"send.buffer.bytes": 4096, "max.in.flight.requests.per.connection": 5})
+    try:
+        leader = _leader_of(client, topic)
+        _poll_until(client, lambda: client.ready(leader, now_ms()))
+        proxy.set_delay(1000, replies_only=True)  # the answer comes well after the write ends
+        got: list[ClientResponse[kmsg.ProduceResponse]] = []
+        client.send(leader, ApiKey.PRODUCE, _produce_body(topic, [bytes(range(256)) * 2048], acks=1), got.append)
+        assert not client.ready(leader, now_ms())  # 512 KiB through a 4 KiB send buffer
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the request was never written whole"
+            progressed = client.poll(50)
+            if client.ready(leader, now_ms()):
+                break
+        assert client.in_flight_count(leader) == 1 and not got  # written, not yet answered
+        assert progressed
+        _poll_until(client, lambda: got, timeout_s=30)
+        assert got[0].error is None, got[0].error
+    finally:
+        client.close()
