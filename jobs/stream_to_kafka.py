@@ -104,8 +104,15 @@ def _stop_between_batches(query, deadline: float, until_rows: bool = False) -> N
 
     while query.isActive and waiting():
         time.sleep(0.2)
+    # Stop just after a microbatch has ended, at the start of the pause before the next
+    # trigger: a query merely seen idle may be at the pause's end, and the next microbatch
+    # start (and be cancelled, its tasks logging errors) as stop() runs.
+    last = (query.lastProgress or {}).get("batchId")
     give_up = time.monotonic() + 60
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < give_up:
+    while query.isActive and time.monotonic() < give_up:
+        ended = (query.lastProgress or {}).get("batchId") != last
+        if ended and not query.status.get("isTriggerActive"):
+            break
         time.sleep(0.01)
     query.stop()
 
