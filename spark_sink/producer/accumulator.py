@@ -217,8 +217,7 @@ class RecordAccumulator:
             total = records = uncompressed = batches = 0
             while i < n:
                 partition, encoded = groups[i]
-                size = (RECORD_BATCH_OVERHEAD + len(encoded[0].payload) if len(encoded) == 1
-                        else sum(e.size_in_bytes for e in encoded))
+                size = encoded[0].size_in_bytes if len(encoded) == 1 else sum(e.size_in_bytes for e in encoded)
                 if total + size > most:
                     if run:
                         break

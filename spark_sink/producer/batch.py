@@ -354,16 +354,21 @@ class ProducerBatch:
                 if self.listener is not None:
                     self.listener(self)
             finally:
-                with _EVENT_LOCK:
-                    self.completed = True
-                    event = self._event
-                if event is not None:
-                    event.set()
+                self._release_waiters()
+
+    def _release_waiters(self) -> None:
+        """Completed: whoever waits in ``result()`` or ``flush()`` returns (the event, if one
+        was made, is read under the lock that making it takes)."""
+        with _EVENT_LOCK:
+            self.completed = True
+            event = self._event
+        if event is not None:
+            event.set()
 
     def _complete_parts(self, base_offset: int, log_append_time: int, error: Exception | None) -> None:
         """A merged batch's parts, each at its own offset. A part is an encoded batch of
         send_arrow's (no callbacks, no parts), so what complete() does for it comes down
-        to its listener and its waiters: done here, a Python call less per part."""
+        to its listener and its waiters: done here, without complete()'s checks per part."""
         offset = base_offset
         thread = self._completing  # this thread: a listener waiting on its own part returns at once
         for part in self.parts or ():
@@ -379,11 +384,7 @@ class ProducerBatch:
                     if part.listener is not None:
                         part.listener(part)
                 finally:
-                    with _EVENT_LOCK:
-                        part.completed = True
-                        event = part._event
-                    if event is not None:
-                        event.set()
+                    part._release_waiters()
             if offset >= 0:
                 offset += count
 
