@@ -747,8 +747,10 @@ static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args)
         goto done;
     }
     if (self->len + size > self->cap) {
-        /* doubled from what it holds, never to batch.size at once: sections come large */
-        Py_ssize_t cap = self->cap * 2 > self->len + size ? self->cap * 2 : (Py_ssize_t)(self->len + size);
+        /* Four times what it holds, up to the limit: a batch joined from a call's share of
+           each partition takes many sections, and each growth may copy it (realloc). */
+        Py_ssize_t cap = self->cap * 4 < limit ? self->cap * 4 : (Py_ssize_t)limit;
+        if (cap < self->len + size) cap = (Py_ssize_t)(self->len + size);
         uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
         if (!data) {
             PyErr_NoMemory();
