@@ -149,10 +149,16 @@ class TopicRows:
         batches per partition: ``[(partition, its batches), ...]`` for each partition among
         them. A partition spanning two chunks comes in two pieces, in order. ``continued``
         (partitions): the batches queued for them that a chunk's rows may continue, asked
-        just before each chunk is encoded (see RecordAccumulator.continued)."""
+        just before each chunk is encoded (see RecordAccumulator.continued), where a
+        partition's share of a chunk is under half a batch: joining larger shares would copy
+        every row to save few batches."""
         n = len(self.values)
         bounds = [0]
-        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > chunk_bytes:
+        data_bytes = _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys))
+        shares = 1 if isinstance(self.partitions, int) else self.partition_count
+        if 2 * min(data_bytes, chunk_bytes) >= batch_size * shares:
+            continued = None
+        if data_bytes > chunk_bytes:
             sizes = value_lengths(self.values)
             if self.keys is not None:
                 sizes += value_lengths(self.keys)
