@@ -1,8 +1,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# 0: the demo's venv without bytecode compiled ahead (tests/test_quickstart.py, which
-# installs it, then runs `make bytecode` apart).
+# 0: the demo's venv without bytecode compiled ahead (tests/test_quickstart.py: the
+# suite's own venv compiled the same packages).
 BYTECODE ?= 1
 
 .PHONY: venv demo-venv bytecode system-packages kafka registry kmsg lint unit test soak versions installs demo bench clean

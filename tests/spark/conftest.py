@@ -19,14 +19,32 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 
+def python_wrapper(directory: Path) -> Path:
+    """A ``python`` for the session's workers that runs ``-m pyspark.daemon MODULE`` as
+    ``-m tests.spark.daemon MODULE`` (tests/spark/daemon.py says why), anything else as
+    this interpreter would."""
+    wrapper = directory / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then shift 2; set -- -m tests.spark.daemon "$@"; fi\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """local[2], few shuffle partitions, no UI, Spark's Kafka connector and spark-avro on the classpath;
     stopped at the end of the session."""
     from pyspark.sql import SparkSession
 
     from kprod_broker import spark_avro_jars, spark_kafka_jars
 
+    # Spark's JVM takes its planning workers' Python from its environment as it starts,
+    # the context its task workers' as it starts; the tests' child processes keep ours.
+    python = str(python_wrapper(tmp_path_factory.mktemp("python")))
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = python
     session = (
         SparkSession.builder.master("local[2]")
         .appName("kprod-tests")
@@ -40,11 +58,11 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "tests.spark.daemon")  # kprod's imports before each fork
         .config("spark.python.unix.domain.socket.enabled", "true")  # as conf/spark-defaults.conf
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .getOrCreate()
     )
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
