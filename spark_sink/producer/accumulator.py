@@ -287,11 +287,11 @@ class RecordAccumulator:
                     last, first = dq[-1], encoded[0]
                     if (join and last.segments is not None and not last.attempts and type(last.memory) is int
                             and last.join(first, limit, listener)):
-                        last.memory += first.size_in_bytes
+                        joined = size if len(encoded) == 1 else first.size_in_bytes
+                        last.memory += joined  # its reservation goes with its records
                         if len(encoded) == 1:
-                            last.memory += size - first.size_in_bytes  # all of it: one reservation
                             continue
-                        encoded, size = encoded[1:], size - first.size_in_bytes
+                        encoded, size = encoded[1:], size - joined
                     last.closed = True  # later send() records must not overtake these batches
                 memory: int | SharedReservation = size if len(encoded) == 1 else SharedReservation(size, len(encoded))
                 for e in encoded:

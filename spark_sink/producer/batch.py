@@ -225,10 +225,11 @@ class ProducerBatch:
     def join(self, e: EncodedRecords, limit: int, listener: SegmentListener) -> bool:
         """Another send_arrow call's records for this partition (``e``: encoded,
         uncompressed) after this batch's own, as one batch of at most ``limit`` bytes
-        (batch.size, the topic's max.message.bytes): False, and nothing changed, if they do
-        not fit. As Java's producer appends to the open batch of a partition: with many
-        partitions each call holds a small part of every partition's records, and a batch
-        per part would cost the brokers and the Sender about as much as a full one. Only
+        (batch.size, the topic's max.message.bytes): False if they do not fit (this batch's
+        own records may have moved into a buffer meanwhile, unchanged). As Java's producer
+        appends to the open batch of a partition: with many partitions each call holds a
+        small part of every partition's records, and a batch per part would cost the
+        brokers and the Sender about as much as a full one. Only
         for a queued batch of send_arrow's never sent, with the accumulator's lock held;
         with kprod's extension (the records are moved by its RecordBuffer)."""
         segments = self.segments
