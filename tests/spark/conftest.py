@@ -11,13 +11,26 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.jvms import spark_jvm_options
-from tests.spark.workers import python_wrapper
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+def python_wrapper(directory: Path) -> Path:
+    """A ``python`` for the session's workers that runs ``-m pyspark.daemon MODULE`` as
+    ``-m tests.spark.daemon MODULE`` (tests/spark/daemon.py says why), anything else as
+    this interpreter would."""
+    wrapper = directory / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then shift 2; set -- -m tests.spark.daemon "$@"; fi\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 @pytest.fixture(scope="session")

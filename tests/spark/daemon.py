@@ -10,10 +10,9 @@ the module it runs (``sys.argv[1]``, as ``pyspark.daemon`` reads it) too.
 Spark starts its task workers and its planning workers (data source lookup, creation,
 write planning, commit, the streaming sink) with ``-m pyspark.daemon MODULE``, the
 planners whatever ``spark.python.daemon.module`` says, so the suite's session runs
-Python through ``python_wrapper`` (tests/spark/workers.py), which sends all of them
-here, and so do the fault tests' jobs run as child processes (``preloaded_env``).
-Fresh imports in a worker are tested where they matter: tests/encoder/test_host_process.py
-and the jobs of tests/spark/test_jobs.py and test_cluster.py.
+Python through ``python_wrapper`` (tests/spark/conftest.py), which sends all of them
+here. Fresh imports in a worker are tested where they matter:
+tests/encoder/test_host_process.py and the jobs run in child processes.
 """
 
 import importlib
@@ -23,7 +22,7 @@ import sys
 # are installed. From the zips, every worker pays after its fork for Spark's
 # importlib.invalidate_caches(): each of the ~16 zipimporters of pyspark.zip's packages
 # reads the zip's directory again, in Python (0.3 s of CPU a worker). The suite's workers
-# import them from site-packages; test_jobs.py's and test_cluster.py's keep Spark's path.
+# import them from site-packages; the jobs in child processes keep Spark's path.
 sys.path[:] = [entry for entry in sys.path if not entry.endswith(".zip")]
 
 import pandas  # noqa: E402, F401

@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 
 from kprod_broker import KafkaCluster
-from tests.brokers import create_topic, unique_topic
+from tests.brokers import create_topic, subprocess_env, unique_topic
 from tests.spark.readback import CommittedView, assert_nothing_left_open
-from tests.spark.workers import preloaded_env
 
 JOB = Path(__file__).with_name("eos_job.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +40,7 @@ def _write_input(directory: Path) -> set[str]:
 
 
 def _start(args: list[str], log: Path, cwd: Path) -> subprocess.Popen:
-    env = preloaded_env(cwd)
+    env = subprocess_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     # A session of its own: the kill takes the driver's JVM and Python workers with it.
     return subprocess.Popen([sys.executable, str(JOB), *args], env=env, cwd=cwd, start_new_session=True,

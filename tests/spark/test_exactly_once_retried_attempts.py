@@ -6,8 +6,7 @@ attempt left stays open: read_committed readers of every partition are free with
 of the write's end.
 
 The writes run in a child process (tests/spark/retried_attempts.py) on local[2,4], where
-Spark retries a task; one JVM for the cases of each test, its Python workers forked from the
-suite's daemon."""
+Spark retries a task; one JVM for the cases of each test."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from kprod_broker import KafkaCluster
-from tests.brokers import consume_all, create_topic, unique_topic
+from tests.brokers import consume_all, create_topic, subprocess_env, unique_topic
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.workers import preloaded_env
 
 CHILD = Path(__file__).with_name("retried_attempts.py")
 PARTITIONS = 4
@@ -38,7 +36,7 @@ def _run(kafka: KafkaCluster, tmp_path: Path, cases: list[dict]) -> list[dict]:
         case["topic"] = create_topic(kafka.bootstrap, unique_topic(f"eos-retry-{case['mode']}"), PARTITIONS)
     done = subprocess.run([sys.executable, str(CHILD), kafka.bootstrap, str(tmp_path),
                            *(json.dumps(c) for c in cases)],
-                          env=preloaded_env(tmp_path), capture_output=True, text=True, timeout=600)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-6000:]
     # A fault that could not strike would leave a case testing another one.
     assert "no fault injected" not in done.stderr, done.stderr[-6000:]

@@ -25,9 +25,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
-from tests.brokers import consumer, create_topic, unique_topic
+from tests.brokers import consumer, create_topic, subprocess_env, unique_topic
 from tests.procs import RssSampler
-from tests.spark.workers import preloaded_env
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,16 +75,13 @@ RETRIED_ROWS, RETRIED_ACKED = 300_000, 100_000
 
 
 @pytest.fixture(scope="module")
-def retried_writes(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
-                   ) -> tuple[dict[str, str], dict[str, int], str]:
-    """One child process (one JVM for both, its Python workers forked from the suite's
-    daemon) making one write per fault, each to its own topic: the topics, the failed task
-    attempts of each write, the child's stderr."""
+def retried_writes(kafka: KafkaCluster) -> tuple[dict[str, str], dict[str, int], str]:
+    """One child process (one JVM for both) making one write per fault, each to its own
+    topic: the topics, the failed task attempts of each write, the child's stderr."""
     topics = {fault: create_topic(kafka.bootstrap, unique_topic(f"retry-{fault}"), 1) for fault in FAULTS}
     done = subprocess.run([sys.executable, str(RETRIED_TASK), kafka.bootstrap, str(RETRIED_ROWS), str(RETRIED_ACKED),
                            *(f"{fault}:{topics[fault]}" for fault in FAULTS)],
-                          env=preloaded_env(tmp_path_factory.mktemp("retried")), capture_output=True, text=True,
-                          timeout=480)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=480)
     assert done.returncode == 0, done.stderr[-6000:]
     failed = {r["fault"]: r["failed_task_attempts"] for r in map(json.loads, done.stdout.splitlines())}
     return topics, failed, done.stderr
