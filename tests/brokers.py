@@ -112,7 +112,8 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
     keep reading that long after reaching ``expected`` so extra (duplicate) records show.
     With ``to_end``, instead read every partition up to its high watermark once
     ``expected`` are in: every record written so far, duplicates too, without waiting
-    (for a topic without transactions, where each offset below it is a record).
+    (for a topic whose last offsets are records, not transaction markers: one without
+    transactions, or with a plain record written after them).
     Raises AssertionError if fewer than ``expected`` arrive in time. ``overrides`` are
     consumer settings (TLS, say).
     """
