@@ -153,7 +153,7 @@ fail:
 
 PyDoc_STRVAR(plan_batches_doc,
 "plan_batches(key_lengths, value_lengths, header_sizes, timestamps, groups, group_count, limit,\n"
-"             opens, plan) -> batch count\n--\n\n"
+"             opens, plan, continued=None) -> batch count\n--\n\n"
 "Split rows into record batches, each row in its group's (a partition's) batches.\n\n"
 "Rows are read in input order and each group's rows keep that order. Greedy and exact, as\n"
 "the accumulator fills a batch: a group's batch takes rows while its records section stays\n"
@@ -161,16 +161,24 @@ PyDoc_STRVAR(plan_batches_doc,
 "keys; empty header_sizes: no headers; empty groups: every row in group 0.\n\n"
 "Writes whether each row opens a batch into opens (bool, zeroed, one per row), and per\n"
 "batch, in the order they were opened, into the rows of plan (int64, 5 x rows): its group,\n"
-"record count, records section size, first and largest timestamp.");
+"record count, records section size, first and largest timestamp.\n\n"
+"continued (int64, 3 x group_count: record count, records section bytes, first timestamp;\n"
+"a count of 0 for none): a batch of each group's already holding records, which its first\n"
+"rows continue while they fit (its record count their first offset delta, its first\n"
+"timestamp their timestamp deltas' base). plan then has a sixth row, each batch's first\n"
+"offset delta (0: a batch of its own); a continuing batch's count and size are its rows'\n"
+"own, its first timestamp the continued batch's.");
 
 static PyObject *plan_batches(PyObject *self, PyObject *args) {
-    PyObject *a[8];
+    PyObject *a[8] = {NULL};
     Py_ssize_t group_count;
     int64_t limit;
     Views views = {.count = 0};
-    Py_ssize_t n_keys, n, n_headers, n_ts, n_groups, n_opens, n_plan;
-    if (!PyArg_ParseTuple(args, "OOOOOnLOO", &a[0], &a[1], &a[2], &a[3], &a[4], &group_count, &limit, &a[5], &a[6]))
+    Py_ssize_t n_keys, n, n_headers, n_ts, n_groups, n_opens, n_plan, n_continued = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOnLOO|O", &a[0], &a[1], &a[2], &a[3], &a[4], &group_count, &limit, &a[5], &a[6],
+                          &a[7]))
         return NULL;
+    int rows = a[7] && a[7] != Py_None ? 6 : 5;
     const int64_t *key_lengths = items(&views, a[0], 8, 0, &n_keys, "key_lengths");
     const int64_t *value_lengths = key_lengths ? items(&views, a[1], 8, 0, &n, "value_lengths") : NULL;
     const int64_t *header_sizes = value_lengths ? items(&views, a[2], 8, 0, &n_headers, "header_sizes") : NULL;
@@ -178,11 +186,12 @@ static PyObject *plan_batches(PyObject *self, PyObject *args) {
     const int64_t *groups = timestamps ? items(&views, a[4], 8, 0, &n_groups, "groups") : NULL;
     uint8_t *opens = groups ? items(&views, a[5], 1, 1, &n_opens, "opens") : NULL;
     int64_t *plan = opens ? items(&views, a[6], 8, 1, &n_plan, "plan") : NULL;
+    const int64_t *continued = plan && rows == 6 ? items(&views, a[7], 8, 0, &n_continued, "continued") : NULL;
     int64_t *current = NULL;
-    if (!plan) goto fail;
+    if (!plan || (rows == 6 && !continued)) goto fail;
     if ((n_keys && n_keys != n) || (n_headers && n_headers != n) || n_ts != n || (n_groups && n_groups != n) ||
-        n_opens != n || n_plan != 5 * n) {
-        PyErr_Format(PyExc_ValueError, "plan_batches: arrays of %zd rows expected", n);
+        n_opens != n || n_plan != rows * n || (continued && n_continued != 3 * group_count)) {
+        PyErr_Format(PyExc_ValueError, "plan_batches: arrays of %zd rows (and continued of 3 x groups) expected", n);
         goto fail;
     }
     if (group_count < 1 || !(current = PyMem_Malloc(group_count * sizeof(int64_t)))) {
@@ -191,17 +200,33 @@ static PyObject *plan_batches(PyObject *self, PyObject *args) {
         goto fail;
     }
     int64_t *batch_group = plan, *counts = plan + n, *sizes = plan + 2 * n, *base_ts = plan + 3 * n,
-            *max_ts = plan + 4 * n;
+            *max_ts = plan + 4 * n, *first_offset = continued ? plan + 5 * n : NULL;
     Py_ssize_t batches = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t g = 0; g < group_count; g++) current[g] = -1; /* each group's open batch */
+    /* each group's open batch; -2: none yet, and the continued one still to look at */
+    for (Py_ssize_t g = 0; g < group_count; g++) current[g] = continued && continued[g] > 0 ? -2 : -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t group = n_groups ? groups[i] : 0, ts = timestamps[i];
         /* attributes, key, value, headers: all but the two deltas */
         int64_t fixed = 1 + field_size(n_keys ? key_lengths[i] : -1) + field_size(value_lengths[i]) +
                         (n_headers ? header_sizes[i] : 1);
         int64_t batch = current[group], size = 0;
-        if (batch >= 0) {
+        if (batch == -2) { /* the group's first row: into the continued batch if it fits there */
+            int64_t held = continued[group], held_bytes = continued[group_count + group];
+            int64_t base = continued[2 * group_count + group];
+            size = record_size(fixed, ts - base, held);
+            batch = -1;
+            if (held_bytes + size <= limit) {
+                batch = batches++;
+                current[group] = batch;
+                batch_group[batch] = group;
+                counts[batch] = held; /* while planning: the continued batch's, its own taken off below */
+                sizes[batch] = held_bytes;
+                base_ts[batch] = base;
+                max_ts[batch] = ts;
+                first_offset[batch] = held;
+            }
+        } else if (batch >= 0) {
             size = record_size(fixed, ts - base_ts[batch], counts[batch]);
             if (sizes[batch] + size > limit) batch = -1;
         }
@@ -214,11 +239,18 @@ static PyObject *plan_batches(PyObject *self, PyObject *args) {
             sizes[batch] = 0;
             base_ts[batch] = ts;
             max_ts[batch] = ts;
+            if (first_offset) first_offset[batch] = 0;
             size = record_size(fixed, 0, 0);
         }
         counts[batch]++;
         sizes[batch] += size;
         if (ts > max_ts[batch]) max_ts[batch] = ts;
+    }
+    for (Py_ssize_t b = 0; first_offset && b < batches; b++) {
+        if (first_offset[b]) { /* a continuing batch: its own rows' count and bytes */
+            counts[b] -= first_offset[b];
+            sizes[b] -= continued[group_count + batch_group[b]];
+        }
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(current);
@@ -230,26 +262,26 @@ fail:
 }
 
 PyDoc_STRVAR(write_records_doc,
-"write_records(outs, opens, groups, keys, values, headers, timestamps)\n--\n\n"
+"write_records(outs, opens, groups, keys, values, headers, timestamps, continued=None)\n--\n\n"
 "Write every row's record into its group's buffer (outs: one writable uint8 buffer, or\n"
 "None, per group, each at least that group's bytes as plan_batches sized them), split\n"
 "into batches where opens (from plan_batches) says. headers: (first_entry, end_entry,\n"
 "sizes, keys, values), each row's range of entries, the bytes of its header section\n"
-"(empty sizes: no headers), and the entries' key and value columns. Returns the bytes\n"
-"written into each group's buffer (int64 list).");
+"(empty sizes: no headers), and the entries' key and value columns; continued as\n"
+"plan_batches had it. Returns the bytes written into each group's buffer (int64 list).");
 
 static PyObject *write_records(PyObject *self, PyObject *args) {
     PyObject *outs_o, *opens_o, *groups_o, *keys_o, *values_o, *first_o, *end_o, *sizes_o, *hkeys_o, *hvalues_o,
-        *ts_o, *written = NULL;
+        *ts_o, *continued_o = NULL, *written = NULL;
     Views views = {.count = 0};
     Column keys, values, hkeys, hvalues;
-    Py_ssize_t group_count = 0, acquired = 0, n_opens, n_groups, n_first, n_end, n_sizes, n_ts;
+    Py_ssize_t group_count = 0, acquired = 0, n_opens, n_groups, n_first, n_end, n_sizes, n_ts, n_continued = 0;
     Py_buffer *out_views = NULL;
     uint8_t **out = NULL;
     int64_t *cursor = NULL, *cap = NULL, *in_batch = NULL, *base = NULL;
     Py_ssize_t bad_row = -1; /* the row whose group is out of range or whose buffer is full, if any */
-    if (!PyArg_ParseTuple(args, "OOOOO(OOOOO)O", &outs_o, &opens_o, &groups_o, &keys_o, &values_o, &first_o,
-                          &end_o, &sizes_o, &hkeys_o, &hvalues_o, &ts_o))
+    if (!PyArg_ParseTuple(args, "OOOOO(OOOOO)O|O", &outs_o, &opens_o, &groups_o, &keys_o, &values_o, &first_o,
+                          &end_o, &sizes_o, &hkeys_o, &hvalues_o, &ts_o, &continued_o))
         return NULL;
     if (!PyList_Check(outs_o)) {
         PyErr_SetString(PyExc_TypeError, "write_records: outs must be a list (a buffer or None per group)");
@@ -262,12 +294,17 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     const int32_t *end_entry = first_entry ? items(&views, end_o, 4, 0, &n_end, "headers") : NULL;
     const int64_t *header_sizes = end_entry ? items(&views, sizes_o, 8, 0, &n_sizes, "headers") : NULL;
     const int64_t *timestamps = header_sizes ? items(&views, ts_o, 8, 0, &n_ts, "timestamps") : NULL;
+    const int64_t *continued = NULL;
+    if (timestamps && continued_o && continued_o != Py_None &&
+        !(continued = items(&views, continued_o, 8, 0, &n_continued, "continued")))
+        goto fail;
     if (!timestamps || !column(&views, keys_o, &keys, "keys") || !column(&views, values_o, &values, "values") ||
         !column(&views, hkeys_o, &hkeys, "header keys") || !column(&views, hvalues_o, &hvalues, "header values"))
         goto fail;
     Py_ssize_t n = values.rows;
     if ((keys.rows && keys.rows != n) || n_opens != n || (n_groups && n_groups != n) || n_ts != n ||
-        (n_sizes && (n_sizes != n || n_first != n || n_end != n)) || group_count < 1) {
+        (n_sizes && (n_sizes != n || n_first != n || n_end != n)) || group_count < 1 ||
+        (continued && n_continued != 3 * group_count)) {
         PyErr_Format(PyExc_ValueError, "write_records: arrays of %zd rows and at least one group expected", n);
         goto fail;
     }
@@ -280,6 +317,10 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     if (!out_views || !out || !cursor || !cap || !in_batch || !base) {
         PyErr_NoMemory();
         goto fail;
+    }
+    for (Py_ssize_t g = 0; continued && g < group_count; g++) { /* a group's first row may continue a batch */
+        in_batch[g] = continued[g];
+        base[g] = continued[2 * group_count + g];
     }
     for (; acquired < group_count; acquired++) {
         PyObject *buffer = PyList_GetItem(outs_o, acquired); /* borrowed */
@@ -399,74 +440,6 @@ static int64_t move_records(const uint8_t *pos, const uint8_t *end, int64_t offs
         pos = body_end;
     }
     return total;
-}
-
-PyDoc_STRVAR(merge_sections_doc,
-"merge_sections(payloads, counts, base_timestamps) -> bytes\n--\n\n"
-"Uncompressed records sections of consecutive batches of one partition as one section: the\n"
-"records of each after those before it, their offset deltas moved by the records before\n"
-"and their timestamp deltas by their batch's first timestamp less the first batch's.\n"
-"payloads: a list of buffers; counts, base_timestamps: lists of ints, one per payload.\n"
-"ValueError if a payload is not whole records.");
-
-static PyObject *merge_sections(PyObject *self, PyObject *args) {
-    PyObject *payloads, *counts, *bases, *result = NULL;
-    Py_buffer *views = NULL;
-    Py_ssize_t n = 0, acquired = 0;
-    int64_t *offset_shift = NULL, *ts_shift = NULL, *sizes = NULL;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &payloads, &PyList_Type, &counts, &PyList_Type, &bases))
-        return NULL;
-    n = PyList_Size(payloads);
-    if (n < 1 || PyList_Size(counts) != n || PyList_Size(bases) != n) {
-        PyErr_SetString(PyExc_ValueError, "merge_sections: one count and base timestamp per payload, at least one");
-        return NULL;
-    }
-    views = PyMem_Calloc(n, sizeof(Py_buffer));
-    offset_shift = PyMem_Calloc(n, sizeof(int64_t));
-    ts_shift = PyMem_Calloc(n, sizeof(int64_t));
-    sizes = PyMem_Calloc(n, sizeof(int64_t));
-    if (!views || !offset_shift || !ts_shift || !sizes) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int64_t first_base = PyLong_AsLongLong(PyList_GetItem(bases, 0)), records = 0, total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t count = PyLong_AsLongLong(PyList_GetItem(counts, i));
-        int64_t base = PyLong_AsLongLong(PyList_GetItem(bases, i));
-        if (PyErr_Occurred()) goto done;
-        offset_shift[i] = records;
-        ts_shift[i] = base - first_base;
-        records += count;
-    }
-    for (; acquired < n; acquired++)
-        if (PyObject_GetBuffer(PyList_GetItem(payloads, acquired), &views[acquired], PyBUF_C_CONTIGUOUS) < 0) goto done;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && total >= 0; i++) {
-        const uint8_t *buf = views[i].buf;
-        sizes[i] = move_records(buf, buf + views[i].len, offset_shift[i], ts_shift[i], NULL);
-        total = sizes[i] < 0 ? -1 : total + sizes[i];
-    }
-    Py_END_ALLOW_THREADS
-    if (total < 0) {
-        PyErr_SetString(PyExc_ValueError, "merge_sections: a payload is not a records section of whole records");
-        goto done;
-    }
-    if (!(result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total))) goto done;
-    uint8_t *out = (uint8_t *)PyBytes_AsString(result);
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *buf = views[i].buf;
-        move_records(buf, buf + views[i].len, offset_shift[i], ts_shift[i], out);
-        out += sizes[i];
-    }
-    Py_END_ALLOW_THREADS
-done:
-    for (Py_ssize_t i = 0; i < acquired; i++) PyBuffer_Release(&views[i]);
-    PyMem_Free(views);
-    PyMem_Free(offset_shift);
-    PyMem_Free(ts_shift);
-    PyMem_Free(sizes);
-    return result;
 }
 
 /* Kafka's murmur2 (MurmurHash2) of one value, unsigned. */
@@ -725,6 +698,82 @@ static int RecordBuffer_getbuffer(RecordBuffer *self, Py_buffer *view, int flags
                              flags);
 }
 
+PyDoc_STRVAR(RecordBuffer_append_section_doc,
+"append_section(payload, count, base_timestamp, max_timestamp, limit, first_offset=0) -> int\n--\n\n"
+"The records of an uncompressed records section (count records, their offset deltas from\n"
+"first_offset on, their timestamp deltas from base_timestamp, max_timestamp the largest)\n"
+"after those here, their deltas moved onto this batch's: the bytes they took, or 0 (nothing\n"
+"written) if the batch would then be larger than limit bytes, header included, and already\n"
+"holds records. A section that continues this batch as it is (first_offset its record\n"
+"count, base_timestamp its first timestamp: plan_batches' continued) is copied as it is.\n"
+"Into an empty buffer, the first record's timestamp becomes the batch's first timestamp.\n"
+"ValueError if payload is not whole records.");
+
+static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args) {
+    Py_buffer view;
+    long long count, base, largest, limit, first_offset = 0;
+    if (!PyArg_ParseTuple(args, "y*LLLL|L", &view, &count, &base, &largest, &limit, &first_offset)) return NULL;
+    PyObject *result = NULL;
+    const uint8_t *start = view.buf, *end = start + view.len;
+    int64_t offset_shift = self->record_count - first_offset, ts_shift = 0;
+    if (self->record_count) {
+        ts_shift = base - self->base_timestamp;
+    } else if (view.len) { /* the first record's timestamp delta becomes 0: read it */
+        const uint8_t *pos = start;
+        int ok = 1;
+        get_varint(&pos, end, &ok); /* length */
+        pos++;                      /* attributes */
+        int64_t first_delta = pos < end ? get_varint(&pos, end, &ok) : 0;
+        if (!ok || pos > end) {
+            PyErr_SetString(PyExc_ValueError, "append_section: the payload is not a records section of whole records");
+            goto done;
+        }
+        base += first_delta;
+        ts_shift = -first_delta;
+    }
+    /* The GIL held: a section is a partition's share of one call, small, and moved under
+       the accumulator's lock, which is what the other threads would wait for. */
+    int64_t size = offset_shift || ts_shift ? move_records(start, end, offset_shift, ts_shift, NULL) : view.len;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "append_section: the payload is not a records section of whole records");
+        goto done;
+    }
+    if (self->record_count && self->estimated_size + size > limit) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    if (self->sealed) {
+        PyErr_SetString(PyExc_BufferError, "RecordBuffer: no record can follow take()");
+        goto done;
+    }
+    if (self->len + size > self->cap) {
+        /* Four times what it holds, up to the limit: a batch joined from a call's share of
+           each partition takes many sections, and each growth may copy it (realloc). */
+        Py_ssize_t cap = self->cap * 4 < limit ? self->cap * 4 : (Py_ssize_t)limit;
+        if (cap < self->len + size) cap = (Py_ssize_t)(self->len + size);
+        uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
+        if (!data) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        self->data = data;
+        self->cap = cap;
+    }
+    if (offset_shift || ts_shift)
+        move_records(start, end, offset_shift, ts_shift, self->data + self->len);
+    else
+        memcpy(self->data + self->len, start, (size_t)size);
+    if (!self->record_count) self->base_timestamp = self->max_timestamp = base;
+    if (largest > self->max_timestamp) self->max_timestamp = largest;
+    self->len += (Py_ssize_t)size;
+    self->record_count += count;
+    self->estimated_size += size;
+    result = PyLong_FromLongLong(size);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 #define GETTER(name)                                                                        \
     static PyObject *RecordBuffer_get_##name(RecordBuffer *self, void *closure) {                \
         return PyLong_FromLongLong(self->name);                                                  \
@@ -747,6 +796,7 @@ static PyGetSetDef RecordBuffer_getset[] = {
 static PyMethodDef RecordBuffer_methods[] = {
     {"append", (PyCFunction)RecordBuffer_append, METH_VARARGS, RecordBuffer_append_doc},
     {"take", (PyCFunction)RecordBuffer_take, METH_NOARGS, RecordBuffer_take_doc},
+    {"append_section", (PyCFunction)RecordBuffer_append_section, METH_VARARGS, RecordBuffer_append_section_doc},
     {NULL},
 };
 
@@ -1503,7 +1553,6 @@ static PyMethodDef methods[] = {
     {"plan_batches", plan_batches, METH_VARARGS, plan_batches_doc},
     {"write_records", write_records, METH_VARARGS, write_records_doc},
     {"murmur2_rows", murmur2_rows, METH_VARARGS, murmur2_rows_doc},
-    {"merge_sections", merge_sections, METH_VARARGS, merge_sections_doc},
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, run_callbacks_doc},
     {NULL, NULL, 0, NULL},
 };

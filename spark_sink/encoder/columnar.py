@@ -10,6 +10,7 @@ by record as they fill: see :func:`spark_sink.protocol.records.record_parts`.)
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from dataclasses import dataclass
@@ -37,6 +38,11 @@ class EncodedRecords:
     base_timestamp: int
     max_timestamp: int
     uncompressed_size: int
+    # Above 0: the records continue a batch holding this many, their offset deltas from
+    # here on and their timestamp deltas from base_timestamp, that batch's first timestamp
+    # (encode_groups' continued): not a batch of their own until moved (see
+    # RecordBuffer.append_section).
+    first_offset: int = 0
 
     @property
     def last_offset_delta(self) -> int:
@@ -251,7 +257,7 @@ _buffers = _RecycledBuffers(16 << 20)
 
 def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None,
                   groups: np.ndarray | None, group_count: int, *, batch_size: int, codec: int = 0,
-                  level: int | None = None) -> list[list[EncodedRecords]]:
+                  level: int | None = None, continued: np.ndarray | None = None) -> list[list[EncodedRecords]]:
     """Encode rows into record batches of at most ``batch_size`` bytes each (0: no limit),
     each row into the batches of its group (its partition): returns each group's batches.
 
@@ -261,6 +267,11 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     order, and each group's batches keep it: grouping rows per partition needs no copy of
     the columns. A group's uncompressed payloads are views of one buffer of its own, which
     lives as long as any of them (and is then reused: see :class:`_RecycledBuffers`).
+
+    ``continued`` (uncompressed, and only where :func:`can_join`): per group the record
+    count, records section bytes and first timestamp of a batch it already holds (int64, 3 x
+    group_count; a count of 0 for none), which the group's first rows continue while it
+    stays within ``batch_size``: their EncodedRecords say so (``first_offset``).
     """
     loops = kernels.compiled()
     values = as_binary(values)
@@ -275,10 +286,16 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
         raise ValueError(f"groups must lie in 0..{group_count - 1}, got {group_ids.min()}..{group_ids.max()}")
     columns = (_column(keys), _column(values), _header_column(headers), timestamps)
     limit = max(1, batch_size - RECORD_BATCH_OVERHEAD) if batch_size > 0 else 1 << 62
-    opens, plan = np.zeros(len(values), np.bool_), np.empty((5, len(values)), np.int64)
+    extra: tuple = ()
+    if continued is not None:
+        if codec:
+            raise ValueError("compressed batches cannot be continued")
+        extra = (_frozen(np.ascontiguousarray(continued, dtype=np.int64).reshape(-1)),)
+    opens, plan = np.zeros(len(values), np.bool_), np.empty((5 + len(extra), len(values)), np.int64)
     batches = loops.plan_batches(columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count,
-                                 limit, opens, plan)
-    batch_group, counts, sizes, base_ts, max_ts = plan[:, :batches]
+                                 limit, opens, plan, *extra)
+    batch_group, counts, sizes, base_ts, max_ts = plan[:5, :batches]
+    first_offsets = plan[5, :batches].tolist() if extra else itertools.repeat(0)
     group_bytes = np.bincount(batch_group, weights=sizes, minlength=group_count).astype(np.int64).tolist()
     # Each group's records go straight into a buffer of its own, so that one partition's
     # unsent batches never keep another's bytes alive; compressed payloads are copies, so
@@ -290,18 +307,19 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
             offset += size
     else:
         buffers = [_buffers.take(size) if size else None for size in group_bytes]
-    written = loops.write_records(buffers, opens, group_ids, *columns)
+    written = loops.write_records(buffers, opens, group_ids, *columns, *extra)
     if written != group_bytes:  # the loops check that no write overruns; this, that none falls short
         raise RuntimeError(f"the encoder wrote {written} bytes per partition where it planned {group_bytes}")
     # Each group's batches in the order they were opened, which is input order.
     starts = [0] * group_count
-    for group, count, size, first_ts, largest in zip(batch_group.tolist(), counts.tolist(), sizes.tolist(),
-                                                     base_ts.tolist(), max_ts.tolist()):
+    for group, count, size, first_ts, largest, first_offset in zip(batch_group.tolist(), counts.tolist(),
+                                                                   sizes.tolist(), base_ts.tolist(), max_ts.tolist(),
+                                                                   first_offsets):
         start = starts[group]
         starts[group] = start + size
         section = buffers[group].data[start:start + size]
         payload = compress(codec, section, level) if codec else section
-        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, size))
+        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, size, first_offset))
     return out
 
 
@@ -312,13 +330,7 @@ def encode_columns(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarr
                          level=level)[0]
 
 
-def merge_sections(payloads: list[bytes | memoryview], counts: list[int], base_timestamps: list[int]) -> bytes:
-    """Uncompressed records sections of consecutive batches of one partition as one: each
-    record's offset delta moved by the records before it, its timestamp delta by its
-    batch's first timestamp less the first batch's (compiled; see can_merge)."""
-    return kernels.compiled().merge_sections(payloads, counts, base_timestamps)
-
-
-def can_merge() -> bool:
-    """Whether merge_sections is compiled here (the C extension; numba's loops have none)."""
-    return hasattr(kernels.compiled(), "merge_sections")
+def can_join() -> bool:
+    """Whether batches' records sections can be joined here (RecordBuffer.append_section:
+    the C extension's; numba's loops have none)."""
+    return hasattr(getattr(kernels.compiled(), "RecordBuffer", None), "append_section")

@@ -14,15 +14,18 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
-from spark_sink.encoder.columnar import EncodedRecords, can_merge
+from spark_sink.encoder.columnar import EncodedRecords, can_join
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
     PlainAppender,
     ProducerBatch,
     PyRecordBuffer,
     RecordBuffer,
+    SegmentListener,
     SendCallback,
     SharedReservation,
     TopicPartition,
@@ -31,11 +34,6 @@ from spark_sink.producer.batch import (
 from spark_sink.producer.buffer_pool import BufferPool
 from spark_sink.producer.config import ProducerConfig
 from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHEAD, record_parts
-
-
-def _varint_bytes(value: int) -> int:
-    """Bytes of the zigzag varint of a non-negative ``value``."""
-    return max(1, -(-(2 * value + 1).bit_length() // 7))
 
 
 def retry_backoff_ms(config: ProducerConfig, attempts: int) -> float:
@@ -48,6 +46,9 @@ def retry_backoff_ms(config: ProducerConfig, attempts: int) -> float:
 # chunks made batches of ~70 records, which cost a broker (and the Sender) more per record
 # than the Java producer's 16 KiB batches (bench/RESULTS.md, issue 55).
 PARTITION_CHUNK_SHARE = 64 << 10
+# Partitions queued under one taking of the lock (append_encoded): joining a call's records
+# to the batches queued before moves them, which the Sender's drain would otherwise wait for.
+RUN_PARTITIONS = 64
 
 
 def chunk_bytes_for(partition_count: int, chunk_bytes: int, buffer_memory: int) -> int:
@@ -86,10 +87,11 @@ class RecordAccumulator:
         self.on_ready: Callable[[], None] = lambda: None  # append_plain filled a batch
         self._drained_ms: dict[int, float] = {}  # when each node last took a batch (adaptive partitioning)
         self._record_buffer: type = RecordBuffer if compiled else PyRecordBuffer
-        # Encoded batches queued one behind another are joined as they are drained (see
-        # _merge_head) where the encoder can join them: the C extension, unless compression.
-        self._merge = config.compression_codec == 0 and compiled and PlainAppender is not None and can_merge()
-        # topic -> its max.message.bytes where known (the metadata's): no merged batch is larger
+        # send_arrow's batches join the one queued last for their partition (see
+        # ProducerBatch.join) where the encoder can join them: the C extension, unless
+        # compression.
+        self._join = config.compression_codec == 0 and compiled and PlainAppender is not None and can_join()
+        # topic -> its max.message.bytes where known (the metadata's): no joined batch is larger
         self.message_limits: Mapping[str, int | None] = {}
         # append_plain below, in C: the same steps without a Python frame per record (and
         # the producer's PlainSender appends through it)
@@ -193,29 +195,28 @@ class RecordAccumulator:
         return future
 
     def append_encoded(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], now: float,
-                       max_block_ms: float, listener: Callable[[ProducerBatch], None],
+                       max_block_ms: float, listener: SegmentListener,
                        queued: Callable[[int, int, int], None], wakeup: Callable[[], None]) -> None:
         """Append already-encoded batches, ``(partition, batches)`` per partition, each
-        after whatever its partition holds.
+        after whatever its partition holds: a partition's lone batch joins the records of
+        the send_arrow batch queued last for it where they fit (see ProducerBatch.join).
 
-        ``queued(records, bytes, batches)`` hears of batches once they are queued (from
-        then on they complete, whatever happens), ``listener`` of each batch when it
-        completes, and ``wakeup`` tells the sender there is something to send. Raises
-        BufferExhaustedError or ProducerClosedError with part of ``groups`` queued, as
+        ``queued(records, bytes, parts)`` hears of batches once they are queued (from
+        then on they complete, whatever happens), ``listener`` of each one's records when
+        their batch completes, and ``wakeup`` tells the sender there is something to send.
+        Raises BufferExhaustedError or ProducerClosedError with part of ``groups`` queued, as
         ``queued`` heard.
         """
         most = self._pool.total // 4
-        batch_size = self._config.batch_size
         i, n = 0, len(groups)
         while i < n:
             # A run of partitions reserved at once, at most a quarter of buffer.memory: a
             # producer running ahead of the brokers waits (and wakes) once per run instead
-            # of once per batch. A partition's batches share one buffer, so its share is
-            # freed with the last of them (SharedReservation); one batch, the common case
-            # with many partitions, holds its own.
-            run: list[tuple[int, list[ProducerBatch]]] = []
-            total = records = uncompressed = batches = 0
-            while i < n:
+            # of once per batch; at most RUN_PARTITIONS, as the run is queued under the lock
+            # the Sender drains by.
+            run: list[tuple[int, list[EncodedRecords], int]] = []
+            total = records = uncompressed = parts = 0
+            while i < n and len(run) < RUN_PARTITIONS:
                 partition, encoded = groups[i]
                 size = encoded[0].size_in_bytes if len(encoded) == 1 else sum(e.size_in_bytes for e in encoded)
                 if total + size > most:
@@ -225,35 +226,27 @@ class RecordAccumulator:
                     self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup)
                     i += 1
                     continue
-                if len(encoded) == 1:
-                    e = encoded[0]
-                    made = [ProducerBatch(topic, partition, now, 0, size, batch_size, e, listener)]
+                for e in encoded:
                     records += e.record_count
                     uncompressed += e.uncompressed_size
-                else:
-                    shared = SharedReservation(size, len(encoded))
-                    made = [ProducerBatch(topic, partition, now, 0, shared, batch_size, e, listener) for e in encoded]
-                    for e in encoded:
-                        records += e.record_count
-                        uncompressed += e.uncompressed_size
-                run.append((partition, made))
+                run.append((partition, encoded, size))
                 total += size
-                batches += len(made)
+                parts += len(encoded)
                 i += 1
             if not run:
                 continue
             self._pool.allocate(total, max_block_ms)
             try:
-                self._enqueue(topic, run, now)  # the whole run, or nothing
+                self._enqueue(topic, run, now, listener)  # the whole run, or nothing
                 total = 0
             finally:
                 if total:  # not queued: the run's reservation back
                     self._pool.deallocate(total)
-            queued(records, uncompressed, batches)
+            queued(records, uncompressed, parts)
             wakeup()
 
     def _append_one_by_one(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
-                           max_block_ms: float, listener: Callable[[ProducerBatch], None],
+                           max_block_ms: float, listener: SegmentListener,
                            queued: Callable[[int, int, int], None], wakeup: Callable[[], None]) -> None:
         """A partition's batches too large to reserve at once: batch by batch, each sendable
         before the next waits."""
@@ -264,33 +257,95 @@ class RecordAccumulator:
             size = records.size_in_bytes
             self._pool.allocate(size, max_block_ms)
             try:
-                batch = ProducerBatch(topic, partition, now, 0, size, self._config.batch_size, records, listener)
-                self._enqueue(topic, [(partition, [batch])], now)
+                self._enqueue(topic, [(partition, [records], size)], now, listener, join=False)
             except BaseException:
                 self._pool.deallocate(size)
                 raise
             queued(records.record_count, records.uncompressed_size, 1)
             wakeup()
 
-    def _enqueue(self, topic: str, groups: list[tuple[int, list[ProducerBatch]]], now: float) -> None:
-        """Queue encoded batches, (partition, its batches) per partition, all of them under
-        one taking of the lock, or none (the producer has stopped)."""
+    def _enqueue(self, topic: str, run: list[tuple[int, list[EncodedRecords], int]], now: float,
+                 listener: SegmentListener, join: bool = True) -> None:
+        """Queue encoded batches, (partition, its batches, the bytes reserved for them) per
+        partition, all of them under one taking of the lock, or none (the producer has
+        stopped). A partition's first batch joins its last queued one where it can (see
+        ProducerBatch.join); several batches share one buffer, so their reservation is freed
+        with the last of them (SharedReservation)."""
+        batch_size = self._config.batch_size
+        join = join and self._join
+        limit = min(batch_size, self.message_limits.get(topic) or batch_size)
         with self._lock:
             if self._stopped is not None:
                 self._raise_stopped()
             order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
-            for partition, batches in groups:
+            for partition, encoded, size in run:
                 dq = queues.get(partition)
                 if dq is None:  # the partition's first batch
                     dq = self._deque((topic, partition))
                     queues = self._by_topic[topic]
                 elif dq:
-                    dq[-1].closed = True  # later send() records must not overtake these batches
-                for batch in batches:
-                    batch.order = next(order)
+                    last, first = dq[-1], encoded[0]
+                    if (join and last.segments is not None and not last.attempts and type(last.memory) is int
+                            and last.join(first, limit, listener)):
+                        joined = size if len(encoded) == 1 else first.size_in_bytes
+                        last.memory += joined  # its reservation goes with its records
+                        if len(encoded) == 1:
+                            continue
+                        encoded, size = encoded[1:], size - joined
+                    last.closed = True  # later send() records must not overtake these batches
+                memory: int | SharedReservation = size if len(encoded) == 1 else SharedReservation(size, len(encoded))
+                for e in encoded:
+                    if e.first_offset:  # it continued a batch drained since: a batch of its own
+                        records = RecordBuffer(batch_size)
+                        records.append_section(e.payload, e.record_count, e.base_timestamp, e.max_timestamp, limit,
+                                               e.first_offset)
+                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, records=records,
+                                              segments=[listener, e.record_count])
+                        batch.closed = True  # send_arrow's: no send() record joins it
+                    else:
+                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, e,
+                                              segments=[listener, e.record_count])
                     dq.append(batch)
                     incomplete.add(batch)
             self._created(now)
+
+    def continued(self, topic: str, partitions: Sequence[int]) -> np.ndarray | None:
+        """What send_arrow's next records for ``partitions`` of ``topic`` may continue: per
+        partition the record count, records section bytes and first timestamp of the
+        send_arrow batch queued last for it, if it can still take records (a count of 0
+        if not; int64, 3 x partitions; None if none can, or batches are not joined here).
+        The encoder writes such records as that batch's next ones, and joining them is a
+        copy (see ProducerBatch.join); if the batch is drained meanwhile, they are moved
+        into a batch of their own instead."""
+        if not self._join:
+            return None
+        queues = self._by_topic.get(topic)
+        if not queues:
+            return None
+        counts, sizes, bases = [0] * len(partitions), [0] * len(partitions), [0] * len(partitions)
+        found = False
+        with self._lock:
+            for i, partition in enumerate(partitions):
+                dq = queues.get(partition)
+                if not dq:
+                    continue
+                last = dq[-1]
+                if last.segments is None or last.attempts or type(last.memory) is not int:
+                    continue
+                records = last.records
+                if records is not None:
+                    counts[i], sizes[i], bases[i] = records.record_count, records.estimated_size, records.base_timestamp
+                else:
+                    e = last.encoded
+                    if e is None or e.codec:
+                        continue
+                    counts[i], sizes[i], bases[i] = e.record_count, e.size_in_bytes, e.base_timestamp
+                found = True
+        if not found:
+            return None
+        out = np.array((counts, sizes, bases), np.int64)
+        out[1] -= RECORD_BATCH_OVERHEAD  # the records sections' bytes
+        return out
 
     # -- sender side ----------------------------------------------------------
 
@@ -358,8 +413,6 @@ class RecordAccumulator:
               prepare: Callable[[ProducerBatch], None]) -> dict[int, list[ProducerBatch]]:
         """Take at most one batch per partition for each node, up to max.request.size."""
         drained: dict[int, list[ProducerBatch]] = {}
-        merge = self._merge
-        batch_size = self._config.batch_size
         with self._lock:
             groups = self._groups(leaders)
             for node in nodes:
@@ -380,12 +433,7 @@ class RecordAccumulator:
                     batch = dq[0]
                     if batch.attempts and now - batch.last_attempt_ms < retry_backoff_ms(self._config, batch.attempts):
                         continue
-                    # An open batch's estimate bounds its encoded size from above, as does a
-                    # merged batch's bound its joined size.
-                    wire_size = batch.wire_size
-                    if len(dq) > 1 and not batch.attempts and merge:
-                        cap = self.message_limits.get(tp[0]) or batch_size
-                        batch, wire_size = self._merge_head(dq, min(batch_size, cap, max_request_size - size))
+                    wire_size = batch.wire_size  # an open batch's estimate bounds it from above
                     if size + wire_size > max_request_size and taken:
                         self._drain_starts[node] = start + i
                         break
@@ -400,46 +448,13 @@ class RecordAccumulator:
         # meanwhile instead of waiting for (and handing the GIL back and forth with) it.
         for batches in drained.values():
             for batch in batches:
-                batch.join_parts()
                 batch.seal(codec, level)
         return drained
-
-    def _merge_head(self, dq: deque[ProducerBatch], limit: int) -> tuple[ProducerBatch, int]:
-        """The first batch of a partition, joined with the encoded batches queued right
-        behind it while the whole stays within ``limit`` bytes (batch.size, the request's
-        room), and a bound of its size. send_arrow ends every partition's batches at the
-        end of a call (or chunk): with many partitions the brokers would take many small
-        batches, each costing them (and the Sender) about as much as a full one. Only with
-        the lock held; the records are joined after it is released (join_parts)."""
-        first = dq[0]
-        head = first.encoded
-        if head is None or head.codec or first.parts is not None or head.size_in_bytes > limit:
-            return first, first.wire_size
-        records, size, low, high = head.record_count, head.size_in_bytes, head.base_timestamp, head.max_timestamp
-        taken, joined = 1, size
-        for batch in itertools.islice(dq, 1, None):
-            e = batch.encoded
-            if e is None or e.codec or batch.attempts or batch.parts is not None:
-                break
-            more, low2, high2 = records + e.record_count, min(low, e.base_timestamp), max(high, e.max_timestamp)
-            # Each moved record's deltas and length may take more bytes: at most this many.
-            growth = _varint_bytes(more) + _varint_bytes(max(high2 - head.base_timestamp, head.base_timestamp - low2))
-            bound = size + len(e.payload) + more * (growth - 1)
-            if bound > limit:
-                break
-            records, size, low, high = more, size + len(e.payload), low2, high2
-            taken += 1
-            joined = bound
-        if taken == 1:
-            return first, size
-        merged = ProducerBatch.merged([dq.popleft() for _ in range(taken)], records, high)
-        dq.appendleft(merged)
-        return merged, joined
 
     def reenqueue(self, batch: ProducerBatch, now: float, backoff: bool = True) -> None:
         """Put a batch back for a retry, ahead of later batches of its partition (to be
         sent at once, without ``backoff``: a piece of a batch split as too large)."""
-        batch.attempts += 1  # never merged again either
+        batch.attempts += 1  # never joined by another call's records either
         batch.last_attempt_ms = now if backoff else -math.inf
         with self._lock:
             self._created(batch.created_ms)
@@ -481,12 +496,11 @@ class RecordAccumulator:
         freed = 0
         with self._lock:
             incomplete = self._incomplete
-            for done in batches:
-                for batch in done.parts or (done,):  # a merged batch's memory is its parts'
-                    if batch in incomplete:
-                        incomplete.remove(batch)
-                        memory = batch.memory
-                        freed += memory if isinstance(memory, int) else memory.release_one()
+            for batch in batches:
+                if batch in incomplete:
+                    incomplete.remove(batch)
+                    memory = batch.memory
+                    freed += memory if isinstance(memory, int) else memory.release_one()
         if freed:
             self._pool.deallocate(freed)
 

@@ -8,7 +8,7 @@ partition, headers, timestamp.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -142,14 +142,23 @@ class TopicRows:
     def __len__(self) -> int:
         return len(self.values)
 
-    def encode(self, batch_size: int, codec: int, level: int | None = None, chunk_bytes: int = CHUNK_BYTES
+    def encode(self, batch_size: int, codec: int, level: int | None = None, chunk_bytes: int = CHUNK_BYTES,
+               continued: Callable[[Sequence[int]], np.ndarray | None] | None = None
                ) -> Iterator[list[tuple[int, list[EncodedRecords]]]]:
         """The rows of about ``chunk_bytes`` of input at a time, in input order, as record
         batches per partition: ``[(partition, its batches), ...]`` for each partition among
-        them. A partition spanning two chunks comes in two pieces, in order."""
+        them. A partition spanning two chunks comes in two pieces, in order. ``continued``
+        (partitions): the batches queued for them that a chunk's rows may continue, asked
+        just before each chunk is encoded (see RecordAccumulator.continued), where a
+        partition's share of a chunk is under half a batch: joining larger shares would copy
+        every row to save few batches."""
         n = len(self.values)
         bounds = [0]
-        if _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys)) > chunk_bytes:
+        data_bytes = _data_bytes(self.values) + (0 if self.keys is None else _data_bytes(self.keys))
+        shares = 1 if isinstance(self.partitions, int) else self.partition_count
+        if 2 * min(data_bytes, chunk_bytes) >= batch_size * shares:
+            continued = None
+        if data_bytes > chunk_bytes:
             sizes = value_lengths(self.values)
             if self.keys is not None:
                 sizes += value_lengths(self.keys)
@@ -160,13 +169,18 @@ class TopicRows:
             def cut(a: pa.Array | None, lo: int = lo, hi: int = hi) -> pa.Array | None:
                 return None if a is None else a.slice(lo, hi - lo)
 
+            partitions = self.partitions
+            members: Sequence[int]
+            if isinstance(partitions, int):
+                rows, group_count, members = None, 1, [partitions]
+            else:
+                rows, group_count, members = partitions[lo:hi], self.partition_count, range(self.partition_count)
             groups = encode_groups(
-                cut(self.keys), cut(self.values), self.timestamps[lo:hi], cut(self.headers),
-                None if isinstance(self.partitions, int) else self.partitions[lo:hi],
-                1 if isinstance(self.partitions, int) else self.partition_count,
-                batch_size=batch_size, codec=codec, level=level)
-            if isinstance(self.partitions, int):
-                yield [(self.partitions, groups[0])]
+                cut(self.keys), cut(self.values), self.timestamps[lo:hi], cut(self.headers), rows, group_count,
+                batch_size=batch_size, codec=codec, level=level,
+                continued=None if continued is None else continued(members))
+            if isinstance(partitions, int):
+                yield [(partitions, groups[0])]
             else:
                 yield [(partition, batches) for partition, batches in enumerate(groups) if batches]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spark_sink.client.errors import IllegalStateError, KafkaTimeoutError
-from spark_sink.encoder.columnar import EncodedRecords, merge_sections
+from spark_sink.encoder.columnar import EncodedRecords
 from spark_sink.producer.producer_record import RecordMetadata
 from spark_sink.protocol.compression import compress
 from spark_sink.protocol.records import (
@@ -64,6 +64,12 @@ class PyRecordBuffer:
         self.estimated_size += size
         return size
 
+    def append_section(self, payload: bytes | memoryview, count: int, base_timestamp: int, max_timestamp: int,
+                       limit: int, first_offset: int = 0) -> int:
+        """Another batch's records section joined to this one's: only the compiled
+        RecordBuffer's (batches are joined only where kprod's extension is built)."""
+        raise TypeError("records sections are joined by kprod's extension (RecordBuffer.append_section)")
+
     def take(self) -> bytes:
         """The records section; the pieces are dropped."""
         section = b"".join(self.parts)
@@ -88,6 +94,9 @@ _EVENT_LOCK = threading.Lock()
 
 TopicPartition = tuple[str, int]
 SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
+# A send_arrow call's listener of its records in a batch: (the batch, the first record's
+# offset or -1, how many, their place in the partition's send order), once it completes.
+SegmentListener = Callable[["ProducerBatch", int, int, float], None]
 
 
 class FutureRecordMetadata(tuple):
@@ -170,7 +179,7 @@ class ProducerBatch:
 
     __slots__ = (
         "topic", "partition", "tp", "created_ms", "order", "order_span", "memory", "batch_size", "records", "callbacks",
-        "encoded", "closed", "listener", "parts",
+        "encoded", "closed", "listener", "segments",
         "attempts", "last_attempt_ms", "producer_id", "producer_epoch", "base_sequence",
         "base_offset", "log_append_time", "error", "completed", "_completing", "_event",
     )
@@ -178,7 +187,7 @@ class ProducerBatch:
     def __init__(self, topic: str, partition: int, created_ms: float, order: float, memory: int | SharedReservation,
                  batch_size: int, encoded: EncodedRecords | None = None,
                  listener: Callable[[ProducerBatch], None] | None = None,
-                 records: RecordBuffer | PyRecordBuffer | None = None) -> None:
+                 records: RecordBuffer | PyRecordBuffer | None = None, segments: list[Any] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.tp: TopicPartition = (topic, partition)
@@ -198,9 +207,9 @@ class ProducerBatch:
         self.encoded = encoded
         self.closed = encoded is not None  # no more appends
         self.listener = listener
-        # A batch joined from encoded batches queued one after another (see merged): they
-        # complete with it, each with its own offsets.
-        self.parts: list[ProducerBatch] | None = None
+        # send_arrow's calls whose records this batch holds, in order, flat: a
+        # SegmentListener, its record count, then the next call's (see join).
+        self.segments = segments
         self.attempts = 0
         self.last_attempt_ms = 0.0
         self.producer_id = -1
@@ -213,37 +222,43 @@ class ProducerBatch:
         self._completing = 0  # the thread running the callbacks, while it does
         self._event: threading.Event | None = None
 
-    @classmethod
-    def merged(cls, parts: list[ProducerBatch], record_count: int, max_timestamp: int) -> ProducerBatch:
-        """One batch for consecutive encoded, uncompressed batches of one partition that
-        were never sent, holding ``record_count`` records up to ``max_timestamp``: it takes
-        the first one's place (creation time, order) and its records are theirs, joined by
-        ``join_parts`` (outside the accumulator's lock). Its memory stays theirs, freed as
-        they complete."""
-        first = parts[0]
-        batch = cls(first.topic, first.partition, first.created_ms, first.order, 0, first.batch_size,
-                    encoded=EncodedRecords(b"", 0, record_count, first._sealed().base_timestamp, max_timestamp, 0))
-        batch.parts = parts
-        return batch
-
-    def join_parts(self) -> None:
-        """The records of a merged batch's parts, as one records section."""
-        parts = self.parts
-        if parts is not None and not self._sealed().payload:
-            sections = [p._sealed() for p in parts]
-            payload = merge_sections([e.payload for e in sections], [e.record_count for e in sections],
-                                     [e.base_timestamp for e in sections])
-            e = self._sealed()
-            self.encoded = EncodedRecords(payload, 0, e.record_count, e.base_timestamp, e.max_timestamp, len(payload))
+    def join(self, e: EncodedRecords, limit: int, listener: SegmentListener) -> bool:
+        """Another send_arrow call's records for this partition (``e``: encoded,
+        uncompressed) after this batch's own, as one batch of at most ``limit`` bytes
+        (batch.size, the topic's max.message.bytes): False if they do not fit (this batch's
+        own records may have moved into a buffer meanwhile, unchanged). As Java's producer
+        appends to the open batch of a partition: with many partitions each call holds a
+        small part of every partition's records, and a batch per part would cost the
+        brokers and the Sender about as much as a full one. Only
+        for a queued batch of send_arrow's never sent, with the accumulator's lock held;
+        with kprod's extension (the records are moved by its RecordBuffer)."""
+        segments = self.segments
+        if segments is None:
+            raise IllegalStateError(f"{self!r} is not send_arrow's: no call's records can join it")
+        records = self.records
+        if records is None:  # its own records, encoded: into a buffer that takes more
+            first = self.encoded
+            if first is None or first.codec or first.size_in_bytes + len(e.payload) > limit:
+                return False
+            records = RecordBuffer(self.batch_size)
+            records.append_section(first.payload, first.record_count, first.base_timestamp, first.max_timestamp,
+                                   limit)
+            self.records = records  # before encoded goes: record_count reads one or the other
+            self.encoded = None
+        elif records.estimated_size + len(e.payload) > limit:
+            return False
+        if not records.append_section(e.payload, e.record_count, e.base_timestamp, e.max_timestamp, limit,
+                                      e.first_offset):
+            return False
+        segments += (listener, e.record_count)
+        return True
 
     def split(self, codec_level: int | None, done: Callable[[ProducerBatch], None]) -> list[ProducerBatch]:
         """Smaller batches with this batch's records, in order, for a broker refused it as
-        too large (Java's ProducerBatch.split): a merged batch's parts, else its records cut
-        in two halves, each taking the send() callbacks of its records. This batch then
+        too large (Java's ProducerBatch.split): its records cut in two halves, each taking
+        the send() callbacks of its records. This batch then
         completes once both halves have (``done(self)`` after), at the first half's offset
         if the second's follows it, else at -1 (another producer wrote in between)."""
-        if self.parts is not None:
-            return list(self.parts)
         e = self._sealed()
         at = e.record_count // 2
         join = _SplitJoin(self, done)
@@ -347,8 +362,8 @@ class ProducerBatch:
         try:
             if self.callbacks:
                 self._run_callbacks(error)
-            if self.parts is not None:
-                self._complete_parts(base_offset, log_append_time, error)
+            if self.segments is not None:
+                self._complete_segments(base_offset)
         finally:  # an interrupted callback must not leave the listener or the waiters hanging
             try:
                 if self.listener is not None:
@@ -365,28 +380,17 @@ class ProducerBatch:
         if event is not None:
             event.set()
 
-    def _complete_parts(self, base_offset: int, log_append_time: int, error: Exception | None) -> None:
-        """A merged batch's parts, each at its own offset. A part is an encoded batch of
-        send_arrow's (no callbacks, no parts), so what complete() does for it comes down
-        to its listener and its waiters: done here, without complete()'s checks per part."""
-        offset = base_offset
-        thread = self._completing  # this thread: a listener waiting on its own part returns at once
-        for part in self.parts or ():
-            count = part._sealed().record_count
-            if part.callbacks or part.completed or part._completing:
-                # completed already (failed while its merged batch was on the wire), or not
-                # send_arrow's: complete() itself, which leaves a completed part as it is
-                part.complete(offset, log_append_time, error)
-            else:
-                part._completing = thread
-                part.base_offset, part.log_append_time, part.error = offset, log_append_time, error
-                try:
-                    if part.listener is not None:
-                        part.listener(part)
-                finally:
-                    part._release_waiters()
+    def _complete_segments(self, base_offset: int) -> None:
+        """Each send_arrow call's records hear their offsets (and the batch's outcome), in
+        order, at places in the send order between this batch's and the next one's."""
+        segments = self.segments or ()
+        offset, order, step = base_offset, self.order, self.order_span * 2 / max(2, len(segments))
+        entries = iter(segments)
+        for listener, count in zip(entries, entries):
+            listener(self, offset, count, order)
             if offset >= 0:
                 offset += count
+            order += step
 
     def _run_callbacks(self, error: Exception | None) -> None:
         # Once per acknowledged record: FutureRecordMetadata.metadata() inlined.

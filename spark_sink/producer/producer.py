@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -130,12 +131,13 @@ class ArrowSendFuture:
             except Exception:
                 log.exception("send_arrow done callback failed")
 
-    def _queued(self, records: int, nbytes: int, batches: int) -> None:
-        """``batches`` batches holding ``records`` records (``nbytes`` of keys and values) are
-        queued: they complete from now on, whatever happens. (One may complete before this
-        is heard; the count is only read once the future is sealed.)"""
+    def _queued(self, records: int, nbytes: int, parts: int) -> None:
+        """``parts`` encoded batches holding ``records`` records (``nbytes`` of keys and
+        values) are queued, alone or joined to others: they complete from now on, whatever
+        happens. (One may complete before this is heard; the count is only read once the
+        future is sealed.)"""
         with self._lock:
-            self._pending += batches
+            self._pending += parts
             self._records += records
             self._bytes += nbytes
 
@@ -146,18 +148,18 @@ class ArrowSendFuture:
             if self._pending == 0:
                 self._finish()
 
-    def _on_batch(self, batch: ProducerBatch) -> None:
-        """A queued batch has completed (the listener of every batch the call queued)."""
-        count = batch.record_count
+    def _on_records(self, batch: ProducerBatch, base: int, count: int, order: float) -> None:
+        """``count`` of the call's records, the first at offset ``base`` (-1: unknown), have
+        completed with ``batch``, at ``order`` in their partition's send order (the
+        SegmentListener of every part the call queued)."""
         with self._lock:
             if batch.error is not None:
                 self._failed_records += count
                 self._error = self._error or batch.error
             else:
-                # The range runs from the first offset of the partition's first batch (in
+                # The range runs from the first offset of the partition's first part (in
                 # send order) to the last offset of its last; an end whose batch came back
                 # without an offset (a retry the broker had already written) is -1.
-                base, order = batch.base_offset, batch.order
                 first, last = (base, base + count - 1) if base >= 0 else (-1, -1)
                 r = self._ranges.get(batch.tp)
                 if r is None:
@@ -488,12 +490,13 @@ class KafkaProducer:
                 for rows in groups:
                     cap = min(batch_bytes, rows.message_limit or batch_bytes)  # the topic's max.message.bytes
                     for chunk in rows.encode(cap, c.compression_codec, c.compression_level,
-                                             chunk_bytes_for(rows.partition_count, chunk_bytes, c.buffer_memory)):
+                                             chunk_bytes_for(rows.partition_count, chunk_bytes, c.buffer_memory),
+                                             partial(self._accumulator.continued, rows.topic)):
                         if txn is not None:
                             for partition, _ in chunk:
                                 txn.maybe_add_partition((rows.topic, partition))
                         self._accumulator.append_encoded(rows.topic, chunk, self._clock(), self._max_block_ms(),
-                                                         future._on_batch, future._queued, self._sender.wakeup)
+                                                         future._on_records, future._queued, self._sender.wakeup)
         except BaseException as exc:
             # What was queued is sent (or failed) all the same: hand its future over.
             future._seal()

@@ -28,7 +28,9 @@ MAX_IDLE = 32
 
 
 class ProducerPool:
-    """Idle producers by configuration; ``acquire`` one, ``release`` it when the task ends."""
+    """Idle producers by configuration; ``acquire`` one, ``release`` it when the task ends.
+    ``clock`` is the pool's idle times' and its producers' (their timeouts and records'
+    timestamps)."""
 
     def __init__(self, clock: Time = SYSTEM_TIME) -> None:
         self._clock = clock
@@ -54,7 +56,7 @@ class ProducerPool:
             if producer.usable:
                 return producer
             producer.close(0)  # its sender died (a bug or a fatal error) since it was kept
-        return KafkaProducer(dict(config))
+        return KafkaProducer(dict(config), clock=self._clock)
 
     def release(self, producer: KafkaProducer, config: Mapping[str, str], *, healthy: bool,
                 timeout_s: float) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import sys
 from collections.abc import Iterator, Mapping
@@ -53,25 +52,6 @@ SEND_BYTES = 8 << 20
 # answering it would wait out delivery.timeout.ms once per buffer-full, failing the task
 # only after several timeouts while holding the whole joined table.
 SEND_CALLS_PER_BUFFER = 4
-
-
-_long_lived_frozen = False
-
-
-def _freeze_long_lived() -> None:
-    """Once per Python worker, when numba has been loaded (kprod's encoder compiled by
-    numba, as from a --py-files zip; the wheel's C extension does not load it): collect,
-    then move every object the process holds out of the cyclic GC's reach (gc.freeze).
-
-    Spark reuses its Python workers across tasks and microbatches. numba and its compiled
-    code add about a hundred thousand long-lived objects, and every full collection
-    walked them all again, about once per microbatch in each worker."""
-    global _long_lived_frozen
-    if _long_lived_frozen or "numba" not in sys.modules:
-        return
-    _long_lived_frozen = True
-    gc.collect()  # garbage is freed first, not frozen
-    gc.freeze()
 
 
 def _task_identity() -> tuple[int, int]:
@@ -251,7 +231,6 @@ class _TaskWrite:
     def commit_message(self) -> KProdCommitMessage:
         """What the task wrote, for the driver; logged with the task's time."""
         seconds = (self.clock() - self.started) / 1000
-        _freeze_long_lived()  # after the task's own time: the first task pays the collection
         log.info("kprod task %d (attempt %d): %d records, %d bytes acknowledged in %.2f s; %s",
                  self.partition_id, self.attempt, self.records, self.nbytes, seconds, self.counts.describe())
         dead, digest, transaction = self.dead, self.digest, self.transaction

@@ -160,7 +160,7 @@ def _encoded_groups(rows: int) -> list:
 
 
 def _append_and_take(accumulator: RecordAccumulator, groups: list[tuple[int, list[EncodedRecords]]]) -> list:
-    accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda batch: None, queued=lambda *counts: None,
+    accumulator.append_encoded("t", groups, 0.0, 1000, listener=lambda *heard: None, queued=lambda *counts: None,
                                wakeup=lambda: None)
     return accumulator.abort_undrained()
 
@@ -191,7 +191,7 @@ def test_a_group_too_large_to_reserve_at_once_is_copied_and_freed_batch_by_batch
     appended: list = []
 
     def append() -> None:
-        accumulator.append_encoded("t", groups, 0.0, 10_000, listener=lambda batch: None, queued=lambda *counts: None,
+        accumulator.append_encoded("t", groups, 0.0, 10_000, listener=lambda *heard: None, queued=lambda *counts: None,
                                    wakeup=lambda: None)
 
     thread = threading.Thread(target=append, daemon=True)

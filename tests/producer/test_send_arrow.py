@@ -149,7 +149,7 @@ def test_summary_ranges_follow_send_order_and_mark_unknown_ends() -> None:
     def queue(future: ArrowSendFuture, counts: Sequence[int]) -> list[ProducerBatch]:
         encoded = [EncodedRecords(b"", 0, n, 0, 0, 10 * n) for n in counts]
         future._queued(sum(counts), 10 * sum(counts), len(counts))
-        return [ProducerBatch("t", 0, 0.0, order, 0, 16384, encoded=e, listener=future._on_batch)
+        return [ProducerBatch("t", 0, 0.0, order, 0, 16384, encoded=e, segments=[future._on_records, e.record_count])
                 for order, e in enumerate(encoded)]
 
     future = ArrowSendFuture()

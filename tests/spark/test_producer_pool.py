@@ -11,10 +11,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
-from spark_sink.producer import ConfigError, KafkaProducer, ProducerClosedError
+from spark_sink.producer import ConfigError, KafkaProducer, ProducerClosedError, ProducerRecord
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.producer_pool import ProducerPool
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.clock import MovedClock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,6 +47,24 @@ def test_a_healthy_producer_is_reused_only_for_the_same_settings(kafka: KafkaClu
     with pytest.raises(ProducerClosedError):
         _send_one(first, topic)
     assert len(consume_all(kafka.bootstrap, topic, 2, settle=0.3)) == 2
+
+
+def test_its_producers_run_on_the_pools_clock(kafka: KafkaCluster) -> None:
+    """A pool given a clock hands it to the producers it makes: their records' timestamps
+    (and timeouts) follow it, as the pool's idle times do."""
+    topic = create_topic(kafka.bootstrap, unique_topic("pool-clock"), 1)
+    clock = MovedClock(20 * 60_000)  # within the broker's log.message.timestamp.after.max.ms
+    pool = ProducerPool(clock)
+    config = {"bootstrap.servers": kafka.bootstrap}
+    producer = pool.acquire(config)
+    try:
+        before = clock.wall_ms()
+        stamp = producer.send(ProducerRecord(topic, b"v")).result(30).timestamp
+        assert before <= stamp <= clock.wall_ms()  # 20 minutes ahead of the system's
+    finally:
+        pool.release(producer, config, healthy=False, timeout_s=0)
+    [record] = consume_all(kafka.bootstrap, topic, 1, settle=0.3)
+    assert record.timestamp()[1] == stamp
 
 
 def test_idle_producers_are_closed_after_their_timeout(kafka: KafkaCluster) -> None:

@@ -1,8 +1,11 @@
-"""Encoded batches (send_arrow's) queued one behind another for a partition are joined as
-they are drained, within batch.size and the request's room: against the scripted network,
-what a broker would see (one batch per partition per request, sequences without gaps,
-every record once and in order) and what each call's batches hear (their own offsets,
-their own errors), through retries of a many-partition request with errors per partition."""
+"""send_arrow's calls join their records to the batch queued last for each partition while
+it is not drained, within batch.size, the records encoded as its next ones where the
+accumulator said what they continue (RecordAccumulator.continued) and moved otherwise:
+against the scripted network, what a broker would see (one batch per partition per
+request, offsets and timestamps as sent, sequences without gaps, every record once and in
+order) and what each call's records hear (their own offsets, their own errors), through
+Sender rounds between a call's encoding and its queueing and retries of a many-partition
+request with errors per partition."""
 
 from __future__ import annotations
 
@@ -15,14 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_sink.client.errors import KafkaTimeoutError
-from spark_sink.encoder.columnar import EncodedRecords, can_merge, encode_groups
+from spark_sink.encoder.columnar import EncodedRecords, can_join, encode_groups
 from spark_sink.producer.batch import ProducerBatch
 from spark_sink.protocol.error_codes import InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 from tests.producer.test_sender_scripted import TOPIC, Harness, ack_one_by_one
 
-pytestmark = pytest.mark.skipif(not can_merge(), reason="batches are joined by the C extension")
+pytestmark = pytest.mark.skipif(not can_join(), reason="batches are joined by the C extension")
 
 
 class Calls:
@@ -31,26 +33,38 @@ class Calls:
 
     def __init__(self, h: Harness, partitions: int) -> None:
         self.h, self.partitions = h, partitions
-        self.sent: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+        self.sent: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(partitions)}  # value, timestamp
         self.heard: list[tuple[int, bytes, int, int, Exception | None]] = []  # partition, first value, offset, count, error
         self.calls = 0
 
-    def call(self, rows: int, rng: random.Random, timestamp: int = 1_000) -> None:
+    def call(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = False,
+             rounds_between: int = 0) -> None:
+        """One call's rows, at random partitions and timestamps around ``timestamp``;
+        ``continued``: encoded as the accumulator says they continue its batches, with
+        ``rounds_between`` Sender rounds (each answering what is in flight) between that and
+        their queueing."""
         parts = np.array([rng.randrange(self.partitions) for _ in range(rows)], np.int64)
         values = [b"c%d-r%d-" % (self.calls, i) + bytes(rng.randrange(0, 40)) for i in range(rows)]
+        stamps = [timestamp + self.calls + rng.randrange(-3, 200) for _ in range(rows)]
         self.calls += 1
-        for p, v in zip(parts.tolist(), values):
-            self.sent[p].append(v)
-        groups = encode_groups(None, pa.array(values, pa.binary()), np.full(rows, timestamp + self.calls, np.int64),
-                               None, parts, self.partitions, batch_size=self.h.config.batch_size)
+        for p, v, t in zip(parts.tolist(), values, stamps):
+            self.sent[p].append((v, t))
+        batch_size = self.h.config.batch_size
+        cont = self.h.accumulator.continued(TOPIC, range(self.partitions)) if continued else None
+        groups = encode_groups(None, pa.array(values, pa.binary()), np.array(stamps, np.int64), None, parts,
+                               self.partitions, batch_size=batch_size, continued=cont)
+        for _ in range(rounds_between):
+            self.h.run()
+            for request in self.h.in_flight():
+                self.h.client.respond_produce(request)
         firsts = {p: [v for q, v in zip(parts.tolist(), values) if q == p] for p in range(self.partitions)}
 
-        def listener(batch: ProducerBatch, firsts: dict[int, list[bytes]] = firsts,
-                     seen: dict[int, int] = {}) -> None:  # noqa: B006  (per call: where each partition's next batch starts)
+        def listener(batch: ProducerBatch, offset: int, count: int, order: float,
+                     firsts: dict[int, list[bytes]] = firsts,
+                     seen: dict[int, int] = {}) -> None:  # noqa: B006  (per call: where each partition's next part starts)
             start = seen.get(batch.partition, 0)
-            seen[batch.partition] = start + batch.record_count
-            self.heard.append((batch.partition, firsts[batch.partition][start], batch.base_offset, batch.record_count,
-                               batch.error))
+            seen[batch.partition] = start + count
+            self.heard.append((batch.partition, firsts[batch.partition][start], offset, count, batch.error))
 
         self.h.accumulator.append_encoded(TOPIC, [(p, b) for p, b in enumerate(groups) if b], self.h.clock(), 1000,
                                           listener, lambda *counts: None, lambda: None)
@@ -59,7 +73,12 @@ class Calls:
         """Every partition's log holds its rows once, in order, and each queued batch heard
         the offset its first row has there."""
         for p in range(self.partitions):
-            assert self.h.client.values((TOPIC, p)) == self.sent[p]
+            log = self.h.client.log.get((TOPIC, p), [])
+            assert [(r.value, r.timestamp) for b in log for r in b.records] == self.sent[p]
+            for batch in log:  # a batch as Kafka's own producers write it
+                assert [r.offset - batch.base_offset for r in batch.records] == list(range(len(batch.records)))
+                assert batch.base_timestamp == batch.records[0].timestamp
+                assert batch.max_timestamp == max(r.timestamp for r in batch.records)
         for p, first, offset, _count, error in self.heard:
             assert error is None
             assert self.h.client.values((TOPIC, p))[offset] == first
@@ -91,7 +110,7 @@ def test_many_partitions_queued_calls_go_as_one_batch_each(seed: int) -> None:
     ack_one_by_one(h)
     calls.check_delivered()
     wire = _wire_batches(h)
-    assert len(wire) == sum(1 for p in range(64) if calls.sent[p]) < queued  # one batch per partition
+    assert len(wire) == sum(1 for p in range(64) if calls.sent[p]) == queued  # joined as queued: one per partition
     for tp in {tp for _, tp, _, _ in wire}:  # sequences without gaps, in order
         mine = [(seq, n) for _, t, seq, n in wire if t == tp]
         assert [s for s, _ in mine] == list(np.cumsum([0] + [n for _, n in mine])[:-1])
@@ -124,19 +143,17 @@ def _records(wire: bytes) -> int:
 
 def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() -> None:
     """Two calls of one 50-byte value each to one partition: joined when batch.size is
-    the joined batch's size with room for its growth bound (each moved record's deltas may
-    take more bytes), left apart one byte below."""
+    the joined batch's size, left apart one byte below."""
     def encoded() -> list[EncodedRecords]:
         return encode_groups(None, pa.array([b"x" * 50]), np.full(1, 7, np.int64), None, None, 1,
                              batch_size=1_000_000)[0]
 
-    one = encoded()[0].size_in_bytes
-    joined = 2 * one - RECORD_BATCH_OVERHEAD + 2 * 1  # two records may each grow by (1 + 1 - 1) bytes
+    joined = 2 * encoded()[0].size_in_bytes - RECORD_BATCH_OVERHEAD  # no delta takes another byte
 
     def wire_counts(batch_size: int) -> list[int]:
         h, _ = _started(1, **{"batch.size": batch_size, "enable.idempotence": False, "acks": 1})
         for _ in range(2):
-            h.accumulator.append_encoded(TOPIC, [(0, encoded())], h.clock(), 1000, lambda b: None,
+            h.accumulator.append_encoded(TOPIC, [(0, encoded())], h.clock(), 1000, lambda *heard: None,
                                          lambda *counts: None, lambda: None)
         ack_one_by_one(h)
         assert h.client.values((TOPIC, 0)) == [b"x" * 50] * 2
@@ -169,7 +186,7 @@ def test_a_many_partition_request_retried_with_errors_per_partition() -> None:
         again = [b for r in h.client.requests[1:] if r.api_key == 0 and r is not first
                  for t, b in r.batches().items() if t == tp]
         assert (again[0].base_sequence, [r.value for r in again[0].records]) == before[tp]
-        assert h.client.values(tp) == calls.sent[tp[1]]
+        assert h.client.values(tp) == [v for v, _ in calls.sent[tp[1]]]
     heard_failed = [h_ for h_ in calls.heard if h_[0] == failed[1]]
     assert heard_failed and all(isinstance(e, InvalidRecordError) and off == -1 for _, _, off, _, e in heard_failed)
     assert sum(n for _, _, _, n, _ in heard_failed) == len(before[failed][1])
@@ -198,7 +215,8 @@ def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_
     created = h.clock() - 3000
     groups = encode_groups(None, pa.array([b"v"]), np.zeros(1, np.int64), None, None, 1, batch_size=16384)
     heard: list = []
-    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, heard.append, lambda *counts: None, lambda: None)
+    h.accumulator.append_encoded(TOPIC, [(0, groups[0])], created, 1000, lambda batch, *_: heard.append(batch),
+                                 lambda *counts: None, lambda: None)
     h.clock.advance(h.config.delivery_timeout_ms - 3000 - 20_000)  # 20 s early: the clock also runs
     h.run()
     assert heard == []
@@ -208,46 +226,74 @@ def test_a_batch_created_before_the_last_look_for_expired_ones_still_expires_on_
     assert "delivery.timeout.ms=120000" in str(batch.error)
 
 
-def _parts(counts: list[int], heard: list[tuple[int, int, int, Exception | None]]) -> list[ProducerBatch]:
-    """Encoded batches of one partition, each telling ``heard`` (its index, offset, records,
-    error) when it completes."""
-    def listener(batch: ProducerBatch) -> None:
-        assert batch.wait(0), "a listener waiting on its own batch must not wait for itself"
-        heard.append((int(batch.order), batch.base_offset, batch.record_count, batch.error))
+@given(counts=st.lists(st.integers(1, 50), min_size=1, max_size=8), base=st.sampled_from([-1, 0, 1234]),
+       failed=st.booleans(), order=st.integers(0, 10**6), span=st.sampled_from([1.0, 0.5, 0.125]))
+def test_a_joined_batch_tells_each_call_its_records_at_their_own_offsets(counts: list[int], base: int, failed: bool,
+                                                                         order: int, span: float) -> None:
+    """A batch holding several calls' records tells each call once, in order, at its own
+    records' first offset (-1 where the batch has none), with the batch's error, at places
+    in the send order between the batch's and the next one's, and only then releases its
+    waiters (a listener waiting on its own batch returns at once)."""
+    heard: list[tuple[int, int, int, float, Exception | None]] = []
 
-    return [ProducerBatch(TOPIC, 0, 0.0, i, 0, 1 << 20, encoded=EncodedRecords(b"", 0, n, 0, 0, 0), listener=listener)
-            for i, n in enumerate(counts)]
+    def listener(i: int):  # type: ignore[no-untyped-def]
+        def heard_by(batch: ProducerBatch, offset: int, count: int, at: float) -> None:
+            assert batch.wait(0), "a listener waiting on its own batch must not wait for itself"
+            heard.append((i, offset, count, at, batch.error))
+        return heard_by
 
-
-@given(counts=st.lists(st.integers(1, 50), min_size=2, max_size=8), done_before=st.sets(st.integers(0, 7)),
-       base=st.sampled_from([-1, 0, 1234]), failed=st.booleans())
-def test_a_merged_batch_completes_each_part_once_at_its_own_offset(counts: list[int], done_before: set[int],
-                                                                    base: int, failed: bool) -> None:
-    """A merged batch's completion tells each part's listener once, at the part's own
-    offset (-1 where the batch has none), with the batch's error, and releases its waiters;
-    a part completed before (failed by a closing producer while its merged batch was on the
-    wire) is left as it was, and the offsets of the parts after it still count its records."""
-    heard: list[tuple[int, int, int, Exception | None]] = []
-    parts = _parts(counts, heard)
-    early = KafkaTimeoutError("failed first")
-    for i in sorted(done_before):
-        if i < len(parts):
-            parts[i].complete(-1, -1, early)
-    merged = ProducerBatch.merged(parts, sum(counts), 0)
+    batch = ProducerBatch(TOPIC, 0, 0.0, order, 0, 1 << 20, encoded=EncodedRecords(b"", 0, sum(counts), 0, 0, 0),
+                          segments=[x for i, n in enumerate(counts) for x in (listener(i), n)])
+    batch.order_span = span
     error = NotEnoughReplicasError("refused") if failed else None
-    with ThreadPoolExecutor(len(parts)) as pool:
-        waiters = [pool.submit(p.wait, 5) for p in parts]  # record by record, from other threads
-        merged.complete(base if not failed else -1, -1, error)
-        assert all(w.result() for w in waiters)
-    expected: list[tuple[int, int, int, Exception | None]] = []
+    with ThreadPoolExecutor(2) as pool:
+        waiter = pool.submit(batch.wait, 5)
+        batch.complete(base if not failed else -1, -1, error)
+        assert waiter.result()
     offset = base if not failed else -1
+    expected = []
     for i, n in enumerate(counts):
-        if i in done_before:
-            expected.append((i, -1, n, early))
-        else:
-            expected.append((i, offset, n, error))
+        expected.append((i, offset, n, error))
         if offset >= 0:
             offset += n
-    assert sorted(heard, key=lambda h: h[0]) == expected
-    assert [h[0] for h in heard if h[0] not in done_before] == [i for i in range(len(counts)) if i not in done_before]
-    assert all(p.completed and p.wait(0) for p in parts) and merged.completed
+    assert [(i, o, n, e) for i, o, n, _, e in heard] == expected
+    places = [at for *_, at, _ in heard]
+    assert places == sorted(set(places)) and order <= places[0] and places[-1] < order + span
+    batch.complete(0, -1, None)  # once only
+    assert len(heard) == len(counts)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_calls_encoded_as_continuations_with_sender_rounds_between(seed: int) -> None:
+    """Calls encoded as the continuation of the batches queued for their partitions, with
+    Sender rounds before they are queued (which drain some of those batches: their records
+    then go as a batch of their own, or join the batch another call queued meanwhile), and
+    calls not encoded so: every record once, in order, at its timestamp, in batches as
+    Kafka's producers write them, within batch.size, each call hearing its own offsets."""
+    rng = random.Random(1000 + seed)
+    batch_size = rng.choice([600, 2500, 1_000_000])
+    h, calls = _started(rng.choice([1, 5, 40]), **{"batch.size": batch_size,
+                                                    "max.in.flight.requests.per.connection": rng.choice([1, 5])})
+    for _ in range(rng.randrange(3, 9)):
+        calls.call(rng.randrange(1, 300), rng, continued=rng.random() < 0.8, rounds_between=rng.choice([0, 0, 1, 2]))
+        if rng.random() < 0.3:
+            h.run()
+    ack_one_by_one(h)
+    calls.check_delivered()
+    for request in h.client.requests:
+        if request.api_key == 0:
+            for part in (p for t in request.body.topic_data for p in t.partition_data):
+                assert len(part.records) <= batch_size or _records(part.records) == 1
+
+
+def test_continued_records_whose_batch_was_drained_go_as_a_batch_of_their_own() -> None:
+    """The accumulator says a call's records continue a batch; the Sender drains that batch
+    before they are queued: they are moved into a batch of their own (offsets from 0, their
+    first timestamp the batch's), never sent as a continuation."""
+    h, calls = _started(1, **{"batch.size": 1_000_000})
+    rng = random.Random(5)
+    calls.call(10, rng)
+    calls.call(10, rng, continued=True, rounds_between=1)
+    ack_one_by_one(h)
+    calls.check_delivered()
+    assert [len(b.records) for b in h.client.log[(TOPIC, 0)]] == [10, 10]

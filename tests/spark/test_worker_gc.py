@@ -1,0 +1,31 @@
+"""A Spark task through kprod leaves its Python worker's cyclic garbage collector as it
+found it: kprod freezes nothing (gc.freeze would keep the worker's other objects, a
+user's UDF's among them, from ever being collected) and sets no threshold, also where
+its encoder runs on numba (kprod from a --py-files zip)."""
+
+from __future__ import annotations
+
+import gc
+
+import pyarrow as pa
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from kprod_broker import KafkaCluster
+from spark_sink.spark.writer import plan_write, write_task
+from tests.brokers import consume_all, create_topic, unique_topic
+
+
+def test_a_task_with_numba_loaded_freezes_nothing(kafka: KafkaCluster) -> None:
+    from spark_sink.encoder import jit  # loads numba: its ~100,000 long-lived objects
+
+    assert jit.__name__
+    topic = create_topic(kafka.bootstrap, unique_topic("gc"), 2)
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    sink, plan = plan_write({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
+                             "kprod.clusterCheck": "false"}, schema, check=False)
+    batch = pa.record_batch({"key": [b"k%d" % i for i in range(100)], "value": [b"v"] * 100})
+    frozen, thresholds, enabled = gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()
+    for _ in range(2):  # a reused worker's first and later tasks
+        assert write_task(iter([batch]), sink, plan).records == 100
+    assert (gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()) == (frozen, thresholds, enabled)
+    assert len(consume_all(kafka.bootstrap, topic, 200)) == 200
