@@ -142,7 +142,9 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
                 if m.error():
                     raise KafkaException(m.error())
                 messages.append(m)
-                next_offset[m.partition()] = m.offset() + 1
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None
+                next_offset[partition] = offset + 1
         assert len(messages) >= expected, f"read {len(messages)} of {expected} records from {topic}"
         assert ends is None or all(next_offset[p] >= end for p, end in ends.items()), (
             f"{topic}: read up to offsets {next_offset}, not to the high watermarks {ends}")
