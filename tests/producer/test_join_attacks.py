@@ -10,6 +10,7 @@ reports."""
 from __future__ import annotations
 
 import collections
+import logging
 import random
 import threading
 import time
@@ -338,3 +339,77 @@ def test_compression_on_and_off_between_producers_into_one_partition(kafka_proxy
         who, num = m.value().split(b":")
         assert last.get((m.partition(), who), -1) < int(num)
         last[(m.partition(), who)] = int(num)
+
+
+@pytest.mark.parametrize("seed", [51, 52])
+def test_joined_batches_split_after_the_topics_limit_is_lowered(kafka_proxy: ProxiedKafka, seed: int,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """max.message.bytes lowered after the producer learnt it: joined batches the broker
+    refuses as too large are split and sent again, each record still once and in order."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    caplog.set_level(logging.INFO, logger="spark_sink.producer.sender")
+
+    rng = random.Random(seed)
+    print(f"seed={seed}")
+    partitions = rng.choice([1, 3])
+    topic = make_topic(kafka_proxy.bootstrap, partitions)
+    admin = AdminClient({"bootstrap.servers": kafka_proxy.bootstrap})
+    config = {"bootstrap.servers": kafka_proxy.bootstrap, "linger.ms": 20, "batch.size": 65536,
+              "retry.backoff.ms": 10}
+    if rng.random() < 0.5:
+        config["transactional.id"] = f"split-{seed}-{time.time_ns()}"
+    n = 0
+    with KafkaProducer(config) as p:
+        txn = "transactional.id" in config
+        if txn:
+            p.init_transactions(30)
+            p.begin_transaction()
+        p.send_arrow(pa.table({"value": [b"warm"]}), topic=topic).result(30)  # the limit learnt: 1 MB
+        n += 1
+        lowered = ConfigEntry("max.message.bytes", "3000", incremental_operation=AlterConfigOpType.SET)
+        for future in admin.incremental_alter_configs([ConfigResource("topic", topic,
+                                                                      incremental_configs=[lowered])]).values():
+            future.result(30)
+        time.sleep(1)  # the broker applies topic configs asynchronously
+        kafka_proxy.proxy.set_delay(10, replies_only=True)
+        futures = []
+        for call in range(60):
+            rows = [b"%d|" % (n + j) + bytes(rng.randrange(10, 200)) for j in range(rng.choice([1, 3, 10, 25]))]
+            n += len(rows)
+            futures.append((rows, p.send_arrow(pa.table({
+                "value": pa.array(rows, pa.binary()),
+                "partition": pa.array([rng.randrange(partitions) for _ in rows], pa.int32())}), topic=topic)))
+        if txn:
+            p.commit_transaction(60)
+        results = [(rows, f.result(60)) for rows, f in futures]
+    kafka_proxy.proxy.set_delay(0)
+    assert "refused as too large" in caplog.text  # joined batches were split
+    messages = consume_all(kafka_proxy.bootstrap, topic, n, timeout=60, settle=0.5,
+                           overrides={"isolation.level": "read_committed"})
+    numbers = [int(m.value().split(b"|")[0]) if m.value() != b"warm" else -1 for m in messages]
+    assert sorted(numbers) == [-1, *range(1, n)]
+    where = {num: (m.partition(), m.offset()) for num, m in zip(numbers, messages)}
+    per_partition: dict[int, list[int]] = collections.defaultdict(list)
+    for num, m in sorted(zip(numbers, messages), key=lambda x: where[x[0]]):
+        per_partition[m.partition()].append(num)
+    assert all(v == sorted(v) for v in per_partition.values())
+    for rows, r in results:
+        offs: dict[int, list[int]] = collections.defaultdict(list)
+        for row in rows:
+            part, off = where[int(row.split(b"|")[0])]
+            offs[part].append(off)
+        for (_, part), (count, first, last) in r.partitions.items():
+            assert count == len(offs[part])
+            assert first in (-1, min(offs[part])) and last in (-1, max(offs[part])), (part, first, last, offs[part])
+
+
+@pytest.mark.parametrize("seed", [61, 62])
+def test_many_partitions_and_a_small_buffer_memory(kafka_proxy: ProxiedKafka, seed: int) -> None:
+    """Hundreds of partitions (runs of RUN_PARTITIONS queued at a time) and a buffer.memory
+    that makes calls wait for the Sender between runs: joins and drains interleave."""
+    rng = random.Random(seed)
+    run(kafka_proxy, seed, partitions=rng.choice([130, 200]), threads=2, calls=15, mode="arrow",
+        config={"linger.ms": rng.choice([0, 2]), "batch.size": rng.choice([512, 2048]),
+                "buffer.memory": rng.choice([48_000, 100_000]), "max.block.ms": 60_000},
+        delay_ms=rng.choice([2, 10]))
