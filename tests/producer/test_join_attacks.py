@@ -10,6 +10,7 @@ reports."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import random
 import threading
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
@@ -196,8 +197,7 @@ def run(kafka_proxy: ProxiedKafka, seed: int, *, partitions: int, config: dict[s
                 errors.append(exc)
 
         pool = [threading.Thread(target=go, args=(t,)) for t in range(threads)]
-        cm = proxy.cutting(cut_every_s) if cut_every_s else _null()
-        with cm:
+        with proxy.cutting(cut_every_s) if cut_every_s else contextlib.nullcontext():
             for t in pool:
                 t.start()
             for t in pool:
@@ -209,15 +209,7 @@ def run(kafka_proxy: ProxiedKafka, seed: int, *, partitions: int, config: dict[s
     return sent
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-SEEDS = [int(s) for s in "11 12 13 14 15 16".split()]
+SEEDS = [11, 12, 13, 14, 15, 16]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -249,15 +241,17 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list:
     c = consumer(bootstrap, **{"isolation.level": "read_committed", "enable.partition.eof": True})
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        out, eof = [], set()
+        out: list = []
+        eof: set[int] = set()
         deadline = time.monotonic() + 60
         while len(eof) < partitions and time.monotonic() < deadline:
             for m in c.consume(1000, timeout=0.2):
-                if m.error():
-                    if m.error().code() == -191:  # _PARTITION_EOF
-                        eof.add(m.partition())
+                error = m.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        eof.add(m.partition() or 0)
                         continue
-                    raise AssertionError(m.error())
+                    raise AssertionError(error)
                 out.append(m)
         assert len(eof) == partitions
         return out
@@ -280,10 +274,10 @@ def test_transactions_commit_and_abort_joined_batches(kafka_proxy: ProxiedKafka,
     seq = 0
     with KafkaProducer(config) as p:
         p.init_transactions(30)
-        for txn in range(8):
+        for _ in range(8):
             p.begin_transaction()
             values: list[bytes] = []
-            futures = []
+            futures: list[Any] = []
             for _ in range(rng.randrange(1, 8)):
                 n = rng.choice([0, 1, 5, 40, 300])
                 vs = [b"%d" % (seq + i) for i in range(n)]
@@ -374,7 +368,7 @@ def test_joined_batches_split_after_the_topics_limit_is_lowered(kafka_proxy: Pro
         time.sleep(1)  # the broker applies topic configs asynchronously
         kafka_proxy.proxy.set_delay(10, replies_only=True)
         futures = []
-        for call in range(60):
+        for _ in range(60):
             rows = [b"%d|" % (n + j) + bytes(rng.randrange(10, 200)) for j in range(rng.choice([1, 3, 10, 25]))]
             n += len(rows)
             futures.append((rows, p.send_arrow(pa.table({
