@@ -407,3 +407,11 @@ def test_many_partitions_and_a_small_buffer_memory(kafka_proxy: ProxiedKafka, se
         config={"linger.ms": rng.choice([0, 2]), "batch.size": rng.choice([512, 2048]),
                 "buffer.memory": rng.choice([48_000, 100_000]), "max.block.ms": 60_000},
         delay_ms=rng.choice([2, 10]))
+
+
+@pytest.mark.parametrize("batch_size", [0, 1, 61, 62, 100])
+def test_batch_size_at_and_around_a_batch_header(kafka_proxy: ProxiedKafka, batch_size: int) -> None:
+    """batch.size 0, 1 or about one record batch header (61 bytes): nothing can be joined,
+    and every record still goes once, in order."""
+    run(kafka_proxy, 70 + batch_size, partitions=3, config={"linger.ms": 1, "batch.size": batch_size},
+        delay_ms=3, calls=12, threads=2)
