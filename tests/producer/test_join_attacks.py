@@ -212,7 +212,12 @@ def run(kafka_proxy: ProxiedKafka, seed: int, *, partitions: int, config: dict[s
 SEEDS = [11, 12, 13, 14, 15, 16]
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+def suite_first(*seeds: int) -> list[object]:
+    """The first seed in the suite, the others in make soak (-m soak)."""
+    return [seeds[0], *(pytest.param(seed, marks=pytest.mark.soak) for seed in seeds[1:])]
+
+
+@pytest.mark.parametrize("seed", suite_first(*SEEDS))
 def test_mixed_threads_with_delayed_replies(kafka_proxy: ProxiedKafka, seed: int) -> None:
     rng = random.Random(seed)
     config = {"linger.ms": rng.choice([0, 1, 3, 17]), "batch.size": rng.choice([97, 200, 1000, 4096, 16384, 65536])}
@@ -220,7 +225,7 @@ def test_mixed_threads_with_delayed_replies(kafka_proxy: ProxiedKafka, seed: int
         delay_ms=rng.choice([0, 2, 10, 30]))
 
 
-@pytest.mark.parametrize("seed", [21, 22, 23])
+@pytest.mark.parametrize("seed", suite_first(21, 22, 23))
 def test_mixed_threads_with_cut_connections(kafka_proxy: ProxiedKafka, seed: int) -> None:
     rng = random.Random(seed)
     config = {"linger.ms": rng.choice([0, 2]), "batch.size": rng.choice([300, 2048, 16384])}
@@ -228,7 +233,7 @@ def test_mixed_threads_with_cut_connections(kafka_proxy: ProxiedKafka, seed: int
         cut_every_s=0.3, calls=40)
 
 
-@pytest.mark.parametrize("seed", [31, 32])
+@pytest.mark.parametrize("seed", suite_first(31, 32))
 def test_joins_up_to_a_small_max_message_bytes(kafka_proxy: ProxiedKafka, seed: int) -> None:
     """batch.size far above the topic's max.message.bytes: no joined batch may outgrow the topic's limit."""
     rng = random.Random(seed)
@@ -259,7 +264,7 @@ def read_committed(bootstrap: str, topic: str, partitions: int) -> list:
         c.close()
 
 
-@pytest.mark.parametrize("seed", [41, 42, 43])
+@pytest.mark.parametrize("seed", suite_first(41, 42, 43))
 def test_transactions_commit_and_abort_joined_batches(kafka_proxy: ProxiedKafka, seed: int) -> None:
     """A transactional producer's send_arrow calls (and send()s) joined into batches, some
     transactions aborted: read_committed sees the committed ones' records exactly, in order."""
@@ -335,7 +340,7 @@ def test_compression_on_and_off_between_producers_into_one_partition(kafka_proxy
         last[(m.partition(), who)] = int(num)
 
 
-@pytest.mark.parametrize("seed", [51, 52])
+@pytest.mark.parametrize("seed", suite_first(51, 52))
 def test_joined_batches_split_after_the_topics_limit_is_lowered(kafka_proxy: ProxiedKafka, seed: int,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     """max.message.bytes lowered after the producer learnt it: joined batches the broker
@@ -398,7 +403,7 @@ def test_joined_batches_split_after_the_topics_limit_is_lowered(kafka_proxy: Pro
             assert first in (-1, min(offs[part])) and last in (-1, max(offs[part])), (part, first, last, offs[part])
 
 
-@pytest.mark.parametrize("seed", [61, 62])
+@pytest.mark.parametrize("seed", suite_first(61, 62))
 def test_many_partitions_and_a_small_buffer_memory(kafka_proxy: ProxiedKafka, seed: int) -> None:
     """Hundreds of partitions (runs of RUN_PARTITIONS queued at a time) and a buffer.memory
     that makes calls wait for the Sender between runs: joins and drains interleave."""
