@@ -105,11 +105,15 @@ def consumer(bootstrap: str, **overrides: object) -> Consumer:
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, settle: float = 0.0,
-                overrides: Mapping[str, object] | None = None) -> list:
+                overrides: Mapping[str, object] | None = None, to_end: bool = False) -> list:
     """Read ``topic`` from the beginning of every partition until ``expected`` records.
 
     Partitions are assigned directly (no group rebalance to wait for). With ``settle``,
     keep reading that long after reaching ``expected`` so extra (duplicate) records show.
+    With ``to_end``, instead read every partition up to its high watermark once
+    ``expected`` are in: every record written so far, duplicates too, without waiting
+    (for a topic whose last offsets are records, not transaction markers: one without
+    transactions, or with a plain record written after them).
     Raises AssertionError if fewer than ``expected`` arrive in time. ``overrides`` are
     consumer settings (TLS, say).
     """
@@ -121,16 +125,29 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
         messages: list[Message] = []
         deadline = time.monotonic() + timeout
         settle_until = None
+        ends: dict[int, int] | None = None  # with to_end: each partition's high watermark
+        next_offset = dict.fromkeys(partitions, 0)
         while time.monotonic() < deadline:
             if len(messages) >= expected:
-                settle_until = settle_until or time.monotonic() + settle
-                if time.monotonic() >= settle_until:
-                    break
+                if to_end:
+                    ends = ends or {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                                    for p in partitions}
+                    if all(next_offset[p] >= end for p, end in ends.items()):
+                        break
+                else:
+                    settle_until = settle_until or time.monotonic() + settle
+                    if time.monotonic() >= settle_until:
+                        break
             for m in c.consume(num_messages=10000, timeout=0.2):
                 if m.error():
                     raise KafkaException(m.error())
                 messages.append(m)
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None
+                next_offset[partition] = offset + 1
         assert len(messages) >= expected, f"read {len(messages)} of {expected} records from {topic}"
+        assert ends is None or all(next_offset[p] >= end for p, end in ends.items()), (
+            f"{topic}: read up to offsets {next_offset}, not to the high watermarks {ends}")
         return messages
     finally:
         c.close()

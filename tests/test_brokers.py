@@ -30,6 +30,8 @@ def test_broker_round_trip_with_reference_client(kafka: KafkaCluster) -> None:
     messages = consume_all(kafka.bootstrap, topic, 30)
     assert sorted(m.value() for m in messages) == sorted(b"v%d" % i for i in range(30))
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
+    # to_end reads past ``expected`` up to the high watermarks (so a duplicate shows).
+    assert len(consume_all(kafka.bootstrap, topic, 1, to_end=True)) == 30
 
 
 def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:

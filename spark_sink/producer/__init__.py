@@ -31,7 +31,6 @@ from spark_sink.producer.producer_record import ProducerRecord, RecordMetadata
 from spark_sink.producer.row_errors import RefusedRows, RowRefusals
 from spark_sink.producer.rows_digest import RowsDigest
 from spark_sink.producer.serializers import ArrowSerializer, serialize_columns
-from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 # Every configuration key the producer knows (Java's names).
@@ -47,5 +46,5 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError", "RefusedRows", "RowRefusals", "RowsDigest", "SaslAuthenticationError", "SerializationError",
     "SslAuthenticationError", "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2",
-    "serialize_columns", "short_switch_interval",
+    "serialize_columns",
 ]

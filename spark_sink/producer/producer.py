@@ -41,7 +41,6 @@ from spark_sink.producer.partitioner import RowPartitioner, StickyPartitions, mu
 from spark_sink.producer.producer_record import ProducerRecord
 from spark_sink.producer.row_errors import ON_ERROR, RefusedRows, RowRefusals
 from spark_sink.producer.sender import KafkaClient, Sender
-from spark_sink.producer.switch_interval import short_switch_interval
 from spark_sink.producer.transactions.coordinator_requests import TransactionalResult
 from spark_sink.producer.transactions.transaction_manager import TransactionManager
 from spark_sink.protocol.error_codes import KProdError, TopicAuthorizationFailedError, UnknownTopicOrPartitionError
@@ -435,21 +434,18 @@ class KafkaProducer:
             raise ProducerClosedError("send_arrow() after close()")
         if on_error not in ON_ERROR:
             raise ValueError(f"send_arrow's on_error is {on_error!r}; expected one of {', '.join(ON_ERROR)}")
-        # The Sender thread reads responses while this thread encodes: hand it the GIL
-        # within 0.5 ms instead of 5 (see switch_interval).
-        with short_switch_interval():
-            skip = on_error == "skip"
-            if key_serializer is None and value_serializer is None:
-                return self._send_arrow(data, topic, skip)
-            from spark_sink.producer.serializers import serialize_columns
+        skip = on_error == "skip"
+        if key_serializer is None and value_serializer is None:
+            return self._send_arrow(data, topic, skip)
+        from spark_sink.producer.serializers import serialize_columns
 
-            # Rows a format cannot encode are refused with their columns as given.
-            refusals = RowRefusals(data) if skip else None
-            data = serialize_columns(data, topic, key_serializer, value_serializer, refusals)
-            future = self._send_arrow(data, topic, skip)
-            if refusals is not None and refusals.refused:
-                future._refused = refusals.followed_by(future._refused)
-            return future
+        # Rows a format cannot encode are refused with their columns as given.
+        refusals = RowRefusals(data) if skip else None
+        data = serialize_columns(data, topic, key_serializer, value_serializer, refusals)
+        future = self._send_arrow(data, topic, skip)
+        if refusals is not None and refusals.refused:
+            future._refused = refusals.followed_by(future._refused)
+        return future
 
     def _send_arrow(self, data: pa.RecordBatch | pa.Table, topic: str | None, skip: bool) -> ArrowSendFuture:
         c = self.config

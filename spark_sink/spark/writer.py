@@ -104,17 +104,12 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     the rows with an error of their own are refused instead, counted, and sent to the
     dead-letter topic through the same producer (see ``dead_letters``).
     """
-    from spark_sink.producer import short_switch_interval
-
     task = _TaskWrite(options, clock)
     ok = False
     try:
-        # Reading Spark's batches between send_arrow calls holds the GIL too: keep the
-        # Sender's wait for it short for the whole loop, not only inside each call.
-        with short_switch_interval():
-            send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
-            for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
-                task.send(table)
+        send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
+        for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
+            task.send(table)
         task.finish()
         ok = True
     finally:

@@ -11,6 +11,7 @@ import datetime
 import decimal
 import io
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -32,6 +33,9 @@ from spark_sink.encoder.formats import (
     json_schema_for,
 )
 
+# Random columns per round trip: a few dozen in the suite (each new run tries others);
+# KPROD_SOAK=N (make soak) tries 10 N.
+EXAMPLES = int(os.environ.get("KPROD_SOAK", "0")) * 10 or 40
 UTC = datetime.UTC
 EPOCH = datetime.datetime(1970, 1, 1)
 LEAVES = [pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.float32(), pa.float64(), pa.string(),
@@ -149,7 +153,7 @@ def _avro_rows(schema: Any, bodies: list[bytes | None], prefix: bytes = b"") -> 
 
 # ---- Avro: random round trips ----------------------------------------------------------
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(columns(), st.sampled_from([b"", b"\x00\x00\x00\x00\x07"]))
 def test_avro_bodies_read_back_as_the_rows(column: tuple[pa.DataType, pa.Array | pa.ChunkedArray, list[Any]],
                                            prefix: bytes) -> None:
@@ -399,7 +403,7 @@ def _json_actual(t: pa.DataType, value: Any) -> Any:
     return value
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(columns(finite=True), st.sampled_from([b"", b"\x00\x00\x00\x00\x07"]))
 def test_json_texts_read_back_as_the_rows_and_fit_the_schema(
         column: tuple[pa.DataType, pa.Array | pa.ChunkedArray, list[Any]], prefix: bytes) -> None:

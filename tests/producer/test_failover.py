@@ -71,7 +71,7 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3: KafkaCluster) -
     assert len(killed) == 2 and killed[0] != killed[1]  # the second kill hit the node that took over
     assert not deliveries.errors, deliveries.errors[:3]
     deliveries.assert_one_callback_each(sent)
-    messages = consume_all(kafka3.bootstrap, records_topic, sent, timeout=90, settle=1.0)
+    messages = consume_all(kafka3.bootstrap, records_topic, sent, timeout=90, to_end=True)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == sent  # nothing lost, nothing twice
     deliveries.assert_offsets_match(messages)
@@ -79,7 +79,7 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3: KafkaCluster) -
 
     n = chunk * len(futures)
     assert sum(r.records for r in results) == n
-    arrow_messages = consume_all(kafka3.bootstrap, arrow_topic, n, timeout=90, settle=1.0)
+    arrow_messages = consume_all(kafka3.bootstrap, arrow_topic, n, timeout=90, to_end=True)
     arrow_values = [int(m.value()) for m in arrow_messages]
     assert len(arrow_values) == len(set(arrow_values)) == n
     assert_order_per_key(arrow_messages)
@@ -111,7 +111,7 @@ def test_records_reach_the_new_leader_while_the_old_one_stays_dead(kafka3: Kafka
     wait_in_sync(kafka3, topic)
     assert not deliveries.errors, deliveries.errors[:3]
     deliveries.assert_one_callback_each(n)
-    messages = consume_all(kafka3.bootstrap, topic, n, timeout=60, settle=1.0)
+    messages = consume_all(kafka3.bootstrap, topic, n, timeout=60, to_end=True)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == n
     assert {m.partition() for m in messages if int(m.value()) >= before} == {0, 1, 2}
@@ -152,7 +152,7 @@ def test_too_few_replicas_in_sync_is_retried_until_the_follower_returns(kafka3: 
     assert "NOT_ENOUGH_REPLICAS" in caplog.text  # the broker did refuse, and it was retried
     assert not deliveries.errors, deliveries.errors[:3]
     deliveries.assert_one_callback_each(n)
-    messages = consume_all(kafka3.bootstrap, topic, n, timeout=60, settle=1.0)
+    messages = consume_all(kafka3.bootstrap, topic, n, timeout=60, to_end=True)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == n
     deliveries.assert_offsets_match(messages)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka, ProxiedKafka3
 
 PARTITIONS = 2
+_END = b"end"  # the plain record a sequence's check reads up to
 SOAK = int(os.environ.get("KPROD_SOAK", "0"))
 _counter = itertools.count()
 T = TypeVar("T")
@@ -197,10 +198,17 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
                     self._ended(False)
                 if hasattr(self, "topic"):
                     self._check_offsets()
-                    expected = sum(len(v) for v in self.committed.values())
-                    messages = consume_all(bootstrap, self.topic, expected, settle=0.5,
+                    # A plain record after everything: read_committed reaches it only past
+                    # every transaction, and reading up to it sees all, duplicates too.
+                    with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as plain:
+                        for p in range(PARTITIONS):
+                            plain.send(ProducerRecord(self.topic, _END, partition=p))
+                        plain.flush(30)
+                    expected = sum(len(v) for v in self.committed.values()) + PARTITIONS
+                    messages = consume_all(bootstrap, self.topic, expected, to_end=True,
                                            overrides={"isolation.level": "read_committed"})
-                    seen = {p: [m.value() for m in messages if m.partition() == p] for p in range(PARTITIONS)}
+                    seen = {p: [m.value() for m in messages if m.partition() == p and m.value() != _END]
+                            for p in range(PARTITIONS)}
                     assert seen == self.committed
             finally:
                 for p in getattr(self, "producers", []):

@@ -102,8 +102,10 @@ class Front:
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"registry-front-{self.port}",
-                                        daemon=True)
+        # A short poll: close() (shutdown) waits for the loop's next look, 0.5 s by default,
+        # and a randomized test opens a front per example.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
+                                        name=f"registry-front-{self.port}", daemon=True)
         self._thread.start()
 
     @property

@@ -88,8 +88,7 @@ def test_a_dataframe_with_empty_partitions(spark: SparkSession, kafka: KafkaClus
     topic = create_topic(kafka.bootstrap, unique_topic("eos-empty"), partitions=2)
     df = spark.range(3, numPartitions=6).select(F.col("id").cast("string").alias("key"), F.lit("v").alias("value"))
     _write(df, kafka.bootstrap, topic)
-    _exactly(_committed_keys(kafka.bootstrap, topic, 3), {"0", "1", "2"})
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, 2), {"0", "1", "2"})
 
 
 def test_an_aggregation_over_200_shuffle_partitions(spark: SparkSession, kafka: KafkaCluster) -> None:
@@ -107,8 +106,7 @@ def test_an_aggregation_over_200_shuffle_partitions(spark: SparkSession, kafka: 
     finally:
         for key, value in saved.items():
             spark.conf.set(key, value)
-    _exactly(_committed_keys(kafka.bootstrap, topic, 7), {str(k) for k in range(7)})
-    assert_nothing_left_open(kafka.bootstrap, topic, 3)
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, 3), {str(k) for k in range(7)})
 
 
 def test_a_task_that_fails_after_sending_aborts_its_transaction(spark: SparkSession, kafka: KafkaCluster) -> None:
@@ -126,8 +124,7 @@ def test_a_task_that_fails_after_sending_aborts_its_transaction(spark: SparkSess
           .mapInArrow(fail_after_sending, schema))
     with pytest.raises(Exception, match="injected failure"):
         _write(df, kafka.bootstrap, topic)
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
-    _exactly(_committed_keys(kafka.bootstrap, topic, 2), set())
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, 2), set())
 
 
 def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, kafka: KafkaCluster,
@@ -150,8 +147,7 @@ def test_foreach_batch_in_update_mode_over_an_aggregation(spark: SparkSession, k
              .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
     query.awaitTermination(300)
     assert query.exception() is None
-    _exactly(_committed_keys(kafka.bootstrap, topic, 15), {f"{k}@{b}" for k in range(5) for b in range(3)})
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, 2), {f"{k}@{b}" for k in range(5) for b in range(3)})
 
 
 @pytest.mark.soak  # the batch aggregation over 200 shuffle partitions stays in the suite
@@ -182,8 +178,7 @@ def test_a_streaming_aggregation_over_50_shuffle_partitions(spark: SparkSession,
         assert query.exception() is None
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", saved)
-    _exactly(_committed_keys(kafka.bootstrap, topic, 10), {f"{k}@{n}" for k in range(5) for n in (20, 40)})
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, 2), {f"{k}@{n}" for k in range(5) for n in (20, 40)})
 
 
 def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(spark: SparkSession,
@@ -210,19 +205,21 @@ def test_the_prefix_comes_from_the_query_id_whatever_the_checkpoint_is_called(sp
     with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
         offset, metadata = admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)]
     assert offset == 1 and metadata is not None and json.loads(metadata)["query"] == ids[0]
-    _exactly(_committed_keys(kafka.bootstrap, topic, 2), {"0", "1"})
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, 1), {"0", "1"})
 
 
 def assert_visible_once(kafka: KafkaCluster, topic: str, rows: list[bytes], note: str = "", partitions: int = 2) -> None:
     """Every one of ``rows`` visible to read_committed once (none twice, none lost), and
     nothing left open on the topic's partitions."""
     expected = collections.Counter(v.decode() for v in rows)
-    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(rows)))
+    # Read up to sentinels produced now (the rows' keys are their values): every row
+    # committed is before them, so no time is spent waiting for duplicates that may come.
+    keys = assert_nothing_left_open(kafka.bootstrap, topic, partitions)
+    got = collections.Counter(k for k in keys if not k.startswith("sentinel"))
     twice = sorted(k for k, n in got.items() if n > 1)
     lost = sorted(set(expected) - set(got))
     assert not twice and not lost, f"visible twice: {twice}; never visible: {lost}{note}"
     assert got == expected
-    assert_nothing_left_open(kafka.bootstrap, topic, partitions)
 
 
 def _prepared_tasks(bootstrap: str, prefix: str, topic: str, rows: dict[int, list[bytes]], query: str | None
@@ -301,9 +298,8 @@ def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka: Kafk
     run3 = _prepared_tasks(kafka.bootstrap, prefix, topic, rows4, query)
     assert exactly_once.commit(config, eo, run3, 0).transactions == 2
     expected = {v.decode() for values in rows4.values() for v in values}
-    got = _committed_keys_by_value(kafka.bootstrap, topic, len(expected))
+    got = [k for k in assert_nothing_left_open(kafka.bootstrap, topic, 2) if not k.startswith("sentinel")]
     assert collections.Counter(got) == collections.Counter(expected)
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
 def _committed_keys_by_value(bootstrap: str, topic: str, expected: int) -> list[str]:
@@ -361,7 +357,6 @@ def test_random_shapes_timings_and_failures(spark: SparkSession, kafka: KafkaClu
     options = {"kafka.batch.size": str(rng.choice([1000, 1000000])), "kafka.buffer.memory": "262144"}
     if timeout_ms:
         options["kafka.transaction.timeout.ms"] = str(timeout_ms)
-    sentinels = partitions  # each assert_nothing_left_open adds one per partition
     killer = None
     if fault == "kill":
         killer = threading.Timer(kill_after_s, kill_writer, (kafka_proxy.proxy.port, rng))
@@ -374,19 +369,16 @@ def test_random_shapes_timings_and_failures(spark: SparkSession, kafka: KafkaClu
         text = str(exc)
         assert ("injected failure" in text or "outlasted its transactions' timeout" in text
                 or fault == "kill"), text[:3000]
-        assert_nothing_left_open(kafka.bootstrap, topic, partitions)
-        _exactly(_committed_keys(kafka.bootstrap, topic, partitions), set())
+        _exactly(assert_nothing_left_open(kafka.bootstrap, topic, partitions), set())
         if "outlasted" not in text:
             return
-        sentinels += partitions
         _write(df, kafka.bootstrap, topic, **{k: v for k, v in options.items() if "timeout" not in k})
         expected = {str(i) for i in range(rows)}
     finally:
         if killer is not None:
             killer.cancel()
             killer.join()
-    assert_nothing_left_open(kafka.bootstrap, topic, partitions)
-    _exactly(_committed_keys(kafka.bootstrap, topic, len(expected) + sentinels), expected)
+    _exactly(assert_nothing_left_open(kafka.bootstrap, topic, partitions), expected)
 
 
 @pytest.mark.soak  # the suite writes on protocol v1 in the crash points and the driver tests

@@ -54,7 +54,7 @@ def test_batch_write_while_a_broker_is_bounced(spark: SparkSession, kafka3: Kafk
         bounce.join(180)
     assert killed
     assert saved_at > killed_at[0]  # the leader died mid-write, not after it
-    messages = consume_all(kafka3.bootstrap, topic, rows, timeout=120, settle=1.0)
+    messages = consume_all(kafka3.bootstrap, topic, rows, timeout=120, to_end=True)
     values = [int(m.value()) for m in messages]
     assert len(values) == len(set(values)) == rows
     for task in range(2):  # order is kept within each task (its rows are ids of one half)

@@ -70,7 +70,7 @@ def test_a_format_kafka_job_writes_the_same_records_through_kprod(secure_kafka: 
                       for i in range(ROWS))
     for login in logins:
         for fmt in ("kafka", "kprod"):
-            read = consume_all(plain, topics[login, fmt], ROWS, settle=0.5)
+            read = consume_all(plain, topics[login, fmt], ROWS, to_end=True)
             assert sorted((m.key(), m.value()) for m in read) == expected, (login, fmt)
             assert all(not m.headers() for m in read), (login, fmt)
             # RoundRobinPartitioner: the keys do not decide, every partition gets records.

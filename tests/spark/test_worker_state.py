@@ -1,13 +1,16 @@
-"""A Spark task through kprod leaves its Python worker's cyclic garbage collector as it
-found it: kprod freezes nothing (gc.freeze would keep the worker's other objects, a
-user's UDF's among them, from ever being collected) and sets no threshold, also where
-its encoder runs on numba (kprod from a --py-files zip)."""
+"""A Spark task through kprod leaves its Python worker's process-wide settings alone: the
+cyclic garbage collector (kprod freezes nothing: gc.freeze would keep the worker's other
+objects, a user's UDF's among them, from ever being collected, and sets no threshold),
+also where its encoder runs on numba (kprod from a --py-files zip), and the GIL's switch
+interval, not even while it sends."""
 
 from __future__ import annotations
 
 import gc
+import sys
 
 import pyarrow as pa
+import pytest
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from kprod_broker import KafkaCluster
@@ -15,7 +18,8 @@ from spark_sink.spark.writer import plan_write, write_task
 from tests.brokers import consume_all, create_topic, unique_topic
 
 
-def test_a_task_with_numba_loaded_freezes_nothing(kafka: KafkaCluster) -> None:
+def test_a_task_with_numba_loaded_changes_no_process_wide_setting(kafka: KafkaCluster,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from spark_sink.encoder import jit  # loads numba: its ~100,000 long-lived objects
 
     assert jit.__name__
@@ -25,7 +29,10 @@ def test_a_task_with_numba_loaded_freezes_nothing(kafka: KafkaCluster) -> None:
                              "kprod.clusterCheck": "false"}, schema, check=False)
     batch = pa.record_batch({"key": [b"k%d" % i for i in range(100)], "value": [b"v"] * 100})
     frozen, thresholds, enabled = gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()
+    intervals: list[float] = []  # set while the tasks ran, even if set back after
+    monkeypatch.setattr(sys, "setswitchinterval", intervals.append)
     for _ in range(2):  # a reused worker's first and later tasks
         assert write_task(iter([batch]), sink, plan).records == 100
+    assert intervals == []
     assert (gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()) == (frozen, thresholds, enabled)
     assert len(consume_all(kafka.bootstrap, topic, 200)) == 200
