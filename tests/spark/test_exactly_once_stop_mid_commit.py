@@ -7,8 +7,9 @@ workers with it; the kernel's OOM killer), the commit's last will
 (spark_sink/spark/last_will.py) aborts the microbatch, or ends the commits it had begun.
 Either way nothing is left open until transaction.timeout.ms to hold back read_committed
 readers (README, Guarantees), and a restart writes every row once. The commit's round
-trips are slowed (0.7 s each, replies only, through the fault proxy) so that the stop or
-the kill lands inside it.
+trips are slowed (0.35 s each, replies only, through the fault proxy) so that the stop or
+the kill lands inside it: the moments below are in those round trips, and each of the
+tasks' round trips before the commit costs the same delay.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _wait_for_the_commit(timeout: float = 120.0) -> int:
 
 
 # The suite keeps a kill at the commit's start and a random moment and cut; make soak adds a stop.
-@pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), pytest.param(1.0, "stop", marks=pytest.mark.soak),
+@pytest.mark.parametrize(("into_commit_s", "cut"), [(0.0, "kill"), pytest.param(0.5, "stop", marks=pytest.mark.soak),
                                                   (None, None)])
 def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka,
                                                 tmp_path: Path, into_commit_s: float | None, cut: str | None) -> None:
@@ -81,7 +82,7 @@ def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: Kafk
     stopped, or the commit's worker killed and then the query stopped (None: a moment
     and a cut chosen at random)."""
     if into_commit_s is None:
-        into_commit_s, cut = random.uniform(0.0, 3.0), random.choice(["stop", "kill"])
+        into_commit_s, cut = random.uniform(0.0, 1.5), random.choice(["stop", "kill"])
         print("cut:", cut, into_commit_s, "s into the commit")
 
     def cut_short(query: StreamingQuery) -> None:
@@ -91,18 +92,20 @@ def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: Kafk
             os.kill(worker, signal.SIGKILL)
         query.stop()
 
-    stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut_short)
+    stopped_and_restarted(spark, kafka, kafka_proxy, tmp_path, cut_short, reply_delay_ms=350)
 
 
 def stopped_and_restarted(spark: SparkSession, kafka: KafkaCluster, kafka_proxy: ProxiedKafka, tmp_path: Path,
-                          cut: Callable[[Any], None], *, files: int = 1, open_after_cut: bool = True) -> None:
-    """A query writing ``files`` microbatches of 100 rows through replies slowed to 0.7 s,
+                          cut: Callable[[Any], None], *, files: int = 1, open_after_cut: bool = True,
+                          reply_delay_ms: int = 700) -> None:
+    """A query writing ``files`` microbatches of 100 rows through replies slowed by
+    ``reply_delay_ms``,
     ``cut`` short, restarted without the delay: nothing is left open (``open_after_cut``:
     once the query is cut, else once the restarted one is done) and every row is there once."""
     topic = create_topic(kafka.bootstrap, unique_topic("eos-stop"), partitions=2)
     source = json_input(tmp_path, files, 100)
     checkpoint = str(tmp_path / "chk")
-    kafka_proxy.proxy.set_delay(700, replies_only=True)
+    kafka_proxy.proxy.set_delay(reply_delay_ms, replies_only=True)
     query = _start(spark, source, kafka_proxy.bootstrap, topic, checkpoint)
     try:
         cut(query)
