@@ -45,24 +45,26 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     # the context its task workers' as it starts; the tests' child processes keep ours.
     python = str(python_wrapper(tmp_path_factory.mktemp("python")))
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = python
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("kprod-tests")
-        # Spark's own Kafka sink beside kprod, for the side-by-side tests, and spark-avro
-        # (to_avro, from_avro: the formats' bodies checked against Spark's), fetched once
-        # into ~/.cache/kprod: one session for the suite, so they are on it from the start.
-        .config("spark.jars", ",".join(str(jar) for jar in [*spark_kafka_jars(), *spark_avro_jars()]))
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", " ".join(spark_jvm_options()))
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.python.unix.domain.socket.enabled", "true")  # as conf/spark-defaults.conf
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
-    )
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    try:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("kprod-tests")
+            # Spark's own Kafka sink beside kprod, for the side-by-side tests, and spark-avro
+            # (to_avro, from_avro: the formats' bodies checked against Spark's), fetched once
+            # into ~/.cache/kprod: one session for the suite, so they are on it from the start.
+            .config("spark.jars", ",".join(str(jar) for jar in [*spark_kafka_jars(), *spark_avro_jars()]))
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.extraJavaOptions", " ".join(spark_jvm_options()))
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.python.worker.reuse", "true")
+            .config("spark.python.unix.domain.socket.enabled", "true")  # as conf/spark-defaults.conf
+            .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+            .getOrCreate()
+        )
+    finally:
+        os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
