@@ -218,7 +218,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
+        else:  # a broker that outlives the run: its partitions' files would pile up run after run
+            _delete_topic(bootstrap, topic)
     return 0
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer came
+    try:
+        admin.delete_topics([topic])[topic].result(60)
+    except Exception as exc:  # the run's own error, if any, matters more
+        print(f"topic {topic} not deleted: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
