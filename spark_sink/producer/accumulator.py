@@ -285,9 +285,9 @@ class RecordAccumulator:
                     queues = self._by_topic[topic]
                 elif dq:
                     last, first = dq[-1], encoded[0]
-                    if (join and last.segments is not None and not last.attempts and type(last.memory) is int
-                            and last.join(first, limit, listener)):
+                    if join and last.takes_joins() and last.join(first, limit, listener):
                         joined = size if len(encoded) == 1 else first.size_in_bytes
+                        assert isinstance(last.memory, int)  # as takes_joins() said
                         last.memory += joined  # its reservation goes with its records
                         if len(encoded) == 1:
                             continue
@@ -330,7 +330,7 @@ class RecordAccumulator:
                 if not dq:
                     continue
                 last = dq[-1]
-                if last.segments is None or last.attempts or type(last.memory) is not int:
+                if not last.takes_joins():
                     continue
                 records = last.records
                 if records is not None:
