@@ -72,8 +72,9 @@ class CommittedView:
 def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int, within_s: float = 10.0) -> list[str]:
     """A plain record produced now to every partition is visible to read_committed within
     ``within_s``: no transaction before it holds the last stable offset back. Returns the
-    keys read_committed saw up to these sentinels: each partition is read in offset order,
-    so every record committed before this call is among them, duplicates included."""
+    keys read_committed saw up to these sentinels, sentinels (this call's and earlier
+    ones') left out: each partition is read in offset order, so every record committed
+    before this call is among them, duplicates included."""
     tag = uuid.uuid4().hex[:8]  # this call's own: a topic may hold earlier calls' sentinels
     with KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0}) as p:
         for partition in range(partitions):
@@ -86,7 +87,7 @@ def assert_nothing_left_open(bootstrap: str, topic: str, partitions: int, within
         while time.monotonic() < deadline:
             t.poll(0.05)  # short steps: most calls find the sentinels at once
             if sum(k.startswith("sentinel") and k.endswith(tag) for k in t.keys) == partitions:
-                return t.keys
+                return [k for k in t.keys if not k.startswith("sentinel")]
         raise AssertionError(f"sentinels seen by read_committed: {[k for k in t.keys if k.endswith(tag)]}; "
                              f"a transaction is still open on the others")
     finally:
