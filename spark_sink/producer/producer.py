@@ -210,7 +210,7 @@ class KafkaProducer:
         self._pool = BufferPool(c.buffer_memory, clock=clock)
         self._accumulator = RecordAccumulator(c, self._pool, clock=clock)
         self._metadata = Metadata(c.metadata_max_age_ms, c.retry_backoff_ms, c.metadata_max_idle_ms, clock=clock)
-        # Merged batches stay within each topic's max.message.bytes too (a dict shared, not copied).
+        # Joined batches stay within each topic's max.message.bytes too (a dict shared, not copied).
         self._accumulator.message_limits = self._metadata.message_limits
         self._client = network_client or NetworkClient(c, c.max_in_flight_requests_per_connection, clock=clock)
         self._txn = TransactionManager(c)
