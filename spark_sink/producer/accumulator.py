@@ -19,6 +19,7 @@ import numpy as np
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
 from spark_sink.encoder.columnar import EncodedRecords, can_join
+from spark_sink.producer.arrow_input import SendLimits
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
     PlainAppender,
@@ -91,6 +92,11 @@ class RecordAccumulator:
         # ProducerBatch.join) where the encoder can join them: the C extension, unless
         # compression.
         self._join = config.compression_codec == 0 and compiled and PlainAppender is not None and can_join()
+        # The most a joined batch holds: what send_arrow's encoder plans a batch by
+        # (batch.size, within max.request.size and buffer.memory), each topic's
+        # max.message.bytes too (see _enqueue).
+        self._join_bytes = SendLimits(config.batch_size, config.max_request_size, config.buffer_memory,
+                                      config.compression_codec).batch_bytes()
         # topic -> its max.message.bytes where known (the metadata's): no joined batch is larger
         self.message_limits: Mapping[str, int | None] = {}
         # append_plain below, in C: the same steps without a Python frame per record (and
@@ -273,7 +279,7 @@ class RecordAccumulator:
         with the last of them (SharedReservation)."""
         batch_size = self._config.batch_size
         join = join and self._join
-        limit = min(batch_size, self.message_limits.get(topic) or batch_size)
+        limit = min(self._join_bytes, self.message_limits.get(topic) or self._join_bytes)
         with self._lock:
             if self._stopped is not None:
                 self._raise_stopped()

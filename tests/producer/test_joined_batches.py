@@ -129,9 +129,24 @@ def test_a_merged_batch_stays_within_batch_size_and_the_requests_room(seed: int)
     for request in h.client.requests:
         if request.api_key == 0:
             parts = [p for t in request.body.topic_data for p in t.partition_data]
-            for part in parts:
-                assert len(part.records) <= batch_size or _records(part.records) == 1
+            for part in parts:  # as the encoder plans a batch: within both
+                assert len(part.records) <= min(batch_size, max_request) or _records(part.records) == 1
             assert sum(len(p.records) for p in parts) <= max_request or len(parts) == 1
+
+
+def test_joins_stay_within_a_max_request_size_below_batch_size() -> None:
+    """max.request.size under batch.size: calls' records join up to it, as the encoder
+    plans a batch, not up to batch.size (the Sender would send such a batch alone, over
+    the request size the producer was given)."""
+    rng = random.Random(7)
+    h, calls = _started(1, **{"batch.size": 8000, "max.request.size": 1500})
+    for _ in range(12):
+        calls.call(10, rng)
+    ack_one_by_one(h)
+    calls.check_delivered()
+    sizes = [len(p.records) for r in h.client.requests if r.api_key == 0
+             for t in r.body.topic_data for p in t.partition_data]
+    assert len(sizes) > 1 and max(sizes) <= 1500, sizes
 
 
 def _records(wire: bytes) -> int:
