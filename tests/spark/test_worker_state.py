@@ -26,7 +26,10 @@ def test_a_task_with_numba_loaded_changes_no_process_wide_setting(kafka: KafkaCl
     topic = create_topic(kafka.bootstrap, unique_topic("gc"), 2)
     schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
     sink, plan = plan_write({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,
-                             "kprod.clusterCheck": "false"}, schema, check=False)
+                             "kprod.clusterCheck": "false",
+                             # closed as each task ends: no producer (and its Sender thread)
+                             # left in the pool of this test process for later tests to find
+                             "kprod.producer.cache.timeout": "0"}, schema, check=False)
     batch = pa.record_batch({"key": [b"k%d" % i for i in range(100)], "value": [b"v"] * 100})
     frozen, thresholds, enabled = gc.get_freeze_count(), gc.get_threshold(), gc.isenabled()
     intervals: list[float] = []  # set while the tasks ran, even if set back after
