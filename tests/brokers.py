@@ -105,15 +105,19 @@ def consumer(bootstrap: str, **overrides: object) -> Consumer:
 
 
 def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, settle: float = 0.0,
-                overrides: Mapping[str, object] | None = None, to_end: bool = False) -> list:
+                overrides: Mapping[str, object] | None = None, to_end: bool = False,
+                until: bytes | None = None) -> list:
     """Read ``topic`` from the beginning of every partition until ``expected`` records.
 
     Partitions are assigned directly (no group rebalance to wait for). With ``settle``,
     keep reading that long after reaching ``expected`` so extra (duplicate) records show.
     With ``to_end``, instead read every partition up to its high watermark once
     ``expected`` are in: every record written so far, duplicates too, without waiting
-    (for a topic whose last offsets are records, not transaction markers: one without
-    transactions, or with a plain record written after them).
+    (for a topic without transactions: a marker is never delivered, and one written last
+    leaves the high watermark out of reach). With ``until``, read every
+    partition up to a record of that value, written last to each: after transactions, a
+    read_committed reader reaches it only once none before it is open, whenever their
+    markers land.
     Raises AssertionError if fewer than ``expected`` arrive in time. ``overrides`` are
     consumer settings (TLS, say).
     """
@@ -127,8 +131,12 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
         settle_until = None
         ends: dict[int, int] | None = None  # with to_end: each partition's high watermark
         next_offset = dict.fromkeys(partitions, 0)
+        until_seen: set[int] = set()
         while time.monotonic() < deadline:
-            if len(messages) >= expected:
+            if until is not None:
+                if until_seen >= set(partitions) and len(messages) >= expected:
+                    break
+            elif len(messages) >= expected:
                 if to_end:
                     ends = ends or {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                                     for p in partitions}
@@ -145,6 +153,10 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
                 partition, offset = m.partition(), m.offset()
                 assert partition is not None and offset is not None
                 next_offset[partition] = offset + 1
+                if until is not None and m.value() == until:
+                    until_seen.add(partition)
+        assert until is None or until_seen >= set(partitions), (
+            f"{topic}: read no {until!r} from partitions {sorted(set(partitions) - until_seen)}")
         assert len(messages) >= expected, f"read {len(messages)} of {expected} records from {topic}"
         assert ends is None or all(next_offset[p] >= end for p, end in ends.items()), (
             f"{topic}: read up to offsets {next_offset}, not to the high watermarks {ends}")

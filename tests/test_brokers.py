@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -32,6 +33,26 @@ def test_broker_round_trip_with_reference_client(kafka: KafkaCluster) -> None:
     assert partition_counts(messages) == {0: 10, 1: 10, 2: 10}
     # to_end reads past ``expected`` up to the high watermarks (so a duplicate shows).
     assert len(consume_all(kafka.bootstrap, topic, 1, to_end=True)) == 30
+
+
+def test_read_until_a_last_record_written_before_a_transactions_marker(kafka: KafkaCluster) -> None:
+    """A transaction ended after the last plain record puts its marker after it, out of
+    a reader's reach: ``until`` stops at the last record, where the high watermark would not."""
+    topic = create_topic(kafka.bootstrap, unique_topic("until"), partitions=1)
+    txn = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": unique_topic("until-tid")})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, value=b"in-txn", partition=0)
+    assert txn.flush(30) == 0
+    plain = Producer({"bootstrap.servers": kafka.bootstrap})
+    plain.produce(topic, value=b"end", partition=0)
+    assert plain.flush(30) == 0
+    txn.commit_transaction(30)
+    read = consume_all(kafka.bootstrap, topic, 2, timeout=10, until=b"end",
+                       overrides={"isolation.level": "read_committed"})
+    assert [m.value() for m in read] == [b"in-txn", b"end"]
+    with pytest.raises(AssertionError, match="not to the high watermarks"):
+        consume_all(kafka.bootstrap, topic, 2, timeout=2, to_end=True, overrides={"isolation.level": "read_committed"})
 
 
 def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:

@@ -205,7 +205,7 @@ def _machine(bootstrap: str, proxied: str, proxies: Sequence[FaultProxy],
                             plain.send(ProducerRecord(self.topic, _END, partition=p))
                         plain.flush(30)
                     expected = sum(len(v) for v in self.committed.values()) + PARTITIONS
-                    messages = consume_all(bootstrap, self.topic, expected, to_end=True,
+                    messages = consume_all(bootstrap, self.topic, expected, until=_END,
                                            overrides={"isolation.level": "read_committed"})
                     seen = {p: [m.value() for m in messages if m.partition() == p and m.value() != _END]
                             for p in range(PARTITIONS)}
