@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from kprod_broker import KafkaCluster, Listener
-from tests.brokers import free_port, start_kafka, start_registry
+from tests.brokers import discard, free_port, start_kafka, start_registry
 from tests.faultproxy import FaultProxy
 from tests.oauth_kafka import oauth_kafka  # noqa: F401 (a fixture)
 from tests.secure_kafka import kerberos, secure_kafka  # noqa: F401 (fixtures)
@@ -192,7 +192,7 @@ def _kafka_session() -> Iterator[ProxiedKafka]:
         try:
             yield ProxiedKafka(cluster, proxy)
         finally:
-            cluster.stop()
+            discard(cluster)
 
 
 @pytest.fixture(scope="session")
@@ -215,7 +215,7 @@ def _start_kafka_tv1(stack: contextlib.ExitStack) -> ProxiedKafka:
     cluster = start_kafka(listeners=[Listener("PROXIED", port=port, advertised_port=proxy.port)],
                           features={"transaction.version": 1},
                           config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
-    stack.callback(cluster.stop)
+    stack.callback(discard, cluster)
     return ProxiedKafka(cluster, proxy)
 
 
@@ -246,7 +246,7 @@ def _start_kafka3(stack: contextlib.ExitStack) -> ProxiedKafka3:
     proxies = {node_id: stack.enter_context(FaultProxy("127.0.0.1", port)) for node_id, port in ports.items()}
     cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
         node_id: proxy.port for node_id, proxy in proxies.items()})])
-    stack.callback(cluster.stop)
+    stack.callback(discard, cluster)
     return ProxiedKafka3(cluster, proxies)
 
 
@@ -286,7 +286,7 @@ def acl_kafka() -> Iterator[KafkaCluster]:
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "true"})
     yield cluster
-    cluster.stop()
+    discard(cluster)
 
 
 @pytest.fixture(scope="session")

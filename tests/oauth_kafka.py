@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from kprod_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_listener_config
-from tests.brokers import free_port, start_kafka
+from tests.brokers import discard, free_port, start_kafka
 from tests.faultproxy import FaultProxy
 from tests.oidc import AUDIENCE, IdentityProvider
 from tests.services import SERVICES
@@ -65,7 +65,7 @@ def _start(stack: contextlib.ExitStack, tmp_path_factory: pytest.TempPathFactory
                 "sasl.oauthbearer.expected.audience": AUDIENCE,
                 "sasl.oauthbearer.expected.issuer": idp.issuer},
         jvm_args=[f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={idp.jwks_url}"])
-    stack.callback(cluster.stop)
+    stack.callback(discard, cluster)
     return OAuthKafka(cluster, tls, idp, proxy)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from kprod_broker import KafkaCluster, Listener, TlsFiles, make_tls_files, ssl_listener_config
-from tests.brokers import free_port, start_kafka
+from tests.brokers import discard, free_port, start_kafka
 from tests.faultproxy import FaultProxy
 from tests.kdc import Kdc, KdcUnavailableError, start_kdc
 from tests.services import SERVICES
@@ -116,7 +116,7 @@ def _start(stack: contextlib.ExitStack, tmp_path_factory: pytest.TempPathFactory
         ],
         config={"sasl.enabled.mechanisms": ",".join(MECHANISMS), "sasl.kerberos.service.name": KERBEROS_SERVICE},
         scram_users=scram)
-    stack.callback(cluster.stop)
+    stack.callback(discard, cluster)
     return SecureKafka(cluster, tls, proxy, kerberos, missing)
 
 

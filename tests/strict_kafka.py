@@ -12,13 +12,13 @@ import contextlib
 import pytest
 
 from kprod_broker import KafkaCluster
-from tests.brokers import start_kafka
+from tests.brokers import discard, start_kafka
 from tests.services import SERVICES
 
 
 def _start(stack: contextlib.ExitStack) -> KafkaCluster:
     cluster = start_kafka(config={"auto.create.topics.enable": "false", "offsets.topic.replication.factor": "2"})
-    stack.callback(cluster.stop)
+    stack.callback(discard, cluster)
     return cluster
 
 
