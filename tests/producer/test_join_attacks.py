@@ -24,7 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from tests.brokers import consume_all, consumer, unique_topic
+from tests.brokers import consume_all, consume_committed, consumer, unique_topic
 
 if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
@@ -124,7 +124,7 @@ def worker(producer: KafkaProducer, topic: str, partitions: int, thread: int, ca
 
 
 def read_back(bootstrap: str, topic: str, expected: int, **overrides: object) -> list:
-    return consume_all(bootstrap, topic, expected, timeout=60, settle=0.5, overrides=overrides)
+    return consume_all(bootstrap, topic, expected, timeout=60, to_end=True, overrides=overrides)
 
 
 def check(bootstrap: str, topic: str, sent: Sent, *, timeout: float = 120) -> None:
@@ -331,7 +331,7 @@ def test_compression_on_and_off_between_producers_into_one_partition(kafka_proxy
         for f in futures:
             f.result(60)
     kafka_proxy.proxy.set_delay(0)
-    messages = consume_all(kafka_proxy.bootstrap, topic, n, timeout=60, settle=0.5)
+    messages = consume_all(kafka_proxy.bootstrap, topic, n, timeout=60, to_end=True)
     assert len(messages) == n
     last: dict[tuple[int, bytes], int] = {}
     for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
@@ -384,8 +384,7 @@ def test_joined_batches_split_after_the_topics_limit_is_lowered(kafka_proxy: Pro
         results = [(rows, f.result(60)) for rows, f in futures]
     kafka_proxy.proxy.set_delay(0)
     assert "refused as too large" in caplog.text  # joined batches were split
-    messages = consume_all(kafka_proxy.bootstrap, topic, n, timeout=60, settle=0.5,
-                           overrides={"isolation.level": "read_committed"})
+    messages = consume_committed(kafka_proxy.bootstrap, topic, n, timeout=60)
     numbers = [int(m.value().split(b"|")[0]) if m.value() != b"warm" else -1 for m in messages]
     assert sorted(numbers) == [-1, *range(1, n)]
     where = {num: (m.partition(), m.offset()) for num, m in zip(numbers, messages)}
