@@ -18,7 +18,7 @@ from spark_sink.producer import (
     UnknownTopicError,
 )
 from spark_sink.protocol.error_codes import TopicAuthorizationFailedError
-from tests.brokers import consume_all, create_topic, deny_topic, unique_topic
+from tests.brokers import consume_all, consume_committed, create_topic, deny_topic, unique_topic
 
 MAX_REQUEST = 4096
 # A row's kind -> the error class its refusal must name (None: a good row).
@@ -69,7 +69,7 @@ def test_bad_rows_refused_good_rows_sent_once(broker: KafkaCluster, seed: int) -
     assert result.records == len(good)
     for topic in good_topics:
         want = sorted(b"row-%d" % i for i in good if table.column("topic")[i].as_py() == topic)
-        got = consume_all(broker.bootstrap, topic, len(want), settle=0.3) if want else []
+        got = consume_all(broker.bootstrap, topic, len(want), to_end=True) if want else []
         assert sorted(m.value() for m in got) == want
 
 
@@ -136,7 +136,7 @@ def test_bad_rows_refused_without_a_topic_column(broker: KafkaCluster, seed: int
     assert [(g.error, g.message, list(g.rows)) for g in result.refused] == [
         (g.error, g.message, list(g.rows)) for g in named_result.refused]
     good = sorted(table.column("value")[i].as_py() for i in range(n) if i not in expected)
-    got = consume_all(broker.bootstrap, topic, 2 * len(good), settle=0.3) if good else []
+    got = consume_all(broker.bootstrap, topic, 2 * len(good), to_end=True) if good else []
     assert sorted(m.value() for m in got) == sorted(good * 2)
 
 
@@ -179,7 +179,7 @@ def test_missing_topic_refused_on_a_strict_cluster(strict_kafka: KafkaCluster) -
         assert (refused.error, refused.topic) == ("UnknownTopicError", missing)
         assert list(refused.rows) == [i for i, t in enumerate(topics) if t == missing]
         assert r.records == topics.count(real)
-    assert len(consume_all(strict_kafka.bootstrap, real, 2 * topics.count(real), settle=0.3)) == 2 * topics.count(real)
+    assert len(consume_all(strict_kafka.bootstrap, real, 2 * topics.count(real), to_end=True)) == 2 * topics.count(real)
 
 
 def test_cluster_errors_are_never_refused_rows() -> None:
@@ -200,7 +200,7 @@ def test_a_topic_the_principal_may_not_use_is_refused(acl_kafka: KafkaCluster) -
     (refused,) = result.refused
     assert (refused.error, refused.topic) == ("TopicAuthorizationFailedError", denied)
     assert list(refused.rows) == [i for i in range(100) if i % 4 == 1]
-    assert len(consume_all(acl_kafka.bootstrap, allowed, 75, settle=0.3)) == 75
+    assert len(consume_all(acl_kafka.bootstrap, allowed, 75, to_end=True)) == 75
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -243,7 +243,7 @@ def test_rows_a_format_cannot_encode_are_refused_with_their_fields(broker: Kafka
             assert r.data.column("value").to_pylist() == [{"id": int(i), "name": None} for i in r.rows]
     good = [i for i, k in enumerate(drawn) if k == "good"]
     assert result.records == len(good)
-    messages = consume_all(broker.bootstrap, topic, len(good), settle=0.3) if good else []
+    messages = consume_all(broker.bootstrap, topic, len(good), to_end=True) if good else []
     registry = SchemaRegistryClient({"url": schema_registry})
     deserializer = AvroDeserializer(registry)
     got = [deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in messages]
@@ -276,7 +276,7 @@ def test_subjects_are_named_after_the_topic_each_row_goes_to(broker: KafkaCluste
     deserializer = AvroDeserializer(registry)
     for topic, ids in ((default, [i for i, t in enumerate(topics) if t is None]),
                        (named, [i for i, t in enumerate(topics) if t == named])):
-        messages = consume_all(broker.bootstrap, topic, len(ids), settle=0.3)
+        messages = consume_all(broker.bootstrap, topic, len(ids), to_end=True)
         got = [deserializer(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in messages]
         assert sorted(v["id"] for v in got) == ids
         # the wire id names the subject of the row's own topic
@@ -322,7 +322,7 @@ def test_a_topic_the_principal_may_describe_but_not_write_is_refused(acl_kafka: 
     assert list(refused.rows) == bad
     assert "not write" in refused.message
     good = n - len(bad)
-    got = consume_all(acl_kafka.bootstrap, allowed, good, settle=0.5, overrides={"isolation.level": "read_committed"})
+    got = consume_committed(acl_kafka.bootstrap, allowed, good)
     assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i, t in enumerate(topics) if t == allowed)
     # An independent consumer (all operations allowed but WRITE) finds the topic empty.
     c = consumer(acl_kafka.bootstrap)
