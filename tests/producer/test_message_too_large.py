@@ -19,7 +19,7 @@ from spark_sink.client.errors import RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import MessageTooLargeError
-from tests.brokers import consume_all, unique_topic
+from tests.brokers import consume_all, consume_committed, unique_topic
 
 if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
@@ -75,7 +75,7 @@ def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka: Kafk
             p.commit_transaction(30)
     assert result.records == n
     assert sum(count for count, _, _ in result.partitions.values()) == n
-    got = consume_all(kafka.bootstrap, topic, n + 30, settle=0.5, overrides={"isolation.level": "read_committed"})
+    got = consume_committed(kafka.bootstrap, topic, n + 30)
     arrow = [m for m in got if not m.value().startswith(b"single-")]
     assert sorted(m.value() for m in arrow) == sorted(values)
     by_partition: dict[int, list[int]] = {}
@@ -118,7 +118,7 @@ def test_a_record_too_large_on_its_own_fails_before_sending_naming_topic_partiti
     assert f"row 1 makes a record batch of {size} bytes for {topic}-0" in message, message
     assert f"max.message.bytes ({LIMIT}" in message, message
     # Refused before sending: nothing of the call arrived.
-    assert [m.value() for m in consume_all(kafka.bootstrap, topic, 1, settle=0.5)] == [b"after"]
+    assert [m.value() for m in consume_all(kafka.bootstrap, topic, 1, to_end=True)] == [b"after"]
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -159,8 +159,7 @@ def test_records_too_large_for_the_topic_are_refused_exactly_at_its_limit(kafka:
     assert {g.error for g in result.refused} <= {"RecordTooLargeError"}
     assert all(g.topic == topic and "max.message.bytes (3000)" in g.message for g in result.refused)
     expected = sorted(v for i, v in enumerate(values) if i not in too_large)
-    got = consume_all(kafka.bootstrap, topic, len(expected), settle=0.5,
-                      overrides={"isolation.level": "read_committed"})
+    got = consume_committed(kafka.bootstrap, topic, len(expected))
     assert sorted(m.value() for m in got) == expected
     # The limit is the broker's own: the smallest refused record is refused by it too.
     if too_large:
