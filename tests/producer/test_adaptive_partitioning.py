@@ -131,7 +131,7 @@ def test_no_new_batches_for_a_stalled_leader_after_the_availability_timeout(kafk
     # node's growing queue may already steer records away, before the timeout does.)
     assert stalled_partitions & {f.result(0).partition for f in before}
     total = len(before) + len(during) + len(taken) + len(after) + PARTITIONS
-    assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, total, settle=0.5)) == total
+    assert len(consume_all(kafka3_proxies.cluster.bootstrap, topic, total, to_end=True)) == total
 
 
 @pytest.mark.bench
