@@ -138,7 +138,7 @@ def test_sessions_are_reauthenticated_with_fresh_tokens(oauth_kafka: OAuthKafka)
     assert proxy.closed_by_target == closed_by_broker  # and none ran out
     assert idp.fetches["kprod-app"] - fetched >= 2  # and tokens were refreshed before expiring
     assert len(set(offsets)) == len(futures)
-    assert len(consume_all(oauth_kafka.cluster.bootstrap, topic, len(futures), settle=1.0)) == len(futures)
+    assert len(consume_all(oauth_kafka.cluster.bootstrap, topic, len(futures), to_end=True)) == len(futures)
 
 
 @pytest.mark.parametrize("settings, named", [
