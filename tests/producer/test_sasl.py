@@ -98,7 +98,7 @@ def test_session_lifetime_is_renewed_before_the_broker_ends_it(secure_kafka: Sec
     assert proxy.connections_accepted - opened >= 4  # sessions were renewed
     assert proxy.closed_by_target == closed_by_broker  # and none ran out
     assert len(set(offsets)) == len(futures)
-    assert len(consume_all(bootstrap, topic, len(futures), settle=1.0,
+    assert len(consume_all(bootstrap, topic, len(futures), to_end=True,
                            overrides=_reader("SCRAM-SHA-256"))) == len(futures)
 
 
