@@ -3,6 +3,7 @@ and mutual TLS), read back by confluent-kafka's consumer."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -98,9 +99,11 @@ def mtls(secure_kafka: SecureKafka) -> tuple[str, Path, Path]:
     return secure_kafka.bootstrap("MTLS"), secure_kafka.tls.client_cert, secure_kafka.tls.client_key
 
 
-def _pkcs12_truststore(pki: TlsFiles, tmp_path: Path) -> Path:
+# Each store is written once per CA: every keytool run is a JVM's start. The tests only read them.
+@functools.cache
+def _pkcs12_truststore(pki: TlsFiles) -> Path:
     """The CA in a PKCS12 truststore as keytool writes it (password changeit)."""
-    truststore = tmp_path / "truststore.p12"
+    truststore = Path(tempfile.mkdtemp(dir=pki.ca.parent)) / "truststore.p12"
     _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
              "-storetype", "PKCS12", "-storepass", "changeit")
     return truststore
@@ -110,7 +113,7 @@ def _pkcs12_truststore(pki: TlsFiles, tmp_path: Path) -> Path:
 def test_pkcs12_stores_written_by_keytool_and_openssl(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     bootstrap, cert, key = mtls
     # A truststore as Java users have them: keytool's PKCS12 with a trusted-certificate entry.
-    truststore = _pkcs12_truststore(pki, tmp_path)
+    truststore = _pkcs12_truststore(pki)
     keystore = tmp_path / "keystore.p12"
     subprocess.run(["openssl", "pkcs12", "-export", "-in", str(cert), "-inkey", str(key), "-certfile", str(pki.ca),
                     "-out", str(keystore), "-passout", "pass:store-secret"], check=True, capture_output=True)
@@ -151,10 +154,12 @@ def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls: tupl
     assert "certificate" in str(info.value)
 
 
-def _jks_stores(pki: TlsFiles, tmp_path: Path) -> tuple[Path, Path]:
+@functools.cache
+def _jks_stores(pki: TlsFiles) -> tuple[Path, Path]:
     """Stores as Java shops hand them out, written by keytool: a JKS truststore with the
     CA as a trusted-certificate entry, and a JKS keystore whose key has a password of its
     own (ssl.key.password)."""
+    tmp_path = Path(tempfile.mkdtemp(dir=pki.ca.parent))
     truststore = tmp_path / "truststore.jks"
     _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
              "-storetype", "JKS", "-storepass", "trust-secret")
@@ -178,7 +183,7 @@ def test_jks_stores_written_by_keytool(mtls: tuple[str, Path, Path], pki: TlsFil
     """JKS stores with no ssl.*.type given (JKS is Java's default) against the listener
     that requires a client certificate, read back by confluent-kafka."""
     bootstrap, _, _ = mtls
-    truststore, keystore = _jks_stores(pki, tmp_path)
+    truststore, keystore = _jks_stores(pki)
     config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
               "ssl.truststore.location": str(truststore), "ssl.truststore.password": "trust-secret",
               "ssl.keystore.location": str(keystore), "ssl.keystore.password": "store-secret",
@@ -202,7 +207,7 @@ def test_jks_stores_written_by_keytool(mtls: tuple[str, Path, Path], pki: TlsFil
 def test_pkcs12_store_under_the_default_type(mtls: tuple[str, Path, Path], pki: TlsFiles, tmp_path: Path) -> None:
     """A PKCS12 truststore with no ssl.truststore.type: Java's default, JKS, reads it."""
     bootstrap, cert, key = mtls
-    truststore = _pkcs12_truststore(pki, tmp_path)
+    truststore = _pkcs12_truststore(pki)
     keystore = tmp_path / "client.pem"
     keystore.write_bytes(key.read_bytes() + cert.read_bytes())
     config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
@@ -230,7 +235,7 @@ def test_store_errors_name_the_setting_and_hide_the_password(pki: TlsFiles, tmp_
         ({"ssl.truststore.type": "BKS"}, "ssl.truststore.type: expected JKS, PKCS12 or PEM"),
     ]
     if shutil.which("keytool") or os.environ.get("CI"):
-        jks_truststore, jks_keystore = _jks_stores(pki, tmp_path)
+        jks_truststore, jks_keystore = _jks_stores(pki)
         good = {"ssl.keystore.location": str(jks_keystore), "ssl.keystore.password": "store-secret"}
         cases += [
             ({"ssl.truststore.location": str(jks_truststore), "ssl.truststore.password": "wrong-one"},
