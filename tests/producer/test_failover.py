@@ -14,7 +14,7 @@ import pytest
 
 from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from tests.brokers import consume_all, unique_topic
+from tests.brokers import consume_all, consume_committed, unique_topic
 from tests.failover import (
     FAILOVER_CONFIG,
     Deliveries,
@@ -45,7 +45,7 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3: KafkaCluster) -
                 producer.send(ProducerRecord(records_topic, b"%d" % sent, key=b"k%d" % (sent % 17)),
                               deliveries.callback(sent))
                 sent += 1
-                if sent % 100 == 0:
+                if sent % 25 == 0:  # up to about 1,000 a second: a batch in flight at any moment
                     time.sleep(0.02)
 
         def per_table() -> None:
@@ -61,7 +61,7 @@ def test_both_send_paths_survive_the_leader_killed_twice(kafka3: KafkaCluster) -
         for t in threads:
             t.start()
         try:
-            killed = bounce_leader(kafka3, records_topic)
+            killed = bounce_leader(kafka3, records_topic, pause=0.5)
         finally:
             stop.set()
             for t in threads:
@@ -184,6 +184,5 @@ def test_transactions_go_on_when_their_coordinator_is_killed(kafka3: KafkaCluste
             kafka3.node(coordinator).start()
         assert all(f.exception(0) is None for f in futures)
     wait_in_sync(kafka3, "__transaction_state")
-    messages = consume_all(kafka3.bootstrap, topic, 900, timeout=90, settle=1.0,
-                           overrides={"isolation.level": "read_committed"})
+    messages = consume_committed(kafka3.bootstrap, topic, 900, timeout=90)
     assert sorted(m.value() for m in messages) == sorted(b"%s%d" % (p, i) for p in (b"a", b"b", b"c") for i in range(300))
