@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -55,17 +54,23 @@ def test_read_until_a_last_record_written_before_a_transactions_marker(kafka: Ka
         consume_all(kafka.bootstrap, topic, 2, timeout=2, to_end=True, overrides={"isolation.level": "read_committed"})
 
 
-def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
-    """``kprod-broker`` prints an address that serves (a record goes in and comes back,
-    on a topic created on first use with --partitions), and Ctrl-C (SIGINT) stops it:
-    exit status 0, its JVM gone. The JVM takes KAFKA_OPTS."""
+def test_kprod_broker_command_serves_on_its_port_until_ctrl_c() -> None:
+    """``kprod-broker --port N`` prints 127.0.0.1:N, an address that serves (a record goes
+    in and comes back, through kprod and through confluent-kafka at localhost:N, on topics
+    created on first use with --partitions); the JVM takes KAFKA_OPTS. A second
+    ``--port N`` meanwhile exits 1 before starting a JVM, its error naming the port. Ctrl-C
+    (SIGINT) stops the first: exit status 0, its JVM gone. (One broker for all of it: each
+    costs a JVM's start.)"""
+    from kprod_broker import free_port
+
+    port = free_port()
     env = {**subprocess_env(), "KAFKA_OPTS": "-Dkprod.test=from-kafka-opts -XX:TieredStopAtLevel=1"}
-    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--partitions", "2"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--port", str(port), "--partitions", "2"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert broker.stdout is not None and broker.stderr is not None
         bootstrap = broker.stdout.readline().strip()
-        assert bootstrap.startswith("127.0.0.1:"), broker.stderr.read() if broker.poll() is not None else bootstrap
+        assert bootstrap == f"127.0.0.1:{port}", broker.stderr.read() if broker.poll() is not None else bootstrap
         (jvm,) = descendants(broker.pid)  # the Kafka node's JVM
         with open(f"/proc/{jvm}/cmdline", "rb") as cmdline:
             assert b"\0-Dkprod.test=from-kafka-opts\0" in cmdline.read()
@@ -78,28 +83,6 @@ def test_kprod_broker_command_serves_until_ctrl_c(tmp_path: Path) -> None:
         assert (message.key(), message.value()) == (b"k", b"hello")
         assert len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
                    .topics[topic].partitions) == 2
-
-        broker.send_signal(signal.SIGINT)
-        assert broker.wait(60) == 0, broker.stderr.read()
-        assert not os.path.exists(f"/proc/{jvm}")  # stopped and reaped, not left to init
-    finally:
-        if broker.poll() is None:
-            broker.kill()
-
-
-def test_kprod_broker_port_serves_there_and_a_taken_port_is_named() -> None:
-    """``kprod-broker --port N`` listens on N (a record goes in and comes back through
-    127.0.0.1:N); a second ``--port N`` while the first serves exits 1 before starting a
-    JVM, its error naming the port."""
-    from kprod_broker import free_port
-
-    port = free_port()
-    broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--port", str(port), "--partitions", "1"],
-                              env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert broker.stdout is not None and broker.stderr is not None
-        bootstrap = broker.stdout.readline().strip()
-        assert bootstrap == f"127.0.0.1:{port}", broker.stderr.read() if broker.poll() is not None else bootstrap
         topic = unique_topic("port")
         p = Producer({"bootstrap.servers": f"localhost:{port}"})
         p.produce(topic, value=b"on a fixed port")
@@ -114,6 +97,7 @@ def test_kprod_broker_port_serves_there_and_a_taken_port_is_named() -> None:
 
         broker.send_signal(signal.SIGINT)
         assert broker.wait(60) == 0, broker.stderr.read()
+        assert not os.path.exists(f"/proc/{jvm}")  # stopped and reaped, not left to init
     finally:
         if broker.poll() is None:
             broker.kill()
