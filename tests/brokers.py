@@ -147,8 +147,10 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
                     break
             elif len(messages) >= expected:
                 if to_end:
-                    ends = ends or {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                                    for p in partitions}
+                    # Every partition's high watermark in one request (a timestamp of -1
+                    # asks for the latest offset), not one request each.
+                    ends = ends or {tp.partition: tp.offset for tp in c.offsets_for_times(
+                        [TopicPartition(topic, p, -1) for p in partitions], timeout=10)}
                     if all(next_offset[p] >= end for p, end in ends.items()):
                         break
                 else:
