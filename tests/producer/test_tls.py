@@ -154,12 +154,10 @@ def test_missing_client_certificate_fails_at_once_naming_the_keystore(mtls: tupl
     assert "certificate" in str(info.value)
 
 
-@functools.cache
-def _jks_stores(pki: TlsFiles) -> tuple[Path, Path]:
+def _jks_stores(pki: TlsFiles, tmp_path: Path) -> tuple[Path, Path]:
     """Stores as Java shops hand them out, written by keytool: a JKS truststore with the
     CA as a trusted-certificate entry, and a JKS keystore whose key has a password of its
     own (ssl.key.password)."""
-    tmp_path = Path(tempfile.mkdtemp(dir=pki.ca.parent))
     truststore = tmp_path / "truststore.jks"
     _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore", str(truststore),
              "-storetype", "JKS", "-storepass", "trust-secret")
@@ -174,6 +172,12 @@ def _jks_stores(pki: TlsFiles) -> tuple[Path, Path]:
     return truststore, keystore
 
 
+@functools.cache
+def _jks_stores_once(pki: TlsFiles) -> tuple[Path, Path]:
+    """:func:`_jks_stores` written once per CA."""
+    return _jks_stores(pki, Path(tempfile.mkdtemp(dir=pki.ca.parent)))
+
+
 needs_keytool = pytest.mark.skipif(shutil.which("keytool") is None and not os.environ.get("CI"),
                                    reason="needs Java's keytool to write the stores")
 
@@ -183,7 +187,7 @@ def test_jks_stores_written_by_keytool(mtls: tuple[str, Path, Path], pki: TlsFil
     """JKS stores with no ssl.*.type given (JKS is Java's default) against the listener
     that requires a client certificate, read back by confluent-kafka."""
     bootstrap, _, _ = mtls
-    truststore, keystore = _jks_stores(pki)
+    truststore, keystore = _jks_stores_once(pki)
     config = {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
               "ssl.truststore.location": str(truststore), "ssl.truststore.password": "trust-secret",
               "ssl.keystore.location": str(keystore), "ssl.keystore.password": "store-secret",
@@ -235,7 +239,7 @@ def test_store_errors_name_the_setting_and_hide_the_password(pki: TlsFiles, tmp_
         ({"ssl.truststore.type": "BKS"}, "ssl.truststore.type: expected JKS, PKCS12 or PEM"),
     ]
     if shutil.which("keytool") or os.environ.get("CI"):
-        jks_truststore, jks_keystore = _jks_stores(pki)
+        jks_truststore, jks_keystore = _jks_stores_once(pki)
         good = {"ssl.keystore.location": str(jks_keystore), "ssl.keystore.password": "store-secret"}
         cases += [
             ({"ssl.truststore.location": str(jks_truststore), "ssl.truststore.password": "wrong-one"},
