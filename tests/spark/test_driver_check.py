@@ -24,6 +24,7 @@ from spark_sink.spark.driver_check import CheckCache, check_cache, check_write, 
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.source import KProdDataSource
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.faultproxy import FaultProxy
 from tests.secure_kafka import USERS, SecureKafka
 
@@ -195,7 +196,8 @@ def _closed(proxy: FaultProxy) -> int:
 def test_a_passed_check_stands_until_forgotten_or_expired(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("cached"), 1)
     options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic})
-    cache = CheckCache(tmp_path / "checks", ttl_s=1.0)
+    clock = MovedClock()
+    cache = CheckCache(tmp_path / "checks", ttl_s=1.0, clock=clock)
     assert check_write(options, cache) is True  # asked the cluster
     assert check_write(options, cache) is False  # remembered
     # Settings the check does not depend on share its entry; a different topic does not.
@@ -205,7 +207,7 @@ def test_a_passed_check_stands_until_forgotten_or_expired(kafka: KafkaCluster, t
     assert check_write(other, cache) is True
     forget_check(options, cache)  # as an aborted write does
     assert check_write(options, cache) is True
-    time.sleep(1.1)
+    clock.advance(1100)
     assert check_write(options, cache) is True  # expired
     assert (tmp_path / "checks").stat().st_mode & 0o777 == 0o700
 
