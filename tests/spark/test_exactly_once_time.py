@@ -98,7 +98,7 @@ def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_wr
         F.when(halfway, F.concat(F.col("id").cast("string"), jvm_sleep(3000))).otherwise(
             F.col("id").cast("string")).alias("value"))
 
-    def write(df: DataFrame = df, **options: str) -> None:
+    def write(df: DataFrame, **options: str) -> None:
         writer = (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap)
                   .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
                   .option("kafka.buffer.memory", "262144"))  # rows reach Kafka as they come
@@ -107,7 +107,7 @@ def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_wr
         writer.save()
 
     with pytest.raises(Exception, match="outlasted its transactions' timeout") as failure:
-        write(**{"kafka.transaction.timeout.ms": "4000"})
+        write(df, **{"kafka.transaction.timeout.ms": "4000"})
     text = str(failure.value)
     assert "fenced" not in text and "kafka.transaction.timeout.ms is 4000 ms" in text
     assert "transaction.max.timeout.ms=900000" in text and "Nothing of the batch write is visible" in text
