@@ -275,7 +275,7 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
         # broker's first writes to a new partition cost it far more than the next ones
         # (bench/RESULTS.md, issue 55 and 55 (4)), which would swamp what a sink costs it.
         # In passes over the sinks, as the rounds go: sink by sink, the second sink's topics
-        # rested through the others' warm writes before its first timed one, and pages of
+        # rested through the third's warm writes before its first timed one, and pages of
         # its index files dropped meanwhile were faulted back in on its count (issue 55 (6)).
         unwarmed = [label for label in labels if label not in warmed or not args.fresh_topics]
         for _ in range(1 if args.fresh_topics else max(1, args.warm_writes)):

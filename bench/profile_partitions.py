@@ -9,8 +9,9 @@
 
 One producer with the sink's settings (batch.size 1000000, the rest at their defaults)
 sends ``--rows`` keyed rows (10-byte keys, 100-byte values) to one topic of
-``--partitions`` partitions (or, with ``--topics T``, to T such topics through a ``topic``
-column, row i to topic i % T as bench_partitions.py's frame does) in send_arrow calls sized as a task's (at most 100,000 rows
+``--partitions`` partitions (with ``--topics T``, to T such topics through a ``topic``
+column, row i to topic i % T as bench_partitions.py's frame does) in send_arrow calls
+sized as a task's (at most 100,000 rows
 and a quarter of buffer.memory: spark/writer.py's SEND_ROWS and SEND_CALLS_PER_BUFFER),
 settling the futures as a task does, then flushes. The first round writes into the new
 topic untimed (a broker's first write to a partition costs it several times what later
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="the sending thread's top N functions")
     ap.add_argument("--py-spy", type=int, default=0, metavar="N", help="the Sender thread's top N functions")
     args = ap.parse_args(argv)
+    if args.topics < 1 or args.partitions < 1:
+        ap.error(f"--topics and --partitions must be at least 1, got {args.topics} and {args.partitions}")
 
     cluster = None
     broker_pid = args.broker_pid
