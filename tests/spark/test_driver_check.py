@@ -209,6 +209,7 @@ def test_a_passed_check_stands_until_forgotten_or_expired(kafka: KafkaCluster, t
     assert check_write(options, cache) is True
     clock.advance(1100)
     assert check_write(options, cache) is True  # expired
+    assert check_write(options, cache) is False  # remembered again, as of the clock's time
     assert (tmp_path / "checks").stat().st_mode & 0o777 == 0o700
 
 
