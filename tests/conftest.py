@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import shutil
 import sys
@@ -60,8 +61,9 @@ _JVM_FIXTURES = {"kafka", "_kafka_session", "kafka_proxy", "kafka3", "_kafka3_se
 # Modules whose tests start a JVM themselves (kprod-broker as a command).
 _JVM_MODULES = {"test_brokers.py"}
 
-# Spark test modules whose tests take a minute or more each on a loaded CI machine.
-_MINUTE_LONG = {"test_exactly_once", "test_jobs", "test_exactly_once_shapes"}
+# Modules whose tests take a minute or more each on a loaded CI machine.
+_MINUTE_LONG = {"test_exactly_once", "test_jobs", "test_exactly_once_shapes", "test_task_faults",
+                "test_quickstart"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
@@ -83,20 +85,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     # xdist hands work out in collection order (make test turns its reordering by group
-    # size off): the groups first, the longest first, then the Spark tests (the modules of
-    # minute-long tests first), then the rest, so that no long test starts last. A stable
-    # sort keeps each module's tests together.
+    # size off): the heavy groups first, the longest first; then the modules, the
+    # minute-long first, a Spark module and another in turn: neighbouring modules are
+    # alike (the exactly-once ones mostly wait on timeouts, the encoder's use the CPU
+    # throughout), and mixed they keep both cores busy.
     ranks = {group: rank for rank, group in enumerate(dict.fromkeys(_HEAVY_GROUPS.values()))}
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
+    heavy: list[tuple[int, pytest.Item]] = []
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
         marker = item.get_closest_marker("xdist_group")
-        if marker is not None:
-            return 0, ranks.get(marker.args[0], len(ranks))
-        if "spark" in item.path.parts:
-            return 1, 0 if item.path.stem in _MINUTE_LONG else 1
-        return 2, 0
-
-    items.sort(key=rank)
+        if marker is not None and marker.args[0] in ranks:
+            heavy.append((ranks[marker.args[0]], item))
+        else:
+            modules.setdefault(item.path, []).append(item)
+    heavy.sort(key=lambda ranked: ranked[0])  # stable: each group's tests in their order
+    paths = sorted(modules, key=lambda path: path.stem not in _MINUTE_LONG)
+    turns = itertools.zip_longest([p for p in paths if "spark" in p.parts], [p for p in paths if "spark" not in p.parts])
+    items[:] = [item for _, item in heavy] + [item for pair in turns for path in pair if path for item in modules[path]]
 
 
 # The markers `make unit` leaves out: only their tests may run Java.
