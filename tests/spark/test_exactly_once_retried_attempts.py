@@ -102,9 +102,12 @@ AT_LEAST_ONCE = [{"mode": "batch", "guarantee": "at-least-once", "fault": fault,
                   "retry": AT_LEAST_ONCE_ROWS, "acked": AT_LEAST_ONCE_ACKED} for fault in ("sigkill", "raise")]
 
 
+# Per test, its cases and what the child reported of each; the child's stderr.
+Retried = tuple[dict[str, list[tuple[dict, dict]]], str]
+
+
 @pytest.fixture(scope="module")
-def retried(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[dict[str, list[tuple[dict, dict]]], str]:
+def retried(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Retried:
     """Every case of the module in one child process (one JVM): per test, its cases and
     what the child reported of each; the child's stderr."""
     seed = int(os.environ.get("KPROD_SEED", "20261187"))
@@ -118,22 +121,19 @@ def retried(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.mark.timeout(900)
-def test_an_empty_retry_leaves_nothing_open(kafka: KafkaCluster,
-                                            retried: tuple[dict[str, list[tuple[dict, dict]]], str]) -> None:
+def test_an_empty_retry_leaves_nothing_open(kafka: KafkaCluster, retried: Retried) -> None:
     for case, result in retried[0]["empty"]:
         _check(kafka, case, result)
 
 
 @pytest.mark.timeout(900)
-def test_random_retries_with_other_input(kafka: KafkaCluster,
-                                         retried: tuple[dict[str, list[tuple[dict, dict]]], str]) -> None:
+def test_random_retries_with_other_input(kafka: KafkaCluster, retried: Retried) -> None:
     for case, result in retried[0]["random"]:
         _check(kafka, case, result)
 
 
 @pytest.mark.timeout(900)
-def test_at_least_once_retry_sends_every_row_again(kafka: KafkaCluster,
-                                                   retried: tuple[dict[str, list[tuple[dict, dict]]], str]) -> None:
+def test_at_least_once_retry_sends_every_row_again(kafka: KafkaCluster, retried: Retried) -> None:
     """The task's Python worker running kprod's writer is SIGKILLed, or its input raises,
     once some of its records are acknowledged. Spark retries the task and the write
     succeeds: every row is in Kafka, those the first attempt had delivered twice."""
