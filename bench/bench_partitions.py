@@ -19,11 +19,12 @@ chosen per row through a ``topic`` column. For every shape the same cached DataF
 Rounds alternate: every round writes once through each sink, the order rotating from
 round to round (A B C, B C A, ...); the figures are medians over the rounds, the ratios
 medians of per-round ratios. Each sink writes topics of its own at each shape,
---warm-writes times (2) untimed first: a broker's first writes to a new partition cost it
-far more than later ones (page faults on each partition's index files, in system CPU; at
-2,048 partitions the second write still paid some, and so may a write after the topics
-rested: bench/RESULTS.md, issue 55 (4)); every write says the broker's CPU and major
-faults (--fresh-topics: every write to new topics, as bench_sink.py does). CPU is read from /proc: Spark's
+--warm-writes times (2) untimed first, in passes over the sinks (A B C, A B C): a
+broker's first writes to a new partition cost it far more than later ones (page faults on
+each partition's index files, in system CPU; at 2,048 partitions the second write still
+paid some, and so may a write after the topics rested: bench/RESULTS.md, issue 55 (4) and
+(6)); every write says the broker's CPU and major faults (--fresh-topics: every write to
+new topics, as bench_sink.py does). CPU is read from /proc: Spark's
 side is the driver JVM with all its descendants (the Python workers), the broker's its
 own process (a separate JVM, started for the run unless --bootstrap-servers is given; then
 no broker figure). Every write is checked afterwards by its topics' end offsets:
@@ -269,15 +270,18 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
                             f"{after[1] - before[1]:.2f} CPU s, {_major_faults(broker) - faults} major page faults")
             return seconds, after[0] - before[0], after[1] - before[1]
 
-        for label in labels:
-            # Untimed: workers started and code paths compiled (once per sink), and unless
-            # --fresh-topics, each sink's topics of this shape written --warm-writes times: a
-            # broker's first writes to a new partition cost it far more than the next ones
-            # (bench/RESULTS.md, issue 55 and 55 (4)), which would swamp what a sink costs it.
-            if label not in warmed or not args.fresh_topics:
-                for _ in range(1 if args.fresh_topics else max(1, args.warm_writes)):
-                    write(label, timed=False)
-                warmed.add(label)
+        # Untimed: workers started and code paths compiled (once per sink), and unless
+        # --fresh-topics, each sink's topics of this shape written --warm-writes times: a
+        # broker's first writes to a new partition cost it far more than the next ones
+        # (bench/RESULTS.md, issue 55 and 55 (4)), which would swamp what a sink costs it.
+        # In passes over the sinks, as the rounds go: sink by sink, the second sink's topics
+        # rested through the third's warm writes before its first timed one, and pages of
+        # its index files dropped meanwhile were faulted back in on its count (issue 55 (6)).
+        unwarmed = [label for label in labels if label not in warmed or not args.fresh_topics]
+        for _ in range(1 if args.fresh_topics else max(1, args.warm_writes)):
+            for label in unwarmed:
+                write(label, timed=False)
+        warmed.update(labels)
         for round_no in range(args.rounds):
             turn = round_no % len(labels)
             for label in labels[turn:] + labels[:turn]:

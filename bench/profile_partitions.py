@@ -4,11 +4,14 @@
     python bench/profile_partitions.py --cprofile 30         # and the sending thread's profile
     python bench/profile_partitions.py --py-spy 30           # and py-spy of the Sender thread
     python bench/profile_partitions.py --partitions 8 --rounds 5
+    python bench/profile_partitions.py --topics 16 --partitions 64   # a topic column, 16 topics
     PYTHONPATH=/tmp/main-tree python bench/profile_partitions.py   # another tree, same script
 
 One producer with the sink's settings (batch.size 1000000, the rest at their defaults)
 sends ``--rows`` keyed rows (10-byte keys, 100-byte values) to one topic of
-``--partitions`` partitions in send_arrow calls sized as a task's (at most 100,000 rows
+``--partitions`` partitions (with ``--topics T``, to T such topics through a ``topic``
+column, row i to topic i % T as bench_partitions.py's frame does) in send_arrow calls
+sized as a task's (at most 100,000 rows
 and a quarter of buffer.memory: spark/writer.py's SEND_ROWS and SEND_CALLS_PER_BUFFER),
 settling the futures as a task does, then flushes. The first round writes into the new
 topic untimed (a broker's first write to a partition costs it several times what later
@@ -62,10 +65,13 @@ def _proc_cpu(path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _table(rows: int) -> pa.Table:
+def _table(rows: int, topics: list[str]) -> pa.Table:
     keys = pa.array([b"%010d" % (i % 100_000) for i in range(rows)], pa.binary())
     values = pa.array([b"%0100d" % i for i in range(rows)], pa.binary())
-    return pa.table({"key": keys, "value": values})
+    columns = {"key": keys, "value": values}
+    if len(topics) > 1:
+        columns["topic"] = pa.array([topics[i % len(topics)] for i in range(rows)], pa.string())
+    return pa.table(columns)
 
 
 def _calls(table: pa.Table, buffer_memory: int) -> list[pa.Table]:
@@ -75,7 +81,7 @@ def _calls(table: pa.Table, buffer_memory: int) -> list[pa.Table]:
     return [table.slice(i, rows) for i in range(0, table.num_rows, rows)]
 
 
-def _send(producer: KafkaProducer, calls: list[pa.Table], topic: str) -> int:
+def _send(producer: KafkaProducer, calls: list[pa.Table], topic: str | None) -> int:
     """What a task does with its tables (writer._TaskWrite): send, settle what is done, flush."""
     pending: collections.deque = collections.deque()
     sent = 0
@@ -143,7 +149,8 @@ def _print_pyspy(stacks: dict[str, int], native_id: int, top: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--partitions", type=int, default=512)
+    ap.add_argument("--partitions", type=int, default=512, help="partitions of each topic (default: %(default)s)")
+    ap.add_argument("--topics", type=int, default=1, help="topics, chosen per row by a topic column (default: 1)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows per round (default: %(default)s)")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (default: %(default)s)")
     ap.add_argument("--bootstrap-servers", help="a running broker (default: start a local one)")
@@ -152,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="the sending thread's top N functions")
     ap.add_argument("--py-spy", type=int, default=0, metavar="N", help="the Sender thread's top N functions")
     args = ap.parse_args(argv)
+    if args.topics < 1 or args.partitions < 1:
+        ap.error(f"--topics and --partitions must be at least 1, got {args.topics} and {args.partitions}")
 
     cluster = None
     broker_pid = args.broker_pid
@@ -164,25 +173,31 @@ def main(argv: list[str] | None = None) -> int:
         broker_pid = cluster.nodes[0].pid
     settings = {"bootstrap.servers": bootstrap, **SINK_SETTINGS}
     settings.update(p.split("=", 1) for p in args.producer_prop)  # type: ignore[misc]
-    topic = f"profile-{args.partitions}-{uuid.uuid4().hex[:8]}"
+    prefix = f"profile-{args.partitions}-{uuid.uuid4().hex[:8]}"
+    names = [prefix] if args.topics == 1 else [f"{prefix}-{i}" for i in range(args.topics)]
+    topic = prefix if args.topics == 1 else None  # None: the table's topic column
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, num_partitions=args.partitions, replication_factor=1)])[topic].result(60)
+        for done in admin.create_topics([NewTopic(t, num_partitions=args.partitions, replication_factor=1)
+                                         for t in names]).values():
+            done.result(60)
         del admin  # its thread would go on calling a broker stopped at the end
-        table = _table(args.rows)
+        table = _table(args.rows, names)
         with KafkaProducer(settings) as producer:
             calls = _calls(table, producer.config.buffer_memory)
-            while len(producer.partitions_for(topic)) != args.partitions:
-                time.sleep(0.1)
+            for name in names:
+                while len(producer.partitions_for(name)) != args.partitions:
+                    time.sleep(0.1)
             _send(producer, calls, topic)  # the first write into new partitions: untimed
             sender = next(t for t in threading.enumerate() if t.name.startswith("kprod-sender"))
             sender_stat = f"/proc/self/task/{sender.native_id}/stat"
             profile = cProfile.Profile() if args.cprofile else None
             spy = _PySpy() if args.py_spy else None
             columns = ("process", "sending thread", "Sender thread", "broker")
-            print(f"{args.partitions} partitions, {args.rows:,} rows a round in {len(calls)} send_arrow calls; "
+            shape = f"{args.topics} topics x {args.partitions}" if args.topics > 1 else str(args.partitions)
+            print(f"{shape} partitions, {args.rows:,} rows a round in {len(calls)} send_arrow calls; "
                   f"CPU s per M rows ({', '.join(columns)}), rows/s")
             figures: list[tuple[float, ...]] = []
             for i in range(args.rounds):
@@ -219,18 +234,19 @@ def main(argv: list[str] | None = None) -> int:
         if cluster is not None:
             cluster.stop()
         else:  # a broker that outlives the run: its partitions' files would pile up run after run
-            _delete_topic(bootstrap, topic)
+            _delete_topics(bootstrap, names)
     return 0
 
 
-def _delete_topic(bootstrap: str, topic: str) -> None:
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer came
-    try:
-        admin.delete_topics([topic])[topic].result(60)
-    except Exception as exc:  # the run's own error, if any, matters more
-        print(f"topic {topic} not deleted: {exc}", file=sys.stderr)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answers came
+    for topic, done in admin.delete_topics(topics).items():
+        try:
+            done.result(60)
+        except Exception as exc:  # the run's own error, if any, matters more
+            print(f"topic {topic} not deleted: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

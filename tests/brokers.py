@@ -249,3 +249,26 @@ def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0
             assert time.monotonic() < deadline, "the ACL never took effect"
             time.sleep(0.1)
 
+
+
+def consume_to_marks(bootstrap: str, topic: str, timeout: float = 60.0,
+                     overrides: Mapping[str, object] | None = None) -> list:
+    """Every record of ``topic`` written so far, duplicates included, without reading for a
+    fixed while: a plain record of a value of this call's own is produced last to every
+    partition, and each partition read up to it (``consume_all``'s ``until``). Under
+    read_committed that record shows only once no transaction before it is open, whenever
+    their markers land. The marks are left out of what is returned."""
+    from confluent_kafka import Producer
+
+    mark = b"end-mark-" + uuid.uuid4().hex.encode()
+    probe = consumer(bootstrap)
+    try:
+        partitions = sorted(probe.list_topics(topic, timeout=timeout).topics[topic].partitions)
+    finally:
+        probe.close()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for partition in partitions:
+        producer.produce(topic, mark, key=mark, partition=partition)
+    assert producer.flush(timeout) == 0, f"{topic}: the end marks were not all delivered"
+    messages = consume_all(bootstrap, topic, len(partitions), timeout=timeout, overrides=overrides, until=mark)
+    return [m for m in messages if m.value() != mark]

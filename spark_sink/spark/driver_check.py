@@ -117,7 +117,8 @@ class CheckCache:
         path = directory / key
         try:
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            os.utime(path)
+            now = self._clock.wall_ms() / 1000  # the clock its reads compare with
+            os.utime(path, (now, now))
         except OSError:
             return
         self._prune(directory)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_sink.encoder import _kernels, jit, kernels
+from spark_sink.encoder import _kernels, columnar, jit, kernels
 from spark_sink.encoder.columnar import EncodedRecords, as_numpy, encode_columns, encode_groups
 from spark_sink.producer.partitioner import murmur2, murmur2_array
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD, Header, Record, encode_records
@@ -234,9 +234,12 @@ def test_write_records_refuses_a_short_buffer_or_a_group_outside_outs(loops: Mod
         loops.write_records([np.zeros(64, np.uint8)], opens, groups, *args)
 
 
-def test_a_large_partitions_buffer_is_reused_only_once_its_payloads_are_gone() -> None:
+def test_a_large_partitions_buffer_is_reused_only_once_its_payloads_are_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     """Payloads of a partition's share large enough to be recycled keep their bytes while
     any view of them lives; once all are gone, the next call writes into the same memory."""
+    # Buffers of the test's own: one an earlier test's garbage returns to the shared ones
+    # meanwhile (the collector, another thread) would be handed out first.
+    monkeypatch.setattr(columnar, "_buffers", columnar._RecycledBuffers(16 << 20))
     n = 4_000  # about 450 KB of records: past the recycled buffers' smallest size
 
     def encode(fill: bytes) -> tuple[EncodedRecords, bytes]:

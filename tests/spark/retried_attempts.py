@@ -1,8 +1,8 @@
-"""Run by test_exactly_once_retried_attempts.py as a child process: exactly-once writes in
-a SparkSession of its own on local[2,4] (four attempts per task, which the suite's session
+"""Run by test_exactly_once_retried_attempts.py as a child process: kprod writes in a
+SparkSession of its own on local[2,4] (four attempts per task, which the suite's session
 does not allow) whose one task fails on its first attempt once Kafka holds some of its
-records, and whose retry is given other rows: fewer, more or none (a nondeterministic
-source or filter, input files gone, a ``sample()``).
+records, and whose retry is given the same rows or others: fewer, more or none (a
+nondeterministic source or filter, input files gone, a ``sample()``).
 
     python retried_attempts.py BOOTSTRAP CHECKPOINT_DIR CASE_JSON [CASE_JSON ...]
 
@@ -10,15 +10,21 @@ Each CASE_JSON is an object: ``mode`` ("batch" or "stream"), ``topic``, ``fault`
 ("sigkill": the Python worker running kprod's writer is killed; "raise": the task's input
 raises), ``first`` (the rows attempt 0 is given), ``retry`` (the rows every later attempt
 is given: a prefix of the same ids, or more), ``acked`` (how many records of attempt 0
-Kafka holds when the fault strikes), and for a stream ``microbatches`` (1 or more; the
-fault strikes in the last, each earlier one writes ``first`` rows of its own cleanly).
-Prints one JSON line per case: the ids that should be visible once, and how the write
-ended (``ok`` or the error's first line).
+Kafka holds when the fault strikes), for a stream ``microbatches`` (1 or more; the fault
+strikes in the last, each earlier one writes ``first`` rows of its own cleanly), and
+optionally ``guarantee`` (kprod.deliveryGuarantee, exactly-once unless given).
+Prints one JSON line per case: the ids that should be visible once, how the write ended
+(``ok`` or the error's first line) and, for a batch write, the task attempts that failed.
+
+At-least-once writes keep their producers pooled in the Python workers (still connected):
+give them last, or a later ``sigkill`` finds two writers connected.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from tests.spark.retried_task import kill_kprod_writer
+from tests import procs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,6 +81,26 @@ class RecordCount:
         self.consumer.close()
 
 
+def kill_kprod_writer(broker_port: int) -> int:
+    """SIGKILL the Python worker running kprod's writer for this task: a task worker
+    (``pyspark.worker``) under this process's JVM, connected to the broker (the driver's
+    workers, which ask the cluster before a write and commit it, run other modules and may
+    be connected too); return its pid once it is gone."""
+    daemon = procs.parent(os.getpid())  # this worker <- pyspark daemon <- JVM
+    jvm = procs.parent(daemon) if daemon is not None else None
+    if jvm is None:
+        raise RuntimeError("this Python worker has no JVM above it")
+    tasks = [pid for pid in procs.descendants(jvm) if pid != os.getpid() and procs.loads_kprod(pid)
+             and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[-2:-1] == [b"pyspark.worker"]]
+    writers = procs.connected_to(tasks, broker_port)
+    if len(writers) != 1:
+        raise RuntimeError(f"expected one kprod writer connected to port {broker_port}, found {writers}")
+    os.kill(writers[0], signal.SIGKILL)
+    while procs.rss_bytes(writers[0]) is not None:  # a zombie has no VmRSS
+        time.sleep(0.01)
+    return writers[0]
+
+
 def _fault_task(case: dict, bootstrap: str,
                 faulty_batch: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function: attempt 0 of the faulty microbatch's task passes ``first``
@@ -114,8 +140,9 @@ def _fault_task(case: dict, bootstrap: str,
             count.close()
             if fault == "raise":
                 raise RuntimeError("injected fault on the first attempt")
-            kill_kprod_writer(broker_port)
-            return
+            pid = kill_kprod_writer(broker_port)
+            print(f"killed kprod's writer, pid {pid}, with SIGKILL", file=sys.stderr, flush=True)
+            return  # the task now fails on its dead writer, not on rows left out
 
     return run
 
@@ -131,13 +158,22 @@ def _as_records(df: DataFrame) -> DataFrame:
                      F.lpad(F.col("id").cast("string"), VALUE_BYTES, "v").alias("value"))
 
 
-def run_batch(spark: SparkSession, bootstrap: str, case: dict) -> list[int]:
+def _guarantee(case: dict) -> str:
+    return str(case.get("guarantee", "exactly-once"))
+
+
+def run_batch(spark: SparkSession, bootstrap: str, case: dict) -> tuple[list[int], int]:
+    """The ids written, and the task attempts of the write that failed."""
     rows = max(case["first"], case["retry"])
+    spark.sparkContext.setJobGroup(case["topic"], "kprod write with a fault")
     df = _as_records(_rows(spark, 0, rows)).mapInArrow(_fault_task(case, bootstrap, 0), "id long, key string, value string")
     (df.drop("id").write.format("kprod").mode("append").option("kafka.bootstrap.servers", bootstrap)
-     .option("topic", case["topic"]).option("kprod.deliveryGuarantee", "exactly-once")
+     .option("topic", case["topic"]).option("kprod.deliveryGuarantee", _guarantee(case))
      .option("kafka.linger.ms", "5").option("kafka.buffer.memory", SMALL_BUFFER).save())
-    return list(range(case["retry"]))
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [j for job in tracker.getJobIdsForGroup(case["topic"]) if (j := tracker.getJobInfo(job)) is not None]
+    stages = [s for job in jobs for stage in job.stageIds if (s := tracker.getStageInfo(stage)) is not None]
+    return list(range(case["retry"])), sum(int(stage.numFailedTasks) for stage in stages)
 
 
 def run_stream(spark: SparkSession, bootstrap: str, case: dict, checkpoints: Path) -> list[int]:
@@ -153,7 +189,7 @@ def run_stream(spark: SparkSession, bootstrap: str, case: dict, checkpoints: Pat
     df = _as_records(spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(str(source)))
     df = df.mapInArrow(_fault_task(case, bootstrap, last), "id long, key string, value string").drop("id")
     query = (df.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap)
-             .option("topic", case["topic"]).option("kprod.deliveryGuarantee", "exactly-once")
+             .option("topic", case["topic"]).option("kprod.deliveryGuarantee", _guarantee(case))
              .option("kafka.linger.ms", "5").option("kafka.buffer.memory", SMALL_BUFFER)
              .option("checkpointLocation", str(checkpoints / case["topic"]))
              .trigger(availableNow=True).start())
@@ -176,14 +212,18 @@ def main() -> None:
     for raw in sys.argv[3:]:
         case = json.loads(raw)
         started = time.monotonic()
+        failed: int | None = None
         try:
-            expected = run_stream(spark, bootstrap, case, checkpoints) if case["mode"] == "stream" \
-                else run_batch(spark, bootstrap, case)
+            if case["mode"] == "stream":
+                expected = run_stream(spark, bootstrap, case, checkpoints)
+            else:
+                expected, failed = run_batch(spark, bootstrap, case)
             outcome = "ok"
         except Exception as exc:  # reported to the test, which decides
             expected, outcome = [], str(exc).splitlines()[0][:2000]
         print(json.dumps({"topic": case["topic"], "outcome": outcome, "expected": expected,
-                          "seconds": round(time.monotonic() - started, 1)}), flush=True)
+                          "failed_task_attempts": failed, "seconds": round(time.monotonic() - started, 1)}),
+              flush=True)
     spark.stop()
 
 

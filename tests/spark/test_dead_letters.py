@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 from kprod_broker import KafkaCluster
 from spark_sink.producer import ConfigError
 from spark_sink.spark.options import parse_options
-from tests.brokers import consume_all, create_topic, unique_topic
+from tests.brokers import consume_to_marks, create_topic, unique_topic
 
 MAX_REQUEST = 20_000
 INVALID_TOPIC = "no spaces allowed!"
@@ -79,9 +79,9 @@ def _check(bootstrap: str, kinds: list[str], good_topic: str, dead_topic: str, r
     overrides = READ_COMMITTED if guarantee == "exactly-once" else None
     good = [i for i, k in enumerate(kinds) if k == "good"]
     bad = {i: k for i, k in enumerate(kinds) if k != "good"}
-    got = consume_all(bootstrap, good_topic, len(good), settle=1.0, overrides=overrides)
+    got = consume_to_marks(bootstrap, good_topic, overrides=overrides)
     assert sorted(m.value() for m in got) == sorted(b"row-%d" % i for i in good)
-    letters = consume_all(bootstrap, dead_topic, len(bad), settle=1.0, overrides=overrides)
+    letters = consume_to_marks(bootstrap, dead_topic, overrides=overrides)
     assert sorted(int(m.key()) for m in letters) == sorted(bad)
     for m in letters:
         i = int(m.key())
@@ -113,7 +113,8 @@ def _topics(bootstrap: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
-@pytest.mark.parametrize("seed", range(2))
+# Seed 0 of each guarantee in the suite; the other seeds in make soak (pytest -m soak).
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.soak)])
 def test_batch_write_sends_bad_rows_to_the_dead_letter_topic(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path,
                                                              guarantee: str, seed: int) -> None:
     rng = random.Random(seed * 10 + len(guarantee))
@@ -174,9 +175,9 @@ def test_an_exactly_once_query_stopped_mid_way_and_restarted_writes_neither_twic
     overrides = READ_COMMITTED
     good = [i for i, k in enumerate(kinds) if k == "good"]
     bad = [i for i, k in enumerate(kinds) if k != "good"]
-    got = consume_all(kafka.bootstrap, good_topic, len(good), settle=1.5, overrides=overrides)
+    got = consume_to_marks(kafka.bootstrap, good_topic, overrides=overrides)
     assert sorted(m.value() for m in got) == sorted(b"row-%d" % i for i in good)
-    letters = consume_all(kafka.bootstrap, dead_topic, len(bad), settle=1.5, overrides=overrides)
+    letters = consume_to_marks(kafka.bootstrap, dead_topic, overrides=overrides)
     assert sorted(int(m.key()) for m in letters) == bad
 
 
@@ -191,8 +192,8 @@ def test_max_ratio_fails_the_write_naming_ratio_and_reason(spark: SparkSession, 
     with pytest.raises(Exception, match=r"75 of 100 rows \(75.0%\).*maxRatio=0.5.*RecordTooLargeError \(50 rows\)"):
         df.write.format("kprod").options(**opts).mode("append").save()
     # Aborted: neither kind is visible to read_committed consumers.
-    assert consume_all(kafka.bootstrap, good_topic, 0, settle=1.0, overrides=READ_COMMITTED) == []
-    assert consume_all(kafka.bootstrap, dead_topic, 0, settle=1.0, overrides=READ_COMMITTED) == []
+    assert consume_to_marks(kafka.bootstrap, good_topic, overrides=READ_COMMITTED) == []
+    assert consume_to_marks(kafka.bootstrap, dead_topic, overrides=READ_COMMITTED) == []
     assert not report.exists()
 
 
@@ -204,7 +205,7 @@ def test_a_missing_dead_letter_topic_fails_on_the_driver(spark: SparkSession, st
         df.write.format("kprod").option("kafka.bootstrap.servers", strict_kafka.bootstrap) \
             .option("topic", good_topic).option("kprod.errors.tolerance", "all") \
             .option("kprod.errors.deadLetterTopic", missing).mode("append").save()
-    assert consume_all(strict_kafka.bootstrap, good_topic, 0, settle=0.5) == []
+    assert consume_to_marks(strict_kafka.bootstrap, good_topic) == []
 
 
 def test_a_missing_topic_is_a_bad_row_without_a_dead_letter_topic(spark: SparkSession, strict_kafka: KafkaCluster,
@@ -217,7 +218,7 @@ def test_a_missing_topic_is_a_bad_row_without_a_dead_letter_topic(spark: SparkSe
     spark.createDataFrame(rows, "key string, value string, topic string").write.format("kprod") \
         .option("kafka.bootstrap.servers", strict_kafka.bootstrap).option("kprod.errors.tolerance", "all") \
         .option("kprod.deliveryReport.path", str(report)).mode("append").save()
-    got = consume_all(strict_kafka.bootstrap, good_topic, 40, settle=0.5)
+    got = consume_to_marks(strict_kafka.bootstrap, good_topic)
     assert sorted(m.value() for m in got) == sorted(f"row-{i}".encode() for i in range(60) if i % 3)
     (line,) = [json.loads(x) for x in report.read_text().splitlines()]
     assert (line["refusedRows"], line["deadLetters"], line["deadLetterTopic"]) == ({"UnknownTopicError": 20}, 0, None)
@@ -285,9 +286,9 @@ def test_a_broker_killed_mid_write_makes_no_dead_letters(spark: SparkSession, ka
     finally:
         bounce.join(180)
     assert killed_at and saved_at > killed_at[0]  # the leader died mid-write
-    messages = consume_all(kafka3.bootstrap, topic, rows, timeout=120, settle=1.0)
+    messages = consume_to_marks(kafka3.bootstrap, topic, timeout=120)
     assert sorted(int(m.value()) for m in messages) == list(range(rows))
-    assert consume_all(kafka3.bootstrap, dead_topic, 0, settle=1.0) == []
+    assert consume_to_marks(kafka3.bootstrap, dead_topic, timeout=120) == []
     (line,) = [json.loads(x) for x in report.read_text().splitlines()]
     assert (line["refusedRows"], line["deadLetters"]) == ({}, 0)
 
@@ -309,7 +310,7 @@ def test_a_named_exactly_once_write_run_again_writes_neither_twice(spark: SparkS
         df.write.format("kprod").options(**opts).mode("append").save()
     good = [i for i, k in enumerate(kinds) if k == "good"]
     bad = [i for i, k in enumerate(kinds) if k != "good"]
-    got = consume_all(kafka.bootstrap, good_topic, len(good), settle=1.5, overrides=READ_COMMITTED)
+    got = consume_to_marks(kafka.bootstrap, good_topic, overrides=READ_COMMITTED)
     assert sorted(m.value() for m in got) == sorted(b"row-%d" % i for i in good)
-    letters = consume_all(kafka.bootstrap, dead_topic, len(bad), settle=1.5, overrides=READ_COMMITTED)
+    letters = consume_to_marks(kafka.bootstrap, dead_topic, overrides=READ_COMMITTED)
     assert sorted(int(m.key()) for m in letters) == bad

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import KafkaCluster
-from tests.brokers import consume_all, create_topic, start_kafka, unique_topic
+from tests.brokers import consume_to_marks, create_topic, start_kafka, unique_topic
 from tests.spark.readback import assert_nothing_left_open
 
 if TYPE_CHECKING:
@@ -144,11 +144,9 @@ def sink_options(bootstrap: str, topics: Topics, report: Path, **extra: str) -> 
             "kprod.deliveryReport.path": str(report), **extra}
 
 
-def read(bootstrap: str, topic: str, expected: int, committed: bool = False, settle: float = 1.0) -> list:
-    overrides = {"isolation.level": "read_committed"} if committed else {}
-    if expected == 0:
-        return consume_all(bootstrap, topic, 0, timeout=settle + 1, settle=settle, overrides=overrides)
-    return consume_all(bootstrap, topic, expected, timeout=60, settle=settle, overrides=overrides)
+def read(bootstrap: str, topic: str, committed: bool = False) -> list:
+    """Every record of ``topic`` (read_committed: every committed one), duplicates too."""
+    return consume_to_marks(bootstrap, topic, overrides={"isolation.level": "read_committed"} if committed else {})
 
 
 def headers_of(message) -> list[tuple[str, bytes]]:  # type: ignore[no-untyped-def]
@@ -158,7 +156,7 @@ def headers_of(message) -> list[tuple[str, bytes]]:  # type: ignore[no-untyped-d
 def check_good(bootstrap: str, rows: Rows, committed: bool = False) -> None:
     """Every good row once in its topic, nothing else there."""
     for topic, keys in rows.good.items():
-        got = Counter(m.key().decode() for m in read(bootstrap, topic, len(keys), committed))
+        got = Counter(m.key().decode() for m in read(bootstrap, topic, committed))
         dupes = {k: c for k, c in got.items() if c > 1}
         assert not dupes, f"good rows written twice to {topic}: {dupes}"
         assert set(got) == keys, (f"{topic}: missing {sorted(keys - set(got))[:5]}, "
@@ -169,7 +167,7 @@ def check_dead_letters(bootstrap: str, topics: Topics, rows: Rows, committed: bo
                        streaming: bool = False) -> list:
     """Every bad row once in the dead-letter topic, with the README's headers."""
     by_key = {str(r["key"]): r for r in rows.rows}
-    messages = read(bootstrap, topics.dead, len(rows.bad), committed)
+    messages = read(bootstrap, topics.dead, committed)
     got = Counter(m.key().decode() for m in messages)
     dupes = {k: c for k, c in got.items() if c > 1}
     assert not dupes, f"dead letters written twice: {dupes}"
@@ -406,7 +404,7 @@ def test_max_ratio_boundary_batch(spark: SparkSession, attack_kafka: KafkaCluste
         batch_write(spark, rows, sink_options(attack_kafka.bootstrap, more, report, **{"kprod.errors.maxRatio": "0.25"},
                                               **eo), 2)
     for topic in (more.good, more.small, more.dead):
-        assert read(attack_kafka.bootstrap, topic, 0, committed=True, settle=0.5) == []
+        assert read(attack_kafka.bootstrap, topic, committed=True) == []
     assert_nothing_left_open(attack_kafka.bootstrap, more.dead, 2)
     assert_nothing_left_open(attack_kafka.bootstrap, more.good, 3)
 
@@ -570,10 +568,10 @@ def broker_restart_during_write(spark: SparkSession, attack_kafka: KafkaCluster,
     for line in report_lines(report):
         assert line["refusedRows"] == {} and line["deadLetters"] == 0, line
     assert failed is None or "UnknownTopicError" not in str(failed), failed
-    assert read(attack_kafka.bootstrap, topics.dead, 0, settle=2.0) == [], "a broker restart made dead letters"
+    assert read(attack_kafka.bootstrap, topics.dead) == [], "a broker restart made dead letters"
     if failed is None:
         for topic, keys in good.items():
-            assert {m.key().decode() for m in read(attack_kafka.bootstrap, topic, len(keys))} == keys
+            assert {m.key().decode() for m in read(attack_kafka.bootstrap, topic)} == keys
 
 
 @SOAK
@@ -636,9 +634,9 @@ def test_format_refusals_mixed_with_other_bad_rows(spark: SparkSession, attack_k
     if fmt == "avro":
         opts["kprod.value.avro.schema"] = FIXED_SCHEMA
     spark.createDataFrame(records, schema).repartition(3).write.format("kprod").mode("append").options(**opts).save()
-    got = Counter(m.key().decode() for m in read(attack_kafka.bootstrap, topics.good, len(good), committed=True))
+    got = Counter(m.key().decode() for m in read(attack_kafka.bootstrap, topics.good, committed=True))
     assert set(got) == good and max(got.values()) == 1, got
-    letters = read(attack_kafka.bootstrap, topics.dead, len(expected_bad), committed=True)
+    letters = read(attack_kafka.bootstrap, topics.dead, committed=True)
     assert Counter(m.key().decode() for m in letters) == Counter(set(expected_bad)), "dead letters not once each"
     for m in letters:
         kind, i, x, f = expected_bad[m.key().decode()]
@@ -677,7 +675,7 @@ def test_row_too_large_by_its_key_or_headers(spark: SparkSession, attack_kafka: 
     check_good(attack_kafka.bootstrap, rows)
     line, = report_lines(report)
     assert line["refusedRows"] == {"RecordTooLargeError": 1} and line["deadLetters"] == 1, line
-    letter, = read(attack_kafka.bootstrap, topics.dead, 1)
+    letter, = read(attack_kafka.bootstrap, topics.dead)
     hs = dict(headers_of(letter))
     assert letter.key() is None and letter.value() is None and "big" not in hs, hs
     assert hs["kprod.errors.class"] == b"RecordTooLargeError" and b"key" in hs["kprod.errors.message"], hs

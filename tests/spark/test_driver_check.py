@@ -24,6 +24,7 @@ from spark_sink.spark.driver_check import CheckCache, check_cache, check_write, 
 from spark_sink.spark.options import parse_options
 from spark_sink.spark.source import KProdDataSource
 from tests.brokers import consume_all, create_topic, unique_topic
+from tests.clock import MovedClock
 from tests.faultproxy import FaultProxy
 from tests.secure_kafka import USERS, SecureKafka
 
@@ -195,7 +196,8 @@ def _closed(proxy: FaultProxy) -> int:
 def test_a_passed_check_stands_until_forgotten_or_expired(kafka: KafkaCluster, tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, unique_topic("cached"), 1)
     options = parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic})
-    cache = CheckCache(tmp_path / "checks", ttl_s=1.0)
+    clock = MovedClock()
+    cache = CheckCache(tmp_path / "checks", ttl_s=1.0, clock=clock)
     assert check_write(options, cache) is True  # asked the cluster
     assert check_write(options, cache) is False  # remembered
     # Settings the check does not depend on share its entry; a different topic does not.
@@ -205,8 +207,9 @@ def test_a_passed_check_stands_until_forgotten_or_expired(kafka: KafkaCluster, t
     assert check_write(other, cache) is True
     forget_check(options, cache)  # as an aborted write does
     assert check_write(options, cache) is True
-    time.sleep(1.1)
+    clock.advance(1100)
     assert check_write(options, cache) is True  # expired
+    assert check_write(options, cache) is False  # remembered again, as of the clock's time
     assert (tmp_path / "checks").stat().st_mode & 0o777 == 0o700
 
 
@@ -253,14 +256,14 @@ def _schema() -> StructType:
 
 def test_a_streaming_query_checks_the_cluster_once(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     """Several microbatches: after the first, no more checks (before, the planner's and
-    the commit runner's checks added two per microbatch)."""
+    the commit runner's checks added two per microbatch: three microbatches show that)."""
     topic = create_topic(kafka.bootstrap, unique_topic("once"), 2)
     with _proxy(kafka) as proxy:
         stream = (spark.readStream.format("rate").option("rowsPerSecond", 20).option("numPartitions", 2).load()
                   .select(F.col("value").cast("string").alias("value")))
         query = (stream.writeStream.format("kprod").option("kafka.bootstrap.servers", f"127.0.0.1:{proxy.port}")
                  .option("topic", topic).option("checkpointLocation", str(tmp_path / "cp"))
-                 .trigger(processingTime="500 milliseconds").start())
+                 .trigger(processingTime="100 milliseconds").start())
         try:
             def done() -> int:
                 return len([p for p in query.recentProgress if p["numInputRows"] > 0])
@@ -270,13 +273,13 @@ def test_a_streaming_query_checks_the_cluster_once(spark: SparkSession, kafka: K
                 time.sleep(0.1)
             after_first = _closed(proxy)
             first_batches = done()
-            while done() < first_batches + 5 and time.monotonic() < deadline:
+            while done() < first_batches + 3 and time.monotonic() < deadline:
                 time.sleep(0.1)
             later = _closed(proxy) - after_first
             batches = done() - first_batches
         finally:
             query.stop()
-    assert batches >= 5, f"only {batches} more microbatches with rows"
+    assert batches >= 3, f"only {batches} more microbatches with rows"
     assert after_first >= 1  # the first microbatch's check
     assert later == 0, f"{later} more check(s) over {batches} microbatches"
 

@@ -31,7 +31,7 @@ from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, unique_topic
 from tests.clock import days_later
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_shapes import _committed_keys_by_value, _prepared_tasks, driver_dies_committing
+from tests.spark.test_exactly_once_shapes import _prepared_tasks, driver_dies_committing
 
 
 def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_no_row_twice(kafka: KafkaCluster) -> None:
@@ -57,8 +57,7 @@ def test_a_replay_whose_markers_expired_after_microbatches_without_rows_writes_n
     except MarkersMissingError:
         exactly_once_abort.abort(config, eo, replay)
         shown = rows[0]
-    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, len(shown)))
+    got = collections.Counter(assert_nothing_left_open(kafka.bootstrap, topic, 2))
     twice = sorted(k for k, n in got.items() if n > 1)
     assert not twice, f"visible twice: {twice}"
     assert got == collections.Counter(v.decode() for v in shown)
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)

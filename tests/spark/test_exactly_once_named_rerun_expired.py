@@ -27,12 +27,7 @@ from spark_sink.spark.options import ExactlyOnce
 from tests.brokers import create_topic, start_kafka, unique_topic
 from tests.clock import days_later
 from tests.spark.readback import assert_nothing_left_open
-from tests.spark.test_exactly_once_shapes import (
-    _committed_keys,
-    _committed_keys_by_value,
-    _exactly,
-    _prepared_tasks,
-)
+from tests.spark.test_exactly_once_shapes import _exactly, _prepared_tasks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,9 +59,8 @@ def test_a_commit_ended_whole_is_skipped_when_its_markers_are_gone(kafka: KafkaC
     again = exactly_once.commit(config, eo, _prepared_tasks(kafka.bootstrap, prefix, topic, rows, query), batch_id,
                                 days_later(8))
     assert again == exactly_once.Committed(0, frozenset(rows))
-    got = collections.Counter(_committed_keys_by_value(kafka.bootstrap, topic, 10))
+    got = collections.Counter(assert_nothing_left_open(kafka.bootstrap, topic, 2))
     assert got == collections.Counter(v.decode() for v in rows[0] + rows[1])
-    assert_nothing_left_open(kafka.bootstrap, topic, 2)
 
 
 @pytest.mark.soak
@@ -92,6 +86,6 @@ def test_a_named_write_run_again_after_its_markers_expired_writes_nothing(spark:
             directory = exactly_once_names.directory_group(prefix)
             assert admin.committed_offsets({directory: [(topic, 0)]})[directory][(topic, 0)][0] == 0
         _write(df, cluster.bootstrap, topic, prefix)
-        _exactly(_committed_keys(cluster.bootstrap, topic, 100), {str(i) for i in range(100)})
+        _exactly(assert_nothing_left_open(cluster.bootstrap, topic, 2), {str(i) for i in range(100)})
     finally:
         cluster.stop()

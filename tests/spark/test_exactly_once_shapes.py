@@ -29,7 +29,7 @@ from spark_sink.spark.options import ExactlyOnce
 from spark_sink.spark.task_reports import KProdCommitMessage
 from tests.brokers import create_topic, unique_topic
 from tests.spark.faults import jvm_sleep, kill_writer
-from tests.spark.readback import CommittedView, assert_nothing_left_open
+from tests.spark.readback import assert_nothing_left_open
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,18 +46,6 @@ def _write(df: DataFrame, bootstrap: str, topic: str, **options: str) -> None:
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.save()
-
-
-def _committed_keys(bootstrap: str, topic: str, expected: int) -> list[str]:
-    t = CommittedView(bootstrap, topic, "read_committed")
-    try:
-        for _ in range(20):
-            if t.poll(0.5) >= expected:
-                break
-        t.poll(1.0)  # duplicates, if any, show up too
-        return t.keys
-    finally:
-        t.close()
 
 
 def _exactly(keys: list[str], expected: set[str]) -> None:
@@ -299,13 +287,6 @@ def test_a_replay_with_fewer_tasks_finds_what_a_larger_run_committed(kafka: Kafk
     expected = {v.decode() for values in rows4.values() for v in values}
     got = assert_nothing_left_open(kafka.bootstrap, topic, 2)
     assert collections.Counter(got) == collections.Counter(expected)
-
-
-def _committed_keys_by_value(bootstrap: str, topic: str, expected: int) -> list[str]:
-    from tests.brokers import consume_all
-
-    return [m.value().decode() for m in consume_all(bootstrap, topic, expected, settle=1.0,
-                                                    overrides={"isolation.level": "read_committed"})]
 
 
 @pytest.mark.parametrize("seed", range(SHAPES))

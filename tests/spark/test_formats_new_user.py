@@ -111,7 +111,7 @@ def test_a_wrong_password_fails_on_the_driver_naming_the_url_and_401(spark: Spar
     assert front.url in message and "401" in message and "basic.auth.user.info" in message, message[:3000]
     assert "wrong-password" not in message  # no secret in an error
     assert "Python worker" not in message and "Task" not in message, message[:3000]  # the driver's, no task's
-    assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []  # nothing was sent
+    assert consume_all(kafka.bootstrap, topic, 0, timeout=10, to_end=True) == []  # nothing was sent
 
 
 def test_a_given_schema_changes_compatibly_and_not(spark: SparkSession, kafka: KafkaCluster, front: Front) -> None:

@@ -334,7 +334,7 @@ def test_errors_on_the_driver_name_what_is_wrong(spark: SparkSession, kafka: Kaf
     with pytest.raises(Exception) as failure:
         writer.save()
     assert expected in str(failure.value), str(failure.value)[:3000]
-    assert consume_all(kafka.bootstrap, topic, 0, timeout=2) == []  # nothing was sent
+    assert consume_all(kafka.bootstrap, topic, 0, timeout=10, to_end=True) == []  # nothing was sent
 
 
 def test_send_arrow_refuses_a_null_the_schema_has_no_room_for(kafka: KafkaCluster, schema_registry: str) -> None:

@@ -1,8 +1,6 @@
-"""Faults at the Spark level, on real Kafka: what a task does when it fails part-way, when
-its Python worker dies, and when the broker stops answering.
-
-kprod's sink is at-least-once: a task that fails after some of its records were
-acknowledged leaves them in Kafka, and its retry sends them all again.
+"""Faults at the Spark level, on real Kafka: what a task does when the broker stops
+answering. (A task that fails part-way, or whose Python worker dies, and is retried:
+test_exactly_once_retried_attempts.py, at-least-once and exactly-once, in one child JVM.)
 """
 
 from __future__ import annotations
@@ -10,11 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import subprocess
-import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +18,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from kprod_broker import KafkaCluster
-from tests.brokers import consumer, create_topic, subprocess_env, unique_topic
+from tests.brokers import consumer, create_topic, unique_topic
 from tests.procs import RssSampler
 
 if TYPE_CHECKING:
@@ -65,51 +58,6 @@ def read_ids(bootstrap: str, topic: str, at_least: int, timeout: float = 120.0) 
         return ids
     finally:
         c.close()
-
-
-# -- a task that fails part-way, and one whose Python worker dies ----------------
-
-RETRIED_TASK = Path(__file__).with_name("retried_task.py")
-FAULTS = ("sigkill", "raise")  # in the order the child process meets them (see retried_task.py)
-RETRIED_ROWS, RETRIED_ACKED = 300_000, 100_000
-
-
-@pytest.fixture(scope="module")
-def retried_writes(kafka: KafkaCluster) -> tuple[dict[str, str], dict[str, int], str]:
-    """One child process (one JVM for both) making one write per fault, each to its own
-    topic: the topics, the failed task attempts of each write, the child's stderr."""
-    topics = {fault: create_topic(kafka.bootstrap, unique_topic(f"retry-{fault}"), 1) for fault in FAULTS}
-    done = subprocess.run([sys.executable, str(RETRIED_TASK), kafka.bootstrap, str(RETRIED_ROWS), str(RETRIED_ACKED),
-                           *(f"{fault}:{topics[fault]}" for fault in FAULTS)],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=480)
-    assert done.returncode == 0, done.stderr[-6000:]
-    failed = {r["fault"]: r["failed_task_attempts"] for r in map(json.loads, done.stdout.splitlines())}
-    return topics, failed, done.stderr
-
-
-@pytest.mark.parametrize("fault", FAULTS)
-def test_task_failing_after_acknowledged_rows_is_retried(kafka: KafkaCluster,
-                                                         retried_writes: tuple[dict[str, str], dict[str, int], str],
-                                                         fault: str) -> None:
-    """One task of 300,000 rows meets a fault on its first attempt once 100,000 of them
-    are acknowledged: the Python worker running kprod's writer is killed with SIGKILL
-    (``sigkill``), or the task's input raises (``raise``). Spark retries the task
-    (local[2,4], in a child process) and the write succeeds: every row is in Kafka, those
-    the first attempt had delivered twice."""
-    topics, failed, stderr = retried_writes
-    topic = topics[fault]
-    assert failed[fault] == 1, stderr[-6000:]
-    cause = "injected fault after" if fault == "raise" else "Python worker exited unexpectedly (crashed)"
-    assert cause in stderr
-    # The driver's summary counts what the successful attempt delivered: all of it.
-    assert re.search(rf"kprod batch write committed: {RETRIED_ROWS} records, .* \[{topic}\], from 1 task\(s\)",
-                     stderr)
-    ids = read_ids(kafka.bootstrap, topic, RETRIED_ROWS + RETRIED_ACKED)
-    counts = Counter(ids)
-    assert set(counts) == set(range(RETRIED_ROWS))
-    twice = sum(1 for n in counts.values() if n > 1)
-    assert twice >= RETRIED_ACKED and max(counts.values()) == 2
-    print(f"{fault}: {len(ids)} records for {RETRIED_ROWS} rows, {twice} rows twice")
 
 
 # -- a broker that stops answering ---------------------------------------------
