@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import (  # noqa: F401 (free_port re-exported)
@@ -174,22 +174,6 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
         return messages
     finally:
         c.close()
-
-
-def consume_committed(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list:
-    """What a read_committed reader sees of ``topic``, every record: a plain record of a
-    value of its own is written last to each partition, and the reader reads up to it
-    (``consume_all``'s ``until``), which it reaches only past every transaction before it,
-    whenever their markers land. Returned without those records."""
-    end = b"end-" + uuid.uuid4().hex.encode()
-    producer = Producer({"bootstrap.servers": bootstrap})
-    partitions = len(producer.list_topics(topic, timeout=timeout).topics[topic].partitions)
-    for p in range(partitions):
-        producer.produce(topic, value=end, partition=p)
-    assert producer.flush(timeout) == 0, f"the end records of {topic} were not all written"
-    messages = consume_all(bootstrap, topic, expected + partitions, timeout=timeout, until=end,
-                           overrides={"isolation.level": "read_committed"})
-    return [m for m in messages if m.value() != end]
 
 
 def partition_counts(messages: list) -> dict[int, int]:

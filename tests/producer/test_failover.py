@@ -14,7 +14,7 @@ import pytest
 
 from kprod_broker import KafkaCluster
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from tests.brokers import consume_all, consume_committed, unique_topic
+from tests.brokers import consume_all, consume_to_marks, unique_topic
 from tests.failover import (
     FAILOVER_CONFIG,
     Deliveries,
@@ -184,5 +184,5 @@ def test_transactions_go_on_when_their_coordinator_is_killed(kafka3: KafkaCluste
             kafka3.node(coordinator).start()
         assert all(f.exception(0) is None for f in futures)
     wait_in_sync(kafka3, "__transaction_state")
-    messages = consume_committed(kafka3.bootstrap, topic, 900, timeout=90)
+    messages = consume_to_marks(kafka3.bootstrap, topic, timeout=90, overrides={"isolation.level": "read_committed"})
     assert sorted(m.value() for m in messages) == sorted(b"%s%d" % (p, i) for p in (b"a", b"b", b"c") for i in range(300))

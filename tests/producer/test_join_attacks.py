@@ -24,7 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_sink.producer import KafkaProducer, ProducerRecord
-from tests.brokers import consume_all, consume_committed, consumer, unique_topic
+from tests.brokers import consume_all, consume_to_marks, consumer, unique_topic
 
 if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
@@ -384,7 +384,7 @@ def test_joined_batches_split_after_the_topics_limit_is_lowered(kafka_proxy: Pro
         results = [(rows, f.result(60)) for rows, f in futures]
     kafka_proxy.proxy.set_delay(0)
     assert "refused as too large" in caplog.text  # joined batches were split
-    messages = consume_committed(kafka_proxy.bootstrap, topic, n, timeout=60)
+    messages = consume_to_marks(kafka_proxy.bootstrap, topic, overrides={"isolation.level": "read_committed"})
     numbers = [int(m.value().split(b"|")[0]) if m.value() != b"warm" else -1 for m in messages]
     assert sorted(numbers) == [-1, *range(1, n)]
     where = {num: (m.partition(), m.offset()) for num, m in zip(numbers, messages)}

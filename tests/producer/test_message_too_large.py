@@ -19,12 +19,13 @@ from spark_sink.client.errors import RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.protocol.apis import ApiKey
 from spark_sink.protocol.error_codes import MessageTooLargeError
-from tests.brokers import consume_all, consume_committed, unique_topic
+from tests.brokers import consume_all, consume_to_marks, unique_topic
 
 if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 LIMIT = 3000  # the topic's max.message.bytes
+COMMITTED = {"isolation.level": "read_committed"}
 
 
 def _small_topic(bootstrap: str, partitions: int) -> str:
@@ -75,7 +76,7 @@ def test_batches_over_the_topics_limit_are_split_and_arrive_in_order(kafka: Kafk
             p.commit_transaction(30)
     assert result.records == n
     assert sum(count for count, _, _ in result.partitions.values()) == n
-    got = consume_committed(kafka.bootstrap, topic, n + 30)
+    got = consume_to_marks(kafka.bootstrap, topic, overrides=COMMITTED)
     arrow = [m for m in got if not m.value().startswith(b"single-")]
     assert sorted(m.value() for m in arrow) == sorted(values)
     by_partition: dict[int, list[int]] = {}
@@ -159,7 +160,7 @@ def test_records_too_large_for_the_topic_are_refused_exactly_at_its_limit(kafka:
     assert {g.error for g in result.refused} <= {"RecordTooLargeError"}
     assert all(g.topic == topic and "max.message.bytes (3000)" in g.message for g in result.refused)
     expected = sorted(v for i, v in enumerate(values) if i not in too_large)
-    got = consume_committed(kafka.bootstrap, topic, len(expected))
+    got = consume_to_marks(kafka.bootstrap, topic, overrides=COMMITTED)
     assert sorted(m.value() for m in got) == expected
     # The limit is the broker's own: the smallest refused record is refused by it too.
     if too_large:

@@ -26,7 +26,7 @@ from spark_sink.producer import (
     UnknownTopicError,
 )
 from spark_sink.protocol.error_codes import InvalidProducerEpochError, ProducerFencedError
-from tests.brokers import consume_committed, create_topic, unique_topic
+from tests.brokers import consume_to_marks, create_topic, unique_topic
 
 if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
@@ -45,8 +45,9 @@ def _producer(bootstrap: str, txn_id: str | None = None, /, **extra: object) -> 
     return KafkaProducer(config)
 
 
-def _values(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    return sorted(m.value() for m in consume_committed(bootstrap, topic, expected))
+def _values(bootstrap: str, topic: str) -> list[bytes]:
+    """Every value a read_committed reader sees, sorted."""
+    return sorted(m.value() for m in consume_to_marks(bootstrap, topic, overrides={"isolation.level": "read_committed"}))
 
 
 def test_empty_transactions_commit_abort_and_prepare_without_error(kafka: KafkaCluster) -> None:
@@ -62,7 +63,7 @@ def test_empty_transactions_commit_abort_and_prepare_without_error(kafka: KafkaC
         p.begin_transaction()
         p.send(ProducerRecord(topic, b"after empty ones"))
         p.commit_transaction()
-    assert _values(kafka.bootstrap, topic, 1) == [b"after empty ones"]
+    assert _values(kafka.bootstrap, topic) == [b"after empty ones"]
 
 
 def test_aborted_offsets_are_never_committed(kafka: KafkaCluster) -> None:
@@ -83,7 +84,7 @@ def test_aborted_offsets_are_never_committed(kafka: KafkaCluster) -> None:
         p.send_offsets_to_transaction({(topic, 0): 6}, group)  # offsets alone, committed
         p.commit_transaction()
         assert admin.committed_offsets({group: [(topic, 0)]})[group] == {(topic, 0): (6, "")}
-    assert _values(kafka.bootstrap, topic, 1) == [b"one"]
+    assert _values(kafka.bootstrap, topic) == [b"one"]
 
 
 def _offsets_to_missing_topics(bootstrap: str, existing: str, missing: list[str], rng: random.Random) -> None:
@@ -107,7 +108,7 @@ def _offsets_to_missing_topics(bootstrap: str, existing: str, missing: list[str]
         p.begin_transaction()
         p.send(ProducerRecord(existing, b"committed", partition=0))
         p.commit_transaction()
-    assert _values(bootstrap, existing, 1) == [b"committed"]
+    assert _values(bootstrap, existing) == [b"committed"]
 
 
 # Kafka's coordinator answers UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist (a
@@ -164,7 +165,7 @@ def test_a_transaction_its_coordinator_timed_out_is_abortable_not_fatal(kafka: K
         p.begin_transaction()
         p.send(ProducerRecord(topic, b"next", partition=0))
         p.commit_transaction()
-    assert _values(kafka.bootstrap, topic, 1) == [b"next"]
+    assert _values(kafka.bootstrap, topic) == [b"next"]
 
 
 def test_calls_that_timed_out_are_retried_to_their_outcome(kafka_proxy: ProxiedKafka) -> None:
@@ -195,7 +196,7 @@ def test_calls_that_timed_out_are_retried_to_their_outcome(kafka_proxy: ProxiedK
         p.commit_transaction()
         with pytest.raises(IllegalStateError, match="READY"):  # seen through: a new call again
             p.commit_transaction()
-    assert _values(kafka_proxy.cluster.bootstrap, topic, 1) == [b"committed once"]
+    assert _values(kafka_proxy.cluster.bootstrap, topic) == [b"committed once"]
 
 
 def test_end_transactions_ends_every_one_it_can_and_names_the_refused(kafka: KafkaCluster) -> None:
@@ -214,7 +215,7 @@ def test_end_transactions_ends_every_one_it_can_and_names_the_refused(kafka: Kaf
         assert prepared[1].transactional_id in str(raised.value)
         admin.end_transactions([prepared[1]], commit=False)  # the refused one was still open
     # the other two were committed all the same
-    assert _values(kafka.bootstrap, topic, 2) == [b"v0", b"v2"]
+    assert _values(kafka.bootstrap, topic) == [b"v0", b"v2"]
 
 
 def test_fence_transactions_aborts_what_a_dead_writer_left_open(kafka: KafkaCluster) -> None:
@@ -231,7 +232,7 @@ def test_fence_transactions_aborts_what_a_dead_writer_left_open(kafka: KafkaClus
         plain.send(ProducerRecord(topic, b"after")).result(30)
     # read_committed sees the later record at once: the last stable offset moved past the
     # aborted transaction instead of waiting for transaction.timeout.ms
-    assert _values(kafka.bootstrap, topic, 1) == [b"after"]
+    assert _values(kafka.bootstrap, topic) == [b"after"]
 
 
 def test_an_exception_in_a_response_handler_fails_the_send_instead_of_hanging(kafka: KafkaCluster) -> None:
@@ -299,4 +300,4 @@ def test_an_admin_client_whose_connections_were_cut_connects_again(kafka: KafkaC
             assert kafka_proxy.proxy.cut_all() >= (1 if round_ else 0)
             admin.end_transactions(prepared, commit=True, timeout_ms=20_000)
             assert admin.committed_offsets({"g": [(topic, 0)]}, timeout_ms=20_000)["g"][(topic, 0)] == (-1, None)
-    assert len(_values(kafka.bootstrap, topic, 60)) == 60
+    assert len(_values(kafka.bootstrap, topic)) == 60
