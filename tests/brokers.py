@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kprod_broker import (  # noqa: F401 (free_port re-exported)
@@ -234,7 +234,6 @@ def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0
             time.sleep(0.1)
 
 
-
 def consume_to_marks(bootstrap: str, topic: str, timeout: float = 60.0,
                      overrides: Mapping[str, object] | None = None) -> list:
     """Every record of ``topic`` written so far, duplicates included, without reading for a
@@ -242,8 +241,6 @@ def consume_to_marks(bootstrap: str, topic: str, timeout: float = 60.0,
     partition, and each partition read up to it (``consume_all``'s ``until``). Under
     read_committed that record shows only once no transaction before it is open, whenever
     their markers land. The marks are left out of what is returned."""
-    from confluent_kafka import Producer
-
     mark = b"end-mark-" + uuid.uuid4().hex.encode()
     probe = consumer(bootstrap)
     try:
