@@ -26,7 +26,7 @@ from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_name
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
 from spark_sink.spark.task_reports import KProdCommitMessage
-from tests.brokers import consume_all, create_topic, unique_topic
+from tests.brokers import create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
@@ -37,17 +37,8 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 
-def _committed_values(bootstrap: str, topic: str, expected: int, settle: float = 1.0) -> list[str]:
-    """What read_committed sees (reading ``settle`` s more for duplicates)."""
-    return [m.value().decode() for m in consume_all(bootstrap, topic, expected, settle=settle,
-                                                    overrides={"isolation.level": "read_committed"})]
-
-
-def _visible(bootstrap: str, topic: str, partitions: int) -> list[str]:
-    """What read_committed sees, duplicates included, once nothing is left open: the keys
-    up to a sentinel produced now to each of the topic's ``partitions`` (no fixed read for
-    duplicates; every test here keys its rows by their values)."""
-    return assert_nothing_left_open(bootstrap, topic, partitions)
+# Read-backs: assert_nothing_left_open returns the keys read_committed saw up to its
+# sentinels, duplicates included; every test here keys its rows by their values.
 
 
 def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config: str
@@ -111,9 +102,9 @@ def test_a_batch_write_that_outlasts_its_transactions_fails_whole_and_a_rerun_wr
     text = str(failure.value)
     assert "fenced" not in text and "kafka.transaction.timeout.ms is 4000 ms" in text
     assert "transaction.max.timeout.ms=900000" in text and "Nothing of the batch write is visible" in text
-    assert _visible(kafka.bootstrap, topic, 2) == []
+    assert assert_nothing_left_open(kafka.bootstrap, topic, 2) == []
     write(ids.select(F.col("id").cast("string").alias("key"), F.col("id").cast("string").alias("value")))
-    values = _visible(kafka.bootstrap, topic, 2)
+    values = assert_nothing_left_open(kafka.bootstrap, topic, 2)
     assert collections.Counter(values) == collections.Counter(str(i) for i in range(rows))
 
 
@@ -140,7 +131,7 @@ def test_a_commit_after_the_timeout_says_timed_out_never_fenced(kafka: KafkaClus
     with pytest.raises(TransactionsEndedError, match="outlasted") as failure:
         exactly_once.commit(config, ExactlyOnce(prefix, topic, one_write=True), list(messages), None)
     assert "fenced" not in str(failure.value) and "2 of 2 timed out" in str(failure.value)
-    assert _visible(kafka.bootstrap, topic, 1) == []
+    assert assert_nothing_left_open(kafka.bootstrap, topic, 1) == []
 
 
 
@@ -167,7 +158,7 @@ def test_an_endtxn_refused_after_the_check_fails_saying_how_many_were_committed(
         admin.close()
     assert "ended by another producer" in str(failure.value)
     assert "kprod.transactionalIdPrefix" in str(failure.value) and "spark.speculation" in str(failure.value)
-    assert _visible(kafka.bootstrap, topic, 1) == ["0"]
+    assert assert_nothing_left_open(kafka.bootstrap, topic, 1) == ["0"]
 
 # -- a microbatch that fails before any task reports ----------------------------------
 
@@ -305,7 +296,7 @@ def test_prefixes_x_and_x_1_keep_their_markers_apart(kafka: KafkaCluster, monkey
     assert exactly_once.commit(config, b, prepared(b, "query-b", 2, "b"), 0).transactions == 2
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, a, prepared(a, "query-a", 2, "a"), 0).transactions == 1  # task 0 only
-    values = _visible(kafka.bootstrap, topic, 1)
+    values = assert_nothing_left_open(kafka.bootstrap, topic, 1)
     assert collections.Counter(values) == collections.Counter(
         f"{tag}{p}-{i}" for tag in "ab" for p in range(2) for i in range(50))
 
@@ -334,7 +325,7 @@ def test_a_second_attempt_that_fences_the_accepted_one_fails_the_write_whole(kaf
     finally:
         for p in (first, other, second):
             p.close()
-    assert _visible(kafka.bootstrap, topic, 1) == []
+    assert assert_nothing_left_open(kafka.bootstrap, topic, 1) == []
 
 
 # -- markers that are gone -----------------------------------------------------------------
@@ -367,7 +358,7 @@ def test_a_restart_whose_markers_are_gone_fails_instead_of_writing_twice(kafka: 
     producer, message = _prepare(kafka.bootstrap, exactly_once_names.transactional_id(prefix, 0), topic, [b"2"])
     producer.close()
     assert exactly_once.commit(config, resumed, [message], 2).transactions == 1
-    assert collections.Counter(_visible(kafka.bootstrap, topic, 1)) == collections.Counter(["0", "1", "2"])
+    assert collections.Counter(assert_nothing_left_open(kafka.bootstrap, topic, 1)) == collections.Counter(["0", "1", "2"])
 
 
 def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafka: KafkaCluster,
@@ -394,7 +385,7 @@ def test_a_replay_of_microbatch_0_whose_directory_is_gone_finds_its_markers(kafk
         future.result(30)
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, eo, prepared(), 0).transactions == 1  # task 0 only
-    values = _visible(kafka.bootstrap, topic, 1)
+    values = assert_nothing_left_open(kafka.bootstrap, topic, 1)
     assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
 
 
@@ -421,7 +412,7 @@ def test_a_named_batch_write_killed_in_its_commit_is_completed_by_its_rerun(kafk
     exactly_once._fenced.clear()
     assert exactly_once.commit(config, eo, prepared(), None).transactions == 1  # the rerun: task 0 only
     assert exactly_once.commit(config, eo, prepared(), None).transactions == 0  # once more: nothing
-    values = _visible(kafka.bootstrap, topic, 1)
+    values = assert_nothing_left_open(kafka.bootstrap, topic, 1)
     assert collections.Counter(values) == collections.Counter(f"{p}-{i}" for p in range(2) for i in range(20))
 
 
@@ -434,7 +425,7 @@ def test_a_named_batch_write_run_twice_through_spark_is_written_once(spark: Spar
         (df.write.format("kprod").mode("append").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("topic", topic).option("kprod.deliveryGuarantee", "exactly-once")
          .option("kprod.transactionalIdPrefix", name).save())
-    values = _visible(kafka.bootstrap, topic, 2)
+    values = assert_nothing_left_open(kafka.bootstrap, topic, 2)
     assert collections.Counter(values) == collections.Counter(str(i) for i in range(500))
 
 
