@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from kprod_broker import KafkaCluster
-from tests.brokers import consume_all, create_topic, partition_counts, subprocess_env, unique_topic
+from tests.brokers import consume_all, consume_to_marks, create_topic, partition_counts, subprocess_env, unique_topic
 from tests.procs import descendants
 
 
@@ -52,6 +52,18 @@ def test_read_until_a_last_record_written_before_a_transactions_marker(kafka: Ka
     assert [m.value() for m in read] == [b"in-txn", b"end"]
     with pytest.raises(AssertionError, match="not to the high watermarks"):
         consume_all(kafka.bootstrap, topic, 2, timeout=2, to_end=True, overrides={"isolation.level": "read_committed"})
+
+
+def test_reads_to_end_marks_leave_every_mark_out(kafka: KafkaCluster) -> None:
+    """consume_to_marks reads a topic again after an earlier call left its marks there:
+    the same records, none of either call's marks."""
+    topic = create_topic(kafka.bootstrap, unique_topic("marks"), partitions=2)
+    p = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(3):
+        p.produce(topic, value=b"v%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    for _ in range(2):
+        assert sorted(m.value() for m in consume_to_marks(kafka.bootstrap, topic)) == [b"v0", b"v1", b"v2"]
 
 
 def test_kprod_broker_command_serves_on_its_port_until_ctrl_c() -> None:
