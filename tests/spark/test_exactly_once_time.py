@@ -26,7 +26,7 @@ from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_name
 from spark_sink.spark.exactly_once import MarkersMissingError, TransactionsEndedError
 from spark_sink.spark.options import ExactlyOnce, parse_options
 from spark_sink.spark.task_reports import KProdCommitMessage
-from tests.brokers import create_topic, unique_topic
+from tests.brokers import consume_all, create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.spark.faults import jvm_sleep, kill_writer
 from tests.spark.readback import CommittedView, assert_nothing_left_open
@@ -37,8 +37,13 @@ if TYPE_CHECKING:
     from tests.conftest import ProxiedKafka
 
 
-# Read-backs: assert_nothing_left_open returns the keys read_committed saw up to its
-# sentinels, duplicates included; every test here keys its rows by their values.
+def _committed_values(bootstrap: str, topic: str, expected: int, settle: float = 1.0) -> list[str]:
+    """What read_committed sees (reading ``settle`` s more for duplicates): the other
+    exactly-once modules' read-back; this module's reads up to sentinels instead
+    (assert_nothing_left_open returns the keys read_committed saw before them, duplicates
+    included; every test here keys its rows by their values)."""
+    return [m.value().decode() for m in consume_all(bootstrap, topic, expected, settle=settle,
+                                                    overrides={"isolation.level": "read_committed"})]
 
 
 def _prepare(bootstrap: str, tid: str, topic: str, values: list[bytes], **config: str
