@@ -30,6 +30,7 @@ from spark_sink.producer.batch import (
     SendCallback,
     SharedReservation,
     TopicPartition,
+    buffered,
     new_future,
 )
 from spark_sink.producer.buffer_pool import BufferPool
@@ -302,10 +303,8 @@ class RecordAccumulator:
                 memory: int | SharedReservation = size if len(encoded) == 1 else SharedReservation(size, len(encoded))
                 for e in encoded:
                     if e.first_offset:  # it continued a batch drained since: a batch of its own
-                        records = RecordBuffer(batch_size)
-                        records.append_section(e.payload, e.record_count, e.base_timestamp, e.max_timestamp, limit,
-                                               e.first_offset)
-                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, records=records,
+                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
+                                              records=buffered(e, batch_size, limit),
                                               segments=[listener, e.record_count])
                         batch.closed = True  # send_arrow's: no send() record joins it
                     else:

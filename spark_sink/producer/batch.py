@@ -99,6 +99,15 @@ SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
 SegmentListener = Callable[["ProducerBatch", int, int, float], None]
 
 
+def buffered(e: EncodedRecords, batch_size: int, limit: int) -> RecordBuffer:
+    """``e``'s records (uncompressed) moved into a buffer of their own that takes more
+    (see ProducerBatch.join), their deltas from 0 and their first timestamp on: into an
+    empty buffer a section always goes, whatever ``limit``."""
+    records = RecordBuffer(batch_size)
+    records.append_section(e.payload, e.record_count, e.base_timestamp, e.max_timestamp, limit, e.first_offset)
+    return records
+
+
 class FutureRecordMetadata(tuple):
     """The result of one ``send()``: ``result(timeout)`` returns RecordMetadata or raises.
 
@@ -246,9 +255,7 @@ class ProducerBatch:
             first = self.encoded
             if first is None or first.codec or first.size_in_bytes + len(e.payload) > limit:
                 return False
-            records = RecordBuffer(self.batch_size)
-            records.append_section(first.payload, first.record_count, first.base_timestamp, first.max_timestamp,
-                                   limit)
+            records = buffered(first, self.batch_size, limit)
             self.records = records  # before encoded goes: record_count reads one or the other
             self.encoded = None
         elif records.estimated_size + len(e.payload) > limit:
