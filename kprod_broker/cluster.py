@@ -87,6 +87,18 @@ log4j.logger.kafka.request.logger=WARN
 """
 
 
+# A node's formatted storage is its meta.properties (its id, the cluster's, a random
+# directory id) and bootstrap.checkpoint: the metadata version, finalized features and
+# SCRAM credentials, the same for every node of a cluster and every cluster of its shape.
+# StorageTool's JVM (a second of CPU) runs once per shape in a process: its checkpoint is
+# kept here by KafkaCluster.format_shape, and copied to the other nodes.
+_FORMAT_FILES = ["bootstrap.checkpoint", "meta.properties"]
+_FORMATTED: dict[tuple, bytes] = {}
+_FORMATTED_LOCK = threading.Lock()
+# Settings that place the storage elsewhere than the node's data directory.
+_PLACED_BY_CONFIG = {"log.dirs", "log.dir", "metadata.log.dir", "controller.quorum.bootstrap.servers"}
+
+
 @dataclass(frozen=True)
 class Listener:
     """A client listener besides the plain one every node has.
@@ -177,12 +189,40 @@ class KafkaNode:
         return props
 
     def format(self) -> None:
-        """Write the properties and format the storage (with the cluster's SCRAM users)."""
+        """Write the properties and format the storage (with the cluster's SCRAM users):
+        with StorageTool the first time this process formats a node of the cluster's
+        shape, else with the bootstrap metadata that run wrote (``_FORMATTED``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
         (self.dir / "log4j.properties").write_text(_LOG4J1)
+        shape = self.cluster.format_shape()
+        with _FORMATTED_LOCK:
+            bootstrap = _FORMATTED.get(shape) if shape is not None else None
+        if bootstrap is not None:
+            self._format_from(bootstrap)
+            return
+        self._storage_tool(config)
+        data = self.dir / "data"
+        # Only the two files this Kafka's StorageTool writes are copied; one that writes
+        # more is run for every node.
+        if shape is not None and sorted(p.name for p in data.iterdir()) == _FORMAT_FILES:
+            with _FORMATTED_LOCK:
+                _FORMATTED[shape] = (data / "bootstrap.checkpoint").read_bytes()
+
+    def _format_from(self, bootstrap: bytes) -> None:
+        """Format as StorageTool does, without its JVM: ``bootstrap.checkpoint`` as given,
+        and ``meta.properties`` naming this node, the cluster and a new directory."""
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "bootstrap.checkpoint").write_bytes(bootstrap)
+        (data / "meta.properties").write_text(
+            f"version=1\ncluster.id={self.cluster.cluster_id}\nnode.id={self.node_id}\n"
+            f"directory.id={_kafka_uuid()}\n")
+
+    def _storage_tool(self, config: Path) -> None:
+        """Format the storage with Kafka's StorageTool, in a JVM of its own."""
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
         features = [arg for name, level in self.cluster.features.items() for arg in ("--feature", f"{name}={level}")]
         result = subprocess.run(
@@ -318,6 +358,15 @@ class KafkaCluster:
             self.stop()
             raise
 
+    def format_shape(self) -> tuple | None:
+        """What StorageTool's output depends on besides a node's own id and directory:
+        nodes of one shape share it (``KafkaNode.format``). None where the storage is
+        placed by ``config``: StorageTool then formats each node."""
+        if _PLACED_BY_CONFIG.intersection(self.config):
+            return None
+        unstable = sorted((k, v) for k, v in self.config.items() if k.startswith("unstable."))
+        return self.version, tuple(sorted(self.features.items())), self.scram_users, tuple(unstable)
+
     @property
     def bootstrap(self) -> str:
         """Every node's plain listener."""
@@ -410,6 +459,15 @@ def _cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _kafka_uuid() -> str:
+    """A Kafka Uuid as its ``randomUuid`` makes one for a directory id: 16 random bytes in
+    URL-safe base64 without padding, never beginning with '-'."""
+    text = _cluster_id()
+    while text.startswith("-"):
+        text = _cluster_id()
+    return text
 
 
 @contextlib.contextmanager
