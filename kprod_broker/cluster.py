@@ -9,6 +9,7 @@ come from ``kprod_broker.jars``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kprod_broker.jars import KAFKA_VERSION, KafkaUnavailableError, java, kafka_classpath
+from kprod_broker.jars import KAFKA_VERSION, KafkaUnavailableError, cache_dir, java, kafka_classpath
 
 # Every port free_port handed out in this process: the kernel may offer a port again
 # before the first taker binds it, and a node given one port for two listeners (seen in
@@ -90,11 +91,46 @@ log4j.logger.kafka.request.logger=WARN
 # A node's formatted storage is its meta.properties (its id, the cluster's, a random
 # directory id) and bootstrap.checkpoint: the metadata version, finalized features and
 # SCRAM credentials, the same for every node of a cluster and every cluster of its shape.
-# StorageTool's JVM (a second of CPU) runs once per shape in a process: its checkpoint is
-# kept here by KafkaCluster.format_shape, and copied to the other nodes.
+# StorageTool's JVM (a second of CPU) runs once per shape: its checkpoint is kept here by
+# KafkaCluster.format_shape, and in the cache directory unless it holds SCRAM credentials,
+# and copied to the other nodes.
 _FORMAT_FILES = ["bootstrap.checkpoint", "meta.properties"]
 _FORMATTED: dict[tuple, bytes] = {}
 _FORMATTED_LOCK = threading.Lock()
+
+
+def _format_file(shape: tuple) -> Path | None:
+    """Where the checkpoint of ``shape`` is kept between processes; None for a shape with
+    SCRAM users (their credentials stay in the nodes' own directories)."""
+    version, _, scram_users, _ = shape
+    if scram_users:
+        return None
+    digest = hashlib.sha256(repr(shape).encode()).hexdigest()[:16]
+    return cache_dir() / "kafka-format" / f"{version}-{digest}.checkpoint"
+
+
+def _formatted(shape: tuple) -> bytes | None:
+    """The bootstrap checkpoint StorageTool wrote for ``shape``, if it ran before."""
+    with _FORMATTED_LOCK:
+        found = _FORMATTED.get(shape)
+    path = _format_file(shape)
+    if found is None and path is not None:
+        with contextlib.suppress(OSError):
+            found = path.read_bytes() or None
+    return found
+
+
+def _keep_formatted(shape: tuple, checkpoint: bytes) -> None:
+    with _FORMATTED_LOCK:
+        _FORMATTED[shape] = checkpoint
+    path = _format_file(shape)
+    if path is not None:
+        # Written aside and renamed: a process reading it meanwhile never sees a part.
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_bytes(checkpoint)
+            partial.replace(path)
 # Settings that place the storage elsewhere than the node's data directory.
 _PLACED_BY_CONFIG = {"log.dirs", "log.dir", "metadata.log.dir", "controller.quorum.bootstrap.servers"}
 
@@ -198,8 +234,7 @@ class KafkaNode:
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
         (self.dir / "log4j.properties").write_text(_LOG4J1)
         shape = self.cluster.format_shape()
-        with _FORMATTED_LOCK:
-            bootstrap = _FORMATTED.get(shape) if shape is not None else None
+        bootstrap = _formatted(shape) if shape is not None else None
         if bootstrap is not None:
             self._format_from(bootstrap)
             return
@@ -208,8 +243,7 @@ class KafkaNode:
         # Only the two files this Kafka's StorageTool writes are copied; one that writes
         # more is run for every node.
         if shape is not None and sorted(p.name for p in data.iterdir()) == _FORMAT_FILES:
-            with _FORMATTED_LOCK:
-                _FORMATTED[shape] = (data / "bootstrap.checkpoint").read_bytes()
+            _keep_formatted(shape, (data / "bootstrap.checkpoint").read_bytes())
 
     def _format_from(self, bootstrap: bytes) -> None:
         """Format as StorageTool does, without its JVM: ``bootstrap.checkpoint`` as given,
