@@ -113,6 +113,9 @@ def test_kprod_broker_command_serves_on_its_port_until_ctrl_c() -> None:
         assert not os.path.exists(f"/proc/{jvm}")  # stopped and reaped, not left to init
     finally:
         if broker.poll() is None:
+            # Its node runs in a session of its own: killed with the command, not left to init.
+            for pid in descendants(broker.pid):
+                os.kill(pid, signal.SIGKILL)
             broker.kill()
 
 
