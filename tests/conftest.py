@@ -250,10 +250,8 @@ def kafka_tv1_proxy(_kafka_tv1_session: ProxiedKafka) -> Iterator[ProxiedKafka]:
 def _start_kafka3(stack: contextlib.ExitStack) -> ProxiedKafka3:
     ports = {node_id: free_port() for node_id in (1, 2, 3)}
     proxies = {node_id: stack.enter_context(FaultProxy("127.0.0.1", port)) for node_id, port in ports.items()}
-    # An idle follower's fetch waits 5 s for data instead of 0.5 s: a fetch still returns
-    # as soon as a record arrives, and the idle cluster uses about a third less CPU.
     cluster = start_kafka(3, listeners=[Listener("PROXIED", node_ports=ports, advertised_node_ports={
-        node_id: proxy.port for node_id, proxy in proxies.items()})], config={"replica.fetch.wait.max.ms": "5000"})
+        node_id: proxy.port for node_id, proxy in proxies.items()})])
     stack.callback(discard, cluster)
     return ProxiedKafka3(cluster, proxies)
 
