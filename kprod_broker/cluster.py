@@ -97,6 +97,8 @@ log4j.logger.kafka.request.logger=WARN
 _FORMAT_FILES = ["bootstrap.checkpoint", "meta.properties"]
 _FORMATTED: dict[tuple, bytes] = {}
 _FORMATTED_LOCK = threading.Lock()
+# Settings that place the storage elsewhere than the node's data directory.
+_PLACED_BY_CONFIG = {"log.dirs", "log.dir", "metadata.log.dir", "controller.quorum.bootstrap.servers"}
 
 
 def _format_file(shape: tuple) -> Path | None:
@@ -117,10 +119,15 @@ def _formatted(shape: tuple) -> bytes | None:
     if found is None and path is not None:
         with contextlib.suppress(OSError):
             found = path.read_bytes() or None
+        if found is not None:
+            with _FORMATTED_LOCK:
+                _FORMATTED[shape] = found
     return found
 
 
 def _keep_formatted(shape: tuple, checkpoint: bytes) -> None:
+    """Keep the checkpoint StorageTool wrote for ``shape``: in this process, and in the
+    cache directory where ``_format_file`` allows."""
     with _FORMATTED_LOCK:
         _FORMATTED[shape] = checkpoint
     path = _format_file(shape)
@@ -131,8 +138,6 @@ def _keep_formatted(shape: tuple, checkpoint: bytes) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial.write_bytes(checkpoint)
             partial.replace(path)
-# Settings that place the storage elsewhere than the node's data directory.
-_PLACED_BY_CONFIG = {"log.dirs", "log.dir", "metadata.log.dir", "controller.quorum.bootstrap.servers"}
 
 
 @dataclass(frozen=True)
@@ -226,8 +231,8 @@ class KafkaNode:
 
     def format(self) -> None:
         """Write the properties and format the storage (with the cluster's SCRAM users):
-        with StorageTool the first time this process formats a node of the cluster's
-        shape, else with the bootstrap metadata that run wrote (``_FORMATTED``)."""
+        with StorageTool the first time a node of the cluster's shape is formatted, else
+        with the bootstrap metadata that run wrote (``_formatted``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
