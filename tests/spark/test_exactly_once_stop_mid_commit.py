@@ -61,10 +61,12 @@ def _wills() -> list[int]:
     return found
 
 
-def _wait_for_the_commit(timeout: float = 120.0) -> int:
-    """Until the driver's commit has begun: the process of its last will, once armed."""
+def _wait_for_the_commit(query: StreamingQuery, timeout: float = 120.0) -> int:
+    """Until the driver's commit has begun: the process of its last will, once armed. A
+    query that ends first (failed, or done without a commit to see) fails the wait at once."""
     deadline = time.monotonic() + timeout
     while not (found := _wills()):
+        assert query.isActive, f"the query ended before its commit was seen: {query.exception()}"
         assert time.monotonic() < deadline, "the driver's commit never began"
         time.sleep(0.02)
     return found[0]
@@ -86,7 +88,7 @@ def test_a_commit_cut_short_leaves_nothing_open(spark: SparkSession, kafka: Kafk
         print("cut:", cut, into_commit_s, "s into the commit")
 
     def cut_short(query: StreamingQuery) -> None:
-        worker = procs.parent(_wait_for_the_commit())
+        worker = procs.parent(_wait_for_the_commit(query))
         time.sleep(into_commit_s)
         if cut == "kill" and worker is not None:
             os.kill(worker, signal.SIGKILL)
