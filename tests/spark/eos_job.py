@@ -45,6 +45,10 @@ def main() -> None:
     rows = source.mapInArrow(flaky, source.schema).selectExpr("CAST(id AS STRING) AS key", "payload AS value")
     query = (rows.writeStream.format("kprod").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
              .option("kprod.deliveryGuarantee", guarantee).option("checkpointLocation", checkpoint)
+             # Not the 60 s default: on a loaded machine a microbatch of retried tasks took
+             # 48 s, and its commit was refused as too late. Nor can the check below that
+             # nothing is left open pass by the killed runs' transactions timing out.
+             .option("kafka.transaction.timeout.ms", "600000")
              .trigger(availableNow=True).start())
     query.awaitTermination()
     spark.stop()

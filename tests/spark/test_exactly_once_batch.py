@@ -10,8 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from kprod_broker import KafkaCluster
-from tests.brokers import consume_all, create_topic, unique_topic
-from tests.spark.readback import CommittedView
+from tests.brokers import consume_to_marks, create_topic, unique_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -24,13 +23,10 @@ def _write(df: DataFrame, bootstrap: str, topic: str, guarantee: str) -> None:
      .option("kprod.deliveryGuarantee", guarantee).save())
 
 
-def _visible(bootstrap: str, topic: str, seconds: float = 3.0) -> list[str]:
-    t = CommittedView(bootstrap, topic, "read_committed")
-    try:
-        t.poll(seconds)
-        return t.keys
-    finally:
-        t.close()
+def _visible(bootstrap: str, topic: str) -> list[bytes]:
+    """The keys read_committed sees, up to marks produced now (not for a fixed while): the
+    marks show only once no transaction before them is open."""
+    return [m.key() for m in consume_to_marks(bootstrap, topic, overrides={"isolation.level": "read_committed"})]
 
 
 def test_batch_write_commits_every_task_at_once(spark: SparkSession, kafka: KafkaCluster) -> None:
@@ -38,8 +34,7 @@ def test_batch_write_commits_every_task_at_once(spark: SparkSession, kafka: Kafk
     df = spark.range(N, numPartitions=4).select(F.col("id").cast("string").alias("key"),
                                                  F.lit("v").alias("value"))
     _write(df, kafka.bootstrap, topic, "exactly-once")
-    messages = consume_all(kafka.bootstrap, topic, N, settle=1.0, overrides={"isolation.level": "read_committed"})
-    counts = collections.Counter(m.key().decode() for m in messages)
+    counts = collections.Counter(k.decode() for k in _visible(kafka.bootstrap, topic))
     assert set(counts) == {str(i) for i in range(N)} and set(counts.values()) == {1}
 
 
