@@ -19,11 +19,13 @@ SCHEMA = (
 
 
 def read_topics(spark: SparkSession, bootstrap: str, expected: dict[str, int],
-                settle: float = 1.0) -> tuple[DataFrame, list]:
-    """Every record of ``expected`` topics (reading ``settle`` seconds more to catch duplicates)."""
+                settle: float = 1.0, to_end: bool = False) -> tuple[DataFrame, list]:
+    """Every record of ``expected`` topics (reading ``settle`` seconds more to catch
+    duplicates; with ``to_end``, up to each partition's high watermark instead, without
+    waiting: for topics without transactions)."""
     messages = []
     for topic, count in expected.items():
-        messages += consume_all(bootstrap, topic, count, timeout=60, settle=settle)
+        messages += consume_all(bootstrap, topic, count, timeout=60, settle=0.0 if to_end else settle, to_end=to_end)
     rows = [
         (m.topic(), m.partition(), m.key(), m.value(),
          [(k, v) for k, v in m.headers()] if m.headers() else None, m.timestamp()[1])

@@ -33,7 +33,7 @@ def write(df: DataFrame, bootstrap: str, **options: str) -> None:
 def compare(spark: SparkSession, df: DataFrame, broker: KafkaCluster, topics: dict[str, int], topic: str | None = None,
             with_timestamp: bool = False) -> tuple[DataFrame, list]:
     """Check every row arrived exactly once with its key, value, headers (and timestamp)."""
-    got, messages = read_topics(spark, broker.bootstrap, topics)
+    got, messages = read_topics(spark, broker.bootstrap, topics, to_end=True)
     expected = as_sent(df, topic)
     drop = ["partition"] if with_timestamp else ["partition", "timestamp"]
     assert_df_equality(got.drop(*drop), expected.drop(*drop[1:]) if with_timestamp else expected.drop("timestamp"),
@@ -175,7 +175,7 @@ def test_every_column_at_once(spark: SparkSession, broker: KafkaCluster) -> None
         (F.lit(base_ms) + i * 37).alias("timestamp"),
     )
     write(df, broker.bootstrap)
-    got, messages = read_topics(spark, broker.bootstrap, {a: N // 2, b: N // 2})
+    got, messages = read_topics(spark, broker.bootstrap, {a: N // 2, b: N // 2}, to_end=True)
     expected = df.select("topic", F.col("key").cast("binary").alias("key"), "value", "headers", "timestamp")
     assert_df_equality(got.drop("partition"), expected, ignore_row_order=True, ignore_column_order=True,
                        ignore_nullable=True)

@@ -87,7 +87,7 @@ def test_a_write_that_works_runs_its_jobs(spark: SparkSession, kafka: KafkaClust
     with _jobs(spark) as jobs:
         _save(_df(spark), kafka.bootstrap, topic=topic)
     assert jobs
-    assert len(consume_all(kafka.bootstrap, topic, 20)) == 20
+    assert len(consume_all(kafka.bootstrap, topic, 20, to_end=True)) == 20
 
 
 def test_dead_addresses_fail_the_write_on_the_driver(spark: SparkSession) -> None:
@@ -116,15 +116,15 @@ def test_unknown_topic_fails_the_write_on_the_driver(spark: SparkSession, strict
 def test_unknown_topic_in_the_topic_column_fails_the_task_within_seconds(spark: SparkSession,
                                                                          strict_kafka: KafkaCluster) -> None:
     """The driver cannot know a per-row topic; the task's producer stops at the brokers'
-    UNKNOWN_TOPIC_OR_PARTITION answers (2 s of them) instead of max.block.ms (60 s)."""
+    UNKNOWN_TOPIC_OR_PARTITION answers (2 s of them) instead of max.block.ms (60 s): its
+    error says which it waited for (not a timed assertion, which a loaded machine breaks)."""
     topic = unique_topic("missing")
     df = _df(spark, rows=4, partitions=1).withColumn("topic", F.lit(topic))
-    started = time.monotonic()
     with pytest.raises(Exception) as err:
         _save(df, strict_kafka.bootstrap)
     assert f"UnknownTopicError: topic '{topic}' does not exist on the cluster at {strict_kafka.bootstrap}" in str(
         err.value)
-    assert time.monotonic() - started < 30  # one task attempt (local mode does not retry), not 60 s
+    assert "(waited 2000 ms of UNKNOWN_TOPIC_OR_PARTITION answers)" in str(err.value)
 
 
 def test_wrong_password_fails_the_write_on_the_driver(spark: SparkSession, secure_kafka: SecureKafka) -> None:
@@ -256,7 +256,7 @@ def _schema() -> StructType:
 
 def test_a_streaming_query_checks_the_cluster_once(spark: SparkSession, kafka: KafkaCluster, tmp_path: Path) -> None:
     """Several microbatches: after the first, no more checks (before, the planner's and
-    the commit runner's checks added two per microbatch: three microbatches show that)."""
+    the commit runner's checks added two per microbatch: two microbatches show that)."""
     topic = create_topic(kafka.bootstrap, unique_topic("once"), 2)
     with _proxy(kafka) as proxy:
         stream = (spark.readStream.format("rate").option("rowsPerSecond", 20).option("numPartitions", 2).load()
@@ -273,13 +273,13 @@ def test_a_streaming_query_checks_the_cluster_once(spark: SparkSession, kafka: K
                 time.sleep(0.1)
             after_first = _closed(proxy)
             first_batches = done()
-            while done() < first_batches + 3 and time.monotonic() < deadline:
+            while done() < first_batches + 2 and time.monotonic() < deadline:
                 time.sleep(0.1)
             later = _closed(proxy) - after_first
             batches = done() - first_batches
         finally:
             query.stop()
-    assert batches >= 3, f"only {batches} more microbatches with rows"
+    assert batches >= 2, f"only {batches} more microbatches with rows"
     assert after_first >= 1  # the first microbatch's check
     assert later == 0, f"{later} more check(s) over {batches} microbatches"
 
@@ -292,12 +292,12 @@ def test_a_foreachbatch_loops_writes_check_once(spark: SparkSession, kafka: Kafk
         bootstrap = f"127.0.0.1:{proxy.port}"
         _save(_df(spark), bootstrap, topic=topic)
         after_first = _closed(proxy)
-        for _ in range(3):
+        for _ in range(2):
             _save(_df(spark), bootstrap, topic=topic)
         later = _closed(proxy) - after_first
     assert after_first >= 1  # the first write's check
-    assert later == 0, f"{later} more check(s) over 3 writes"
-    assert len(consume_all(kafka.bootstrap, topic, 80)) == 80
+    assert later == 0, f"{later} more check(s) over 2 writes"
+    assert len(consume_all(kafka.bootstrap, topic, 60, to_end=True)) == 60
 
 
 def test_an_aborted_write_is_checked_again(spark: SparkSession, kafka: KafkaCluster) -> None:

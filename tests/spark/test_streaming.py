@@ -72,7 +72,7 @@ def test_file_stream_restarted_from_checkpoint_exactly_once(spark: SparkSession,
         assert e["requests"] >= 1 and e["retries"] == e["errors"] == 0
         assert 0 < e["requestLatencyAvgMs"] <= e["requestLatencyMaxMs"]
 
-    got, messages = read_topics(spark, broker.bootstrap, {topic: 500}, settle=2.0)
+    got, messages = read_topics(spark, broker.bootstrap, {topic: 500}, to_end=True)
     assert len(messages) == 500  # nothing from a committed microbatch written again
     expected = as_sent(as_records(spark.read.schema(SCHEMA).json(str(source))), topic)
     assert_df_equality(got.drop("partition", "timestamp"), expected.drop("timestamp"),
@@ -97,7 +97,7 @@ def test_complete_mode_writes_each_result(spark: SparkSession, broker: KafkaClus
     entries = [json.loads(line) for line in report.read_text().splitlines()]
     # maxFilesPerTrigger=2 over 2 files: one microbatch with the 4 groups.
     assert [e["records"] for e in entries] == [4]
-    got, _ = read_topics(spark, broker.bootstrap, {topic: 4}, settle=1.0)
+    got, _ = read_topics(spark, broker.bootstrap, {topic: 4}, to_end=True)
     assert sorted((r.key, r.value) for r in got.collect()) == [(str(k).encode(), b"10") for k in range(4)]
 
 
@@ -160,6 +160,6 @@ def test_update_mode_is_refused_by_spark_and_works_through_foreach_batch(spark: 
     run()
     add_files(spark, source, 40, 2, 1)  # ids 40 and 41: groups 0 and 1 change
     run()
-    got, _ = read_topics(spark, broker.bootstrap, {topic: 6}, settle=1.0)
+    got, _ = read_topics(spark, broker.bootstrap, {topic: 6}, to_end=True)
     assert sorted((r.key, r.value) for r in got.collect()) == sorted(
         [(str(k).encode(), b"10") for k in range(4)] + [(b"0", b"11"), (b"1", b"11")])
