@@ -9,6 +9,7 @@ come from ``kprod_broker.jars``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shlex
 import shutil
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kprod_broker.jars import KAFKA_VERSION, KafkaUnavailableError, java, kafka_classpath
+from kprod_broker.jars import KAFKA_VERSION, KafkaUnavailableError, cache_dir, java, kafka_classpath
 
 # Every port free_port handed out in this process: the kernel may offer a port again
 # before the first taker binds it, and a node given one port for two listeners (seen in
@@ -85,6 +86,58 @@ log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.state.change.logger=WARN
 log4j.logger.kafka.request.logger=WARN
 """
+
+
+# A node's formatted storage is its meta.properties (its id, the cluster's, a random
+# directory id) and bootstrap.checkpoint: the metadata version, finalized features and
+# SCRAM credentials, the same for every node of a cluster and every cluster of its shape.
+# StorageTool's JVM (a second of CPU) runs once per shape: its checkpoint is kept here by
+# KafkaCluster.format_shape, and in the cache directory unless it holds SCRAM credentials,
+# and copied to the other nodes.
+_FORMAT_FILES = ["bootstrap.checkpoint", "meta.properties"]
+_FORMATTED: dict[tuple, bytes] = {}
+_FORMATTED_LOCK = threading.Lock()
+# Settings that place the storage elsewhere than the node's data directory.
+_PLACED_BY_CONFIG = {"log.dirs", "log.dir", "metadata.log.dir", "controller.quorum.bootstrap.servers"}
+
+
+def _format_file(shape: tuple) -> Path | None:
+    """Where the checkpoint of ``shape`` is kept between processes; None for a shape with
+    SCRAM users (their credentials stay in the nodes' own directories)."""
+    version, _, scram_users, _ = shape
+    if scram_users:
+        return None
+    digest = hashlib.sha256(repr(shape).encode()).hexdigest()[:16]
+    return cache_dir() / "kafka-format" / f"{version}-{digest}.checkpoint"
+
+
+def _formatted(shape: tuple) -> bytes | None:
+    """The bootstrap checkpoint StorageTool wrote for ``shape``, if it ran before."""
+    with _FORMATTED_LOCK:
+        found = _FORMATTED.get(shape)
+    path = _format_file(shape)
+    if found is None and path is not None:
+        with contextlib.suppress(OSError):
+            found = path.read_bytes() or None
+        if found is not None:
+            with _FORMATTED_LOCK:
+                _FORMATTED[shape] = found
+    return found
+
+
+def _keep_formatted(shape: tuple, checkpoint: bytes) -> None:
+    """Keep the checkpoint StorageTool wrote for ``shape``: in this process, and in the
+    cache directory where ``_format_file`` allows."""
+    with _FORMATTED_LOCK:
+        _FORMATTED[shape] = checkpoint
+    path = _format_file(shape)
+    if path is not None:
+        # Written aside and renamed: a process reading it meanwhile never sees a part.
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_bytes(checkpoint)
+            partial.replace(path)
 
 
 @dataclass(frozen=True)
@@ -177,12 +230,38 @@ class KafkaNode:
         return props
 
     def format(self) -> None:
-        """Write the properties and format the storage (with the cluster's SCRAM users)."""
+        """Write the properties and format the storage (with the cluster's SCRAM users):
+        with StorageTool the first time a node of the cluster's shape is formatted, else
+        with the bootstrap metadata that run wrote (``_formatted``)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
         (self.dir / "log4j.properties").write_text(_LOG4J1)
+        shape = self.cluster.format_shape()
+        bootstrap = _formatted(shape) if shape is not None else None
+        if bootstrap is not None:
+            self._format_from(bootstrap)
+            return
+        self._storage_tool(config)
+        data = self.dir / "data"
+        # Only the two files this Kafka's StorageTool writes are copied; one that writes
+        # more is run for every node.
+        if shape is not None and sorted(p.name for p in data.iterdir()) == _FORMAT_FILES:
+            _keep_formatted(shape, (data / "bootstrap.checkpoint").read_bytes())
+
+    def _format_from(self, bootstrap: bytes) -> None:
+        """Format as StorageTool does, without its JVM: ``bootstrap.checkpoint`` as given,
+        and ``meta.properties`` naming this node, the cluster and a new directory."""
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "bootstrap.checkpoint").write_bytes(bootstrap)
+        (data / "meta.properties").write_text(
+            f"version=1\ncluster.id={self.cluster.cluster_id}\nnode.id={self.node_id}\n"
+            f"directory.id={_kafka_uuid()}\n")
+
+    def _storage_tool(self, config: Path) -> None:
+        """Format the storage with Kafka's StorageTool, in a JVM of its own."""
         scram = [arg for user in self.cluster.scram_users for arg in ("--add-scram", user)]
         features = [arg for name, level in self.cluster.features.items() for arg in ("--feature", f"{name}={level}")]
         result = subprocess.run(
@@ -318,6 +397,15 @@ class KafkaCluster:
             self.stop()
             raise
 
+    def format_shape(self) -> tuple | None:
+        """What StorageTool's output depends on besides a node's own id and directory:
+        nodes of one shape share it (``KafkaNode.format``). None where the storage is
+        placed by ``config``: StorageTool then formats each node."""
+        if _PLACED_BY_CONFIG.intersection(self.config):
+            return None
+        unstable = sorted((k, v) for k, v in self.config.items() if k.startswith("unstable."))
+        return self.version, tuple(sorted(self.features.items())), self.scram_users, tuple(unstable)
+
     @property
     def bootstrap(self) -> str:
         """Every node's plain listener."""
@@ -410,6 +498,15 @@ def _cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _kafka_uuid() -> str:
+    """A Kafka Uuid as its ``randomUuid`` makes one for a directory id: 16 random bytes in
+    URL-safe base64 without padding, never beginning with '-'."""
+    text = _cluster_id()
+    while text.startswith("-"):
+        text = _cluster_id()
+    return text
 
 
 @contextlib.contextmanager

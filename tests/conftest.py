@@ -49,6 +49,7 @@ _HEAVY_GROUPS = {
     "_kafka_tv1_session": "kafka_tv1",  # about a minute: the transaction tests on protocol v1
     # Apicurio: about 5 s of CPU and 220 MB to start, nearly nothing idle (a session fixture).
     "schema_registry": "schema_registry",
+    "acl_kafka": "acl_kafka",  # three modules' tests, one node
 }
 
 
@@ -282,16 +283,21 @@ def _clear_faults(proxy: FaultProxy) -> None:
     proxy.stall(False)
 
 
-@pytest.fixture(scope="module")
-def acl_kafka() -> Iterator[KafkaCluster]:
-    """A node with Kafka's authorizer (StandardAuthorizer), allowing what no ACL names: the
-    clients, all User:ANONYMOUS on PLAINTEXT, may do everything but what an ACL denies
-    (``tests.brokers.deny_topic``)."""
+def _start_acl_kafka(stack: contextlib.ExitStack) -> KafkaCluster:
     cluster = start_kafka(config={
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "true"})
-    yield cluster
-    discard(cluster)
+    stack.callback(discard, cluster)
+    return cluster
+
+
+@pytest.fixture
+def acl_kafka() -> KafkaCluster:
+    """A node with Kafka's authorizer (StandardAuthorizer), allowing what no ACL names: the
+    clients, all User:ANONYMOUS on PLAINTEXT, may do everything but what an ACL denies
+    (``tests.brokers.deny_topic``, on topics of a test's own). Started by the worker's first
+    test that uses it (tests/services.py), shared by the modules that do."""
+    return SERVICES.get("acl_kafka", _start_acl_kafka)
 
 
 @pytest.fixture(scope="session")

@@ -111,8 +111,8 @@ def make_spark_archive() -> Path:
 
 
 def make_kafka_archive() -> Path:
-    """A node's format and start, a topic and a transaction, and its stop: its JVMs write
-    the archive as they exit (the format's first, then the node's, which holds more)."""
+    """A node's start, a topic and a transaction, and its stop: its JVM writes the archive
+    as it exits (after the format's, when StorageTool runs: kprod_broker keeps its output)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from spark_sink.producer import KafkaProducer, ProducerRecord

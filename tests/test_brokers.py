@@ -76,7 +76,8 @@ def test_kprod_broker_command_serves_on_its_port_until_ctrl_c() -> None:
     from kprod_broker import free_port
 
     port = free_port()
-    env = {**subprocess_env(), "KAFKA_OPTS": "-Dkprod.test=from-kafka-opts -XX:TieredStopAtLevel=1"}
+    env = subprocess_env()  # KAFKA_OPTS: the suite's JVM options (C1 only, the class archive)
+    env["KAFKA_OPTS"] = f"{env['KAFKA_OPTS']} -Dkprod.test=from-kafka-opts"
     broker = subprocess.Popen([sys.executable, "-m", "kprod_broker", "--port", str(port), "--partitions", "2"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -112,6 +113,9 @@ def test_kprod_broker_command_serves_on_its_port_until_ctrl_c() -> None:
         assert not os.path.exists(f"/proc/{jvm}")  # stopped and reaped, not left to init
     finally:
         if broker.poll() is None:
+            # Its node runs in a session of its own: killed with the command, not left to init.
+            for pid in descendants(broker.pid):
+                os.kill(pid, signal.SIGKILL)
             broker.kill()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kprod_broker import KafkaUnavailableError, maven_jars, spark_kafka_jars
+from kprod_broker import KafkaUnavailableError, spark_kafka_jars
 from kprod_broker.jars import SPARK_PACKAGES_VERSION
 
 
@@ -18,25 +18,17 @@ def test_the_pyspark_the_errors_name_is_the_one_make_venv_installs() -> None:
 
 
 @pytest.mark.jvm  # Ivy runs in a JVM
-def test_a_failed_fetch_leaves_no_folder_and_a_later_one_is_tried_again(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KPROD_CACHE", str(tmp_path))
-    missing = "org.apache.kafka:kafka-clients:0.0.0-kprod-missing"
-    for _ in range(2):  # the second is fetched again, not read from a half-made entry
-        with pytest.raises(KafkaUnavailableError, match="Ivy could not fetch"):
-            maven_jars("missing", [missing])
-        assert not (tmp_path / "missing").exists()
-
-
-@pytest.mark.jvm
-def test_a_spark_without_its_kafka_connector_on_maven_central_is_told_what_to_use(
+def test_a_failed_fetch_leaves_no_folder_is_tried_again_and_says_what_to_use(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As PySpark 4.3.0 from PyPI, whose spark-sql-kafka Maven Central does not serve."""
+    """As PySpark 4.3.0 from PyPI, whose spark-sql-kafka Maven Central does not serve (one
+    case for both: each fetch is an Ivy JVM)."""
     monkeypatch.setenv("KPROD_CACHE", str(tmp_path))
-    with pytest.raises(KafkaUnavailableError) as failed:
-        spark_kafka_jars("0.0.1")
-    text = str(failed.value)
-    assert text.startswith("spark-sql-kafka-0-10_2.13 0.0.1 (the package of the PySpark installed here) cannot be "
-                           "fetched"), text
-    assert "pip install 'pyspark==4.2.0'" in text and "--skip-spark-kafka" in text, text
-    assert not (tmp_path / "spark-sql-kafka-0.0.1").exists()
+    for _ in range(2):  # the second is fetched again, not read from a half-made entry
+        with pytest.raises(KafkaUnavailableError) as failed:
+            spark_kafka_jars("0.0.1")
+        text = str(failed.value)
+        assert text.startswith("spark-sql-kafka-0-10_2.13 0.0.1 (the package of the PySpark installed here) "
+                               "cannot be fetched"), text
+        assert "pip install 'pyspark==4.2.0'" in text and "--skip-spark-kafka" in text, text
+        assert "Ivy could not fetch org.apache.spark:spark-sql-kafka-0-10_2.13:0.0.1" in text, text
+        assert not (tmp_path / "spark-sql-kafka-0.0.1").exists()

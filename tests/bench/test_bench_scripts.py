@@ -12,7 +12,7 @@ import pytest
 
 from kprod_broker import KafkaCluster
 from tests.brokers import subprocess_env
-from tests.script_help import help_text, unknown_options
+from tests.script_help import checked_help, help_text, help_texts, unknown_options
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 SCRIPTS = sorted(p.name for p in BENCH.glob("*.py"))
@@ -27,9 +27,15 @@ def test_every_bench_script_is_listed() -> None:
     assert "bench_partitions.py" in SCRIPTS and len(SCRIPTS) >= 6, SCRIPTS
 
 
+@pytest.fixture(scope="module")
+def helps() -> dict[str, tuple[int, str, str]]:
+    """Every script's --help, from one process: each would import pyarrow and kprod again."""
+    return help_texts([BENCH / script for script in SCRIPTS])
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_help_names_only_options_the_script_has(script: str) -> None:
-    text = help_text(BENCH / script)
+def test_help_names_only_options_the_script_has(helps: dict[str, tuple[int, str, str]], script: str) -> None:
+    text = checked_help(helps[script])
     assert unknown_options(text) == set(), text
 
 

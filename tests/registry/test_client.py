@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry import SchemaRegistryClient as TheirClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kprod_broker import TlsFiles, make_tls_files
@@ -445,11 +445,33 @@ def _versions(draw: st.DrawFn) -> list[str]:
                        indent=draw(st.sampled_from([None, 1]))) for cut in cuts]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Hand-picked: a subject that must be quoted in the path, with a second version that adds a
+# field with a default; indented text.
+_PICKED_VERSIONS = [_record({"name": "id", "type": "long"}),
+                    json.dumps(json.loads(_record({"name": "id", "type": "long"},
+                                                  {"name": "n", "type": ["null", "int"], "default": None})), indent=1)]
+
+
+# A few examples in the suite (each registers up to three versions, through a front of its
+# own); make soak tries 100 (the test below).
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(subject=_SUBJECT, schemas=_versions())
+@example(subject="a/b%2F c?d=é\x01", schemas=_PICKED_VERSIONS)
 def test_any_subject_and_schemas_round_trip_and_are_cached(schema_registry: str, subject: str, schemas: list[str]) -> None:
     """Registered by kprod (one version each), read back by confluent-kafka and by kprod;
     each asked of the registry once."""
+    _check_round_trip(schema_registry, subject, schemas)
+
+
+@pytest.mark.soak
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(subject=_SUBJECT, schemas=_versions())
+def test_any_subject_and_schemas_round_trip_and_are_cached_many(schema_registry: str, subject: str,
+                                                                schemas: list[str]) -> None:
+    _check_round_trip(schema_registry, subject, schemas)
+
+
+def _check_round_trip(schema_registry: str, subject: str, schemas: list[str]) -> None:
     subject = f"{uuid.uuid4().hex[:6]}{subject}"
     with Front(schema_registry) as front:
         ours = SchemaRegistryClient({"url": front.url})
