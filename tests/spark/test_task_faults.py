@@ -67,9 +67,9 @@ def read_ids(bootstrap: str, topic: str, at_least: int, timeout: float = 120.0) 
 
 STALL_BUFFER_MEMORY = 4 << 20
 STALL_DELIVERY_TIMEOUT_MS = 6000
-# Few rows of large values: what is checked is bytes held, and the rows' count is most of
-# what the test costs (Spark, kprod and the reader each pay per row, and the resumed query
-# sends every row again). Spark's Arrow batches are kept near their usual size in bytes.
+# Few rows of large values: what is checked is bytes held, and Spark, kprod and the reader
+# each pay per row (the resumed query sends every row again: bench/RESULTS.md, issue 55
+# (8)). Spark's Arrow batches are kept near their usual size in bytes.
 STALL_VALUE_BYTES = 2000
 STALL_ARROW_ROWS = 1000
 # What a writer may hold beyond buffer.memory while the broker is silent: the table being
