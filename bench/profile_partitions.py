@@ -5,14 +5,15 @@
     python bench/profile_partitions.py --py-spy 30           # and py-spy of the Sender thread
     python bench/profile_partitions.py --partitions 8 --rounds 5
     python bench/profile_partitions.py --topics 16 --partitions 64   # a topic column, 16 topics
+    python bench/profile_partitions.py --rounds 8 --call-shapes 100000:4:8,200000:2:16  # A B A B
     PYTHONPATH=/tmp/main-tree python bench/profile_partitions.py   # another tree, same script
 
 One producer with the sink's settings (batch.size 1000000, the rest at their defaults)
 sends ``--rows`` keyed rows (10-byte keys, 100-byte values) to one topic of
 ``--partitions`` partitions (with ``--topics T``, to T such topics through a ``topic``
 column, row i to topic i % T as bench_partitions.py's frame does) in send_arrow calls
-sized as a task's (at most 100,000 rows
-and a quarter of buffer.memory: spark/writer.py's SEND_ROWS and SEND_CALLS_PER_BUFFER),
+sized as a task's (at most 200,000 rows
+and half of buffer.memory, 16 MiB at most: spark/writer.py's SEND_ROWS and send_bytes_for),
 settling the futures as a task does, then flushes. The first round writes into the new
 topic untimed (a broker's first write to a partition costs it several times what later
 ones do: bench/RESULTS.md, issue 55); each later round is timed.
@@ -50,8 +51,9 @@ import pyarrow as pa
 
 from spark_sink import KafkaProducer
 
-SEND_ROWS = 100_000  # spark/writer.py's, which imports PySpark: not imported here
-SEND_CALLS_PER_BUFFER = 4
+SEND_ROWS = 200_000  # spark/writer.py's, which imports PySpark: not imported here
+SEND_BYTES = 16 << 20
+SEND_CALLS_PER_BUFFER = 2
 SINK_SETTINGS = {"batch.size": "1000000"}  # spark/options.py's SINK_PRODUCER_DEFAULTS
 
 
@@ -74,10 +76,12 @@ def _table(rows: int, topics: list[str]) -> pa.Table:
     return pa.table(columns)
 
 
-def _calls(table: pa.Table, buffer_memory: int) -> list[pa.Table]:
-    """The task's send_arrow inputs: SEND_ROWS rows or buffer.memory / 4 bytes at most."""
+def _calls(table: pa.Table, buffer_memory: int, shape: tuple[int, ...] | None = None) -> list[pa.Table]:
+    """The task's send_arrow inputs: SEND_ROWS rows or writer.send_bytes_for's bytes at most
+    (``shape``: (rows, calls per buffer.memory, MiB) at most instead)."""
+    most_rows, calls_per_buffer, most_mib = shape or (SEND_ROWS, SEND_CALLS_PER_BUFFER, SEND_BYTES >> 20)
     per_row = max(1, table.nbytes // max(1, table.num_rows))
-    rows = max(1, min(SEND_ROWS, buffer_memory // SEND_CALLS_PER_BUFFER // per_row))
+    rows = max(1, min(most_rows, min(most_mib << 20, buffer_memory // calls_per_buffer) // per_row))
     return [table.slice(i, rows) for i in range(0, table.num_rows, rows)]
 
 
@@ -158,9 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--producer-prop", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="the sending thread's top N functions")
     ap.add_argument("--py-spy", type=int, default=0, metavar="N", help="the Sender thread's top N functions")
+    ap.add_argument("--call-shapes", default="", metavar="ROWS:PER_BUFFER:MIB,...",
+                    help="rounds alternate between these call sizes (at most ROWS rows, buffer.memory / "
+                         "PER_BUFFER and MIB MiB a call; e.g. 100000:4:8,200000:2:16); default: the writer's")
     args = ap.parse_args(argv)
     if args.topics < 1 or args.partitions < 1:
         ap.error(f"--topics and --partitions must be at least 1, got {args.topics} and {args.partitions}")
+    shapes: list[tuple[int, ...] | None] = [None]  # the writer's
+    try:
+        shapes = [tuple(int(n) for n in s.split(":")) for s in args.call_shapes.split(",") if s] or shapes
+    except ValueError:
+        shapes = []
+    if not shapes or any(s is not None and (len(s) != 3 or min(s) < 1) for s in shapes):
+        ap.error(f"--call-shapes: expected ROWS:PER_BUFFER:MIB,... of positive integers, got {args.call_shapes!r}")
 
     cluster = None
     broker_pid = args.broker_pid
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         del admin  # its thread would go on calling a broker stopped at the end
         table = _table(args.rows, names)
         with KafkaProducer(settings) as producer:
-            calls = _calls(table, producer.config.buffer_memory)
+            plans = [_calls(table, producer.config.buffer_memory, shape) for shape in shapes]
+            calls = plans[0]
             for name in names:
                 while len(producer.partitions_for(name)) != args.partitions:
                     time.sleep(0.1)
@@ -197,10 +212,12 @@ def main(argv: list[str] | None = None) -> int:
             spy = _PySpy() if args.py_spy else None
             columns = ("process", "sending thread", "Sender thread", "broker")
             shape = f"{args.topics} topics x {args.partitions}" if args.topics > 1 else str(args.partitions)
-            print(f"{shape} partitions, {args.rows:,} rows a round in {len(calls)} send_arrow calls; "
+            print(f"{shape} partitions, {args.rows:,} rows a round in "
+                  f"{' / '.join(str(len(p)) for p in plans)} send_arrow calls; "
                   f"CPU s per M rows ({', '.join(columns)}), rows/s")
             figures: list[tuple[float, ...]] = []
             for i in range(args.rounds):
+                calls = plans[i % len(plans)]
                 before = (time.process_time(), time.thread_time(), _proc_cpu(sender_stat),
                           _proc_cpu(f"/proc/{broker_pid}/stat") if broker_pid else 0.0)
                 totals = producer.metric_totals()
@@ -220,9 +237,13 @@ def main(argv: list[str] | None = None) -> int:
                 # batches from the metrics' average batch size (its last 30 s), roughly
                 batches = done.bytes_sent / max(1.0, producer.metrics().get("batch-size-avg", 0.0) or 1.0)
                 print(f"  round {i + 1}: " + "  ".join(f"{v:.3f}" for v in per_m) + f"  {sent / elapsed:,.0f}"
-                      f"  ({done.requests} Produce requests, ~{batches:,.0f} record batches)")
-            print("  median:  " + "  ".join(f"{median(col):.3f}" for col in list(zip(*figures))[:4])
-                  + f"  {median(f[4] for f in figures):,.0f}")
+                      f"  ({done.requests} Produce requests, ~{batches:,.0f} record batches, "
+                      f"{len(calls)} calls)")
+            for k, plan in enumerate(plans):
+                mine = figures[k::len(plans)]
+                if mine:
+                    print(f"  median ({len(plan)} calls):  " + "  ".join(
+                        f"{median(col):.3f}" for col in list(zip(*mine))[:4]) + f"  {median(f[4] for f in mine):,.0f}")
             stacks = spy.stop() if spy is not None else None
             sender_id = sender.native_id
         if profile is not None:

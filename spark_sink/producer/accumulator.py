@@ -222,7 +222,7 @@ class RecordAccumulator:
             # of once per batch; at most RUN_PARTITIONS, as the run is queued under the lock
             # the Sender drains by.
             run: list[tuple[int, list[EncodedRecords], int]] = []
-            total = records = uncompressed = parts = 0
+            total = 0
             while i < n and len(run) < RUN_PARTITIONS:
                 partition, encoded = groups[i]
                 size = encoded[0].size_in_bytes if len(encoded) == 1 else sum(e.size_in_bytes for e in encoded)
@@ -233,23 +233,13 @@ class RecordAccumulator:
                     self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup)
                     i += 1
                     continue
-                for e in encoded:
-                    records += e.record_count
-                    uncompressed += e.uncompressed_size
                 run.append((partition, encoded, size))
                 total += size
-                parts += len(encoded)
                 i += 1
             if not run:
                 continue
             self._pool.allocate(total, max_block_ms)
-            try:
-                self._enqueue(topic, run, now, listener)  # the whole run, or nothing
-                total = 0
-            finally:
-                if total:  # not queued: the run's reservation back
-                    self._pool.deallocate(total)
-            queued(records, uncompressed, parts)
+            self._enqueue(topic, run, total, now, listener, queued)
             wakeup()
 
     def _append_one_by_one(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
@@ -263,56 +253,72 @@ class RecordAccumulator:
                 records = dataclasses.replace(records, payload=bytes(records.payload))
             size = records.size_in_bytes
             self._pool.allocate(size, max_block_ms)
-            try:
-                self._enqueue(topic, [(partition, [records], size)], now, listener, join=False)
-            except BaseException:
-                self._pool.deallocate(size)
-                raise
-            queued(records.record_count, records.uncompressed_size, 1)
+            self._enqueue(topic, [(partition, [records], size)], size, now, listener, queued, join=False)
             wakeup()
 
-    def _enqueue(self, topic: str, run: list[tuple[int, list[EncodedRecords], int]], now: float,
-                 listener: SegmentListener, join: bool = True) -> None:
+    def _enqueue(self, topic: str, run: list[tuple[int, list[EncodedRecords], int]], reserved: int, now: float,
+                 listener: SegmentListener, queued: Callable[[int, int, int], None], join: bool = True) -> None:
         """Queue encoded batches, (partition, its batches, the bytes reserved for them) per
-        partition, all of them under one taking of the lock, or none (the producer has
-        stopped). A partition's first batch joins its last queued one where it can (see
-        ProducerBatch.join); several batches share one buffer, so their reservation is freed
-        with the last of them (SharedReservation)."""
+        partition, under one taking of the lock, and tell ``queued`` what was: all of them,
+        or the partitions before whatever raised (the producer has stopped, a fault). The
+        ``reserved`` bytes (the run's) go with the batches they were queued in, the rest
+        back to the pool, so each byte is freed once. A partition's first batch joins its
+        last queued one where it can (see ProducerBatch.join); several batches share one
+        buffer, so their reservation is freed with the last of them (SharedReservation)."""
         batch_size = self._config.batch_size
         join = join and self._join
         limit = min(self._join_bytes, self.message_limits.get(topic) or self._join_bytes)
-        with self._lock:
-            if self._stopped is not None:
-                self._raise_stopped()
-            order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
-            for partition, encoded, size in run:
-                dq = queues.get(partition)
-                if dq is None:  # the partition's first batch
-                    dq = self._deque((topic, partition))
-                    queues = self._by_topic[topic]
-                elif dq:
-                    last, first = dq[-1], encoded[0]
-                    if join and last.takes_joins() and last.join(first, limit, listener):
-                        joined = size if len(encoded) == 1 else first.size_in_bytes
-                        assert isinstance(last.memory, int)  # as takes_joins() said
-                        last.memory += joined  # its reservation goes with its records
-                        if len(encoded) == 1:
-                            continue
-                        encoded, size = encoded[1:], size - joined
-                    last.closed = True  # later send() records must not overtake these batches
-                memory: int | SharedReservation = size if len(encoded) == 1 else SharedReservation(size, len(encoded))
-                for e in encoded:
-                    if e.first_offset:  # it continued a batch drained since: a batch of its own
-                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
-                                              records=buffered(e, batch_size, limit),
-                                              segments=[listener, e.record_count])
-                        batch.closed = True  # send_arrow's: no send() record joins it
-                    else:
-                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, e,
-                                              segments=[listener, e.record_count])
-                    dq.append(batch)
-                    incomplete.add(batch)
-            self._created(now)
+        records = uncompressed = parts = 0
+        try:
+            with self._lock:
+                if self._stopped is not None:
+                    self._raise_stopped()
+                self._created(now)  # the run's creation time, for expire()
+                order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
+                for partition, encoded, size in run:
+                    dq = queues.get(partition)
+                    if dq is None:  # the partition's first batch
+                        dq = self._deque((topic, partition))
+                        queues = self._by_topic[topic]
+                    elif dq:
+                        last, first = dq[-1], encoded[0]
+                        if join and last.takes_joins() and last.join(first, limit, listener):
+                            joined = size if len(encoded) == 1 else first.size_in_bytes
+                            assert isinstance(last.memory, int)  # as takes_joins() said
+                            last.memory += joined  # its reservation goes with its records
+                            reserved -= joined
+                            records += first.record_count
+                            uncompressed += first.uncompressed_size
+                            parts += 1
+                            if len(encoded) == 1:
+                                continue
+                            encoded, size = encoded[1:], size - joined
+                        last.closed = True  # later send() records must not overtake these batches
+                    memory: int | SharedReservation = size if len(encoded) == 1 else SharedReservation(size, len(encoded))
+                    # Every batch made before any is queued: a fault leaves none holding the reservation.
+                    batches = []
+                    for e in encoded:
+                        if e.first_offset:  # it continued a batch drained since: a batch of its own
+                            batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
+                                                  records=buffered(e, batch_size, limit),
+                                                  segments=[listener, e.record_count])
+                            batch.closed = True  # send_arrow's: no send() record joins it
+                        else:
+                            batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, e,
+                                                  segments=[listener, e.record_count])
+                        batches.append(batch)
+                    dq.extend(batches)
+                    incomplete.update(batches)
+                    reserved -= size
+                    for e in encoded:
+                        records += e.record_count
+                        uncompressed += e.uncompressed_size
+                    parts += len(encoded)
+        finally:
+            if reserved:  # the partitions not queued: their reservation back
+                self._pool.deallocate(reserved)
+            if parts:
+                queued(records, uncompressed, parts)
 
     def continued(self, topic: str, partitions: Sequence[int]) -> np.ndarray | None:
         """What send_arrow's next records for ``partitions`` of ``topic`` may continue: per

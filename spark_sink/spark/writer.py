@@ -45,13 +45,22 @@ _MAX_PENDING_SENDS = 64
 # call, so 1,000 rows to a 48-partition topic would make record batches of ~20 records,
 # each a broker must store and a request must carry, and small calls cost more CPU.
 # Consecutive batches are therefore joined up to this many rows or bytes per call.
-SEND_ROWS = 100_000
-SEND_BYTES = 8 << 20
+# Fewer, larger calls cost less per row, most with many partitions (each call pays Python
+# per partition it holds rows for: bench/RESULTS.md, issue 55 (8)).
+SEND_ROWS = 200_000
+SEND_BYTES = 16 << 20
 # ... and small enough that this many calls fit in buffer.memory: a call larger than the
 # buffer blocks part-way whenever the brokers fall behind, and over a broker that stopped
 # answering it would wait out delivery.timeout.ms once per buffer-full, failing the task
-# only after several timeouts while holding the whole joined table.
-SEND_CALLS_PER_BUFFER = 4
+# only after several timeouts while holding the whole joined table. Two: one call is
+# encoded and queued while the one before it is sent.
+SEND_CALLS_PER_BUFFER = 2
+
+
+def send_bytes_for(buffer_memory: int) -> int:
+    """The most input bytes a task joins into one send_arrow call: what a writer holds
+    beyond buffer.memory for the call being sent."""
+    return min(SEND_BYTES, buffer_memory // SEND_CALLS_PER_BUFFER)
 
 
 def _task_identity() -> tuple[int, int]:
@@ -107,7 +116,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     task = _TaskWrite(options, clock)
     ok = False
     try:
-        send_bytes = min(SEND_BYTES, options.buffer_memory // SEND_CALLS_PER_BUFFER)
+        send_bytes = send_bytes_for(options.buffer_memory)
         for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
             task.send(table)
         task.finish()

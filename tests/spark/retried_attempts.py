@@ -40,12 +40,13 @@ if TYPE_CHECKING:
 
 # The ids of microbatch m are m * STRIDE and up: a microbatch's rows tell which it is.
 STRIDE = 1_000_000
-# The writer joins Spark's Arrow batches into calls of a quarter of buffer.memory at most:
-# with a small buffer each batch of rows is sent as it comes, so that attempt 0 has records
-# in Kafka while its input is still running.
-SMALL_BUFFER = "262144"
 # Spark's Arrow batches of this many rows, of VALUE_BYTES each: each batch a call of its own.
 BATCH_ROWS, VALUE_BYTES = 1000, 100
+# The writer joins Spark's Arrow batches into calls of at most writer.send_bytes_for(
+# buffer.memory) bytes: with a small buffer (calls of less than two batches) each batch of
+# rows is sent as it comes, so that attempt 0 has records in Kafka while its input is
+# still running (main() checks it).
+SMALL_BUFFER = "262144"
 
 
 class RecordCount:
@@ -203,6 +204,12 @@ def run_stream(spark: SparkSession, bootstrap: str, case: dict, checkpoints: Pat
 def main() -> None:
     bootstrap, checkpoints = sys.argv[1], Path(sys.argv[2])
     from pyspark.sql import SparkSession
+
+    from spark_sink.spark.writer import send_bytes_for
+
+    if send_bytes_for(int(SMALL_BUFFER)) >= 2 * BATCH_ROWS * VALUE_BYTES:
+        raise SystemExit(f"buffer.memory {SMALL_BUFFER} lets the writer join two of Spark's batches into a call: "
+                         "attempt 0 would hold its rows back from Kafka")
 
     spark = (SparkSession.builder.master("local[2,4]").appName("kprod-retried-attempts")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
