@@ -52,7 +52,7 @@ sys.path.insert(0, str(BENCH))
 
 import _common  # noqa: E402  (jobs/ on the path first)
 from avro_to_kafka import registry  # noqa: E402
-from bench_partitions import _cpu, _cpu_model, _tree_cpu  # noqa: E402
+from bench_partitions import TreeCpu, _cpu, _cpu_model  # noqa: E402
 
 KPROD, SPARK, CONFLUENT = "kprod", "Spark to_avro + Kafka sink", "confluent-kafka per row"
 NOOP = "no-op (Spark's share)"
@@ -278,11 +278,12 @@ def run(args: argparse.Namespace, bootstrap: str, url: str) -> tuple[dict[str, l
         turn = round_no % len(labels)
         for label in labels[turn:] + labels[:turn]:
             topic = new_topic(label)
-            before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0, _cpu(jvm))
-            seconds = write(label, topic)
-            after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0, _cpu(jvm))
+            before = (_cpu(broker) if broker else 0.0, _cpu(jvm))
+            with TreeCpu(jvm) as spark_cpu:
+                seconds = write(label, topic)
+            after = (_cpu(broker) if broker else 0.0, _cpu(jvm))
             rates[label].append(args.rows / seconds)
-            cpu[label].append(tuple(b - a for a, b in zip(before, after)))
+            cpu[label].append((spark_cpu.seconds, *(b - a for a, b in zip(before, after))))
             _common.say(f"round {round_no + 1}: {label}: {rates[label][-1]:,.0f} rows/s, "
                         f"Spark side {cpu[label][-1][0]:.2f} CPU s, broker {cpu[label][-1][1]:.2f} CPU s")
     df.unpersist()

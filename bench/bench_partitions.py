@@ -40,6 +40,7 @@ import os
 import platform
 import shlex
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -165,23 +166,67 @@ def _major_faults(pid: int) -> int:
         return 0
 
 
-def _tree_cpu(root: int) -> float:
-    """CPU seconds of ``root`` and its live descendants (Spark's JVM and Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += _cpu(pid)
-        todo += children.get(pid, [])
-    return total
+def _own_cpu(pid: str) -> tuple[tuple[str, str], int, float] | None:
+    """(pid, start time), parent and own user plus system CPU seconds of a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (pid, fields[19]), int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class TreeCpu:
+    """CPU seconds of ``root`` and every descendant while the block runs (Spark's JVM, its
+    Python daemons and workers), sampled every ``interval`` s from a thread. Reading the
+    tree only before and after lost a process that ended between (a task's Python worker
+    reaped by no process of the tree), and a round's figure could come out negative: each
+    process is counted up to its last sample instead, so one ending loses at most an
+    interval, and one living less than that is missed (a spawned Python takes longer)."""
+
+    def __init__(self, root: int, interval: float = 0.1) -> None:
+        self.root, self.interval = str(root), interval
+        self._first: dict[tuple[str, str], float] = {}
+        self._last: dict[tuple[str, str], float] = {}
+        self._members: set[str] = {self.root}
+        self._outside: set[str] = set()  # pids seen outside the tree: not read again
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+
+    def _sample(self, first: bool = False) -> None:
+        # A process stays in the tree or out of it (a parent never changes but to init), so
+        # only the tree's processes and pids new since the last sample are read: a few
+        # milliseconds of the benchmark's own CPU a second.
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and p not in self._outside]
+        stats = {pid: found for pid in pids if (found := _own_cpu(pid)) is not None}
+        new = {pid for pid in stats if pid not in self._members}
+        while joined := {pid for pid in new if str(stats[pid][1]) in self._members}:
+            self._members |= joined  # pids wrap: a child's may be below its parent's
+            new -= joined
+        self._outside |= new
+        for pid in self._members & stats.keys():
+            key, _ppid, cpu_s = stats[pid]
+            if first:
+                self._first[key] = cpu_s
+            self._last[key] = cpu_s
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> TreeCpu:
+        self._sample(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def seconds(self) -> float:
+        return sum(cpu_s - self._first.get(key, 0.0) for key, cpu_s in self._last.items())
 
 
 class _Sinks:
@@ -261,14 +306,15 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[Shape, dict[str, Figur
                     topic_sets.append(topics)
             frame = _with_topic(df, topics.prefix, shape.topics)
             faults = _major_faults(broker) if broker else 0
-            before = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
-            seconds = sinks.write(label, frame, topics.prefix if shape.topics == 1 else None)
-            after = (_tree_cpu(jvm), _cpu(broker) if broker else 0.0)
+            broker_before = _cpu(broker) if broker else 0.0
+            with TreeCpu(jvm) as spark_cpu:
+                seconds = sinks.write(label, frame, topics.prefix if shape.topics == 1 else None)
+            broker_cpu = (_cpu(broker) if broker else 0.0) - broker_before
             topics.writes += 1
             if broker:
                 _common.say(f"{shape} partitions, {'timed' if timed else 'untimed'} {label}: broker "
-                            f"{after[1] - before[1]:.2f} CPU s, {_major_faults(broker) - faults} major page faults")
-            return seconds, after[0] - before[0], after[1] - before[1]
+                            f"{broker_cpu:.2f} CPU s, {_major_faults(broker) - faults} major page faults")
+            return seconds, spark_cpu.seconds, broker_cpu
 
         # Untimed: workers started and code paths compiled (once per sink), and unless
         # --fresh-topics, each sink's topics of this shape written --warm-writes times: a
