@@ -233,13 +233,12 @@ def test_null_header_lists_are_empty_even_when_they_span_entries() -> None:
         assert bytes(got[0].payload) == encode_records(_reference(rows), 7)
 
 
+@pytest.mark.parametrize("loops", [_kernels], ids=["extension"], indirect=True)  # as_numpy runs no loop
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.none() | st.integers(0, 2**31), max_size=40), st.integers(0, 5),
        st.sampled_from([pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.bool_()]))
-def test_as_numpy_reads_sliced_arrays_and_fills_nulls(loops: ModuleType, items: list[int | None], cut: int,
+def test_as_numpy_reads_sliced_arrays_and_fills_nulls(items: list[int | None], cut: int,
                                                       arrow_type: pa.DataType) -> None:
-    if loops is jit:
-        pytest.skip("as_numpy runs none of the loops: once is enough")
     if pa.types.is_boolean(arrow_type):
         items = [None if x is None else x % 2 == 1 for x in items]
     else:  # every value the type holds, negative ones too
