@@ -22,24 +22,12 @@ FAILOVER_CONFIG = {"linger.ms": 2, "request.timeout.ms": 5000, "delivery.timeout
                    "reconnect.backoff.max.ms": 500}
 
 
-def _admin(cluster: KafkaCluster) -> AdminClient:
-    """One client for a whole wait (a new one per poll costs the nodes a connection and
-    its handshake each time), bootstrapped from the nodes alive now."""
-    return AdminClient({"bootstrap.servers": ",".join(n.address for n in cluster.nodes if n.alive)})
-
-
-def _leader(admin: AdminClient, topic: str, partition: int) -> int:
-    """The node id leading ``topic``/``partition`` now, -1 while there is none or the node
-    asked does not know the topic yet."""
-    found = admin.list_topics(topic, timeout=10).topics.get(topic)
-    info = found.partitions.get(partition) if found is not None and found.error is None else None
-    return info.leader if info is not None else -1
-
-
 def wait_in_sync(cluster: KafkaCluster, topic: str, timeout: float = 90.0) -> None:
     """Until every partition of ``topic`` has a leader and all its replicas in sync."""
     deadline = time.monotonic() + timeout
-    admin = _admin(cluster)
+    # One client for the whole wait: a new one per poll costs the nodes a connection and
+    # its handshake each time.
+    admin = AdminClient({"bootstrap.servers": ",".join(n.address for n in cluster.nodes if n.alive)})
     while time.monotonic() < deadline:
         meta = admin.list_topics(topic, timeout=10).topics[topic]
         if all(p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in meta.partitions.values()):
@@ -62,8 +50,7 @@ def bounce_leader(cluster: KafkaCluster, topic: str, times: int = 2, pause: floa
             killed_at.append(time.monotonic())
         killed.append(victim)
         deadline = time.monotonic() + 60
-        admin = _admin(cluster)
-        while _leader(admin, topic, 0) in (victim, -1):
+        while cluster.leader(topic, 0) in (victim, -1):
             assert time.monotonic() < deadline, f"no new leader for {topic}-0\n{cluster.logs()}"
             time.sleep(0.2)
         time.sleep(pause)  # the clients run on the new leader while the old one is down

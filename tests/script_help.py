@@ -21,10 +21,7 @@ def help_text(script: Path | str, *command: str) -> str:
     run = [str(script)] if isinstance(script, Path) else ["-m", script]
     done = subprocess.run([sys.executable, *run, *command, "--help"], env=subprocess_env(), capture_output=True,
                           text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "usage:" in done.stdout, done.stdout
-    assert "Traceback" not in done.stderr, done.stderr
-    return done.stdout
+    return checked_help((done.returncode, done.stdout, done.stderr))
 
 
 # One process imports what the scripts share (pyarrow, numpy, kprod: most of a script's
@@ -73,7 +70,7 @@ def help_texts(scripts: list[Path]) -> dict[str, tuple[int, str, str]]:
 
 
 def checked_help(answer: tuple[int, str, str]) -> str:
-    """The help's text, which must have exited 0 with no traceback."""
+    """The help's text, which must have exited 0 with a usage line and no traceback."""
     code, out, err = answer
     assert code == 0, err
     assert "usage:" in out, out
