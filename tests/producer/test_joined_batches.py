@@ -37,10 +37,11 @@ class Calls:
         self.heard: list[tuple[int, bytes, int, int, Exception | None]] = []  # partition, first value, offset, count, error
         self.calls = 0
 
-    def call(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = False,
+    def call(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = True,
              rounds_between: int = 0) -> None:
         """One call's rows, at random partitions and timestamps around ``timestamp``;
-        ``continued``: encoded as the accumulator says they continue its batches, with
+        ``continued``: encoded as the accumulator says they continue its batches (as
+        send_arrow does; else as batches of their own, which no later call joins), with
         ``rounds_between`` Sender rounds (each answering what is in flight) between that and
         their queueing."""
         parts = np.array([rng.randrange(self.partitions) for _ in range(rows)], np.int64)
@@ -159,16 +160,17 @@ def _records(wire: bytes) -> int:
 def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() -> None:
     """Two calls of one 50-byte value each to one partition: joined when batch.size is
     the joined batch's size, left apart one byte below."""
-    def encoded() -> list[EncodedRecords]:
+    def encoded(h: Harness | None = None, batch_size: int = 1_000_000) -> list[EncodedRecords]:
         return encode_groups(None, pa.array([b"x" * 50]), np.full(1, 7, np.int64), None, None, 1,
-                             batch_size=1_000_000)[0]
+                             batch_size=batch_size,
+                             continued=h.accumulator.continued(TOPIC, [0]) if h is not None else None)[0]
 
     joined = 2 * encoded()[0].size_in_bytes - RECORD_BATCH_OVERHEAD  # no delta takes another byte
 
     def wire_counts(batch_size: int) -> list[int]:
         h, _ = _started(1, **{"batch.size": batch_size, "enable.idempotence": False, "acks": 1})
         for _ in range(2):
-            h.accumulator.append_encoded(TOPIC, [(0, encoded())], h.clock(), 1000, lambda *heard: None,
+            h.accumulator.append_encoded(TOPIC, [(0, encoded(h, batch_size))], h.clock(), 1000, lambda *heard: None,
                                          lambda *counts: None, lambda: None)
         ack_one_by_one(h)
         assert h.client.values((TOPIC, 0)) == [b"x" * 50] * 2
