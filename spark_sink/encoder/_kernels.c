@@ -272,9 +272,68 @@ typedef struct {
     long long record_count, base_timestamp, max_timestamp, estimated_size, batch_size;
     int sealed;  /* take() was called: the bytes are final, read through the buffer protocol */
     int claimed; /* a writer holds the spare room past len: nothing else writes or moves the bytes */
+    int pooled;  /* data is a block of the pool below (its size cap), given back there when freed */
 } RecordBuffer;
 
 static PyObject *RecordBuffer_type; /* set in PyInit */
+
+/* Blocks of 64 KiB times a power of two, kept for the next RecordBuffer once freed, up to
+   POOL_IDLE_MAX bytes of them idle. A batch's buffer lives until it is acknowledged; freed,
+   a large block goes back to the kernel (malloc maps those apart), and a new one faults its
+   pages in and has them cleared afresh, which costs more than writing the records (as for
+   columnar.py's _RecycledBuffers). Smaller blocks come from malloc, which reuses those
+   itself. Taken and given back with the GIL held (a RecordBuffer grows and dies only so). */
+#define POOL_MIN ((Py_ssize_t)64 << 10)
+#define POOL_CLASSES 16
+#define POOL_IDLE_MAX ((Py_ssize_t)16 << 20)
+static void *pool_free[POOL_CLASSES]; /* per class, a list linked through each block's first bytes */
+static Py_ssize_t pool_idle;
+
+static void release_data(RecordBuffer *self) {
+    if (self->pooled && pool_idle + self->cap <= POOL_IDLE_MAX) {
+        int c = 0;
+        while ((POOL_MIN << c) < self->cap) c++;
+        *(void **)self->data = pool_free[c];
+        pool_free[c] = self->data;
+        pool_idle += self->cap;
+    } else {
+        PyMem_Free(self->data);
+    }
+    self->data = NULL;
+    self->pooled = 0;
+}
+
+/* A capacity of at least `cap` bytes (not below what it holds), the bytes held kept. */
+static int set_capacity(RecordBuffer *self, Py_ssize_t cap) {
+    if (cap < POOL_MIN) {
+        uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
+        if (!data) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        self->data = data;
+        self->cap = cap;
+        return 1;
+    }
+    int c = 0;
+    while (c < POOL_CLASSES - 1 && (POOL_MIN << c) < cap) c++;
+    int pooled = (POOL_MIN << c) >= cap; /* past the largest class: a block of its own */
+    Py_ssize_t size = pooled ? POOL_MIN << c : cap;
+    uint8_t *data = pooled ? pool_free[c] : NULL;
+    if (data) {
+        pool_free[c] = *(void **)data;
+        pool_idle -= size;
+    } else if (!(data = PyMem_Malloc((size_t)size))) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (self->len) memcpy(data, self->data, (size_t)self->len);
+    release_data(self);
+    self->data = data;
+    self->cap = size;
+    self->pooled = pooled;
+    return 1;
+}
 
 /* Room for `room` bytes past the end of a claimed or new buffer, growing it by doubling up to
    `most` bytes (a batch that takes many calls' records is not copied each time). */
@@ -282,14 +341,7 @@ static int make_room(RecordBuffer *self, int64_t room, int64_t most) {
     if (self->len + room <= self->cap) return 1;
     Py_ssize_t cap = self->cap * 2 < most ? self->cap * 2 : (Py_ssize_t)most;
     if (cap < self->len + room) cap = (Py_ssize_t)(self->len + room);
-    uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
-    if (!data) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    self->data = data;
-    self->cap = cap;
-    return 1;
+    return set_capacity(self, cap);
 }
 
 PyDoc_STRVAR(write_records_doc,
@@ -617,14 +669,7 @@ static int reserve(RecordBuffer *self, Py_ssize_t more) {
     Py_ssize_t cap = self->cap ? self->cap * 2 : 1024;
     if (cap < self->batch_size && self->batch_size <= (1 << 20)) cap = (Py_ssize_t)self->batch_size;
     while (cap < self->len + more) cap *= 2;
-    uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
-    if (!data) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    self->data = data;
-    self->cap = cap;
-    return 1;
+    return set_capacity(self, cap);
 }
 
 static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -645,6 +690,7 @@ static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *
     self->batch_size = batch_size;
     self->sealed = 0;
     self->claimed = 0;
+    self->pooled = 0;
     if (capacity > 0 && !make_room(self, capacity, capacity)) {
         Py_DECREF(self);
         return NULL;
@@ -654,7 +700,7 @@ static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *
 
 static void RecordBuffer_dealloc(RecordBuffer *self) {
     PyTypeObject *type = Py_TYPE((PyObject *)self);
-    PyMem_Free(self->data);
+    release_data(self);
     freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_(self);
     Py_DECREF(type);
@@ -843,13 +889,7 @@ static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args)
            each partition takes many sections, and each growth may copy it (realloc). */
         Py_ssize_t cap = self->cap * 4 < limit ? self->cap * 4 : (Py_ssize_t)limit;
         if (cap < self->len + size) cap = (Py_ssize_t)(self->len + size);
-        uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
-        if (!data) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        self->data = data;
-        self->cap = cap;
+        if (!set_capacity(self, cap)) goto done;
     }
     if (offset_shift || ts_shift)
         move_records(start, end, offset_shift, ts_shift, self->data + self->len);
