@@ -319,11 +319,16 @@ static int set_capacity(RecordBuffer *self, Py_ssize_t cap) {
     while (c < POOL_CLASSES - 1 && (POOL_MIN << c) < cap) c++;
     int pooled = (POOL_MIN << c) >= cap; /* past the largest class: a block of its own */
     Py_ssize_t size = pooled ? POOL_MIN << c : cap;
-    uint8_t *data = pooled ? pool_free[c] : NULL;
-    if (data) {
-        pool_free[c] = *(void **)data;
-        pool_idle -= size;
-    } else if (!(data = PyMem_Malloc((size_t)size))) {
+    uint8_t *data = NULL;
+    /* The smallest idle block that fits: batches free larger blocks than they start with. */
+    for (int k = c; pooled && k < POOL_CLASSES && !data; k++) {
+        if ((data = pool_free[k])) {
+            pool_free[k] = *(void **)data;
+            size = POOL_MIN << k;
+            pool_idle -= size;
+        }
+    }
+    if (!data && !(data = PyMem_Malloc((size_t)size))) {
         PyErr_NoMemory();
         return 0;
     }
