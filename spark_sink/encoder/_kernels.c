@@ -913,16 +913,17 @@ done:
 
 
 PyDoc_STRVAR(RecordBuffer_claim_doc,
-"claim() -> bool\n--\n\n"
+"claim() -> (record count, records section bytes, first timestamp) or None\n--\n\n"
 "Hold the room past the buffer's end for one writer (write_records' targets), until commit\n"
 "or pending: nothing else writes there or moves the buffer's bytes meanwhile (take() still\n"
-"may seal it: it hands out only what is before the end). False if it is sealed or claimed\n"
-"already. Under the accumulator's lock for a queued batch's buffer.");
+"may seal it: it hands out only what is before the end). Returns what the writer's records\n"
+"continue (plan_batches' continued), None if it is sealed or claimed already. Under the\n"
+"accumulator's lock for a queued batch's buffer.");
 
 static PyObject *RecordBuffer_claim(RecordBuffer *self, PyObject *unused) {
-    if (self->sealed || self->claimed) Py_RETURN_FALSE;
+    if (self->sealed || self->claimed) Py_RETURN_NONE;
     self->claimed = 1;
-    Py_RETURN_TRUE;
+    return Py_BuildValue("(LnL)", self->record_count, self->len, self->base_timestamp);
 }
 
 PyDoc_STRVAR(RecordBuffer_commit_doc,

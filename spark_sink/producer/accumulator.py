@@ -285,7 +285,11 @@ class RecordAccumulator:
                         queues = self._by_topic[topic]
                     elif dq:
                         first = encoded[0]
-                        last = _holding(dq, first.payload) if join and first.first_offset else None
+                        last = None
+                        if join and first.first_offset:
+                            last = dq[-1]
+                            if last.records is not first.payload:  # another call queued batches after it
+                                last = _holding(dq, first.payload)
                         if last is not None and last.join(first, limit, listener):
                             joined = size if len(encoded) == 1 else first.size_in_bytes
                             assert isinstance(last.memory, int)  # as takes_joins() said when claimed
@@ -344,7 +348,7 @@ class RecordAccumulator:
         if not self._join:
             return None
         n = len(partitions)
-        counts, sizes, bases, targets = [0] * n, [0] * n, [0] * n, [None] * n
+        held, targets = [(0, 0, 0)] * n, [None] * n
         queues = self._by_topic.get(topic)
         if not queues:
             return Continued(np.zeros((3, n), np.int64), targets)
@@ -355,15 +359,13 @@ class RecordAccumulator:
                     continue
                 last = dq[-1]
                 records = last.records
-                # One writer at a time: a buffer claimed by another call's rows is not offered.
-                if records is None or not last.takes_joins() or not records.claim():
+                if records is None or not last.takes_joins():
                     continue
-                counts[i] = records.record_count
-                sizes[i] = records.estimated_size - RECORD_BATCH_OVERHEAD  # the records section's bytes
-                bases[i] = records.base_timestamp
-                targets[i] = records
-        held = np.array((counts, sizes, bases), np.int64)
-        return Continued(held, targets)
+                claimed = records.claim()  # None: another call's rows hold it (one writer at a time)
+                if claimed is not None:
+                    held[i] = claimed
+                    targets[i] = records
+        return Continued(np.array(held, np.int64).T, targets)
 
     # -- sender side ----------------------------------------------------------
 

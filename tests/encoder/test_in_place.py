@@ -36,8 +36,8 @@ def _held(buffers: list) -> Continued:
     held = np.zeros((3, len(buffers)), np.int64)
     for g, b in enumerate(buffers):
         if b is not None:
-            assert b.claim()
-            held[:, g] = b.record_count, b.estimated_size - RECORD_BATCH_OVERHEAD, b.base_timestamp
+            held[:, g] = b.claim()
+            assert tuple(held[:, g]) == (b.record_count, b.estimated_size - RECORD_BATCH_OVERHEAD, b.base_timestamp)
     return Continued(held, list(buffers))
 
 
@@ -94,8 +94,8 @@ def test_a_claim_holds_off_every_other_writer() -> None:
 
     b = RecordBuffer(1 << 20)
     b.append(5, b"k", b"v", None)
-    assert b.claim() and b.claimed
-    assert not b.claim()  # a second writer is refused the room
+    assert b.claim() == (1, b.estimated_size - RECORD_BATCH_OVERHEAD, 5) and b.claimed
+    assert b.claim() is None  # a second writer is refused the room
     with pytest.raises(BufferError, match="claim"):
         b.append(6, b"k", b"v", None)
     with pytest.raises(BufferError, match="claim"):
@@ -104,7 +104,7 @@ def test_a_claim_holds_off_every_other_writer() -> None:
     assert not b.claimed and b.record_count == 1
     b.append(6, b"k", b"v", None)
     assert bytes(b.take()) == encode_records([Record(b"k", b"v", 5), Record(b"k", b"v", 6)], 5)
-    assert not b.claim()  # sealed: no room past its end for anyone
+    assert b.claim() is None  # sealed: no room past its end for anyone
     with pytest.raises(BufferError, match="sealed"):
         b.commit(0, 0, 5, 5)
 
