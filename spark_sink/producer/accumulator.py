@@ -13,6 +13,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -307,7 +308,8 @@ class RecordAccumulator:
                     batches = []
                     for e in encoded:
                         if e.first_offset:  # it continued a batch taken since: a batch of its own
-                            moved = EncodedRecords(e.payload.pending(e.uncompressed_size), 0, e.record_count,
+                            target: Any = e.payload  # the RecordBuffer they were written past the end of
+                            moved = EncodedRecords(target.pending(e.uncompressed_size), 0, e.record_count,
                                                    e.base_timestamp, e.max_timestamp, e.uncompressed_size,
                                                    e.first_offset)
                             batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
@@ -348,7 +350,8 @@ class RecordAccumulator:
         if not self._join:
             return None
         n = len(partitions)
-        held, targets = [(0, 0, 0)] * n, [None] * n
+        held: list[tuple[int, int, int]] = [(0, 0, 0)] * n
+        targets: list[Any] = [None] * n
         queues = self._by_topic.get(topic)
         if not queues:
             return Continued(np.zeros((3, n), np.int64), targets)

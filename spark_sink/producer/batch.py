@@ -70,6 +70,13 @@ class PyRecordBuffer:
         RecordBuffer's (batches are joined only where kprod's extension is built)."""
         raise TypeError("records sections are joined by kprod's extension (RecordBuffer.append_section)")
 
+    def claim(self) -> tuple[int, int, int] | None:
+        """The compiled RecordBuffer's room for a writer past its end: none here."""
+        return None
+
+    def commit(self, size: int, count: int, base_timestamp: int, max_timestamp: int) -> None:
+        raise TypeError("records are written in place by kprod's extension (RecordBuffer.commit)")
+
     def take(self) -> bytes:
         """The records section; the pieces are dropped."""
         section = b"".join(self.parts)
@@ -251,7 +258,8 @@ class ProducerBatch:
         if segments is None:
             raise IllegalStateError(f"{self!r} is not send_arrow's: no call's records can join it")
         records = self.records
-        if records is None or records is not e.payload or records.estimated_size + e.uncompressed_size > limit:
+        target: Any = e.payload  # the RecordBuffer the encoder wrote them past the end of
+        if records is None or records.estimated_size + e.uncompressed_size > limit or target is not records:
             return False
         records.commit(e.uncompressed_size, e.record_count, e.base_timestamp, e.max_timestamp)
         segments += (listener, e.record_count)

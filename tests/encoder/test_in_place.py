@@ -7,6 +7,8 @@ writer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -55,11 +57,11 @@ def test_continued_rows_are_committed_in_place_as_the_reference_batch(first: lis
     the claim (the Sender took them), and the second's rows go into buffers of their own
     that ``pending`` hands out, the sealed bytes unchanged."""
     out = _encode(first, groups, Continued(np.zeros((3, groups), np.int64), [None] * groups))
-    buffers = [batches[0].payload if batches else None for batches in out]
+    buffers: list[Any] = [batches[0].payload if batches else None for batches in out]
     for g, batches in enumerate(out):
         assert len(batches) <= 1 and all(type(e.payload) is type(buffers[g]) for e in batches)
     continued = _held(buffers)
-    sealed = [bytes(b.take()) if seal and b is not None else None for b in buffers]
+    sealed: list[Any] = [bytes(b.take()) if seal and b is not None else None for b in buffers]
     out2 = _encode(second, groups, continued)
     for g in range(groups):
         one, two = _records(first, g, groups), _records(second, g, groups)
