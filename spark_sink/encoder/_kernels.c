@@ -662,7 +662,6 @@ fail:
    them hold the GIL throughout: each call is far shorter than a switch would cost.
    tests/producer/test_batch.py checks the bytes against the reference encoder, both ways. */
 
-
 /* Room for `more` bytes; grown by doubling, up to batch.size first (most batches end there). */
 static int reserve(RecordBuffer *self, Py_ssize_t more) {
     if (self->sealed || self->claimed) {
@@ -910,7 +909,6 @@ done:
     PyBuffer_Release(&view);
     return result;
 }
-
 
 PyDoc_STRVAR(RecordBuffer_claim_doc,
 "claim() -> (record count, records section bytes, first timestamp) or None\n--\n\n"
