@@ -98,7 +98,8 @@ def _machine_spark_home() -> Path:
     names and sizes (a wheel of one version has the same jars in every venv)."""
     import pyspark
 
-    jars = sorted((jar.name, jar.stat().st_size) for jar in (_pyspark() / "jars").iterdir())
+    root = _pyspark() / "jars"
+    jars = sorted((str(jar.relative_to(root)), jar.stat().st_size) for jar in root.rglob("*") if jar.is_file())
     digest = hashlib.sha1(repr(jars).encode()).hexdigest()[:10]
     return cache_dir() / "spark" / f"{pyspark.__version__}-{digest}"
 
@@ -133,7 +134,9 @@ def make_spark_home() -> Path:
     """The machine's home, made from the venv's PySpark into a temporary name and renamed
     into place whole; never changed after: every later venv of this PySpark reuses it, and
     the archive keeps matching its jars (their inodes, and so their times, are the cache's
-    from then on). The workers' zips get their bytecode (tests/bytecode.py says why)."""
+    from then on; a jar of the first venv touched in place touches the home's too: the
+    archive is then refused and the JVMs start as usual). The workers' zips get their
+    bytecode (tests/bytecode.py says why)."""
     home = _machine_spark_home()
     if home.is_dir():
         return home
