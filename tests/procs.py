@@ -90,6 +90,7 @@ class RssSampler:
         self.every_s = every_s
         self.first: dict[int, int] = {}
         self.peak: dict[int, int] = {}
+        self.at_start: frozenset[int] = frozenset()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
@@ -102,9 +103,12 @@ class RssSampler:
                 self.first.setdefault(pid, rss)
                 self.peak[pid] = max(self.peak.get(pid, 0), rss)
 
-    def growth(self) -> dict[int, int]:
-        """Bytes each writer grew by, from its first sample to its peak."""
-        return {pid: self.peak[pid] - self.first[pid] for pid in self.first}
+    def growth(self, from_the_start: bool = False) -> dict[int, int]:
+        """Bytes each writer grew by, from its first sample to its peak; with
+        ``from_the_start`` only the writers already connected when sampling began (a
+        worker Spark starts for a task is first seen once it has read its first batch)."""
+        return {pid: self.peak[pid] - self.first[pid] for pid in self.first
+                if not from_the_start or pid in self.at_start}
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -112,6 +116,7 @@ class RssSampler:
 
     def __enter__(self) -> RssSampler:
         self.sample()
+        self.at_start = frozenset(self.first)
         self._thread.start()
         return self
 

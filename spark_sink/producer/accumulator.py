@@ -204,7 +204,8 @@ class RecordAccumulator:
 
     def append_encoded(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], now: float,
                        max_block_ms: float, listener: SegmentListener,
-                       queued: Callable[[int, int, int], None], wakeup: Callable[[], None]) -> None:
+                       queued: Callable[[int, int, int], None], wakeup: Callable[[], None],
+                       abandon: Callable[[], BaseException | None] | None = None) -> None:
         """Append already-encoded batches, ``(partition, batches)`` per partition, each
         after whatever its partition holds: a partition's lone batch joins the records of
         the send_arrow batch queued last for it where they fit (see ProducerBatch.join).
@@ -213,7 +214,7 @@ class RecordAccumulator:
         then on they complete, whatever happens), ``listener`` of each one's records when
         their batch completes, and ``wakeup`` tells the sender there is something to send.
         Raises BufferExhaustedError or ProducerClosedError with part of ``groups`` queued, as
-        ``queued`` heard.
+        ``queued`` heard, or what ``abandon()`` returns while waiting for memory.
         """
         most = self._pool.total // 4
         i, n = 0, len(groups)
@@ -231,7 +232,8 @@ class RecordAccumulator:
                     if run:
                         break
                     # one partition's batches larger than that: one by one
-                    self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup)
+                    self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup,
+                                            abandon)
                     i += 1
                     continue
                 run.append((partition, encoded, size))
@@ -239,13 +241,14 @@ class RecordAccumulator:
                 i += 1
             if not run:
                 continue
-            self._pool.allocate(total, max_block_ms)
+            self._pool.allocate(total, max_block_ms, abandon)
             self._enqueue(topic, run, total, now, listener, queued)
             wakeup()
 
     def _append_one_by_one(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
                            max_block_ms: float, listener: SegmentListener,
-                           queued: Callable[[int, int, int], None], wakeup: Callable[[], None]) -> None:
+                           queued: Callable[[int, int, int], None], wakeup: Callable[[], None],
+                           abandon: Callable[[], BaseException | None] | None) -> None:
         """A partition's batches too large to reserve at once: batch by batch, each sendable
         before the next waits."""
         for records in encoded:
@@ -253,7 +256,7 @@ class RecordAccumulator:
                 # Its own copy, so that its memory is really free when the batch completes.
                 records = dataclasses.replace(records, payload=bytes(records.payload))
             size = records.size_in_bytes
-            self._pool.allocate(size, max_block_ms)
+            self._pool.allocate(size, max_block_ms, abandon)
             self._enqueue(topic, [(partition, [records], size)], size, now, listener, queued, join=False)
             wakeup()
 

@@ -52,8 +52,10 @@ class BufferPool:
         """True while some sender is blocked waiting for memory (batches should go now)."""
         return bool(self._waiters)
 
-    def allocate(self, size: int, max_block_ms: float) -> None:
-        """Reserve ``size`` bytes, waiting up to ``max_block_ms`` for them."""
+    def allocate(self, size: int, max_block_ms: float,
+                 abandon: Callable[[], BaseException | None] | None = None) -> None:
+        """Reserve ``size`` bytes, waiting up to ``max_block_ms`` for them; while waiting,
+        raise what ``abandon()`` returns once it returns something (woken by wake_all())."""
         if size > self.total:
             raise RecordTooLargeError(
                 f"a batch of {size} bytes is larger than buffer.memory ({self.total} bytes)")
@@ -69,6 +71,8 @@ class BufferPool:
                 self.on_block()
             try:
                 while self._available < size or self._waiters[0] is not waiter:
+                    if abandon is not None and (reason := abandon()) is not None:
+                        raise reason
                     remaining = deadline - self._clock()
                     if remaining <= 0:
                         raise BufferExhaustedError(
@@ -87,6 +91,13 @@ class BufferPool:
         with self._lock:
             self._available += size
             self._wake_first()
+
+    def wake_all(self) -> None:
+        """Wake every waiter to ask its ``abandon`` again (a call whose records failed
+        meanwhile stops waiting for memory it no longer needs)."""
+        with self._lock:
+            for waiter in self._waiters:
+                waiter.cond.notify()
 
     def _wake_first(self) -> None:
         # Called with the lock held.

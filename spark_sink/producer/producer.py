@@ -111,6 +111,8 @@ class ArrowSendFuture:
         # last batch, its last offset]
         self._ranges: dict[tuple[str, int], list[float]] = {}
         self._callbacks: list[Callable[[ArrowSendFuture], None]] = []
+        # Called at the first failed record: wakes the call if it waits for memory.
+        self._on_first_error: Callable[[], None] | None = None
 
     def add_done_callback(self, fn: Callable[[ArrowSendFuture], None]) -> None:
         """Call ``fn(future)`` once every record is acknowledged or failed (at once if so)."""
@@ -154,7 +156,10 @@ class ArrowSendFuture:
         with self._lock:
             if batch.error is not None:
                 self._failed_records += count
-                self._error = self._error or batch.error
+                if self._error is None:
+                    self._error = batch.error
+                    if self._on_first_error is not None:
+                        self._on_first_error()
             else:
                 # The range runs from the first offset of the partition's first part (in
                 # send order) to the last offset of its last; an end whose batch came back
@@ -176,14 +181,21 @@ class ArrowSendFuture:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def _failure(self) -> Exception | None:
+        """What result() raises once a record has failed (None until then): a broker's or
+        the delivery timeout's error says how many of the records queued so far failed."""
+        error = self._error
+        if error is None or not (hasattr(error, "code") or isinstance(error, KafkaTimeoutError)):
+            return error
+        return type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}")
+
     def result(self, timeout: float | None = None) -> ArrowSendResult:
         """The summary, or the first error (saying how many records failed)."""
         if not self._done.wait(timeout):
             raise KafkaTimeoutError(f"send_arrow not acknowledged within {timeout} s")
-        if self._error is not None:
-            error = self._error
-            raise type(error)(f"{self._failed_records} of {self._records} records failed; first error: {error}") \
-                if hasattr(error, "code") or isinstance(error, KafkaTimeoutError) else error
+        failure = self._failure()
+        if failure is not None:
+            raise failure
         return ArrowSendResult(self._records, self._bytes,
                                {tp: (int(count), int(first), int(last))
                                 for tp, (count, _, first, _, last) in sorted(self._ranges.items())},
@@ -427,8 +439,9 @@ class KafkaProducer:
         ``row_errors``) are refused instead and the others sent: the result lists them
         (``ArrowSendResult.refused``). Errors of the columns themselves, of the cluster or
         of the connection raise either way. A failure only met on the way (buffer.memory
-        still full after max.block.ms, the producer stopped) raises with the rows queued so
-        far in flight: the error's ``future`` is their ArrowSendFuture.
+        still full after max.block.ms, the producer stopped, a record of the call already
+        failed) raises with the rows queued so far in flight: the error's ``future`` is
+        their ArrowSendFuture.
         """
         if self._closed:
             raise ProducerClosedError("send_arrow() after close()")
@@ -475,6 +488,10 @@ class KafkaProducer:
             now_ms=self._wall_ns() // 1_000_000, bounds=bounds, topics=topics,
             message_limit=self.max_message_bytes)
         future = ArrowSendFuture()
+        # Once a record of the call has failed the call fails too: it stops queueing rows
+        # (and waiting for memory to queue them) rather than wait out delivery.timeout.ms
+        # again for each buffer.memory's worth of brokers that do not answer.
+        future._on_first_error = self._pool.wake_all
         if refusals is not None:
             future._refused = tuple(refusals.refused)
         # Rows encoded at a time: an eighth of buffer.memory, more for a topic of many
@@ -488,14 +505,19 @@ class KafkaProducer:
                     for chunk in rows.encode(cap, c.compression_codec, c.compression_level,
                                              chunk_bytes_for(rows.partition_count, chunk_bytes, c.buffer_memory),
                                              partial(self._accumulator.continued, rows.topic)):
+                        if (failure := future._failure()) is not None:
+                            raise failure
                         if txn is not None:
                             for partition, _ in chunk:
                                 txn.maybe_add_partition((rows.topic, partition))
                         self._accumulator.append_encoded(rows.topic, chunk, self._clock(), self._max_block_ms(),
-                                                         future._on_records, future._queued, self._sender.wakeup)
+                                                         future._on_records, future._queued, self._sender.wakeup,
+                                                         future._failure)
         except BaseException as exc:
             # What was queued is sent (or failed) all the same: hand its future over.
             future._seal()
+            if exc is future._error:  # a batch's own error (other calls' records may share it)
+                raise
             exc.future = future  # type: ignore[attr-defined]  # kprod's own attribute on what was raised
             exc.add_note(f"{future._records} of {len(data)} rows were queued before this; "
                          "the error's .future resolves once they are acknowledged or failed")

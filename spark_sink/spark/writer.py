@@ -55,6 +55,11 @@ SEND_BYTES = 16 << 20
 # only after several timeouts while holding the whole joined table. Two: one call is
 # encoded and queued while the one before it is sent.
 SEND_CALLS_PER_BUFFER = 2
+# An Arrow batch costs a few KiB beyond its nbytes (its Python and C++ objects, each
+# buffer's own allocation): with spark.sql.execution.arrow.maxRecordsPerBatch=1 a call's
+# thousands of one-row batches would hold several times its bytes. Each run of this many
+# batches joined is therefore copied into one.
+COMPACT_BATCHES = 256
 
 
 def send_bytes_for(buffer_memory: int) -> int:
@@ -86,20 +91,32 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
              max_bytes: int = SEND_BYTES) -> Iterator[pa.Table]:
     """Consecutive non-empty batches, in order, joined into tables of at most ``max_rows``
     rows and ``max_bytes`` bytes (a batch larger than that on its own is a table of its
-    own): each send_arrow call stays within the share of buffer.memory it was given."""
+    own): each send_arrow call stays within the share of buffer.memory it was given.
+    A batch that fills a call on its own goes at once, before the next is read: a task
+    holds one of Spark's Arrow batches however large they are. Each COMPACT_BATCHES
+    batches held are copied into one, so that tiny batches hold about their bytes."""
     import pyarrow as pa
 
     held: list[pa.RecordBatch] = []
-    rows = nbytes = 0
+    rows = nbytes = fresh = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
         if held and (rows + batch.num_rows > max_rows or nbytes + batch.nbytes > max_bytes):
             yield pa.Table.from_batches(held)
-            held, rows, nbytes = [], 0, 0
+            held, rows, nbytes, fresh = [], 0, 0, 0
+        if not held and (batch.num_rows >= max_rows or batch.nbytes >= max_bytes):
+            yield pa.Table.from_batches([batch])
+            continue
         held.append(batch)
         rows += batch.num_rows
         nbytes += batch.nbytes
+        fresh += 1
+        if fresh == COMPACT_BATCHES:
+            # Only the run since the last compaction: every byte is copied once. The run
+            # is small (COMPACT_BATCHES of them fit in max_bytes).
+            held[-fresh:] = pa.Table.from_batches(held[-fresh:]).combine_chunks().to_batches()
+            fresh = 0
     if held:
         yield pa.Table.from_batches(held)
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from kprod_broker import KafkaCluster
-from spark_sink.client.errors import BufferExhaustedError, RecordTooLargeError
+from spark_sink.client.errors import BufferExhaustedError, KafkaTimeoutError, RecordTooLargeError
 from spark_sink.producer import KafkaProducer, ProducerRecord
 from spark_sink.producer.buffer_pool import BufferPool
 from tests.brokers import consume_all, create_topic, unique_topic
@@ -99,6 +99,36 @@ def test_timeout_names_buffer_memory_and_max_block_ms_and_lets_the_next_waiter_g
     with pytest.raises(RecordTooLargeError, match="buffer.memory"):
         pool.allocate(101, 1000)
     assert done == []
+
+
+def test_a_waiter_that_abandons_stops_waiting_when_woken_and_the_next_is_served() -> None:
+    """allocate(..., abandon): woken by wake_all() it raises what abandon() says, leaves the
+    queue, and the waiter behind it gets the memory; until abandon says so it keeps waiting."""
+    pool = BufferPool(100)
+    pool.allocate(90, 0)
+    reason: list[Exception] = []
+    raised: list[BaseException] = []
+
+    def abandoning() -> None:
+        try:
+            pool.allocate(50, 60_000, lambda: reason[0] if reason else None)
+        except BaseException as exc:  # what the waiter raised is what is checked
+            raised.append(exc)
+
+    first = threading.Thread(target=abandoning, daemon=True)
+    first.start()
+    _wait_for(lambda: pool.exhausted)
+    done: list = []
+    second = _allocate_in_thread(pool, 10, done)
+    pool.wake_all()  # nothing to abandon yet: both still wait (10 bytes are free, but the first waiter is first)
+    time.sleep(0.05)
+    assert not raised and done == []
+    reason.append(KafkaTimeoutError("records of the call failed"))
+    pool.wake_all()
+    first.join(5)
+    second.join(5)
+    assert [str(e) for e in raised] == ["records of the call failed"]
+    assert done == [10] and pool.available == 0
 
 
 def test_send_blocks_on_a_stalled_broker_then_fails_and_keeps_what_was_acknowledged(kafka_proxy: ProxiedKafka) -> None:

@@ -94,3 +94,46 @@ def test_records_timed_out_on_a_silent_broker_name_it(kafka_proxy: ProxiedKafka)
     for error in errors:
         assert "delivery.timeout.ms" in error and "1500" in error, error
         assert f"broker 1 at 127.0.0.1:{proxy.port}" in error or f"node 1 at 127.0.0.1:{proxy.port}" in error, error
+
+
+def test_send_arrow_larger_than_the_buffer_stops_at_a_silent_brokers_first_timeout(kafka_proxy: ProxiedKafka) -> None:
+    """One send_arrow call of many buffer.memory's worth to a broker that stopped
+    answering: the call fails with the delivery timeout (naming it) once its first records
+    expire, with about a buffer's worth queued: it does not wait out delivery.timeout.ms
+    again for every buffer-full (max.block.ms, 60 s, is longer than the timeout)."""
+    import os
+    import random
+
+    import pyarrow as pa
+    import pytest
+
+    from spark_sink.client.errors import KafkaTimeoutError
+
+    seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    proxy, broker = kafka_proxy.proxy, kafka_proxy
+    partitions = rng.choice([1, 3, 16])
+    topic = create_topic(broker.bootstrap, unique_topic("silent-arrow"), partitions=partitions)
+    buffer_memory, value_bytes = rng.choice([128, 256, 512]) << 10, rng.choice([100, 1000, 5000])
+    rows = 12 * buffer_memory // value_bytes  # a dozen buffers' worth
+    config = {"bootstrap.servers": broker.bootstrap, "linger.ms": rng.choice([0, 5]), "request.timeout.ms": 500,
+              "delivery.timeout.ms": 1000, "buffer.memory": buffer_memory, "batch.size": 16384}
+    table = pa.table({"value": pa.array([b"%09d" % i + b"v" * (value_bytes - 9) for i in range(rows)])})
+    with KafkaProducer(config) as p:
+        p.send_arrow(table.slice(0, 1), topic=topic).result(30)  # the topic's settings known
+        proxy.stall()
+        try:
+            with pytest.raises(KafkaTimeoutError, match="delivery.timeout.ms") as raised:
+                p.send_arrow(table, topic=topic).result(60)
+        finally:
+            proxy.stall(False)
+    # send_arrow itself raised (its error's future holds the rows queued before it): it
+    # did not return with every row queued, one buffer-full a timeout.
+    future = getattr(raised.value, "future", None)
+    assert future is not None, (seed, "send_arrow returned: only the result raised")
+    queued = future._records
+    # No more than what fits in buffer.memory (plus the encoding's chunk) before its first
+    # records expire; without the early stop all of it is queued, one buffer-full a timeout.
+    assert 0 < queued <= 3 * buffer_memory // value_bytes, (seed, queued, rows)
+    with pytest.raises(KafkaTimeoutError):
+        future.result(30)

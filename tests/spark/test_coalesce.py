@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+from random import Random
 
-from spark_sink.spark.writer import coalesce
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_sink.spark.writer import COMPACT_BATCHES, coalesce
 
 
 def _batches(sizes: list[int]) -> list[pa.RecordBatch]:
@@ -30,5 +34,32 @@ def test_no_table_passes_the_byte_bound() -> None:
     assert all(t.nbytes <= bound for t in tables if t.num_rows != 30)
 
 
+def test_ten_thousand_one_row_batches_are_held_in_few_chunks() -> None:
+    tables = list(coalesce(iter(_batches([1] * 10_000)), max_rows=1 << 30, max_bytes=1 << 30))
+    assert [t.num_rows for t in tables] == [10_000]
+    assert tables[0].column("value").num_chunks == 10_000 // COMPACT_BATCHES + 10_000 % COMPACT_BATCHES
+
+
 def test_nothing_in_nothing_out() -> None:
     assert list(coalesce(iter(_batches([0, 0])))) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(count=st.integers(0, 1500), largest=st.sampled_from([1, 3, 400]), max_rows=st.integers(1, 3000),
+       bytes_rows=st.integers(1, 3000), rng=st.randoms(use_true_random=False))
+def test_any_batches_are_joined_in_order_within_the_bounds_and_few_chunks(count: int, largest: int, max_rows: int,
+                                                                          bytes_rows: int, rng: Random) -> None:
+    """Whatever Spark's batches: every row once and in order; no table passes a bound
+    unless it is one batch alone; and a table of many tiny batches holds them in few
+    chunks (each run of COMPACT_BATCHES copied into one: an Arrow batch costs KiBs
+    beyond its bytes, which thousands of one-row batches would hold several times over)."""
+    sizes = [rng.randint(0, largest) for _ in range(count)]
+    batches = _batches(sizes)
+    max_bytes = bytes_rows * 8  # about that many of these rows' values and offsets
+    tables = list(coalesce(iter(batches), max_rows=max_rows, max_bytes=max_bytes))
+    values = [v for t in tables for v in t.column("value").to_pylist()]
+    assert values == [b"%d" % i for i in range(sum(sizes))]
+    for t in tables:
+        assert t.num_rows > 0
+        assert (t.num_rows <= max_rows and t.nbytes <= max_bytes) or t.column("value").num_chunks == 1
+        assert t.column("value").num_chunks < COMPACT_BATCHES + t.num_rows / COMPACT_BATCHES

@@ -67,13 +67,13 @@ def _jobs(spark: SparkSession) -> Iterator[list[int]]:
         jobs += sc.statusTracker().getJobIdsForGroup(group)
 
 
-def _refused(spark: SparkSession, df: DataFrame, bootstrap: str, **options: str) -> tuple[str, float]:
-    """The error text of a write that must fail on the driver, and how long it took."""
-    started = time.monotonic()
+def _refused(spark: SparkSession, df: DataFrame, bootstrap: str, **options: str) -> str:
+    """The error text of a write that must fail on the driver: no job ran (no task waited
+    out max.block.ms)."""
     with _jobs(spark) as jobs, pytest.raises(Exception) as err:
         _save(df, bootstrap, **options)
     assert jobs == [], "a task ran"
-    return str(err.value), time.monotonic() - started
+    return str(err.value)
 
 
 def _kprod_line(text: str) -> int:
@@ -92,23 +92,22 @@ def test_a_write_that_works_runs_its_jobs(spark: SparkSession, kafka: KafkaClust
 
 def test_dead_addresses_fail_the_write_on_the_driver(spark: SparkSession) -> None:
     closed = _closed_port()
-    text, seconds = _refused(spark, _df(spark), f"{closed},{UNRESOLVABLE}", topic="t")
+    text = _refused(spark, _df(spark), f"{closed},{UNRESOLVABLE}", topic="t")
     line = text.splitlines()[_kprod_line(text)]
     assert line.startswith("spark_sink.client.errors.BrokersUnreachableError: cannot reach any bootstrap server")
     assert f"{closed}: connection refused" in line and f"{UNRESOLVABLE}: name not resolved" in line
     assert _kprod_line(text) <= 3  # after Spark's "Traceback" line and one frame
-    assert seconds < 30  # tasks used to wait out max.block.ms (60 s) each
 
 
 def test_per_row_topics_still_check_the_cluster(spark: SparkSession) -> None:
     df = _df(spark).withColumn("topic", F.lit("t"))
-    text, _ = _refused(spark, df, _closed_port())
+    text = _refused(spark, df, _closed_port())
     assert "BrokersUnreachableError: cannot reach any bootstrap server" in text
 
 
 def test_unknown_topic_fails_the_write_on_the_driver(spark: SparkSession, strict_kafka: KafkaCluster) -> None:
     topic = unique_topic("missing")
-    text, _ = _refused(spark, _df(spark), strict_kafka.bootstrap, topic=topic)
+    text = _refused(spark, _df(spark), strict_kafka.bootstrap, topic=topic)
     assert (f"UnknownTopicError: topic '{topic}' does not exist on the cluster at {strict_kafka.bootstrap}"
             in text.splitlines()[_kprod_line(text)])
 
@@ -128,7 +127,7 @@ def test_unknown_topic_in_the_topic_column_fails_the_task_within_seconds(spark: 
 
 
 def test_wrong_password_fails_the_write_on_the_driver(spark: SparkSession, secure_kafka: SecureKafka) -> None:
-    text, _ = _refused(spark, _df(spark), secure_kafka.bootstrap("SASLPLAIN"), topic=unique_topic("sasl"), **{
+    text = _refused(spark, _df(spark), secure_kafka.bootstrap("SASLPLAIN"), topic=unique_topic("sasl"), **{
         "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.jaas.config": f'{SCRAM} required username="spark" password="guessed-wrong";'})
     assert "SaslAuthenticationError: SASL SCRAM-SHA-512 authentication with" in text.splitlines()[_kprod_line(text)]
@@ -145,7 +144,7 @@ def test_wrong_password_fails_the_write_on_the_driver(spark: SparkSession, secur
 ])
 def test_exactly_once_conflicts_fail_the_write_on_the_driver(spark: SparkSession, kafka: KafkaCluster, option: str,
                                                              value: str, says: str) -> None:
-    text, _ = _refused(spark, _df(spark), kafka.bootstrap, topic=unique_topic("eo"),
+    text = _refused(spark, _df(spark), kafka.bootstrap, topic=unique_topic("eo"),
                        **{"kprod.deliveryGuarantee": "exactly-once", option: value})
     line = text.splitlines()[_kprod_line(text)]
     assert line.startswith("spark_sink.client.errors.ConfigError: option kprod.deliveryGuarantee=exactly-once "
@@ -156,7 +155,7 @@ def test_exactly_once_conflicts_fail_the_write_on_the_driver(spark: SparkSession
 def test_a_streaming_query_fails_at_its_start(spark: SparkSession, tmp_path: Path) -> None:
     closed = _closed_port()
     stream = spark.readStream.format("rate").load().select(F.col("value").cast("string").alias("value"))
-    started = time.monotonic()
+    # The driver's check's words: a task would say "no broker answered within ... max.block.ms".
     with pytest.raises(Exception, match=f"BrokersUnreachableError: cannot reach any bootstrap server of {closed}"):
         query = (stream.writeStream.format("kprod").option("kafka.bootstrap.servers", closed).option("topic", "t")
                  .option("checkpointLocation", str(tmp_path)).start())
@@ -164,7 +163,6 @@ def test_a_streaming_query_fails_at_its_start(spark: SparkSession, tmp_path: Pat
             query.awaitTermination(60)
         finally:
             query.stop()
-    assert time.monotonic() - started < 30
 
 
 def test_a_failing_task_shows_kprods_message_after_one_frame(spark: SparkSession, kafka: KafkaCluster) -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import re
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,12 +23,13 @@ from pyspark.sql import functions as F
 
 from spark_sink.spark.writer import send_bytes_for
 from tests.brokers import consumer, create_topic, unique_topic
+from tests.faultproxy import FaultProxy
 from tests.procs import RssSampler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from tests.conftest import ProxiedKafka
@@ -155,3 +159,82 @@ def test_stalled_broker_fails_the_task_then_the_query_resumes(spark: SparkSessio
     total = warm + big_files * per_file
     ids = read_ids(kafka_proxy.bootstrap, topic, total)
     assert set(ids) == set(range(total))
+
+
+# -- a silent broker, whatever the size of Spark's Arrow batches -------------------
+
+
+def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event) -> threading.Thread:
+    """Stall the proxy as the first Produce request after now goes through it: the tasks
+    have their producers (pooled from the warm-up) and their topic's settings."""
+    produces = proxy.requests[0]
+
+    def watch() -> None:
+        while not done.is_set() and proxy.requests[0] == produces:
+            time.sleep(0.002)
+        proxy.stall()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("arrow_batches", ["larger than the buffer", "one row each"])
+def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow_batches(
+        spark: SparkSession, kafka_proxy: ProxiedKafka, arrow_batches: str) -> None:
+    """The silent-broker guarantee where Spark's Arrow batches are far from the writer's
+    call size. Batches of Spark's default 10,000 rows, each many buffer.memory's worth:
+    the task's one call stops queueing at its first expired records (it does not wait out
+    delivery.timeout.ms once per buffer-full), which its error's note tells by the rows
+    queued before it. One-row batches (maxRecordsPerBatch=1), joined by thousands into one
+    call: the writer holds about their bytes, not a few KiB of objects per batch."""
+    seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    proxy = kafka_proxy.proxy
+    large = arrow_batches == "larger than the buffer"
+    partitions = rng.choice([1, 4, 16]) if large else rng.choice([64, 200])
+    buffer_memory = rng.choice([256, 512]) << 10 if large else 1 << 20
+    value_bytes = rng.choice([500, 1000, 2000]) if large else rng.choice([10, 30])
+    rows = 2 * 10_000 if large else 2 * rng.choice([14_000, 16_000])
+    topic = create_topic(kafka_proxy.bootstrap, unique_topic("silent-arrow"), partitions)
+    options = {"kafka.bootstrap.servers": kafka_proxy.bootstrap, "topic": topic,
+               "kafka.buffer.memory": str(buffer_memory), "kafka.delivery.timeout.ms": "1500",
+               "kafka.request.timeout.ms": "1000", "kafka.linger.ms": "5", "kprod.clusterCheck": "false"}
+
+    def frame(n: int, tasks: int) -> DataFrame:
+        return spark.range(0, n, 1, tasks).select(F.lpad(F.col("id").cast("string"), value_bytes, "x").alias("value"))
+
+    # Every idle Python worker's producer pooled and knowing every partition's leader: Spark
+    # hands tasks its idle workers in turn, and one that did not know the topic would wait
+    # for its metadata (max.block.ms) once the proxy holds every byte. The default
+    # timeouts: a new topic's leaders may take longer than the short one.
+    warm = {k: v for k, v in options.items() if "timeout" not in k}
+    frame(8 * partitions, 8).write.format("kprod").mode("append").options(**warm).save()
+    df = frame(rows, 2)
+    if not large:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1")
+    done = threading.Event()
+    watcher = _stall_at_first_produce(proxy, done)
+    try:
+        with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
+            df.write.format("kprod").mode("append").options(**options).save()
+    finally:
+        done.set()
+        watcher.join(5)
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    error = str(raised.value)
+    grown = rss.growth(from_the_start=True)  # the pooled writers, seen before their input
+    growth = max(grown.values(), default=0)
+    print(f"KPROD_SEED={seed}: {rows} rows of {value_bytes} bytes, {partitions} partitions, buffer {buffer_memory}; "
+          f"writers grew {growth / 2**20:.1f} MiB; {error[:600]}")
+    assert "delivery.timeout.ms=1500" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
+    if large:
+        queued = re.search(r"(\d+) of (\d+) rows were queued before this", error)
+        assert queued is not None, (seed, "the call was not stopped: it queued every row", error[:3000])
+        assert int(queued[1]) <= 3 * buffer_memory // value_bytes < int(queued[2]), (seed, queued[0])
+    # A writer holds buffer.memory, the call or the one Arrow batch being sent, and a
+    # bounded overhead: not two of Spark's batches, nor KiBs per one-row batch.
+    arrow_batch = 10_000 * (value_bytes + 4) if large else 0
+    assert grown, "no pooled writer was seen from before the write"
+    assert growth <= buffer_memory + max(send_bytes_for(buffer_memory), arrow_batch) + STALL_OVERHEAD_BOUND, \
+        (seed, growth)
