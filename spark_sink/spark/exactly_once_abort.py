@@ -26,8 +26,10 @@ log = logging.getLogger(__name__)
 
 # How long the driver's abort waits before it fences the tasks' ids again.
 REFENCE_AFTER_S = 3.0
-# How long a failing task waits for its abort: the task is failing anyway, and what is
-# left open is aborted by the next attempt or by the driver's abort.
+# How long a failing task waits for its abort, at most: the task is failing anyway, and
+# what is left open is aborted by the next attempt or by the driver's abort. No longer
+# than delivery.timeout.ms either: a task whose records expired on a silent broker would
+# otherwise fail that much later than its error.
 _TASK_ABORT_TIMEOUT_S = 10.0
 
 
@@ -36,7 +38,7 @@ def abort_in_task(producer: KafkaProducer) -> None:
     partitions after it are not held back from read_committed consumers; if even that
     fails, the driver's abort or the next attempt fences it."""
     try:
-        producer.abort_transaction(_TASK_ABORT_TIMEOUT_S)
+        producer.abort_transaction(min(_TASK_ABORT_TIMEOUT_S, producer.config.delivery_timeout_ms / 1000))
     except Exception as exc:
         log.warning("kprod task could not abort its transaction (%s); it is aborted when its id is fenced", exc)
 

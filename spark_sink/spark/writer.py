@@ -90,11 +90,10 @@ def _prepare(batch: pa.RecordBatch, plan: ColumnPlan) -> pa.RecordBatch:
 def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
              max_bytes: int = SEND_BYTES) -> Iterator[pa.Table]:
     """Consecutive non-empty batches, in order, joined into tables of at most ``max_rows``
-    rows and ``max_bytes`` bytes (a batch larger than that on its own is a table of its
-    own): each send_arrow call stays within the share of buffer.memory it was given.
-    A batch that fills a call on its own goes at once, before the next is read: a task
-    holds one of Spark's Arrow batches however large they are. Each COMPACT_BATCHES
-    batches held are copied into one, so that tiny batches hold about their bytes."""
+    rows and about ``max_bytes`` bytes: each send_arrow call stays within the share of
+    buffer.memory it was given. A batch that fills a call on its own goes at once, before
+    the next is read, in slices of a call's size. Each COMPACT_BATCHES batches held are
+    copied into one, so that tiny batches hold about their bytes."""
     import pyarrow as pa
 
     held: list[pa.RecordBatch] = []
@@ -106,7 +105,11 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
             yield pa.Table.from_batches(held)
             held, rows, nbytes, fresh = [], 0, 0, 0
         if not held and (batch.num_rows >= max_rows or batch.nbytes >= max_bytes):
-            yield pa.Table.from_batches([batch])
+            # In calls of the call's size: send_arrow makes arrays of a few int64 per row
+            # of a call (2 M one-byte rows in one batch: 88 MB of them).
+            rows = min(max_rows, max(1, batch.num_rows * max_bytes // max(1, batch.nbytes)))
+            for start in range(0, batch.num_rows, rows):
+                yield pa.Table.from_batches([batch.slice(start, rows)])
             continue
         held.append(batch)
         rows += batch.num_rows
@@ -330,7 +333,15 @@ def _abort(options: SinkOptions, messages: list[WriterCommitMessage | None], bat
     done = succeeded_tasks(messages)
     what = "batch write" if batch_id is None else f"microbatch {batch_id}"
     if options.exactly_once is not None:
-        exactly_once_abort.abort(options.producer_config, options.exactly_once, messages)
+        try:
+            exactly_once_abort.abort(options.producer_config, options.exactly_once, messages)
+        except Exception as exc:
+            # Not raised: Spark would report it ("Writing job failed") in place of the
+            # task's error, which says what went wrong (a silent broker fails both).
+            log.error("kprod %s: its transactions could not be aborted (%s); they stay open until the "
+                      "next run fences their ids or transaction.timeout.ms ends them, and read_committed "
+                      "readers of their partitions wait until then", what, exc)
+            return
         log.warning("kprod %s aborted: the transactions of its %d finished task(s) were aborted; "
                     "nothing of it is visible to read_committed consumers", what, len(done))
     elif done:

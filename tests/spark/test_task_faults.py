@@ -238,3 +238,68 @@ def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow
     assert grown, "no pooled writer was seen from before the write"
     assert growth <= buffer_memory + max(send_bytes_for(buffer_memory), arrow_batch) + STALL_OVERHEAD_BOUND, \
         (seed, growth)
+
+
+def test_exactly_once_stream_under_a_silent_broker_stops_with_the_tasks_error(
+        spark: SparkSession, kafka_proxy: ProxiedKafka, tmp_path: Path) -> None:
+    """Under exactly-once the driver's abort cannot reach a silent broker either: it logs
+    that, rather than raise, so that the query stops with what the task said (its records
+    past delivery.timeout.ms, or the request it waited for), not Spark's bare "Writing job
+    failed." (breaker 56b)."""
+    topic = create_topic(kafka_proxy.bootstrap, unique_topic("silent-eo"), 2)
+    source, checkpoint = tmp_path / "in", tmp_path / "cp"
+    source.mkdir()
+    for f in range(2):  # microbatch 0 of two tasks: both workers have the query's ids
+        _write_ids(source, f * 500, 500, f"part-{f}.parquet")
+
+    def run_query() -> StreamingQuery:
+        df = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", 2).parquet(str(source))
+        query = (df.select(F.lpad(F.col("id").cast("string"), 1000, "x").alias("value"))
+                 .writeStream.format("kprod")
+                 .option("kafka.bootstrap.servers", kafka_proxy.bootstrap).option("topic", topic)
+                 .option("kafka.buffer.memory", str(1 << 20)).option("kafka.delivery.timeout.ms", "2000")
+                 .option("kafka.request.timeout.ms", "1000").option("kafka.linger.ms", "5")
+                 .option("kprod.deliveryGuarantee", "exactly-once").option("kprod.clusterCheck", "false")
+                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        with contextlib.suppress(StreamingQueryException):
+            query.awaitTermination(300)
+        return query
+
+    assert run_query().exception() is None
+    for f in range(2):
+        _write_ids(source, 1000 + f * 10_000, 10_000, f"part-{f + 2}.parquet")
+    done = threading.Event()
+    watcher = _stall_at_first_produce(kafka_proxy.proxy, done)
+    try:
+        failed = run_query()
+    finally:
+        done.set()
+        watcher.join(5)
+    error = str(failed.exception())
+    print(error[:2000])
+    assert "delivery.timeout.ms=2000" in error or "unanswered after 2000 ms" in error, error[:3000]
+
+
+def test_a_failing_tasks_own_abort_waits_no_longer_than_its_delivery_timeout(
+        kafka_proxy: ProxiedKafka, caplog: pytest.LogCaptureFixture) -> None:
+    """A task failing under exactly-once aborts its transaction, for at most 10 s, and no
+    longer than delivery.timeout.ms: a task whose records expired on a silent broker
+    would otherwise fail 10 s after its error (breaker 56b: 6x a 2 s timeout). The bound
+    it waited is named in the warning it logs."""
+    from spark_sink.producer import KafkaProducer, ProducerRecord
+    from spark_sink.spark import exactly_once_abort
+
+    topic = create_topic(kafka_proxy.bootstrap, unique_topic("task-abort"), 1)
+    config = {"bootstrap.servers": kafka_proxy.bootstrap, "transactional.id": unique_topic("task-abort"),
+              "delivery.timeout.ms": 1500, "request.timeout.ms": 1000, "linger.ms": 0}
+    with KafkaProducer(config) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(ProducerRecord(topic, b"v")).result(30)
+        kafka_proxy.proxy.stall()
+        try:
+            with caplog.at_level("WARNING", logger=exactly_once_abort.log.name):
+                exactly_once_abort.abort_in_task(producer)
+        finally:
+            kafka_proxy.proxy.stall(False)
+    assert "abort_transaction() did not finish within 1500 ms" in caplog.text, caplog.text
