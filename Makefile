@@ -73,13 +73,16 @@ unit: venv
 # start-ups, the network). Each worker starts its own Kafka node and SparkSession; the tests
 # sharing a heavier fixture run on one worker (tests/conftest.py).
 TEST_WORKERS ?= 3
-# Class-data archives for the suite's JVMs (tests/jvms.py): Spark's, made once per venv,
-# takes about 5 s of CPU off each Spark JVM's start; Kafka's is made once into ~/.cache/kprod.
-# Made beside the suite's first minute, not before it: a JVM that starts before its
-# archive is there starts without one. The 20 slowest tests are listed at the end.
+# Class-data archives for the suite's JVMs (tests/jvms.py), made once per machine and JDK
+# into ~/.cache/kprod: Spark's takes about 5 s of CPU off each Spark JVM's start, which run
+# Spark's jars from the machine's home there (hardlinks to the first venv's, made first:
+# quick). The first run makes the archives beside the suite's first minute, not before it:
+# a JVM that starts before its archive is there starts without one. Later runs, in any
+# clone or venv, make nothing. The 20 slowest tests are listed at the end.
 test: system-packages venv kafka registry
 	$(PY) -m compileall -q -j 0 spark_sink kprod_broker tests jobs pyspark_kprod.py
 	$(PY) -m tests.bytecode
+	$(PY) -m tests.jvms home
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m tests.jvms & archives=$$!; \
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	    --durations=20; \

@@ -185,12 +185,15 @@ def partition_counts(messages: list) -> dict[int, int]:
 
 
 
-def subprocess_env() -> dict[str, str]:
-    """Environment for children (jobs, Spark workers) that must import this project."""
-    env = dict(os.environ)
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return with_test_jvm_options(env)
+def subprocess_env(python: str | None = None) -> dict[str, str]:
+    """Environment for children (jobs, Spark workers) that must import this project, with
+    the suite's Python, or ``python``: a user's install, whose PySpark then starts Spark
+    from its own home, not the suite's (tests/jvms.py)."""
+    env = with_test_jvm_options(dict(os.environ))
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python or sys.executable
+    if python is not None:
+        del env["SPARK_HOME"]
+    return env
 
 
 def deny_topic(bootstrap: str, topic: str, operation: str, timeout: float = 30.0,

@@ -62,9 +62,13 @@ _JVM_FIXTURES = {"kafka", "_kafka_session", "kafka_proxy", "kafka3", "_kafka3_se
 # Modules whose tests start a JVM themselves (kprod-broker as a command).
 _JVM_MODULES = {"test_brokers.py"}
 
-# Modules whose tests take a minute or more each on a loaded CI machine.
+# Modules started first: those whose tests take a minute or more each on a loaded CI
+# machine, and those that mostly wait (on timeouts, retries, a child job's JVM: a minute
+# or more of wall for a third of it in CPU). Last, they ran alone while the other workers
+# had finished, one core idle; first, they overlap the CPU-bound start.
 _MINUTE_LONG = {"test_exactly_once", "test_jobs", "test_exactly_once_shapes", "test_task_faults",
-                "test_quickstart"}
+                "test_quickstart", "test_exactly_once_retried_attempts", "test_exactly_once_time",
+                "test_exactly_once_stop_mid_commit"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups

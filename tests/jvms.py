@@ -4,10 +4,15 @@ the 2-core CI machine, and most of its JVMs live for seconds.
 - C1 only (``-XX:TieredStopAtLevel=1``), for Kafka nodes and Spark JVMs alike: C2's
   compiler threads cost more than they save in that time.
 - Each JVM maps a class-data archive of its classes, made by ``python -m tests.jvms``
-  (``make test`` does it): class loading is most of a short JVM's start. Spark's is made
-  once per venv (its jars are new in each); Kafka's once per Kafka version and JDK, in
-  kprod_broker's cache. Without an archive, or when one does not match (another JDK,
-  other jars), a JVM starts as usual.
+  (``make test`` does it), once per machine and JDK, in kprod_broker's cache: class loading
+  is most of a short JVM's start. Without an archive, or when one does not match (another
+  JDK, other jars), a JVM starts as usual.
+- The archive records each classpath jar's path, size and time, which every new venv
+  changes: so the suite's Spark JVMs run Spark's jars from one home per machine (and per
+  PySpark and jars), hardlinked once from the first venv's PySpark into the cache
+  (``spark_home``), through SPARK_HOME. The tests of what a user's install does
+  (test_quickstart, test_jars, tests/installs.py's venvs, the version matrix) keep their
+  own PySpark's.
 
 Measured on the CI machine: a local SparkSession, a shuffle and a mapInArrow job took 25 s
 of CPU with the JVM's defaults, 15 s with C1 only, 10 s with the archive too; a Kafka
@@ -17,6 +22,8 @@ Only for tests: the benchmarks' JVMs keep their defaults.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -24,31 +31,133 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from kprod_broker import KAFKA_VERSION, KafkaCluster, cache_dir, java
+from tests.bytecode import add_bytecode
 
 C1_ONLY = ("-XX:TieredStopAtLevel=1",)
 _QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")  # a mismatched archive is not worth a warning
 
-# Made per venv: the archive records the jars' sizes and times, which a new venv changes.
-SPARK_ARCHIVE = Path(sys.prefix) / "kprod-tests-spark.jsa"
+
+@functools.cache
+def _jdk() -> str:
+    """The JDK an archive is made by and for: its binary and build time, hashed."""
+    binary = Path(os.path.realpath(shutil.which(java()) or java()))
+    stamp = f"{binary}:{binary.stat().st_mtime_ns}" if binary.exists() else "none"
+    return hashlib.sha1(stamp.encode()).hexdigest()[:10]
+
+
+def _publish(partial: Path, final: Path) -> None:
+    """Give ``partial`` the name ``final`` unless another run published one meanwhile: a
+    published file is never replaced (JVMs of concurrent runs may be mapping it)."""
+    with contextlib.suppress(FileExistsError):
+        os.link(partial, final)
+    partial.unlink()
+
+
+@contextlib.contextmanager
+def _maker(archive: Path) -> Iterator[bool]:
+    """True for the one run on the machine that may make ``archive`` now: another run
+    making it (concurrent clones share the cache) will publish it, and this one does not
+    spend the CPU again."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with open(archive.with_name(archive.name + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield not archive.is_file()
 
 
 @functools.cache
 def kafka_archive() -> Path:
-    """Where Kafka's archive is kept: by Kafka version and JDK (its binary and build time),
-    beside the jars it is made from, which keep their times."""
-    binary = Path(os.path.realpath(shutil.which(java()) or java()))
-    stamp = f"{binary}:{binary.stat().st_mtime_ns}" if binary.exists() else "none"
-    jdk = hashlib.sha1(stamp.encode()).hexdigest()[:10]
-    return cache_dir() / "cds" / f"kafka-{KAFKA_VERSION}-jdk{jdk}.jsa"
+    """Where Kafka's archive is kept: by Kafka version and JDK, beside the jars it is made
+    from, which keep their times."""
+    return cache_dir() / "cds" / f"kafka-{KAFKA_VERSION}-jdk{_jdk()}.jsa"
 
 
 def kafka_jvm_options() -> tuple[str, ...]:
     """The options of a Kafka node's JVMs (its storage format and the node)."""
     archive = kafka_archive()
     return (*C1_ONLY, f"-XX:SharedArchiveFile={archive}", *_QUIET) if archive.is_file() else C1_ONLY
+
+
+def _pyspark() -> Path:
+    """The venv's PySpark: its jars, scripts and workers' zips."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+@functools.cache
+def _machine_spark_home() -> Path:
+    """Where the machine's copy of this PySpark's home is kept: by version and the jars'
+    names and sizes (a wheel of one version has the same jars in every venv)."""
+    import pyspark
+
+    root = _pyspark() / "jars"
+    jars = sorted((str(jar.relative_to(root)), jar.stat().st_size) for jar in root.rglob("*") if jar.is_file())
+    digest = hashlib.sha1(repr(jars).encode()).hexdigest()[:10]
+    return cache_dir() / "spark" / f"{pyspark.__version__}-{digest}"
+
+
+def spark_home() -> Path:
+    """The SPARK_HOME of the suite's Spark JVMs: the machine's (``make_spark_home``) once
+    made, else the venv's PySpark."""
+    home = _machine_spark_home()
+    return home if home.is_dir() else _pyspark()
+
+
+def spark_archive() -> Path:
+    """Where the Spark JVMs' archive is kept: beside the machine's home, by JDK."""
+    home = _machine_spark_home()
+    return home.with_name(f"{home.name}-jdk{_jdk()}.jsa")
+
+
+# What a Spark JVM and its Python workers use of a home: the launch scripts, the jars, and
+# the zips put first on the workers' path.
+_HOME_PARTS = ("bin", "sbin", "jars", "python")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hardlink (no disk) where the cache shares the venv's filesystem, else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def make_spark_home() -> Path:
+    """The machine's home, made from the venv's PySpark into a temporary name and renamed
+    into place whole; never changed after: every later venv of this PySpark reuses it, and
+    the archive keeps matching its jars (their inodes, and so their times, are the cache's
+    from then on; a jar of the first venv touched in place touches the home's too: the
+    archive is then refused and the JVMs start as usual). The workers' zips get their
+    bytecode (tests/bytecode.py says why)."""
+    home = _machine_spark_home()
+    if home.is_dir():
+        return home
+    home.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{home.name}.", suffix=".partial", dir=home.parent))
+    try:
+        for part in _HOME_PARTS:
+            shutil.copytree(_pyspark() / part, partial / part, copy_function=_link_or_copy,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        for archive in (partial / "python" / "lib").glob("*.zip"):
+            add_bytecode(archive)  # writes a new file: the venv's stays as it is
+        partial.chmod(0o755)
+        try:
+            partial.rename(home)
+        except OSError:
+            if not home.is_dir():
+                raise
+            # Another run published it first.
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return home
 
 
 # The variables Spark's launcher adds to the java command line of a spark-submit driver
@@ -58,19 +167,22 @@ _SPARK_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS")
 
 
 def spark_jvm_options() -> tuple[str, ...]:
-    """The options of a Spark JVM: C1 only, and the class archive if it has been made (a
-    mismatch is not worth a warning: the JVM then loads its classes as usual)."""
-    if not SPARK_ARCHIVE.is_file():
+    """The options of a Spark JVM of ``spark_home()``: C1 only, and the class archive if it
+    has been made (a mismatch is not worth a warning: the JVM then loads its classes as
+    usual)."""
+    archive = spark_archive()
+    if not archive.is_file():
         return C1_ONLY
-    return (*C1_ONLY, f"-XX:SharedArchiveFile={SPARK_ARCHIVE}", *_QUIET)
+    return (*C1_ONLY, f"-XX:SharedArchiveFile={archive}", *_QUIET)
 
 
 def with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the suite's options for every Spark JVM and Kafka node (a job's own
-    local broker reads KAFKA_OPTS) that its processes start."""
+    """``env`` with the suite's Spark home and options for every Spark JVM and Kafka node
+    (a job's own local broker reads KAFKA_OPTS) that its processes start."""
     spark = spark_jvm_options()
     for name, options in [*((name, spark) for name in _SPARK_JVM_VARIABLES), ("KAFKA_OPTS", kafka_jvm_options())]:
         env[name] = " ".join(filter(None, [env.get(name), *options]))
+    env["SPARK_HOME"] = str(spark_home())
     return env
 
 
@@ -90,24 +202,24 @@ spark.stop()
 
 
 def make_spark_archive() -> Path:
-    """Run the workload under spark-submit, whose JVM writes the archive as it exits;
-    it is renamed into place only once whole."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    partial = SPARK_ARCHIVE.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
+    """Run the workload under the machine home's spark-submit, whose JVM writes the archive
+    as it exits; it is published only once whole."""
+    home, archive = make_spark_home(), spark_archive()
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     with tempfile.TemporaryDirectory() as scratch:
         workload = Path(scratch, "workload.py")
         workload.write_text(_WORKLOAD)
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+               "PYSPARK_DRIVER_PYTHON": sys.executable}
         done = subprocess.run(
-            [str(Path(_find_spark_home(), "bin", "spark-submit")), "--master", "local[2]", "--driver-java-options",
+            [str(home / "bin" / "spark-submit"), "--master", "local[2]", "--driver-java-options",
              " ".join([*C1_ONLY, f"-XX:ArchiveClassesAtExit={partial}", *_QUIET]),
              str(workload)], cwd=scratch, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not partial.is_file():
-        raise SystemExit(f"making {SPARK_ARCHIVE} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    partial.rename(SPARK_ARCHIVE)
-    return SPARK_ARCHIVE
+        partial.unlink(missing_ok=True)
+        raise SystemExit(f"making {archive} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    _publish(partial, archive)
+    return archive
 
 
 def make_kafka_archive() -> Path:
@@ -118,8 +230,7 @@ def make_kafka_archive() -> Path:
     from spark_sink.producer import KafkaProducer, ProducerRecord
 
     archive = kafka_archive()
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_suffix(f".{os.getpid()}.partial")
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
     cluster = KafkaCluster(1, jvm_args=[*C1_ONLY, f"-XX:ArchiveClassesAtExit={partial}", *_QUIET])
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -134,12 +245,21 @@ def make_kafka_archive() -> Path:
         cluster.stop()
     if not partial.is_file():
         raise SystemExit(f"making {archive} failed: the node wrote no archive\n{cluster.logs()[-3000:]}")
-    partial.rename(archive)
+    _publish(partial, archive)
     return archive
 
 
+def main(arguments: list[str]) -> None:
+    """``home``: the machine's Spark home only (quick: links); else the archives too, each
+    unless made already or being made by another run."""
+    print(f"tests/jvms.py: Spark home {make_spark_home()}")
+    if arguments == ["home"]:
+        return
+    for archive, make in ((spark_archive(), make_spark_archive), (kafka_archive(), make_kafka_archive)):
+        with _maker(archive) as mine:
+            if mine:
+                print(f"tests/jvms.py: made {make()}")
+
+
 if __name__ == "__main__":
-    if not SPARK_ARCHIVE.is_file():
-        print(f"tests/jvms.py: made {make_spark_archive()}")
-    if not kafka_archive().is_file():
-        print(f"tests/jvms.py: made {make_kafka_archive()}")
+    main(sys.argv[1:])

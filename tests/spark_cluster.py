@@ -19,12 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.find_spark_home import _find_spark_home
-
 from kprod_broker import free_port
-from tests.jvms import with_test_jvm_options
+from tests.jvms import spark_home, with_test_jvm_options
 
-SPARK_HOME = Path(_find_spark_home())
+SPARK_HOME = spark_home()  # the machine's (tests/jvms.py), as every other Spark JVM of the suite
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
 
@@ -94,7 +92,6 @@ def spark_env(python: str, base: Mapping[str, str] | None = None) -> dict[str, s
     env = dict(os.environ if base is None else base)
     env.pop("PYTHONPATH", None)
     env.update({
-        "SPARK_HOME": str(SPARK_HOME),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOCAL_HOSTNAME": "127.0.0.1",
         "PYSPARK_PYTHON": python,

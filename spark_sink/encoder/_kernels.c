@@ -261,50 +261,155 @@ fail:
     return NULL;
 }
 
+/* RecordBuffer (send()'s per-record path, below) here: write_records writes send_arrow's
+   records straight into the spare room of one, past its end (see claim and commit). */
+#define RECORD_BATCH_OVERHEAD 61
+
+typedef struct {
+    PyObject_HEAD
+    uint8_t *data;
+    Py_ssize_t len, cap;
+    long long record_count, base_timestamp, max_timestamp, estimated_size, batch_size;
+    int sealed;  /* take() was called: the bytes are final, read through the buffer protocol */
+    int claimed; /* a writer holds the spare room past len: nothing else writes or moves the bytes */
+    int pooled;  /* data is a block of the pool below (its size cap), given back there when freed */
+} RecordBuffer;
+
+static PyObject *RecordBuffer_type; /* set in PyInit */
+
+/* Blocks of 64 KiB times a power of two, kept for the next RecordBuffer once freed, up to
+   POOL_IDLE_MAX bytes of them idle. A batch's buffer lives until it is acknowledged; freed,
+   a large block goes back to the kernel (malloc maps those apart), and a new one faults its
+   pages in and has them cleared afresh, which costs more than writing the records (as for
+   columnar.py's _RecycledBuffers). Smaller blocks come from malloc, which reuses those
+   itself. Taken and given back with the GIL held (a RecordBuffer grows and dies only so). */
+#define POOL_MIN ((Py_ssize_t)64 << 10)
+#define POOL_CLASSES 16
+#define POOL_IDLE_MAX ((Py_ssize_t)16 << 20)
+static void *pool_free[POOL_CLASSES]; /* per class, a list linked through each block's first bytes */
+static Py_ssize_t pool_idle;
+
+static void release_data(RecordBuffer *self) {
+    if (self->pooled && pool_idle + self->cap <= POOL_IDLE_MAX) {
+        int c = 0;
+        while ((POOL_MIN << c) < self->cap) c++;
+        *(void **)self->data = pool_free[c];
+        pool_free[c] = self->data;
+        pool_idle += self->cap;
+    } else {
+        PyMem_Free(self->data);
+    }
+    self->data = NULL;
+    self->pooled = 0;
+}
+
+/* A capacity of at least `cap` bytes (not below what it holds), the bytes held kept. */
+static int set_capacity(RecordBuffer *self, Py_ssize_t cap) {
+    if (cap < POOL_MIN) {
+        uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
+        if (!data) {
+            PyErr_NoMemory();
+            return 0;
+        }
+        self->data = data;
+        self->cap = cap;
+        return 1;
+    }
+    int c = 0;
+    while (c < POOL_CLASSES - 1 && (POOL_MIN << c) < cap) c++;
+    int pooled = (POOL_MIN << c) >= cap; /* past the largest class: a block of its own */
+    Py_ssize_t size = pooled ? POOL_MIN << c : cap;
+    uint8_t *data = NULL;
+    /* The smallest idle block that fits: batches free larger blocks than they start with. */
+    for (int k = c; pooled && k < POOL_CLASSES && !data; k++) {
+        if ((data = pool_free[k])) {
+            pool_free[k] = *(void **)data;
+            size = POOL_MIN << k;
+            pool_idle -= size;
+        }
+    }
+    if (!data && !(data = PyMem_Malloc((size_t)size))) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    if (self->len) memcpy(data, self->data, (size_t)self->len);
+    release_data(self);
+    self->data = data;
+    self->cap = size;
+    self->pooled = pooled;
+    return 1;
+}
+
+/* Room for `room` bytes past the end of a claimed or new buffer, growing it by doubling up to
+   `most` bytes (a batch that takes many calls' records is not copied each time). */
+static int make_room(RecordBuffer *self, int64_t room, int64_t most) {
+    if (self->len + room <= self->cap) return 1;
+    Py_ssize_t cap = self->cap * 2 < most ? self->cap * 2 : (Py_ssize_t)most;
+    if (cap < self->len + room) cap = (Py_ssize_t)(self->len + room);
+    return set_capacity(self, cap);
+}
+
 PyDoc_STRVAR(write_records_doc,
-"write_records(outs, opens, groups, keys, values, headers, timestamps, continued=None)\n--\n\n"
-"Write every row's record into its group's buffer (outs: one writable uint8 buffer, or\n"
-"None, per group, each at least that group's bytes as plan_batches sized them), split\n"
-"into batches where opens (from plan_batches) says. headers: (first_entry, end_entry,\n"
-"sizes, keys, values), each row's range of entries, the bytes of its header section\n"
-"(empty sizes: no headers), and the entries' key and value columns; continued as\n"
-"plan_batches had it. Returns the bytes written into each group's buffer (int64 list).");
+"write_records(outs, opens, groups, keys, values, headers, timestamps, continued=None, targets=None,\n"
+"              room=None, most=0)\n--\n\n"
+"Write every row's record into its group's buffer (outs: one writable uint8 buffer, a\n"
+"RecordBuffer (written past its end, into room it has), or None, per group, each at least\n"
+"that group's bytes as plan_batches sized them), split into batches where opens (from\n"
+"plan_batches) says. headers: (first_entry, end_entry, sizes, keys, values), each row's\n"
+"range of entries, the bytes of its header section (empty sizes: no headers), and the\n"
+"entries' key and value columns; continued as plan_batches had it. targets (with\n"
+"continued; a list of a claimed RecordBuffer or None per group): a group's rows before its\n"
+"first opening row (those continuing its batch: room, int64 per group, their bytes) go past\n"
+"the end of its target instead, which grows to take them (doubling, up to most bytes); one\n"
+"sealed meanwhile (the Sender took its batch) is replaced in the list by a new claimed\n"
+"RecordBuffer holding them alone, as written; a target without any is released. Returns the\n"
+"bytes written for each group, outs and targets together (int64 list).");
 
 static PyObject *write_records(PyObject *self, PyObject *args) {
     PyObject *outs_o, *opens_o, *groups_o, *keys_o, *values_o, *first_o, *end_o, *sizes_o, *hkeys_o, *hvalues_o,
-        *ts_o, *continued_o = NULL, *written = NULL;
+        *ts_o, *continued_o = NULL, *targets_o = NULL, *room_o = NULL, *written = NULL;
     Views views = {.count = 0};
     Column keys, values, hkeys, hvalues;
-    Py_ssize_t group_count = 0, acquired = 0, n_opens, n_groups, n_first, n_end, n_sizes, n_ts, n_continued = 0;
+    Py_ssize_t group_count = 0, acquired = 0, n_opens, n_groups, n_first, n_end, n_sizes, n_ts, n_continued = 0,
+               n_room = 0;
+    long long most = 0;
     Py_buffer *out_views = NULL;
     uint8_t **out = NULL;
-    int64_t *cursor = NULL, *cap = NULL, *in_batch = NULL, *base = NULL;
+    int64_t *cursor = NULL, *cap = NULL, *in_batch = NULL, *base = NULL, *t_cursor = NULL, *t_cap = NULL;
+    uint8_t **t_out = NULL;
     Py_ssize_t bad_row = -1; /* the row whose group is out of range or whose buffer is full, if any */
-    if (!PyArg_ParseTuple(args, "OOOOO(OOOOO)O|O", &outs_o, &opens_o, &groups_o, &keys_o, &values_o, &first_o,
-                          &end_o, &sizes_o, &hkeys_o, &hvalues_o, &ts_o, &continued_o))
+    if (!PyArg_ParseTuple(args, "OOOOO(OOOOO)O|OOOL", &outs_o, &opens_o, &groups_o, &keys_o, &values_o, &first_o,
+                          &end_o, &sizes_o, &hkeys_o, &hvalues_o, &ts_o, &continued_o, &targets_o, &room_o, &most))
         return NULL;
+    if (targets_o == Py_None) targets_o = NULL;
     if (!PyList_Check(outs_o)) {
         PyErr_SetString(PyExc_TypeError, "write_records: outs must be a list (a buffer or None per group)");
         return NULL;
     }
     group_count = PyList_Size(outs_o);
+    if (targets_o && (!PyList_Check(targets_o) || PyList_Size(targets_o) != group_count ||
+                      !continued_o || continued_o == Py_None || !room_o)) {
+        PyErr_SetString(PyExc_TypeError, "write_records: targets must be a list as long as outs, with continued and room");
+        return NULL;
+    }
     const uint8_t *opens = items(&views, opens_o, 1, 0, &n_opens, "opens");
     const int64_t *groups = opens ? items(&views, groups_o, 8, 0, &n_groups, "groups") : NULL;
     const int32_t *first_entry = groups ? items(&views, first_o, 4, 0, &n_first, "headers") : NULL;
     const int32_t *end_entry = first_entry ? items(&views, end_o, 4, 0, &n_end, "headers") : NULL;
     const int64_t *header_sizes = end_entry ? items(&views, sizes_o, 8, 0, &n_sizes, "headers") : NULL;
     const int64_t *timestamps = header_sizes ? items(&views, ts_o, 8, 0, &n_ts, "timestamps") : NULL;
-    const int64_t *continued = NULL;
+    const int64_t *continued = NULL, *room = NULL;
     if (timestamps && continued_o && continued_o != Py_None &&
         !(continued = items(&views, continued_o, 8, 0, &n_continued, "continued")))
         goto fail;
+    if (timestamps && targets_o && !(room = items(&views, room_o, 8, 0, &n_room, "room"))) goto fail;
     if (!timestamps || !column(&views, keys_o, &keys, "keys") || !column(&views, values_o, &values, "values") ||
         !column(&views, hkeys_o, &hkeys, "header keys") || !column(&views, hvalues_o, &hvalues, "header values"))
         goto fail;
     Py_ssize_t n = values.rows;
     if ((keys.rows && keys.rows != n) || n_opens != n || (n_groups && n_groups != n) || n_ts != n ||
         (n_sizes && (n_sizes != n || n_first != n || n_end != n)) || group_count < 1 ||
-        (continued && n_continued != 3 * group_count)) {
+        (continued && n_continued != 3 * group_count) || (room && n_room != group_count)) {
         PyErr_Format(PyExc_ValueError, "write_records: arrays of %zd rows and at least one group expected", n);
         goto fail;
     }
@@ -314,9 +419,41 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     cap = PyMem_Calloc(group_count, sizeof(int64_t));      /* and its size */
     in_batch = PyMem_Calloc(group_count, sizeof(int64_t)); /* records so far in each group's batch */
     base = PyMem_Calloc(group_count, sizeof(int64_t));     /* and its first timestamp */
-    if (!out_views || !out || !cursor || !cap || !in_batch || !base) {
+    if (targets_o) {
+        t_out = PyMem_Calloc(group_count, sizeof(uint8_t *)); /* where a group's continuing rows go, if elsewhere */
+        t_cursor = PyMem_Calloc(group_count, sizeof(int64_t));
+        t_cap = PyMem_Calloc(group_count, sizeof(int64_t));
+    }
+    if (!out_views || !out || !cursor || !cap || !in_batch || !base || (targets_o && (!t_out || !t_cursor || !t_cap))) {
         PyErr_NoMemory();
         goto fail;
+    }
+    for (Py_ssize_t g = 0; targets_o && g < group_count; g++) {
+        PyObject *target = PyList_GetItem(targets_o, g); /* borrowed: the list holds it through the call */
+        if (target == Py_None) continue;
+        RecordBuffer *rb = (RecordBuffer *)target;
+        if (!PyObject_TypeCheck(target, (PyTypeObject *)RecordBuffer_type) || !rb->claimed) {
+            PyErr_SetString(PyExc_TypeError, "write_records: a target must be a claimed RecordBuffer");
+            goto fail;
+        }
+        if (!room[g]) {
+            rb->claimed = 0; /* no row continues it */
+            continue;
+        }
+        if (rb->sealed) { /* its batch was taken since the claim: a buffer of their own, moved later */
+            PyObject *own = PyObject_CallFunction(RecordBuffer_type, "LL", rb->batch_size, (long long)room[g]);
+            if (!own) goto fail;
+            ((RecordBuffer *)own)->claimed = 1;
+            PyList_SetItem(targets_o, g, own); /* steals own */
+            rb = (RecordBuffer *)own;
+        } else if (!make_room(rb, room[g], most)) {
+            goto fail;
+        }
+        /* Past its end: the bytes there are no one's until commit, and a claimed buffer never
+           moves them (nor does a sealed one, should the Sender seal it meanwhile). The GIL is
+           held until the loop below: the Sender cannot seal it between the check and here. */
+        t_out[g] = rb->data + rb->len;
+        t_cap[g] = rb->cap - rb->len;
     }
     for (Py_ssize_t g = 0; continued && g < group_count; g++) { /* a group's first row may continue a batch */
         in_batch[g] = continued[g];
@@ -325,6 +462,16 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     for (; acquired < group_count; acquired++) {
         PyObject *buffer = PyList_GetItem(outs_o, acquired); /* borrowed */
         if (buffer == Py_None) continue; /* a group without rows */
+        if (PyObject_TypeCheck(buffer, (PyTypeObject *)RecordBuffer_type)) { /* a new batch's: past its end */
+            RecordBuffer *rb = (RecordBuffer *)buffer;
+            if (rb->sealed) {
+                PyErr_SetString(PyExc_BufferError, "write_records: a RecordBuffer in outs was sealed");
+                goto fail;
+            }
+            out[acquired] = rb->data + rb->len;
+            cap[acquired] = rb->cap - rb->len;
+            continue;
+        }
         Py_buffer *view = &out_views[acquired];
         if (PyObject_GetBuffer(buffer, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto fail;
         out[acquired] = view->buf;
@@ -340,17 +487,20 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
         if (opens[i]) {
             in_batch[group] = 0;
             base[group] = timestamps[i];
+            if (t_out) t_out[group] = NULL; /* the group's continuation, if any, is over */
         }
         int64_t offset_delta = in_batch[group]++;
         int64_t timestamp_delta = timestamps[i] - base[group];
         int64_t key_length = keys.rows ? keys.lengths[i] : -1, value_length = values.lengths[i];
         int64_t fixed = 1 + field_size(key_length) + field_size(value_length) + (n_sizes ? header_sizes[i] : 1);
         int64_t body = fixed + varint_size(timestamp_delta) + varint_size(offset_delta);
-        if (cursor[group] + varint_size(body) + body > cap[group]) {
+        int into_target = t_out && t_out[group];
+        int64_t *at = into_target ? &t_cursor[group] : &cursor[group];
+        if (*at + varint_size(body) + body > (into_target ? t_cap[group] : cap[group])) {
             bad_row = i;
             break;
         }
-        uint8_t *pos = out[group] + cursor[group];
+        uint8_t *pos = (into_target ? t_out[group] : out[group]) + *at;
         pos = put_varint(pos, body);
         *pos++ = 0; /* attributes */
         pos = put_varint(pos, timestamp_delta);
@@ -367,7 +517,7 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
                 pos = put_field(pos, hvalues.data + hvalues.starts[e], hvalues.lengths[e]);
             }
         }
-        cursor[group] = pos - out[group];
+        *at = pos - (into_target ? t_out[group] : out[group]);
     }
     Py_END_ALLOW_THREADS
     if (bad_row >= 0) {
@@ -377,7 +527,7 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     }
     if (!(written = PyList_New(group_count))) goto fail;
     for (Py_ssize_t g = 0; g < group_count; g++) {
-        PyObject *count = PyLong_FromLongLong(cursor[g]);
+        PyObject *count = PyLong_FromLongLong(cursor[g] + (t_cursor ? t_cursor[g] : 0));
         if (!count) goto fail;
         PyList_SetItem(written, g, count); /* steals count */
     }
@@ -393,6 +543,9 @@ done:
     PyMem_Free(cap);
     PyMem_Free(in_batch);
     PyMem_Free(base);
+    PyMem_Free(t_out);
+    PyMem_Free(t_cursor);
+    PyMem_Free(t_cap);
     release(&views);
     return written;
 }
@@ -509,45 +662,27 @@ fail:
    them hold the GIL throughout: each call is far shorter than a switch would cost.
    tests/producer/test_batch.py checks the bytes against the reference encoder, both ways. */
 
-#define RECORD_BATCH_OVERHEAD 61
-
-typedef struct {
-    PyObject_HEAD
-    uint8_t *data;
-    Py_ssize_t len, cap;
-    long long record_count, base_timestamp, max_timestamp, estimated_size, batch_size;
-    int sealed; /* take() was called: the bytes are final, read through the buffer protocol */
-} RecordBuffer;
-
-static PyObject *RecordBuffer_type; /* set in PyInit */
-
 /* Room for `more` bytes; grown by doubling, up to batch.size first (most batches end there). */
 static int reserve(RecordBuffer *self, Py_ssize_t more) {
-    if (self->sealed) {
-        PyErr_SetString(PyExc_BufferError, "RecordBuffer: no record can follow take()");
+    if (self->sealed || self->claimed) {
+        PyErr_SetString(PyExc_BufferError, self->sealed ? "RecordBuffer: no record can follow take()"
+                                                        : "RecordBuffer: a writer holds its room (claim)");
         return 0;
     }
     if (self->len + more <= self->cap) return 1;
     Py_ssize_t cap = self->cap ? self->cap * 2 : 1024;
     if (cap < self->batch_size && self->batch_size <= (1 << 20)) cap = (Py_ssize_t)self->batch_size;
     while (cap < self->len + more) cap *= 2;
-    uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
-    if (!data) {
-        PyErr_NoMemory();
-        return 0;
-    }
-    self->data = data;
-    self->cap = cap;
-    return 1;
+    return set_capacity(self, cap);
 }
 
 static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    long long batch_size;
+    long long batch_size, capacity = 0;
     if (kwargs && PyObject_Length(kwargs) > 0) {
-        PyErr_SetString(PyExc_TypeError, "RecordBuffer(batch_size) takes no keyword arguments");
+        PyErr_SetString(PyExc_TypeError, "RecordBuffer(batch_size, capacity=0) takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "L", &batch_size)) return NULL;
+    if (!PyArg_ParseTuple(args, "L|L", &batch_size, &capacity)) return NULL;
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     RecordBuffer *self = (RecordBuffer *)alloc(type, 0);
     if (!self) return NULL;
@@ -558,12 +693,18 @@ static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *
     self->estimated_size = RECORD_BATCH_OVERHEAD;
     self->batch_size = batch_size;
     self->sealed = 0;
+    self->claimed = 0;
+    self->pooled = 0;
+    if (capacity > 0 && !make_room(self, capacity, capacity)) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
 static void RecordBuffer_dealloc(RecordBuffer *self) {
     PyTypeObject *type = Py_TYPE((PyObject *)self);
-    PyMem_Free(self->data);
+    release_data(self);
     freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_(self);
     Py_DECREF(type);
@@ -742,8 +883,9 @@ static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args)
         result = PyLong_FromLong(0);
         goto done;
     }
-    if (self->sealed) {
-        PyErr_SetString(PyExc_BufferError, "RecordBuffer: no record can follow take()");
+    if (self->sealed || self->claimed) {
+        PyErr_SetString(PyExc_BufferError, self->sealed ? "RecordBuffer: no record can follow take()"
+                                                        : "RecordBuffer: a writer holds its room (claim)");
         goto done;
     }
     if (self->len + size > self->cap) {
@@ -751,13 +893,7 @@ static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args)
            each partition takes many sections, and each growth may copy it (realloc). */
         Py_ssize_t cap = self->cap * 4 < limit ? self->cap * 4 : (Py_ssize_t)limit;
         if (cap < self->len + size) cap = (Py_ssize_t)(self->len + size);
-        uint8_t *data = PyMem_Realloc(self->data, (size_t)cap);
-        if (!data) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        self->data = data;
-        self->cap = cap;
+        if (!set_capacity(self, cap)) goto done;
     }
     if (offset_shift || ts_shift)
         move_records(start, end, offset_shift, ts_shift, self->data + self->len);
@@ -774,6 +910,61 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(RecordBuffer_claim_doc,
+"claim() -> (record count, records section bytes, first timestamp) or None\n--\n\n"
+"Hold the room past the buffer's end for one writer (write_records' targets), until commit\n"
+"or pending: nothing else writes there or moves the buffer's bytes meanwhile (take() still\n"
+"may seal it: it hands out only what is before the end). Returns what the writer's records\n"
+"continue (plan_batches' continued), None if it is sealed or claimed already. Under the\n"
+"accumulator's lock for a queued batch's buffer.");
+
+static PyObject *RecordBuffer_claim(RecordBuffer *self, PyObject *unused) {
+    if (self->sealed || self->claimed) Py_RETURN_NONE;
+    self->claimed = 1;
+    return Py_BuildValue("(LnL)", self->record_count, self->len, self->base_timestamp);
+}
+
+PyDoc_STRVAR(RecordBuffer_commit_doc,
+"commit(size, count, base_timestamp, max_timestamp)\n--\n\n"
+"The size bytes a writer put past the end (count records, written as this batch's next:\n"
+"their offset deltas from its record count on, their timestamp deltas from its first\n"
+"timestamp, which base_timestamp is if it holds none) become the buffer's last records; the\n"
+"claim ends. BufferError if it was sealed meanwhile (see pending).");
+
+static PyObject *RecordBuffer_commit(RecordBuffer *self, PyObject *args) {
+    long long size, count, base, largest;
+    if (!PyArg_ParseTuple(args, "LLLL", &size, &count, &base, &largest)) return NULL;
+    if (self->sealed || size < 0 || size > self->cap - self->len) {
+        PyErr_SetString(PyExc_BufferError, self->sealed ? "RecordBuffer.commit: sealed meanwhile"
+                                                        : "RecordBuffer.commit: more bytes than its room");
+        return NULL;
+    }
+    if (!self->record_count) self->base_timestamp = self->max_timestamp = base;
+    if (largest > self->max_timestamp) self->max_timestamp = largest;
+    self->len += (Py_ssize_t)size;
+    self->record_count += count;
+    self->estimated_size += size;
+    self->claimed = 0;
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(RecordBuffer_pending_doc,
+"pending(size) -> bytes\n--\n\n"
+"A copy of the size bytes a writer put past the end, for a batch of their own (the batch\n"
+"they continued was sent or failed meanwhile); the claim ends.");
+
+static PyObject *RecordBuffer_pending(RecordBuffer *self, PyObject *args) {
+    long long size;
+    if (!PyArg_ParseTuple(args, "L", &size)) return NULL;
+    if (size < 0 || size > self->cap - self->len) {
+        PyErr_SetString(PyExc_ValueError, "RecordBuffer.pending: more bytes than its room");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)self->data + self->len, (Py_ssize_t)size);
+    if (out) self->claimed = 0;
+    return out;
+}
+
 #define GETTER(name)                                                                        \
     static PyObject *RecordBuffer_get_##name(RecordBuffer *self, void *closure) {                \
         return PyLong_FromLongLong(self->name);                                                  \
@@ -783,6 +974,7 @@ GETTER(base_timestamp)
 GETTER(max_timestamp)
 GETTER(estimated_size)
 GETTER(batch_size)
+GETTER(claimed)
 
 static PyGetSetDef RecordBuffer_getset[] = {
     {"record_count", (getter)RecordBuffer_get_record_count, NULL, "records written", NULL},
@@ -790,6 +982,7 @@ static PyGetSetDef RecordBuffer_getset[] = {
     {"max_timestamp", (getter)RecordBuffer_get_max_timestamp, NULL, "the largest timestamp (-1: none yet)", NULL},
     {"estimated_size", (getter)RecordBuffer_get_estimated_size, NULL, "the batch's size: header and records", NULL},
     {"batch_size", (getter)RecordBuffer_get_batch_size, NULL, "batch.size", NULL},
+    {"claimed", (getter)RecordBuffer_get_claimed, NULL, "1 while a writer holds the room past its end", NULL},
     {NULL},
 };
 
@@ -797,6 +990,9 @@ static PyMethodDef RecordBuffer_methods[] = {
     {"append", (PyCFunction)RecordBuffer_append, METH_VARARGS, RecordBuffer_append_doc},
     {"take", (PyCFunction)RecordBuffer_take, METH_NOARGS, RecordBuffer_take_doc},
     {"append_section", (PyCFunction)RecordBuffer_append_section, METH_VARARGS, RecordBuffer_append_section_doc},
+    {"claim", (PyCFunction)RecordBuffer_claim, METH_NOARGS, RecordBuffer_claim_doc},
+    {"commit", (PyCFunction)RecordBuffer_commit, METH_VARARGS, RecordBuffer_commit_doc},
+    {"pending", (PyCFunction)RecordBuffer_pending, METH_VARARGS, RecordBuffer_pending_doc},
     {NULL},
 };
 
@@ -806,7 +1002,8 @@ static PyType_Slot RecordBuffer_slots[] = {
     {Py_tp_getset, RecordBuffer_getset},
     {Py_tp_methods, RecordBuffer_methods},
     {Py_bf_getbuffer, RecordBuffer_getbuffer},
-    {Py_tp_doc, "RecordBuffer(batch_size): the records section of an open producer batch, written as records come."},
+    {Py_tp_doc, "RecordBuffer(batch_size, capacity=0): the records section of an open producer batch, written as records "
+                "come (or by write_records, past its end: see claim and commit)."},
     {0, NULL},
 };
 

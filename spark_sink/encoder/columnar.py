@@ -14,6 +14,7 @@ import itertools
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +33,10 @@ class EncodedRecords:
     changed once made (not frozen: a frozen dataclass costs twice as much to make, and
     send_arrow makes one per partition and call)."""
 
-    payload: bytes | memoryview  # an uncompressed section is a view of its partition's encoded buffer
+    # An uncompressed section is a view of its partition's encoded buffer, or where batches
+    # are joined (encode_groups' continued) a RecordBuffer: one holding these records alone,
+    # or, with first_offset, the claimed one they were written past the end of.
+    payload: bytes | memoryview | Any
     codec: int
     record_count: int
     base_timestamp: int
@@ -40,8 +44,9 @@ class EncodedRecords:
     uncompressed_size: int
     # Above 0: the records continue a batch holding this many, their offset deltas from
     # here on and their timestamp deltas from base_timestamp, that batch's first timestamp
-    # (encode_groups' continued): not a batch of their own until moved (see
-    # RecordBuffer.append_section).
+    # (encode_groups' continued), written past the end of its RecordBuffer (the payload):
+    # not part of it until committed there (see ProducerBatch.join), nor a batch of their
+    # own until moved (RecordBuffer.pending, then append_section).
     first_offset: int = 0
 
     @property
@@ -51,7 +56,16 @@ class EncodedRecords:
     @property
     def size_in_bytes(self) -> int:
         """Bytes of the batch on the wire, header included."""
-        return RECORD_BATCH_OVERHEAD + len(self.payload)
+        return RECORD_BATCH_OVERHEAD + (len(self.payload) if self.codec else self.uncompressed_size)
+
+
+@dataclass(slots=True)
+class Continued:
+    """What a call's rows may continue, per group (partition): the batch queued last for
+    it, whose RecordBuffer is claimed for them (RecordAccumulator.continued)."""
+
+    held: np.ndarray  # int64, 3 x groups: record count (0: none), records section bytes, first timestamp
+    targets: list[Any]  # per group: the claimed RecordBuffer of that batch, or None
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -257,7 +271,7 @@ _buffers = _RecycledBuffers(16 << 20)
 
 def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarray, headers: pa.Array | None,
                   groups: np.ndarray | None, group_count: int, *, batch_size: int, codec: int = 0,
-                  level: int | None = None, continued: np.ndarray | None = None) -> list[list[EncodedRecords]]:
+                  level: int | None = None, continued: Continued | None = None) -> list[list[EncodedRecords]]:
     """Encode rows into record batches of at most ``batch_size`` bytes each (0: no limit),
     each row into the batches of its group (its partition): returns each group's batches.
 
@@ -269,9 +283,11 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     lives as long as any of them (and is then reused: see :class:`_RecycledBuffers`).
 
     ``continued`` (uncompressed, and only where :func:`can_join`): per group the record
-    count, records section bytes and first timestamp of a batch it already holds (int64, 3 x
-    group_count; a count of 0 for none), which the group's first rows continue while it
-    stays within ``batch_size``: their EncodedRecords say so (``first_offset``).
+    count, records section bytes and first timestamp of a batch it already holds, and its
+    claimed RecordBuffer (see :class:`Continued`), which the group's first rows continue while
+    it stays within ``batch_size``: they are written past the end of that buffer, and their
+    EncodedRecords say so (``first_offset``, the buffer as payload). Then a group's only
+    new batch is written into a RecordBuffer of its own, which later rows may continue.
     """
     loops = kernels.compiled()
     values = as_binary(values)
@@ -290,7 +306,7 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     if continued is not None:
         if codec:
             raise ValueError("compressed batches cannot be continued")
-        extra = (_frozen(np.ascontiguousarray(continued, dtype=np.int64).reshape(-1)),)
+        extra = (_frozen(np.ascontiguousarray(continued.held, dtype=np.int64).reshape(-1)),)
     opens, plan = np.zeros(len(values), np.bool_), np.empty((5 + len(extra), len(values)), np.int64)
     batches = loops.plan_batches(columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count,
                                  limit, opens, plan, *extra)
@@ -300,14 +316,30 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     # Each group's records go straight into a buffer of its own, so that one partition's
     # unsent batches never keep another's bytes alive; compressed payloads are copies, so
     # their records are written into this thread's scratch buffer instead.
+    record_buffer = targets = None
     if codec:
         scratch, offset, buffers = _scratch(sum(group_bytes)), 0, []
         for size in group_bytes:
             buffers.append(scratch[offset:offset + size] if size else None)
             offset += size
-    else:
+        written = loops.write_records(buffers, opens, group_ids, *columns)
+    elif continued is None:
         buffers = [_buffers.take(size) if size else None for size in group_bytes]
-    written = loops.write_records(buffers, opens, group_ids, *columns, *extra)
+        written = loops.write_records(buffers, opens, group_ids, *columns)
+    else:
+        # A continuation goes past the end of its batch's RecordBuffer (no copy when it is
+        # joined), a group's one new batch into a RecordBuffer of its own (which the next
+        # call's rows continue so), more than one into a buffer they share as views.
+        own = plan[5, :batches] == 0
+        room = np.zeros(group_count, np.int64)
+        room[batch_group[~own]] = sizes[~own]  # a group's continuation: at most one
+        own_bytes = np.bincount(batch_group[own], weights=sizes[own], minlength=group_count).astype(np.int64)
+        own_batches = np.bincount(batch_group[own], minlength=group_count)
+        record_buffer = loops.RecordBuffer
+        buffers = [None if not size else record_buffer(batch_size, size) if n == 1 else _buffers.take(size)
+                   for size, n in zip(own_bytes.tolist(), own_batches.tolist())]
+        targets = list(continued.targets)  # write_records replaces one whose batch was taken meanwhile
+        written = loops.write_records(buffers, opens, group_ids, *columns, *extra, targets, room, limit)
     if written != group_bytes:  # the loops check that no write overruns; this, that none falls short
         raise RuntimeError(f"the encoder wrote {written} bytes per partition where it planned {group_bytes}")
     # Each group's batches in the order they were opened, which is input order.
@@ -315,6 +347,14 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     for group, count, size, first_ts, largest, first_offset in zip(batch_group.tolist(), counts.tolist(),
                                                                    sizes.tolist(), base_ts.tolist(), max_ts.tolist(),
                                                                    first_offsets):
+        if first_offset:  # past the end of the batch it continues: committed there when queued
+            out[group].append(EncodedRecords(targets[group], 0, count, first_ts, largest, size, first_offset))  # type: ignore[index]
+            continue
+        buffer = buffers[group]
+        if type(buffer) is record_buffer:  # its own RecordBuffer: the batch's records as they are
+            buffer.commit(size, count, first_ts, largest)
+            out[group].append(EncodedRecords(buffer, 0, count, first_ts, largest, size))
+            continue
         start = starts[group]
         starts[group] = start + size
         section = buffers[group].data[start:start + size]

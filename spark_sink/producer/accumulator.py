@@ -13,12 +13,13 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from spark_sink.client.clock import Clock, now_ms
 from spark_sink.client.errors import ProducerClosedError, RecordTooLargeError
-from spark_sink.encoder.columnar import EncodedRecords, can_join
+from spark_sink.encoder.columnar import Continued, EncodedRecords, can_join
 from spark_sink.producer.arrow_input import SendLimits
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
@@ -267,7 +268,10 @@ class RecordAccumulator:
         ``reserved`` bytes (the run's) go with the batches they were queued in, the rest
         back to the pool, so each byte is freed once. A partition's first batch joins its
         last queued one where it can (see ProducerBatch.join); several batches share one
-        buffer, so their reservation is freed with the last of them (SharedReservation)."""
+        buffer, so their reservation is freed with the last of them (SharedReservation).
+        Records written as the continuation of a batch (encode_groups' continued: past the
+        end of its RecordBuffer) that is no longer queued, or not to be joined here, are
+        moved into a batch of their own."""
         batch_size = self._config.batch_size
         join = join and self._join
         limit = min(self._join_bytes, self.message_limits.get(topic) or self._join_bytes)
@@ -284,10 +288,15 @@ class RecordAccumulator:
                         dq = self._deque((topic, partition))
                         queues = self._by_topic[topic]
                     elif dq:
-                        last, first = dq[-1], encoded[0]
-                        if join and last.takes_joins() and last.join(first, limit, listener):
+                        first = encoded[0]
+                        last = None
+                        if join and first.first_offset:
+                            last = dq[-1]
+                            if last.records is not first.payload:  # another call queued batches after it
+                                last = _holding(dq, first.payload)
+                        if last is not None and last.join(first, limit, listener):
                             joined = size if len(encoded) == 1 else first.size_in_bytes
-                            assert isinstance(last.memory, int)  # as takes_joins() said
+                            assert isinstance(last.memory, int)  # as takes_joins() said when claimed
                             last.memory += joined  # its reservation goes with its records
                             reserved -= joined
                             records += first.record_count
@@ -296,16 +305,24 @@ class RecordAccumulator:
                             if len(encoded) == 1:
                                 continue
                             encoded, size = encoded[1:], size - joined
-                        last.closed = True  # later send() records must not overtake these batches
+                        dq[-1].closed = True  # later send() records must not overtake these batches
                     memory: int | SharedReservation = size if len(encoded) == 1 else SharedReservation(size, len(encoded))
                     # Every batch made before any is queued: a fault leaves none holding the reservation.
                     batches = []
                     for e in encoded:
-                        if e.first_offset:  # it continued a batch drained since: a batch of its own
+                        if e.first_offset:  # it continued a batch taken since: a batch of its own
+                            target: Any = e.payload  # the RecordBuffer they were written past the end of
+                            moved = EncodedRecords(target.pending(e.uncompressed_size), 0, e.record_count,
+                                                   e.base_timestamp, e.max_timestamp, e.uncompressed_size,
+                                                   e.first_offset)
                             batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
-                                                  records=buffered(e, batch_size, limit),
+                                                  records=buffered(moved, batch_size, limit),
                                                   segments=[listener, e.record_count])
                             batch.closed = True  # send_arrow's: no send() record joins it
+                        elif type(e.payload) is RecordBuffer:  # written into a buffer of its own
+                            batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
+                                                  records=e.payload, segments=[listener, e.record_count])
+                            batch.closed = True
                         else:
                             batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, e,
                                                   segments=[listener, e.record_count])
@@ -323,43 +340,38 @@ class RecordAccumulator:
             if parts:
                 queued(records, uncompressed, parts)
 
-    def continued(self, topic: str, partitions: Sequence[int]) -> np.ndarray | None:
+    def continued(self, topic: str, partitions: Sequence[int]) -> Continued | None:
         """What send_arrow's next records for ``partitions`` of ``topic`` may continue: per
         partition the record count, records section bytes and first timestamp of the
-        send_arrow batch queued last for it, if it can still take records (a count of 0
-        if not; int64, 3 x partitions; None if none can, or batches are not joined here).
-        The encoder writes such records as that batch's next ones, and joining them is a
-        copy (see ProducerBatch.join); if the batch is drained meanwhile, they are moved
-        into a batch of their own instead."""
+        send_arrow batch queued last for it, if it can still take records (a count of 0 if
+        not; int64, 3 x partitions), and its RecordBuffer, claimed for those records (None if
+        none can); None if batches are not joined here. The encoder writes them as that
+        batch's next ones past the end of its buffer, and joining them there is no copy (see
+        ProducerBatch.join); if the batch is taken meanwhile (sent, expired), they are moved
+        into a batch of their own instead. Where none can, the encoder still writes each
+        partition's one new batch into a RecordBuffer, which the next call's rows continue."""
         if not self._join:
             return None
+        n = len(partitions)
+        held: list[tuple[int, int, int]] = [(0, 0, 0)] * n
+        targets: list[Any] = [None] * n
         queues = self._by_topic.get(topic)
         if not queues:
-            return None
-        counts, sizes, bases = [0] * len(partitions), [0] * len(partitions), [0] * len(partitions)
-        found = False
+            return Continued(np.zeros((3, n), np.int64), targets)
         with self._lock:
             for i, partition in enumerate(partitions):
                 dq = queues.get(partition)
                 if not dq:
                     continue
                 last = dq[-1]
-                if not last.takes_joins():
-                    continue
                 records = last.records
-                if records is not None:
-                    counts[i], sizes[i], bases[i] = records.record_count, records.estimated_size, records.base_timestamp
-                else:
-                    e = last.encoded
-                    if e is None or e.codec:
-                        continue
-                    counts[i], sizes[i], bases[i] = e.record_count, e.size_in_bytes, e.base_timestamp
-                found = True
-        if not found:
-            return None
-        out = np.array((counts, sizes, bases), np.int64)
-        out[1] -= RECORD_BATCH_OVERHEAD  # the records sections' bytes
-        return out
+                if records is None or not last.takes_joins():
+                    continue
+                claimed = records.claim()  # None: another call's rows hold it (one writer at a time)
+                if claimed is not None:
+                    held[i] = claimed
+                    targets[i] = records
+        return Continued(np.array(held, np.int64).T, targets)
 
     # -- sender side ----------------------------------------------------------
 
@@ -597,3 +609,12 @@ class RecordAccumulator:
                     sizes.append(len(waiting) if waiting else 0)
                     ids.append(partition)
         return sizes, ids, len(leaders)
+
+
+def _holding(dq: deque[ProducerBatch], records: object) -> ProducerBatch | None:
+    """The batch of ``dq`` whose records buffer ``records`` is (the last, unless another
+    call queued batches after it), None if it is not queued any more."""
+    for batch in reversed(dq):
+        if batch.records is records:
+            return batch
+    return None

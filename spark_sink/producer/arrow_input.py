@@ -18,6 +18,7 @@ import pyarrow as pa
 from spark_sink.client.errors import ColumnError, InvalidPartitionError, RecordTooLargeError
 from spark_sink.encoder.columnar import (
     HEADER_TYPE,
+    Continued,
     EncodedRecords,
     as_arrow_indices,
     as_binary,
@@ -143,7 +144,7 @@ class TopicRows:
         return len(self.values)
 
     def encode(self, batch_size: int, codec: int, level: int | None = None, chunk_bytes: int = CHUNK_BYTES,
-               continued: Callable[[Sequence[int]], np.ndarray | None] | None = None
+               continued: Callable[[Sequence[int]], Continued | None] | None = None
                ) -> Iterator[list[tuple[int, list[EncodedRecords]]]]:
         """The rows of about ``chunk_bytes`` of input at a time, in input order, as record
         batches per partition: ``[(partition, its batches), ...]`` for each partition among

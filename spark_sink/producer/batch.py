@@ -70,6 +70,13 @@ class PyRecordBuffer:
         RecordBuffer's (batches are joined only where kprod's extension is built)."""
         raise TypeError("records sections are joined by kprod's extension (RecordBuffer.append_section)")
 
+    def claim(self) -> tuple[int, int, int] | None:
+        """The compiled RecordBuffer's room for a writer past its end: none here."""
+        return None
+
+    def commit(self, size: int, count: int, base_timestamp: int, max_timestamp: int) -> None:
+        raise TypeError("records are written in place by kprod's extension (RecordBuffer.commit)")
+
     def take(self) -> bytes:
         """The records section; the pieces are dropped."""
         section = b"".join(self.parts)
@@ -234,35 +241,27 @@ class ProducerBatch:
     def takes_joins(self) -> bool:
         """Whether another send_arrow call's records may join this batch: one of
         send_arrow's, never sent, holding a reservation of its own (not one shared with
-        the other batches of its call)."""
+        the other batches of its call); they can once its records are in a RecordBuffer."""
         return self.segments is not None and not self.attempts and type(self.memory) is int
 
     def join(self, e: EncodedRecords, limit: int, listener: SegmentListener) -> bool:
-        """Another send_arrow call's records for this partition (``e``: encoded,
-        uncompressed) after this batch's own, as one batch of at most ``limit`` bytes
-        (batch.size, the topic's max.message.bytes): False if they do not fit (this batch's
-        own records may have moved into a buffer meanwhile, unchanged). As Java's producer
-        appends to the open batch of a partition: with many partitions each call holds a
-        small part of every partition's records, and a batch per part would cost the
-        brokers and the Sender about as much as a full one. Only
-        for a queued batch of send_arrow's never sent, with the accumulator's lock held;
-        with kprod's extension (the records are moved by its RecordBuffer)."""
+        """Another send_arrow call's records for this partition after this batch's own, as
+        one batch of at most ``limit`` bytes (batch.size, the topic's max.message.bytes):
+        ``e``, written as its next records past the end of its RecordBuffer, which
+        RecordAccumulator.continued claimed for them (encode_groups' continued), become part
+        of it there, without a copy. False (nothing changed) if they were written elsewhere
+        or do not fit. As Java's producer appends to the open batch of a partition: with
+        many partitions each call holds a small part of every partition's records, and a
+        batch per part would cost the brokers and the Sender about as much as a full one.
+        Only for a queued batch of send_arrow's never sent, with the accumulator's lock held."""
         segments = self.segments
         if segments is None:
             raise IllegalStateError(f"{self!r} is not send_arrow's: no call's records can join it")
         records = self.records
-        if records is None:  # its own records, encoded: into a buffer that takes more
-            first = self.encoded
-            if first is None or first.codec or first.size_in_bytes + len(e.payload) > limit:
-                return False
-            records = buffered(first, self.batch_size, limit)
-            self.records = records  # before encoded goes: record_count reads one or the other
-            self.encoded = None
-        elif records.estimated_size + len(e.payload) > limit:
+        target: Any = e.payload  # the RecordBuffer the encoder wrote them past the end of
+        if records is None or records.estimated_size + e.uncompressed_size > limit or target is not records:
             return False
-        if not records.append_section(e.payload, e.record_count, e.base_timestamp, e.max_timestamp, limit,
-                                      e.first_offset):
-            return False
+        records.commit(e.uncompressed_size, e.record_count, e.base_timestamp, e.max_timestamp)
         segments += (listener, e.record_count)
         return True
 

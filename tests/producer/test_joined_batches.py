@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,44 +38,45 @@ class Calls:
         self.heard: list[tuple[int, bytes, int, int, Exception | None]] = []  # partition, first value, offset, count, error
         self.calls = 0
 
-    def call(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = False,
-             rounds_between: int = 0) -> None:
+    def call(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = True,
+             rounds_between: int = 0, rounds_before_encoding: int = 0) -> None:
         """One call's rows, at random partitions and timestamps around ``timestamp``;
-        ``continued``: encoded as the accumulator says they continue its batches, with
-        ``rounds_between`` Sender rounds (each answering what is in flight) between that and
-        their queueing."""
-        parts = np.array([rng.randrange(self.partitions) for _ in range(rows)], np.int64)
-        values = [b"c%d-r%d-" % (self.calls, i) + bytes(rng.randrange(0, 40)) for i in range(rows)]
-        stamps = [timestamp + self.calls + rng.randrange(-3, 200) for _ in range(rows)]
-        self.calls += 1
-        for p, v, t in zip(parts.tolist(), values, stamps):
-            self.sent[p].append((v, t))
-        batch_size = self.h.config.batch_size
-        cont = self.h.accumulator.continued(TOPIC, range(self.partitions)) if continued else None
-        groups = encode_groups(None, pa.array(values, pa.binary()), np.array(stamps, np.int64), None, parts,
-                               self.partitions, batch_size=batch_size, continued=cont)
-        for _ in range(rounds_between):
+        ``continued``: encoded as the accumulator says they continue its batches (as
+        send_arrow does; else as batches of their own, which no later call joins), with
+        ``rounds_before_encoding`` Sender rounds (each answering what is in flight) between
+        that and their encoding, ``rounds_between`` between that and their queueing."""
+        call = self.start(rows, rng, timestamp, continued)
+        self.rounds(rounds_before_encoding)
+        call.encode()
+        self.rounds(rounds_between)
+        call.queue()
+
+    def rounds(self, n: int) -> None:
+        """Sender rounds, each answering what is in flight."""
+        for _ in range(n):
             self.h.run()
             for request in self.h.in_flight():
                 self.h.client.respond_produce(request)
-        firsts = {p: [v for q, v in zip(parts.tolist(), values) if q == p] for p in range(self.partitions)}
 
-        def listener(batch: ProducerBatch, offset: int, count: int, order: float,
-                     firsts: dict[int, list[bytes]] = firsts,
-                     seen: dict[int, int] = {}) -> None:  # noqa: B006  (per call: where each partition's next part starts)
-            start = seen.get(batch.partition, 0)
-            seen[batch.partition] = start + count
-            self.heard.append((batch.partition, firsts[batch.partition][start], offset, count, batch.error))
+    def start(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = True) -> Call:
+        """A call's rows, told by the accumulator what they continue (its claims made)."""
+        return Call(self, rows, rng, timestamp, continued)
 
-        self.h.accumulator.append_encoded(TOPIC, [(p, b) for p, b in enumerate(groups) if b], self.h.clock(), 1000,
-                                          listener, lambda *counts: None, lambda: None)
-
-    def check_delivered(self) -> None:
-        """Every partition's log holds its rows once, in order, and each queued batch heard
-        the offset its first row has there."""
+    def check_delivered(self, in_call_order: bool = True) -> None:
+        """Every partition's log holds its rows once, in order (each call's in its own order
+        only, without ``in_call_order``: calls whose steps interleave have none between
+        them), and each queued batch heard the offset its first row has there."""
         for p in range(self.partitions):
             log = self.h.client.log.get((TOPIC, p), [])
-            assert [(r.value, r.timestamp) for b in log for r in b.records] == self.sent[p]
+            got = [(r.value, r.timestamp) for b in log for r in b.records]
+            if in_call_order:
+                assert got == self.sent[p]
+            else:
+                assert sorted(got) == sorted(self.sent[p])
+                for c in range(self.calls):
+                    tag = b"c%d-" % c
+                    assert [g for g in got if (g[0] or b"").startswith(tag)] == [
+                        x for x in self.sent[p] if x[0].startswith(tag)]
             for batch in log:  # a batch as Kafka's own producers write it
                 assert [r.offset - batch.base_offset for r in batch.records] == list(range(len(batch.records)))
                 assert batch.base_timestamp == batch.records[0].timestamp
@@ -85,6 +87,42 @@ class Calls:
         assert sum(count for _, _, _, count, _ in self.heard) == sum(map(len, self.sent.values()))
         assert self.h.accumulator.incomplete() == []
         assert self.h.accumulator._pool.available == self.h.accumulator._pool.total
+
+
+class Call:
+    """One send_arrow-like call in its three steps: told what its rows continue (made with
+    it: the accumulator's claims), encoded, queued."""
+
+    def __init__(self, calls: Calls, rows: int, rng: random.Random, timestamp: int, continued: bool) -> None:
+        self.calls, h, n = calls, calls.h, calls.partitions
+        self.parts = np.array([rng.randrange(n) for _ in range(rows)], np.int64)
+        self.values = [b"c%d-r%d-" % (calls.calls, i) + bytes(rng.randrange(0, 40)) for i in range(rows)]
+        self.stamps = [timestamp + calls.calls + rng.randrange(-3, 200) for _ in range(rows)]
+        calls.calls += 1
+        for p, v, t in zip(self.parts.tolist(), self.values, self.stamps):
+            calls.sent[p].append((v, t))
+        self.continued = h.accumulator.continued(TOPIC, range(n)) if continued else None
+        self.groups: list | None = None
+
+    def encode(self) -> None:
+        h = self.calls.h
+        self.groups = encode_groups(None, pa.array(self.values, pa.binary()), np.array(self.stamps, np.int64), None,
+                                    self.parts, self.calls.partitions, batch_size=h.config.batch_size,
+                                    continued=self.continued)
+
+    def queue(self) -> None:
+        calls, groups = self.calls, self.groups
+        assert groups is not None
+        firsts = {p: [v for q, v in zip(self.parts.tolist(), self.values) if q == p] for p in range(calls.partitions)}
+        seen: dict[int, int] = {}  # where each partition's next part starts
+
+        def listener(batch: ProducerBatch, offset: int, count: int, order: float) -> None:
+            start = seen.get(batch.partition, 0)
+            seen[batch.partition] = start + count
+            calls.heard.append((batch.partition, firsts[batch.partition][start], offset, count, batch.error))
+
+        calls.h.accumulator.append_encoded(TOPIC, [(p, b) for p, b in enumerate(groups) if b], calls.h.clock(), 1000,
+                                           listener, lambda *counts: None, lambda: None)
 
 
 def _started(partitions: int, **config: object) -> tuple[Harness, Calls]:
@@ -159,16 +197,17 @@ def _records(wire: bytes) -> int:
 def test_batches_that_fill_batch_size_exactly_are_joined_one_byte_less_is_not() -> None:
     """Two calls of one 50-byte value each to one partition: joined when batch.size is
     the joined batch's size, left apart one byte below."""
-    def encoded() -> list[EncodedRecords]:
+    def encoded(h: Harness | None = None, batch_size: int = 1_000_000) -> list[EncodedRecords]:
         return encode_groups(None, pa.array([b"x" * 50]), np.full(1, 7, np.int64), None, None, 1,
-                             batch_size=1_000_000)[0]
+                             batch_size=batch_size,
+                             continued=h.accumulator.continued(TOPIC, [0]) if h is not None else None)[0]
 
     joined = 2 * encoded()[0].size_in_bytes - RECORD_BATCH_OVERHEAD  # no delta takes another byte
 
     def wire_counts(batch_size: int) -> list[int]:
         h, _ = _started(1, **{"batch.size": batch_size, "enable.idempotence": False, "acks": 1})
         for _ in range(2):
-            h.accumulator.append_encoded(TOPIC, [(0, encoded())], h.clock(), 1000, lambda *heard: None,
+            h.accumulator.append_encoded(TOPIC, [(0, encoded(h, batch_size))], h.clock(), 1000, lambda *heard: None,
                                          lambda *counts: None, lambda: None)
         ack_one_by_one(h)
         assert h.client.values((TOPIC, 0)) == [b"x" * 50] * 2
@@ -281,8 +320,8 @@ def test_a_joined_batch_tells_each_call_its_records_at_their_own_offsets(counts:
 @pytest.mark.parametrize("seed", range(8))
 def test_calls_encoded_as_continuations_with_sender_rounds_between(seed: int) -> None:
     """Calls encoded as the continuation of the batches queued for their partitions, with
-    Sender rounds before they are queued (which drain some of those batches: their records
-    then go as a batch of their own, or join the batch another call queued meanwhile), and
+    Sender rounds before they are encoded or queued (which drain some of those batches:
+    their records then go as a batch of their own), and
     calls not encoded so: every record once, in order, at its timestamp, in batches as
     Kafka's producers write them, within batch.size, each call hearing its own offsets."""
     rng = random.Random(1000 + seed)
@@ -290,7 +329,8 @@ def test_calls_encoded_as_continuations_with_sender_rounds_between(seed: int) ->
     h, calls = _started(rng.choice([1, 5, 40]), **{"batch.size": batch_size,
                                                     "max.in.flight.requests.per.connection": rng.choice([1, 5])})
     for _ in range(rng.randrange(3, 9)):
-        calls.call(rng.randrange(1, 300), rng, continued=rng.random() < 0.8, rounds_between=rng.choice([0, 0, 1, 2]))
+        calls.call(rng.randrange(1, 300), rng, continued=rng.random() < 0.8, rounds_between=rng.choice([0, 0, 1, 2]),
+                   rounds_before_encoding=rng.choice([0, 0, 1]))
         if rng.random() < 0.3:
             h.run()
     ack_one_by_one(h)
@@ -312,3 +352,63 @@ def test_continued_records_whose_batch_was_drained_go_as_a_batch_of_their_own() 
     ack_one_by_one(h)
     calls.check_delivered()
     assert [len(b.records) for b in h.client.log[(TOPIC, 0)]] == [10, 10]
+
+
+def test_a_calls_records_are_written_into_the_batch_they_continue() -> None:
+    """No copy: the second call's records land in the RecordBuffer the first call's batch
+    was written into (the same object), one batch per partition, as sent."""
+    rng = random.Random(11)
+    h, calls = _started(6, **{"batch.size": 1_000_000})
+    calls.call(60, rng)
+    buffers: dict[int, Any] = {p: dq[-1].records for p, dq in h.accumulator._by_topic[TOPIC].items()}
+    assert buffers and all(type(b).__name__ == "RecordBuffer" for b in buffers.values())
+    calls.call(60, rng)
+    for p, dq in h.accumulator._by_topic[TOPIC].items():
+        if p in buffers:
+            assert len(dq) == 1 and dq[0].records is buffers[p] and not buffers[p].claimed
+            assert buffers[p].record_count == len(calls.sent[p])
+    ack_one_by_one(h)
+    calls.check_delivered()
+    assert len(_wire_batches(h)) == sum(1 for p in range(6) if calls.sent[p])
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_calls_whose_steps_interleave_with_each_other_and_sender_rounds(seed: int) -> None:
+    """Several calls at once, each claimed, encoded and queued at random moments between the
+    others' steps and Sender rounds (a claimed batch drained before its rows are written,
+    or after; another call finding it claimed and queueing a batch after it): against the
+    model, every record once, each call's in its order, at the offsets it heard, batches as
+    Kafka's producers write them within batch.size, buffer.memory all given back, and no
+    buffer left claimed."""
+    rng = random.Random(3000 + seed)
+    batch_size = rng.choice([700, 4000, 1_000_000])
+    h, calls = _started(rng.choice([1, 3, 24]), **{"batch.size": batch_size,
+                                                    "max.in.flight.requests.per.connection": rng.choice([1, 5])})
+    claimed: list[Call] = []
+    encoded: list[Call] = []
+    for _ in range(rng.randrange(8, 24)):
+        step = rng.random()
+        if step < 0.3:
+            claimed.append(calls.start(rng.randrange(1, 200), rng, continued=rng.random() < 0.9))
+        elif step < 0.5 and claimed:
+            call = claimed.pop(rng.randrange(len(claimed)))
+            call.encode()
+            encoded.append(call)
+        elif step < 0.7 and encoded:
+            encoded.pop(rng.randrange(len(encoded))).queue()
+        else:
+            calls.rounds(rng.randrange(1, 3))
+    for call in claimed:
+        call.encode()
+    encoded += claimed
+    rng.shuffle(encoded)
+    for call in encoded:
+        call.queue()
+    queued = [b for dq in h.accumulator._batches.values() for b in dq]
+    assert not any(getattr(b.records, "claimed", 0) for b in queued)
+    ack_one_by_one(h)
+    calls.check_delivered(in_call_order=False)
+    for request in h.client.requests:
+        if request.api_key == 0:
+            for part in (p for t in request.body.topic_data for p in t.partition_data):
+                assert len(part.records) <= batch_size or _records(part.records) == 1

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.jvms import spark_jvm_options
+from tests.jvms import spark_home, spark_jvm_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,9 +43,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
     # Spark's JVM takes its planning workers' Python from its environment as it starts,
     # the context its task workers' as it starts; the tests' child processes keep ours.
+    # PySpark launches the JVM from SPARK_HOME: the machine's, whose jars the class archive
+    # matches (tests/jvms.py); a user's install that a test makes keeps its own.
     python = str(python_wrapper(tmp_path_factory.mktemp("python")))
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = python
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYSPARK_PYTHON", python)
+        patch.setenv("PYSPARK_DRIVER_PYTHON", python)
+        patch.setenv("SPARK_HOME", str(spark_home()))
         session = (
             SparkSession.builder.master("local[2]")
             .appName("kprod-tests")
@@ -63,8 +67,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
             .getOrCreate()
         )
-    finally:
-        os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -35,9 +35,8 @@ def test_installed_kprod_is_found_from_a_foreign_directory(kafka: KafkaCluster, 
          .option("kafka.bootstrap.servers", "{kafka.bootstrap}").option("topic", "{topic}").save())
         spark.stop()
     """)
-    env = subprocess_env()
+    env = subprocess_env(str(python))
     env.pop("PYTHONPATH", None)
-    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(python)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     done = subprocess.run([str(python), "-c", script], cwd=elsewhere, env=env, capture_output=True,
