@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 
 import pyarrow as pa
 import pytest
@@ -71,10 +70,8 @@ def test_sasl_spoken_to_a_plaintext_listener(kafka: KafkaCluster) -> None:
     security.protocol, at once."""
     config = {"bootstrap.servers": kafka.bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
               "sasl.jaas.config": f'{JAAS["PLAIN"]} required username="alice" password="secret";'}
-    started = time.monotonic()
-    with pytest.raises(SaslAuthenticationError) as err:
-        check_cluster(config, ["t"], 60000)
-    assert time.monotonic() - started < 10
+    with pytest.raises(SaslAuthenticationError) as err:  # a wait would hang: an hour's bound
+        check_cluster(config, ["t"], 3_600_000)
     assert "ILLEGAL_SASL_STATE" in str(err.value) and "check security.protocol" in str(err.value)
 
 
@@ -90,15 +87,14 @@ def test_unknown_topic_is_called_one_within_seconds(strict_kafka: KafkaCluster, 
     """The brokers answer UNKNOWN_TOPIC_OR_PARTITION and create nothing: the producer says
     so after 2 s of such answers, not after max.block.ms (60 s by default), as Java would."""
     topic = unique_topic("missing")
-    started = time.monotonic()
     with KafkaProducer({"bootstrap.servers": strict_kafka.bootstrap}) as producer:
         with pytest.raises(UnknownTopicError) as err:
             if send == "send":
                 producer.send(ProducerRecord(topic, b"v"))
             else:
                 producer.send_arrow(pa.table({"value": [b"v"], "topic": [topic]}))
-    assert time.monotonic() - started < 10
-    assert str(err.value).startswith(f"topic {topic!r} does not exist on the cluster at {strict_kafka.bootstrap}")
+    assert str(err.value).startswith(f"topic {topic!r} does not exist on the cluster at {strict_kafka.bootstrap} "
+                                     "(waited 2000 ms of UNKNOWN_TOPIC_OR_PARTITION answers)")  # not max.block.ms
     assert "UNKNOWN_TOPIC_OR_PARTITION" in str(err.value) and "auto.create.topics.enable" in str(err.value)
 
 
@@ -129,10 +125,10 @@ def test_offsets_for_a_group_without_a_coordinator_name_why(strict_kafka: KafkaC
 
 def test_check_cluster_fails_at_once_when_every_address_failed() -> None:
     closed = _closed_port()
-    started = time.monotonic()
     with pytest.raises(BrokersUnreachableError) as err:
         check_cluster({"bootstrap.servers": f"{closed},{UNRESOLVABLE}"}, ["t"], 60000)
-    assert time.monotonic() - started < 30  # not max.block.ms (60 s)
+    # Once every address failed, not "no broker ... answered within 60000 ms" at the deadline.
+    assert str(err.value).startswith(f"cannot reach any bootstrap server of {closed},{UNRESOLVABLE}: "), err.value
     assert f"{closed}: connection refused" in str(err.value) and f"{UNRESOLVABLE}: name not resolved" in str(err.value)
 
 
