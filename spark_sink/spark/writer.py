@@ -107,9 +107,9 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
         if not held and (batch.num_rows >= max_rows or batch.nbytes >= max_bytes):
             # In calls of the call's size: send_arrow makes arrays of a few int64 per row
             # of a call (2 M one-byte rows in one batch: 88 MB of them).
-            rows = min(max_rows, max(1, batch.num_rows * max_bytes // max(1, batch.nbytes)))
-            for start in range(0, batch.num_rows, rows):
-                yield pa.Table.from_batches([batch.slice(start, rows)])
+            step = min(max_rows, max(1, batch.num_rows * max_bytes // max(1, batch.nbytes)))
+            for start in range(0, batch.num_rows, step):
+                yield pa.Table.from_batches([batch.slice(start, step)])
             continue
         held.append(batch)
         rows += batch.num_rows

@@ -38,8 +38,8 @@ def test_a_batch_of_more_rows_than_a_call_goes_in_calls_of_its_rows() -> None:
     """send_arrow makes arrays of a few int64 per row of a call: one Arrow batch of
     millions of tiny rows would make them for all (breaker 56b: 2 M one-byte rows grew a
     writer by 118 MiB against a 49 MiB bound)."""
-    tables = list(coalesce(iter(_batches([1, 1, 1, 5000])), max_rows=1000, max_bytes=1 << 30))
-    assert [t.num_rows for t in tables] == [3, 1000, 1000, 1000, 1000, 1000]
+    tables = list(coalesce(iter(_batches([1, 1, 1, 5000, 600, 400, 1])), max_rows=1000, max_bytes=1 << 30))
+    assert [t.num_rows for t in tables] == [3, 1000, 1000, 1000, 1000, 1000, 1000, 1]  # then joined as before
 
 
 def test_ten_thousand_one_row_batches_are_held_in_few_chunks() -> None:
