@@ -171,7 +171,8 @@ def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event) -> threadi
     def watch() -> None:
         while not done.is_set() and proxy.requests[0] == produces:
             time.sleep(0.002)
-        proxy.stall()
+        if proxy.requests[0] != produces:  # not when the write ended without a Produce
+            proxy.stall()
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
