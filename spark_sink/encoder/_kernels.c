@@ -272,6 +272,7 @@ typedef struct {
     long long record_count, base_timestamp, max_timestamp, estimated_size, batch_size;
     int sealed;  /* take() was called: the bytes are final, read through the buffer protocol */
     int claimed; /* a writer holds the spare room past len: nothing else writes or moves the bytes */
+    void *owner; /* the claim's owner (claim's argument), by identity: only it releases the claim */
     int pooled;  /* data is a block of the pool below (its size cap), given back there when freed */
 } RecordBuffer;
 
@@ -438,6 +439,7 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
         }
         if (!room[g]) {
             rb->claimed = 0; /* no row continues it */
+            rb->owner = NULL;
             continue;
         }
         if (rb->sealed) { /* its batch was taken since the claim: a buffer of their own, moved later */
@@ -694,6 +696,7 @@ static PyObject *RecordBuffer_new(PyTypeObject *type, PyObject *args, PyObject *
     self->batch_size = batch_size;
     self->sealed = 0;
     self->claimed = 0;
+    self->owner = NULL;
     self->pooled = 0;
     if (capacity > 0 && !make_room(self, capacity, capacity)) {
         Py_DECREF(self);
@@ -911,17 +914,33 @@ done:
 }
 
 PyDoc_STRVAR(RecordBuffer_claim_doc,
-"claim() -> (record count, records section bytes, first timestamp) or None\n--\n\n"
-"Hold the room past the buffer's end for one writer (write_records' targets), until commit\n"
-"or pending: nothing else writes there or moves the buffer's bytes meanwhile (take() still\n"
-"may seal it: it hands out only what is before the end). Returns what the writer's records\n"
-"continue (plan_batches' continued), None if it is sealed or claimed already. Under the\n"
-"accumulator's lock for a queued batch's buffer.");
+"claim(owner=None) -> (record count, records section bytes, first timestamp) or None\n--\n\n"
+"Hold the room past the buffer's end for one writer (write_records' targets), until commit,\n"
+"pending or release(owner): nothing else writes there or moves the buffer's bytes meanwhile\n"
+"(take() still may seal it: it hands out only what is before the end). Returns what the\n"
+"writer's records continue (plan_batches' continued), None if it is sealed or claimed\n"
+"already. Under the accumulator's lock for a queued batch's buffer.");
 
-static PyObject *RecordBuffer_claim(RecordBuffer *self, PyObject *unused) {
+static PyObject *RecordBuffer_claim(RecordBuffer *self, PyObject *args) {
+    PyObject *owner = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &owner)) return NULL;
     if (self->sealed || self->claimed) Py_RETURN_NONE;
     self->claimed = 1;
+    self->owner = owner;
     return Py_BuildValue("(LnL)", self->record_count, self->len, self->base_timestamp);
+}
+
+PyDoc_STRVAR(RecordBuffer_release_doc,
+"release(owner) -> bool\n--\n\n"
+"End a claim that owner (the same object) made and nothing committed: its writer gave up\n"
+"(the send_arrow call raised). False, nothing changed, if the buffer is not claimed by\n"
+"owner (committed, moved, or claimed since by another writer).");
+
+static PyObject *RecordBuffer_release(RecordBuffer *self, PyObject *owner) {
+    if (!self->claimed || self->owner != (void *)owner) Py_RETURN_FALSE;
+    self->claimed = 0;
+    self->owner = NULL;
+    Py_RETURN_TRUE;
 }
 
 PyDoc_STRVAR(RecordBuffer_commit_doc,
@@ -945,6 +964,7 @@ static PyObject *RecordBuffer_commit(RecordBuffer *self, PyObject *args) {
     self->record_count += count;
     self->estimated_size += size;
     self->claimed = 0;
+    self->owner = NULL;
     Py_RETURN_NONE;
 }
 
@@ -961,7 +981,10 @@ static PyObject *RecordBuffer_pending(RecordBuffer *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = PyBytes_FromStringAndSize((const char *)self->data + self->len, (Py_ssize_t)size);
-    if (out) self->claimed = 0;
+    if (out) {
+        self->claimed = 0;
+        self->owner = NULL;
+    }
     return out;
 }
 
@@ -990,7 +1013,8 @@ static PyMethodDef RecordBuffer_methods[] = {
     {"append", (PyCFunction)RecordBuffer_append, METH_VARARGS, RecordBuffer_append_doc},
     {"take", (PyCFunction)RecordBuffer_take, METH_NOARGS, RecordBuffer_take_doc},
     {"append_section", (PyCFunction)RecordBuffer_append_section, METH_VARARGS, RecordBuffer_append_section_doc},
-    {"claim", (PyCFunction)RecordBuffer_claim, METH_NOARGS, RecordBuffer_claim_doc},
+    {"claim", (PyCFunction)RecordBuffer_claim, METH_VARARGS, RecordBuffer_claim_doc},
+    {"release", (PyCFunction)RecordBuffer_release, METH_O, RecordBuffer_release_doc},
     {"commit", (PyCFunction)RecordBuffer_commit, METH_VARARGS, RecordBuffer_commit_doc},
     {"pending", (PyCFunction)RecordBuffer_pending, METH_VARARGS, RecordBuffer_pending_doc},
     {NULL},

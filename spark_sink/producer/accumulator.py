@@ -353,11 +353,11 @@ class RecordAccumulator:
         if not self._join:
             return None
         n = len(partitions)
-        held: list[tuple[int, int, int]] = [(0, 0, 0)] * n
-        targets: list[Any] = [None] * n
+        continued = Continued(np.zeros((3, n), np.int64), [None] * n)
         queues = self._by_topic.get(topic)
         if not queues:
-            return Continued(np.zeros((3, n), np.int64), targets)
+            return continued
+        held, targets = continued.held, continued.targets
         with self._lock:
             for i, partition in enumerate(partitions):
                 dq = queues.get(partition)
@@ -367,11 +367,21 @@ class RecordAccumulator:
                 records = last.records
                 if records is None or not last.takes_joins():
                     continue
-                claimed = records.claim()  # None: another call's rows hold it (one writer at a time)
+                # None: another call's rows hold it (one writer at a time)
+                claimed = records.claim(continued)
                 if claimed is not None:
-                    held[i] = claimed
+                    held[:, i] = claimed
                     targets[i] = records
-        return Continued(np.array(held, np.int64).T, targets)
+        return continued
+
+    def release(self, continued: Continued) -> None:
+        """End the claims ``continued`` still holds, none of whose records were queued: the
+        send_arrow call that made them raised. A claim its records were committed or moved
+        by has ended already, and another call may hold the buffer since: untouched."""
+        with self._lock:
+            for records in continued.targets:
+                if records is not None:
+                    records.release(continued)
 
     # -- sender side ----------------------------------------------------------
 

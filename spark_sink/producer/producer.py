@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,7 @@ from spark_sink.protocol.records import MAX_RECORD_OVERHEAD, RECORD_BATCH_OVERHE
 from spark_sink.protocol.txn_coordinator import PreparedTransaction
 
 if TYPE_CHECKING:
+    from spark_sink.encoder.columnar import Continued
     from spark_sink.producer.serializers import ArrowSerializer
 
 log = logging.getLogger(__name__)
@@ -498,13 +499,20 @@ class KafkaProducer:
         # partitions (each chunk cuts every partition's batch: see chunk_bytes_for).
         chunk_bytes = max(1, min(CHUNK_BYTES, c.buffer_memory // 8))
         batch_bytes = self._arrow_limits.batch_bytes()
+        claims: list[Continued] = []  # the claims of the chunk in hand (see RecordAccumulator.continued)
+
+        def continued(topic: str, partitions: Sequence[int]) -> Continued | None:
+            made = self._accumulator.continued(topic, partitions)
+            claims[:] = () if made is None else (made,)
+            return made
+
         try:
             with self._no_wait_in_callback():
                 for rows in groups:
                     cap = min(batch_bytes, rows.message_limit or batch_bytes)  # the topic's max.message.bytes
                     for chunk in rows.encode(cap, c.compression_codec, c.compression_level,
                                              chunk_bytes_for(rows.partition_count, chunk_bytes, c.buffer_memory),
-                                             partial(self._accumulator.continued, rows.topic)):
+                                             partial(continued, rows.topic)):
                         if (failure := future._failure()) is not None:
                             raise failure
                         if txn is not None:
@@ -514,6 +522,9 @@ class KafkaProducer:
                                                          future._on_records, future._queued, self._sender.wakeup,
                                                          future._failure)
         except BaseException as exc:
+            # Batches the chunk in hand claimed and did not join stay open to the next calls.
+            for made in claims:
+                self._accumulator.release(made)
             # What was queued is sent (or failed) all the same: hand its future over.
             future._seal()
             if exc is future._error:  # a batch's own error (other calls' records may share it)
