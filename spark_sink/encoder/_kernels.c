@@ -1769,6 +1769,382 @@ static PyObject *run_callbacks(PyObject *module, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* ---- Joiner: send_arrow's hand-over of an encoded chunk ---------------------------
+
+   What RecordAccumulator.continued and _enqueue do per partition of a chunk, over all of
+   them in one call: the claims of the batches a chunk's rows may continue, and the
+   queueing of its partitions' records (committed into the batch they continue, or a
+   ProducerBatch made for each new one). Python runs only what must be Python: a
+   ProducerBatch's __init__ per new batch. Every case it does not take (a partition's first
+   batch, several batches of one partition, records moved because their batch was taken)
+   is left to the Python path at the index it stops at. Called with the accumulator's lock
+   held. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *batch_type, *append; /* ProducerBatch; "append" */
+    Slot records, segments, attempts, memory, closed; /* of ProducerBatch */
+    Slot payload, record_count, uncompressed_size, base_timestamp, max_timestamp, first_offset, codec; /* of EncodedRecords */
+} Joiner;
+
+static PyObject *Joiner_type;
+
+/* The slot's value as a long long (an int attribute); 0 with an error set otherwise. */
+static int slot_long(const Slot *slot, PyObject *obj, long long *out) {
+    PyObject *v = slot_read(slot, obj);
+    if (!v) return 0;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
+static int slot_write(const Slot *slot, PyObject *obj, PyObject *value) {
+    if (Py_TYPE(obj) == (PyTypeObject *)slot->type) {
+        descrsetfunc set = (descrsetfunc)PyType_GetSlot(Py_TYPE(slot->descr), Py_tp_descr_set);
+        if (set) return set(slot->descr, obj, value);
+    }
+    return PyObject_SetAttr(obj, slot->name, value);
+}
+
+static PyObject *Joiner_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *batch_type, *encoded_type;
+    if (kwargs && PyObject_Length(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Joiner() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &batch_type, &PyType_Type, &encoded_type)) return NULL;
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    Joiner *self = (Joiner *)alloc(type, 0);
+    if (!self) return NULL;
+    struct { Slot *slot; PyObject *type; const char *name; } slots[] = {
+        {&self->records, batch_type, "records"}, {&self->segments, batch_type, "segments"},
+        {&self->attempts, batch_type, "attempts"}, {&self->memory, batch_type, "memory"},
+        {&self->closed, batch_type, "closed"}, {&self->payload, encoded_type, "payload"},
+        {&self->record_count, encoded_type, "record_count"},
+        {&self->uncompressed_size, encoded_type, "uncompressed_size"},
+        {&self->base_timestamp, encoded_type, "base_timestamp"}, {&self->max_timestamp, encoded_type, "max_timestamp"},
+        {&self->first_offset, encoded_type, "first_offset"}, {&self->codec, encoded_type, "codec"},
+    };
+    self->batch_type = Py_NewRef(batch_type);
+    if (!(self->append = PyUnicode_InternFromString("append"))) goto fail;
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        PyObject *name = PyUnicode_InternFromString(slots[i].name);
+        int ok = name && slot_init(slots[i].slot, slots[i].type, name);
+        Py_XDECREF(name);
+        if (!ok) goto fail;
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+#define JOINER_SLOTS(self) &self->records, &self->segments, &self->attempts, &self->memory, &self->closed, \
+    &self->payload, &self->record_count, &self->uncompressed_size, &self->base_timestamp, &self->max_timestamp, \
+    &self->first_offset, &self->codec
+
+static int Joiner_traverse(Joiner *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE((PyObject *)self));
+    Py_VISIT(self->batch_type);
+    Slot *slots[] = {JOINER_SLOTS(self)};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++)
+        if (slots[i]->type && slot_traverse(slots[i], visit, arg)) return -1;
+    return 0;
+}
+
+static int Joiner_clear(Joiner *self) {
+    Py_CLEAR(self->batch_type);
+    Py_CLEAR(self->append);
+    Slot *slots[] = {JOINER_SLOTS(self)};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_clear(slots[i]);
+    return 0;
+}
+
+static void Joiner_dealloc(Joiner *self) {
+    PyTypeObject *type = Py_TYPE((PyObject *)self);
+    PyObject_GC_UnTrack(self);
+    Joiner_clear(self);
+    freefunc free_ = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_(self);
+    Py_DECREF(type);
+}
+
+/* The last batch of deque dq (a new reference), NULL without error if it is empty. */
+static PyObject *last_of(PyObject *dq) {
+    Py_ssize_t n = PyObject_Length(dq);
+    if (n <= 0) return NULL;
+    return PySequence_GetItem(dq, n - 1);
+}
+
+PyDoc_STRVAR(Joiner_claim_doc,
+"claim(queues, partitions, owner, held) -> targets\n--\n\n"
+"RecordAccumulator.continued's claims: for each of partitions (queues: partition -> deque\n"
+"of ProducerBatch), the RecordBuffer of its last batch if that batch takes joins (one of\n"
+"send_arrow's, never sent, a reservation of its own) and it is neither sealed nor claimed:\n"
+"claimed for owner, its record count, records section bytes and first timestamp written\n"
+"into held (int64, 3 x partitions, zeroed). Returns the claimed buffers, None where none.");
+
+static PyObject *Joiner_claim(Joiner *self, PyObject *args) {
+    PyObject *queues, *partitions, *owner, *held_o, *targets = NULL;
+    Views views = {.count = 0};
+    Py_ssize_t n_held;
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyDict_Type, &queues, &partitions, &owner, &held_o)) return NULL;
+    Py_ssize_t n = PySequence_Size(partitions);
+    int64_t *held = n >= 0 ? items(&views, held_o, 8, 1, &n_held, "held") : NULL;
+    if (!held) goto fail;
+    if (n_held != 3 * n) {
+        PyErr_SetString(PyExc_ValueError, "Joiner.claim: held must be 3 x partitions");
+        goto fail;
+    }
+    if (!(targets = PyList_New(n))) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) PyList_SetItem(targets, i, Py_NewRef(Py_None));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *partition = PySequence_GetItem(partitions, i);
+        if (!partition) goto fail;
+        PyObject *dq = PyDict_GetItemWithError(queues, partition); /* borrowed */
+        Py_DECREF(partition);
+        if (!dq) {
+            if (PyErr_Occurred()) goto fail;
+            continue;
+        }
+        PyObject *last = last_of(dq);
+        if (!last) {
+            if (PyErr_Occurred()) goto fail;
+            continue;
+        }
+        PyObject *records = slot_read(&self->records, last), *segments = NULL, *memory = NULL;
+        long long attempts = -1;
+        int joins = records && Py_TYPE(records) == (PyTypeObject *)RecordBuffer_type &&
+                    !((RecordBuffer *)records)->sealed && !((RecordBuffer *)records)->claimed &&
+                    (segments = slot_read(&self->segments, last)) && segments != Py_None &&
+                    slot_long(&self->attempts, last, &attempts) && attempts == 0 &&
+                    (memory = slot_read(&self->memory, last)) && PyLong_CheckExact(memory);
+        Py_XDECREF(segments);
+        Py_XDECREF(memory);
+        Py_DECREF(last);
+        if (PyErr_Occurred()) {
+            Py_XDECREF(records);
+            goto fail;
+        }
+        if (!joins) {
+            Py_XDECREF(records);
+            continue;
+        }
+        RecordBuffer *rb = (RecordBuffer *)records;
+        rb->claimed = 1;
+        rb->owner = owner;
+        held[i] = rb->record_count;
+        held[n + i] = rb->len;
+        held[2 * n + i] = rb->base_timestamp;
+        PyList_SetItem(targets, i, records); /* steals records */
+    }
+    release(&views);
+    return targets;
+fail:
+    Py_XDECREF(targets);
+    release(&views);
+    return NULL;
+}
+
+PyDoc_STRVAR(Joiner_sizes_doc,
+"sizes(groups) -> list\n--\n\n"
+"Bytes each (partition, its EncodedRecords) of groups takes on the wire, batch headers\n"
+"included: what buffer.memory reserves for it.");
+
+static PyObject *Joiner_sizes(Joiner *self, PyObject *groups) {
+    Py_ssize_t n = PySequence_Size(groups);
+    PyObject *out = n >= 0 ? PyList_New(n) : NULL;
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *group = PySequence_GetItem(groups, i), *encoded = NULL, *size = NULL;
+        Py_ssize_t m = -1;
+        long long total = 0;
+        if (group && (encoded = PySequence_GetItem(group, 1)) && (m = PySequence_Size(encoded)) >= 0) {
+            for (Py_ssize_t k = 0; k < m; k++) {
+                PyObject *e = PySequence_GetItem(encoded, k), *payload = NULL;
+                long long codec = 0, bytes = 0;
+                int ok = e && slot_long(&self->codec, e, &codec) &&
+                         (codec ? (payload = slot_read(&self->payload, e)) && (bytes = PyObject_Length(payload)) >= 0
+                                : slot_long(&self->uncompressed_size, e, &bytes));
+                Py_XDECREF(payload);
+                Py_XDECREF(e);
+                if (!ok) {
+                    m = -1;
+                    break;
+                }
+                total += RECORD_BATCH_OVERHEAD + bytes;
+            }
+        }
+        Py_XDECREF(encoded);
+        Py_XDECREF(group);
+        if (m < 0 || !(size = PyLong_FromLongLong(total))) Py_CLEAR(out);
+        else PyList_SetItem(out, i, size);
+    }
+    return out;
+}
+
+/* A claimed buffer's size bytes past its end, count records, become its last ones (as
+   RecordBuffer.commit). */
+static void commit_records(RecordBuffer *rb, long long size, long long count, long long base, long long largest) {
+    if (!rb->record_count) rb->base_timestamp = rb->max_timestamp = base;
+    if (largest > rb->max_timestamp) rb->max_timestamp = largest;
+    rb->len += (Py_ssize_t)size;
+    rb->record_count += count;
+    rb->estimated_size += size;
+    rb->claimed = 0;
+    rb->owner = NULL;
+}
+
+PyDoc_STRVAR(Joiner_enqueue_doc,
+"enqueue(queues, groups, start, end, sizes, join, limit, listener, topic, now, order, batch_size,\n"
+"        incomplete, tally) -> index\n--\n\n"
+"RecordAccumulator._enqueue's common cases for groups[start:end] ((partition, [one\n"
+"EncodedRecords]) each, sizes[k] bytes reserved for it), in order: records written past\n"
+"the end of the partition's last batch's claimed RecordBuffer (join true) are committed\n"
+"there while the batch stays within limit bytes (its segments and reservation take\n"
+"them); a batch of their own (in a RecordBuffer, or sealed) becomes a new ProducerBatch\n"
+"(created now, its order next(order), closed), queued after the partition's others (closed\n"
+"too) and added to incomplete. Adds records, their bytes of keys and values, parts and\n"
+"reserved bytes queued to tally (int64 x 4) as it goes. Returns the index of the first\n"
+"group it leaves to the caller (end: none).");
+
+static PyObject *Joiner_enqueue(Joiner *self, PyObject *args) {
+    PyObject *queues, *groups, *sizes, *listener, *topic, *now, *order, *batch_size, *incomplete, *tally_o;
+    Py_ssize_t start, end;
+    int join;
+    long long limit;
+    Views views = {.count = 0};
+    Py_ssize_t n_tally;
+    if (!PyArg_ParseTuple(args, "O!O!nnO!pLOOOOOO!O", &PyDict_Type, &queues, &PyList_Type, &groups, &start, &end,
+                          &PyList_Type, &sizes, &join, &limit, &listener, &topic, &now, &order, &batch_size,
+                          &PySet_Type, &incomplete, &tally_o))
+        return NULL;
+    int64_t *tally = items(&views, tally_o, 8, 1, &n_tally, "tally");
+    if (!tally || n_tally != 4) {
+        if (tally) PyErr_SetString(PyExc_ValueError, "Joiner.enqueue: tally must be 4 int64");
+        release(&views);
+        return NULL;
+    }
+    if (end > PyList_Size(groups) || end > PyList_Size(sizes)) end = PyList_Size(groups) < PyList_Size(sizes)
+                                                                    ? PyList_Size(groups) : PyList_Size(sizes);
+    Py_ssize_t k = start;
+    for (; k < end; k++) {
+        PyObject *group = PyList_GetItem(groups, k); /* borrowed, as below: the lists hold them */
+        PyObject *partition = PyTuple_Check(group) && PyTuple_Size(group) == 2 ? PyTuple_GetItem(group, 0) : NULL;
+        PyObject *encoded = partition ? PyTuple_GetItem(group, 1) : NULL;
+        if (!encoded || !PyList_Check(encoded) || PyList_Size(encoded) != 1) break;
+        PyObject *e = PyList_GetItem(encoded, 0), *size_o = PyList_GetItem(sizes, k);
+        PyObject *dq = PyDict_GetItemWithError(queues, partition);
+        if (!dq) break; /* the partition's first batch (or an error): the caller's */
+        long long first_offset, count, uncompressed, base, largest, size = PyLong_AsLongLong(size_o);
+        if ((size == -1 && PyErr_Occurred()) || !slot_long(&self->first_offset, e, &first_offset) ||
+            !slot_long(&self->record_count, e, &count) || !slot_long(&self->uncompressed_size, e, &uncompressed) ||
+            !slot_long(&self->base_timestamp, e, &base) || !slot_long(&self->max_timestamp, e, &largest))
+            break;
+        PyObject *payload = slot_read(&self->payload, e);
+        if (!payload) break;
+        PyObject *last = last_of(dq);
+        if (!last && PyErr_Occurred()) {
+            Py_DECREF(payload);
+            break;
+        }
+        PyObject *count_o = PyLong_FromLongLong(count);
+        int done = 0;
+        if (!count_o) {
+            /* an error: stop below */
+        } else if (first_offset) { /* a continuation: committed where it was written, if that is still the last batch */
+            PyObject *records = join && last ? slot_read(&self->records, last) : NULL;
+            PyObject *segments = records == payload ? slot_read(&self->segments, last) : NULL;
+            PyObject *memory = segments && PyList_Check(segments) ? slot_read(&self->memory, last) : NULL;
+            RecordBuffer *rb = (RecordBuffer *)payload;
+            if (memory && PyLong_CheckExact(memory) && Py_TYPE(payload) == (PyTypeObject *)RecordBuffer_type &&
+                rb->claimed && !rb->sealed && rb->estimated_size + uncompressed <= limit &&
+                uncompressed <= rb->cap - rb->len) {
+                /* All or nothing: what may fail (memory for the new objects) comes first, the
+                   segment goes in in one step, and a slot's write and the commit cannot fail. */
+                PyObject *more = PyNumber_Add(memory, size_o), *segment = more ? PyList_New(2) : NULL;
+                if (segment) {
+                    PyList_SetItem(segment, 0, Py_NewRef(listener));
+                    PyList_SetItem(segment, 1, Py_NewRef(count_o));
+                    Py_ssize_t at = PyList_Size(segments);
+                    if (PyList_SetSlice(segments, at, at, segment) == 0 && slot_write(&self->memory, last, more) == 0) {
+                        commit_records(rb, uncompressed, count, base, largest);
+                        done = 1;
+                    }
+                }
+                Py_XDECREF(segment);
+                Py_XDECREF(more);
+            }
+            Py_XDECREF(memory);
+            Py_XDECREF(segments);
+            Py_XDECREF(records);
+        } else { /* a batch of its own: a ProducerBatch, queued */
+            int own = Py_TYPE(payload) == (PyTypeObject *)RecordBuffer_type;
+            PyObject *segments = PyList_New(2), *seq = NULL, *call = NULL, *batch = NULL;
+            if (segments) {
+                PyList_SetItem(segments, 0, Py_NewRef(listener));
+                PyList_SetItem(segments, 1, Py_NewRef(count_o));
+            }
+            if (segments && (!last || slot_write(&self->closed, last, Py_True) == 0) && (seq = PyIter_Next(order)) &&
+                (call = PyTuple_Pack(10, topic, partition, now, seq, size_o, batch_size, own ? Py_None : e, Py_None,
+                                     own ? payload : Py_None, segments)) &&
+                (batch = PyObject_Call(self->batch_type, call, NULL)) && slot_write(&self->closed, batch, Py_True) == 0) {
+                /* incomplete first: a batch queued is always one the accumulator completes */
+                int added = PySet_Add(incomplete, batch) == 0;
+                PyObject *appended = added ? PyObject_CallMethodObjArgs(dq, self->append, batch, NULL) : NULL;
+                if (appended) {
+                    done = 1;
+                } else if (added) { /* not queued: not the accumulator's either */
+                    PyObject *type, *value, *traceback;
+                    PyErr_Fetch(&type, &value, &traceback);
+                    PySet_Discard(incomplete, batch);
+                    PyErr_Restore(type, value, traceback);
+                }
+                Py_XDECREF(appended);
+            }
+            Py_XDECREF(batch);
+            Py_XDECREF(call);
+            Py_XDECREF(seq);
+            Py_XDECREF(segments);
+        }
+        Py_XDECREF(count_o);
+        Py_XDECREF(last);
+        Py_DECREF(payload);
+        if (!done) break;
+        tally[0] += count;
+        tally[1] += uncompressed;
+        tally[2] += 1;
+        tally[3] += size;
+    }
+    release(&views);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromSsize_t(k);
+}
+
+static PyMethodDef Joiner_methods[] = {
+    {"claim", (PyCFunction)Joiner_claim, METH_VARARGS, Joiner_claim_doc},
+    {"sizes", (PyCFunction)Joiner_sizes, METH_O, Joiner_sizes_doc},
+    {"enqueue", (PyCFunction)Joiner_enqueue, METH_VARARGS, Joiner_enqueue_doc},
+    {NULL},
+};
+
+static PyType_Slot Joiner_slots[] = {
+    {Py_tp_new, Joiner_new},
+    {Py_tp_dealloc, Joiner_dealloc},
+    {Py_tp_traverse, Joiner_traverse},
+    {Py_tp_clear, Joiner_clear},
+    {Py_tp_methods, Joiner_methods},
+    {Py_tp_doc, "Joiner(ProducerBatch, EncodedRecords): send_arrow's claims and queueing of a chunk's partitions, "
+                "compiled (see RecordAccumulator.continued and _enqueue)."},
+    {0, NULL},
+};
+
+static PyType_Spec Joiner_spec = {
+    .name = "spark_sink.encoder._kernels.Joiner",
+    .basicsize = sizeof(Joiner),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .slots = Joiner_slots,
+};
+
 static PyMethodDef methods[] = {
     {"header_sizes", header_sizes, METH_VARARGS, header_sizes_doc},
     {"plan_batches", plan_batches, METH_VARARGS, plan_batches_doc},
@@ -1807,7 +2183,8 @@ PyMODINIT_FUNC PyInit__kernels(void) {
         PyModule_AddObjectRef(m, "RecordBuffer", RecordBuffer_type) < 0 ||
         !(PlainAppender_type = PyType_FromSpec(&PlainAppender_spec)) ||
         PyModule_AddObjectRef(m, "PlainAppender", PlainAppender_type) < 0 ||
-        !(sender = PyType_FromSpec(&PlainSender_spec)) || PyModule_AddObjectRef(m, "PlainSender", sender) < 0)
+        !(sender = PyType_FromSpec(&PlainSender_spec)) || PyModule_AddObjectRef(m, "PlainSender", sender) < 0 ||
+        !(Joiner_type = PyType_FromSpec(&Joiner_spec)) || PyModule_AddObjectRef(m, "Joiner", Joiner_type) < 0)
         goto fail;
     Py_DECREF(sender);
     return m;

@@ -23,6 +23,7 @@ from spark_sink.encoder.columnar import Continued, EncodedRecords, can_join
 from spark_sink.producer.arrow_input import SendLimits
 from spark_sink.producer.batch import (
     FutureRecordMetadata,
+    Joiner,
     PlainAppender,
     ProducerBatch,
     PyRecordBuffer,
@@ -31,7 +32,6 @@ from spark_sink.producer.batch import (
     SendCallback,
     SharedReservation,
     TopicPartition,
-    buffered,
     new_future,
 )
 from spark_sink.producer.buffer_pool import BufferPool
@@ -93,7 +93,7 @@ class RecordAccumulator:
         # send_arrow's batches join the one queued last for their partition (see
         # ProducerBatch.join) where the encoder can join them: the C extension, unless
         # compression.
-        self._join = config.compression_codec == 0 and compiled and PlainAppender is not None and can_join()
+        self._join = config.compression_codec == 0 and compiled and Joiner is not None and can_join()
         # The most a joined batch holds: what send_arrow's encoder plans a batch by
         # (batch.size, within max.request.size and buffer.memory), each topic's
         # max.message.bytes too (see _enqueue).
@@ -103,6 +103,8 @@ class RecordAccumulator:
         self.message_limits: Mapping[str, int | None] = {}
         # append_plain below, in C: the same steps without a Python frame per record (and
         # the producer's PlainSender appends through it)
+        # continued's claims and _enqueue's common cases, compiled (None: in Python)
+        self._joiner = Joiner(ProducerBatch, EncodedRecords) if compiled and Joiner is not None else None
         self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata, ProducerBatch)
                                   if compiled and PlainAppender is not None else None)
         if self.compiled_appender is not None:
@@ -217,33 +219,29 @@ class RecordAccumulator:
         ``queued`` heard, or what ``abandon()`` returns while waiting for memory.
         """
         most = self._pool.total // 4
-        i, n = 0, len(groups)
-        while i < n:
+        joiner = self._joiner
+        sizes = (joiner.sizes(groups) if joiner is not None
+                 else [sum(e.size_in_bytes for e in encoded) for _, encoded in groups])
+        start, n = 0, len(groups)
+        while start < n:
             # A run of partitions reserved at once, at most a quarter of buffer.memory: a
             # producer running ahead of the brokers waits (and wakes) once per run instead
             # of once per batch; at most RUN_PARTITIONS, as the run is queued under the lock
             # the Sender drains by.
-            run: list[tuple[int, list[EncodedRecords], int]] = []
-            total = 0
-            while i < n and len(run) < RUN_PARTITIONS:
-                partition, encoded = groups[i]
-                size = encoded[0].size_in_bytes if len(encoded) == 1 else sum(e.size_in_bytes for e in encoded)
-                if total + size > most:
-                    if run:
-                        break
-                    # one partition's batches larger than that: one by one
-                    self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup,
-                                            abandon)
-                    i += 1
-                    continue
-                run.append((partition, encoded, size))
-                total += size
-                i += 1
-            if not run:
+            end, total = start, 0
+            while end < n and end - start < RUN_PARTITIONS and total + sizes[end] <= most:
+                total += sizes[end]
+                end += 1
+            if end == start:  # one partition's batches larger than that: one by one
+                partition, encoded = groups[start]
+                self._append_one_by_one(topic, partition, encoded, now, max_block_ms, listener, queued, wakeup,
+                                        abandon)
+                start += 1
                 continue
             self._pool.allocate(total, max_block_ms, abandon)
-            self._enqueue(topic, run, total, now, listener, queued)
+            self._enqueue(topic, groups, start, end, sizes, total, now, listener, queued)
             wakeup()
+            start = end
 
     def _append_one_by_one(self, topic: str, partition: int, encoded: list[EncodedRecords], now: float,
                            max_block_ms: float, listener: SegmentListener,
@@ -257,24 +255,29 @@ class RecordAccumulator:
                 records = dataclasses.replace(records, payload=bytes(records.payload))
             size = records.size_in_bytes
             self._pool.allocate(size, max_block_ms, abandon)
-            self._enqueue(topic, [(partition, [records], size)], size, now, listener, queued, join=False)
+            self._enqueue(topic, [(partition, [records])], 0, 1, [size], size, now, listener, queued, join=False)
             wakeup()
 
-    def _enqueue(self, topic: str, run: list[tuple[int, list[EncodedRecords], int]], reserved: int, now: float,
-                 listener: SegmentListener, queued: Callable[[int, int, int], None], join: bool = True) -> None:
-        """Queue encoded batches, (partition, its batches, the bytes reserved for them) per
-        partition, under one taking of the lock, and tell ``queued`` what was: all of them,
-        or the partitions before whatever raised (the producer has stopped, a fault). The
-        ``reserved`` bytes (the run's) go with the batches they were queued in, the rest
-        back to the pool, so each byte is freed once. A partition's first batch joins its
-        last queued one where it can (see ProducerBatch.join); several batches share one
-        buffer, so their reservation is freed with the last of them (SharedReservation).
-        Records written as the continuation of a batch (encode_groups' continued: past the
-        end of its RecordBuffer) that is no longer queued, or not to be joined here, are
-        moved into a batch of their own."""
+    def _enqueue(self, topic: str, groups: list[tuple[int, list[EncodedRecords]]], start: int, end: int,
+                 sizes: list[int], reserved: int, now: float, listener: SegmentListener,
+                 queued: Callable[[int, int, int], None], join: bool = True) -> None:
+        """Queue encoded batches, ``groups[start:end]`` ((partition, its batches) each,
+        ``sizes`` the bytes reserved for them), under one taking of the lock, in order, and
+        tell ``queued`` what was: all of them, or the partitions before whatever raised
+        (the producer has stopped, a fault). The ``reserved`` bytes (the run's) go with the
+        batches they were queued in, the rest back to the pool, so each byte is freed once.
+        A partition's first batch joins its last queued one where it can (see
+        ProducerBatch.join); several batches share one buffer, so their reservation is
+        freed with the last of them (SharedReservation). Records written as the
+        continuation of a batch (encode_groups' continued: past the end of its
+        RecordBuffer) that is no longer queued, or not to be joined here, are moved into a
+        batch of their own. The compiled Joiner does the common cases (a partition's one
+        batch, joined or new) and leaves the others here, at the partition it stops at."""
         batch_size = self._config.batch_size
         join = join and self._join
         limit = min(self._join_bytes, self.message_limits.get(topic) or self._join_bytes)
+        joiner = self._joiner
+        tally = np.zeros(4, np.int64)  # the Joiner's: records, their bytes, parts, bytes reserved
         records = uncompressed = parts = 0
         try:
             with self._lock:
@@ -282,7 +285,16 @@ class RecordAccumulator:
                     self._raise_stopped()
                 self._created(now)  # the run's creation time, for expire()
                 order, incomplete, queues = self._order, self._incomplete, self._by_topic.get(topic, {})
-                for partition, encoded, size in run:
+                k = start
+                while k < end:
+                    if joiner is not None and queues:
+                        k = joiner.enqueue(queues, groups, k, end, sizes, join, limit, listener, topic, now, order,
+                                           batch_size, incomplete, tally)
+                        if k == end:
+                            break
+                    partition, encoded = groups[k]
+                    size = sizes[k]
+                    k += 1
                     dq = queues.get(partition)
                     if dq is None:  # the partition's first batch
                         dq = self._deque((topic, partition))
@@ -310,22 +322,17 @@ class RecordAccumulator:
                     # Every batch made before any is queued: a fault leaves none holding the reservation.
                     batches = []
                     for e in encoded:
-                        if e.first_offset:  # it continued a batch taken since: a batch of its own
-                            target: Any = e.payload  # the RecordBuffer they were written past the end of
-                            moved = EncodedRecords(target.pending(e.uncompressed_size), 0, e.record_count,
-                                                   e.base_timestamp, e.max_timestamp, e.uncompressed_size,
-                                                   e.first_offset)
-                            batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
-                                                  records=buffered(moved, batch_size, limit),
-                                                  segments=[listener, e.record_count])
-                            batch.closed = True  # send_arrow's: no send() record joins it
-                        elif type(e.payload) is RecordBuffer:  # written into a buffer of its own
-                            batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
-                                                  records=e.payload, segments=[listener, e.record_count])
-                            batch.closed = True
-                        else:
-                            batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size, e,
-                                                  segments=[listener, e.record_count])
+                        payload: Any = e.payload
+                        if e.first_offset:  # it continued a batch taken since: moved into a RecordBuffer of its own
+                            own = RecordBuffer(batch_size)
+                            own.append_section(payload.pending(e.uncompressed_size), e.record_count, e.base_timestamp,
+                                               e.max_timestamp, limit, e.first_offset)
+                            payload = own
+                        buffer = type(payload) is RecordBuffer
+                        batch = ProducerBatch(topic, partition, now, next(order), memory, batch_size,
+                                              None if buffer else e, records=payload if buffer else None,
+                                              segments=[listener, e.record_count])
+                        batch.closed = True  # send_arrow's: no send() record joins it
                         batches.append(batch)
                     dq.extend(batches)
                     incomplete.update(batches)
@@ -335,6 +342,9 @@ class RecordAccumulator:
                         uncompressed += e.uncompressed_size
                     parts += len(encoded)
         finally:
+            records, uncompressed, parts = (records + int(tally[0]), uncompressed + int(tally[1]),
+                                            parts + int(tally[2]))
+            reserved -= int(tally[3])
             if reserved:  # the partitions not queued: their reservation back
                 self._pool.deallocate(reserved)
             if parts:
@@ -350,28 +360,16 @@ class RecordAccumulator:
         ProducerBatch.join); if the batch is taken meanwhile (sent, expired), they are moved
         into a batch of their own instead. Where none can, the encoder still writes each
         partition's one new batch into a RecordBuffer, which the next call's rows continue."""
-        if not self._join:
+        joiner = self._joiner
+        if not self._join or joiner is None:  # joins need the Joiner: never without it
             return None
         n = len(partitions)
         continued = Continued(np.zeros((3, n), np.int64), [None] * n)
         queues = self._by_topic.get(topic)
         if not queues:
             return continued
-        held, targets = continued.held, continued.targets
-        with self._lock:
-            for i, partition in enumerate(partitions):
-                dq = queues.get(partition)
-                if not dq:
-                    continue
-                last = dq[-1]
-                records = last.records
-                if records is None or not last.takes_joins():
-                    continue
-                # None: another call's rows hold it (one writer at a time)
-                claimed = records.claim(continued)
-                if claimed is not None:
-                    held[:, i] = claimed
-                    targets[i] = records
+        with self._lock:  # the Joiner's claims (one writer at a time: a claimed buffer is skipped)
+            continued.targets = joiner.claim(queues, partitions, continued, continued.held)
         return continued
 
     def release(self, continued: Continued) -> None:

@@ -90,9 +90,9 @@ class PyRecordBuffer:
 
 try:
     from spark_sink.encoder._kernels import FutureRecordMetadata as _CompiledFuture
-    from spark_sink.encoder._kernels import PlainAppender, PlainSender, RecordBuffer, run_callbacks
+    from spark_sink.encoder._kernels import Joiner, PlainAppender, PlainSender, RecordBuffer, run_callbacks
 except ImportError:  # running from source files: Python's
-    PlainAppender = PlainSender = run_callbacks = _CompiledFuture = None
+    Joiner = PlainAppender = PlainSender = run_callbacks = _CompiledFuture = None
     RecordBuffer = PyRecordBuffer
 
 
@@ -108,15 +108,6 @@ SendCallback = Callable[[RecordMetadata | None, Exception | None], None]
 # A send_arrow call's listener of its records in a batch: (the batch, the first record's
 # offset or -1, how many, their place in the partition's send order), once it completes.
 SegmentListener = Callable[["ProducerBatch", int, int, float], None]
-
-
-def buffered(e: EncodedRecords, batch_size: int, limit: int) -> RecordBuffer:
-    """``e``'s records (uncompressed) moved into a buffer of their own that takes more
-    (see ProducerBatch.join), their deltas from 0 and their first timestamp on: into an
-    empty buffer a section always goes, whatever ``limit``."""
-    records = RecordBuffer(batch_size)
-    records.append_section(e.payload, e.record_count, e.base_timestamp, e.max_timestamp, limit, e.first_offset)
-    return records
 
 
 class FutureRecordMetadata(tuple):

@@ -8,6 +8,7 @@ against the scripted network of test_sender_scripted."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,6 +58,23 @@ def _call(h: Harness, partitions: int, rows: int, rng: random.Random, tag: int, 
     return [(p, by_partition[p]) for p, _ in chunk], None
 
 
+class FaultyJoiner:
+    """The accumulator's compiled Joiner, raising where it comes to the ``faulty``
+    partition's records (as a MemoryError there would): the partitions before it done, that
+    one and the rest left as they were."""
+
+    def __init__(self, joiner: Any, faulty: int) -> None:
+        self.joiner, self.faulty = joiner, faulty
+        self.claim, self.sizes = joiner.claim, joiner.sizes
+
+    def enqueue(self, queues: Any, groups: list, start: int, end: int, *rest: Any) -> int:
+        at = next((k for k in range(start, end) if groups[k][0] == self.faulty), end)
+        reached = self.joiner.enqueue(queues, groups, start, at, *rest)
+        if reached == at < end:
+            raise MemoryError(f"injected: no memory to join partition {self.faulty}'s records")
+        return reached
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_a_join_that_raises_between_partitions_frees_each_reservation_once(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,8 +107,10 @@ def test_a_join_that_raises_between_partitions_frees_each_reservation_once(
         return real_join(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ProducerBatch, "join", join)
+    monkeypatch.setattr(h.accumulator, "_joiner", FaultyJoiner(h.accumulator._joiner, faulty))
     chunk, error = _call(h, partitions, rng.randrange(2 * partitions, 8 * partitions), rng, 99, queued, heard)
     monkeypatch.setattr(ProducerBatch, "join", real_join)
+    monkeypatch.undo()
     at = [p for p, _ in chunk].index(faulty)
     assert isinstance(error, MemoryError), error
     delivered(chunk, at)  # the partitions before the fault's: queued, the rest not
