@@ -853,16 +853,14 @@ PyDoc_STRVAR(RecordBuffer_append_section_doc,
 "Into an empty buffer, the first record's timestamp becomes the batch's first timestamp.\n"
 "ValueError if payload is not whole records.");
 
-static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args) {
-    Py_buffer view;
-    long long count, base, largest, limit, first_offset = 0;
-    if (!PyArg_ParseTuple(args, "y*LLLL|L", &view, &count, &base, &largest, &limit, &first_offset)) return NULL;
-    PyObject *result = NULL;
-    const uint8_t *start = view.buf, *end = start + view.len;
+/* append_section's work on the records [start, end): the bytes taken, 0 if they do not
+   fit limit behind records already there, -1 with an error set. */
+static int64_t append_records(RecordBuffer *self, const uint8_t *start, const uint8_t *end, long long count,
+                              long long base, long long largest, long long limit, long long first_offset) {
     int64_t offset_shift = self->record_count - first_offset, ts_shift = 0;
     if (self->record_count) {
         ts_shift = base - self->base_timestamp;
-    } else if (view.len) { /* the first record's timestamp delta becomes 0: read it */
+    } else if (end > start) { /* the first record's timestamp delta becomes 0: read it */
         const uint8_t *pos = start;
         int ok = 1;
         get_varint(&pos, end, &ok); /* length */
@@ -870,33 +868,30 @@ static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args)
         int64_t first_delta = pos < end ? get_varint(&pos, end, &ok) : 0;
         if (!ok || pos > end) {
             PyErr_SetString(PyExc_ValueError, "append_section: the payload is not a records section of whole records");
-            goto done;
+            return -1;
         }
         base += first_delta;
         ts_shift = -first_delta;
     }
     /* The GIL held: a section is a partition's share of one call, small, and moved under
        the accumulator's lock, which is what the other threads would wait for. */
-    int64_t size = offset_shift || ts_shift ? move_records(start, end, offset_shift, ts_shift, NULL) : view.len;
+    int64_t size = offset_shift || ts_shift ? move_records(start, end, offset_shift, ts_shift, NULL) : end - start;
     if (size < 0) {
         PyErr_SetString(PyExc_ValueError, "append_section: the payload is not a records section of whole records");
-        goto done;
+        return -1;
     }
-    if (self->record_count && self->estimated_size + size > limit) {
-        result = PyLong_FromLong(0);
-        goto done;
-    }
+    if (self->record_count && self->estimated_size + size > limit) return 0;
     if (self->sealed || self->claimed) {
         PyErr_SetString(PyExc_BufferError, self->sealed ? "RecordBuffer: no record can follow take()"
                                                         : "RecordBuffer: a writer holds its room (claim)");
-        goto done;
+        return -1;
     }
     if (self->len + size > self->cap) {
         /* Four times what it holds, up to the limit: a batch joined from a call's share of
            each partition takes many sections, and each growth may copy it (realloc). */
         Py_ssize_t cap = self->cap * 4 < limit ? self->cap * 4 : (Py_ssize_t)limit;
         if (cap < self->len + size) cap = (Py_ssize_t)(self->len + size);
-        if (!set_capacity(self, cap)) goto done;
+        if (!set_capacity(self, cap)) return -1;
     }
     if (offset_shift || ts_shift)
         move_records(start, end, offset_shift, ts_shift, self->data + self->len);
@@ -907,10 +902,17 @@ static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args)
     self->len += (Py_ssize_t)size;
     self->record_count += count;
     self->estimated_size += size;
-    result = PyLong_FromLongLong(size);
-done:
+    return size;
+}
+
+static PyObject *RecordBuffer_append_section(RecordBuffer *self, PyObject *args) {
+    Py_buffer view;
+    long long count, base, largest, limit, first_offset = 0;
+    if (!PyArg_ParseTuple(args, "y*LLLL|L", &view, &count, &base, &largest, &limit, &first_offset)) return NULL;
+    const uint8_t *start = view.buf;
+    int64_t size = append_records(self, start, start + view.len, count, base, largest, limit, first_offset);
     PyBuffer_Release(&view);
-    return result;
+    return size < 0 ? NULL : PyLong_FromLongLong(size);
 }
 
 PyDoc_STRVAR(RecordBuffer_claim_doc,
@@ -1994,6 +1996,88 @@ static void commit_records(RecordBuffer *rb, long long size, long long count, lo
     rb->owner = NULL;
 }
 
+/* Whether a batch of dq other than its last holds records (RecordAccumulator's
+   _holding): 1, 0, -1 on error. */
+static int held_before_last(Joiner *self, PyObject *dq, PyObject *records) {
+    Py_ssize_t n = PyObject_Length(dq);
+    for (Py_ssize_t i = n - 2; i >= 0; i--) {
+        PyObject *batch = PySequence_GetItem(dq, i), *held = batch ? slot_read(&self->records, batch) : NULL;
+        Py_XDECREF(batch);
+        if (!held) return -1;
+        Py_DECREF(held);
+        if (held == records) return 1;
+    }
+    return n < 0 ? -1 : 0;
+}
+
+/* Joins e (count records, uncompressed bytes, written past the end of the claimed buffer
+   rb) to last, the batch whose buffer rb is, if they fit limit: 1 if joined, 0 if not
+   (nothing changed), -1 on error (nothing changed either). */
+static int join_last(Joiner *self, PyObject *last, RecordBuffer *rb, PyObject *listener, PyObject *count_o,
+                     PyObject *size_o, long long count, long long uncompressed, long long base, long long largest,
+                     long long limit) {
+    if (!rb->claimed || rb->sealed || rb->estimated_size + uncompressed > limit || uncompressed > rb->cap - rb->len)
+        return 0;
+    PyObject *segments = slot_read(&self->segments, last), *memory = NULL, *more = NULL, *segment = NULL;
+    int joined = -1;
+    if (segments && PyList_Check(segments) && (memory = slot_read(&self->memory, last)) && PyLong_CheckExact(memory) &&
+        (more = PyNumber_Add(memory, size_o)) && (segment = PyList_New(2))) {
+        /* All or nothing: what may fail (memory for the new objects) comes first, the
+           segment goes in in one step, and a slot's write and the commit cannot fail. */
+        PyList_SetItem(segment, 0, Py_NewRef(listener));
+        PyList_SetItem(segment, 1, Py_NewRef(count_o));
+        Py_ssize_t at = PyList_Size(segments);
+        if (PyList_SetSlice(segments, at, at, segment) == 0 && slot_write(&self->memory, last, more) == 0) {
+            commit_records(rb, uncompressed, count, base, largest);
+            joined = 1;
+        }
+    } else if (!PyErr_Occurred()) {
+        joined = 0; /* not one that takes joins */
+    }
+    Py_XDECREF(segment);
+    Py_XDECREF(more);
+    Py_XDECREF(memory);
+    Py_XDECREF(segments);
+    return joined;
+}
+
+/* A new ProducerBatch of e's records (in the RecordBuffer records, or e's sealed payload
+   where records is NULL), queued last in dq after closing the one before; 1 if queued, 0
+   with an error set (not queued). */
+static int queue_new(Joiner *self, PyObject *dq, PyObject *last, PyObject *e, PyObject *records,
+                     PyObject *listener, PyObject *count_o, PyObject *size_o, PyObject *topic, PyObject *partition,
+                     PyObject *now, PyObject *order, PyObject *batch_size, PyObject *incomplete) {
+    PyObject *segments = PyList_New(2), *seq = NULL, *call = NULL, *batch = NULL;
+    int queued = 0;
+    if (segments) {
+        PyList_SetItem(segments, 0, Py_NewRef(listener));
+        PyList_SetItem(segments, 1, Py_NewRef(count_o));
+    }
+    /* later send() records must not overtake it: the batch before is closed */
+    if (segments && (!last || slot_write(&self->closed, last, Py_True) == 0) && (seq = PyIter_Next(order)) &&
+        (call = PyTuple_Pack(10, topic, partition, now, seq, size_o, batch_size, records ? Py_None : e, Py_None,
+                             records ? records : Py_None, segments)) &&
+        (batch = PyObject_Call(self->batch_type, call, NULL)) && slot_write(&self->closed, batch, Py_True) == 0) {
+        int added = PySet_Add(incomplete, batch) == 0; /* incomplete first: a queued batch is always completed */
+        PyObject *appended = added ? PyObject_CallMethodObjArgs(dq, self->append, batch, NULL) : NULL;
+        if (appended) {
+            queued = 1;
+        } else if (added) { /* not queued: not the accumulator's to complete either */
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PySet_Discard(incomplete, batch);
+            PyErr_Restore(type, value, traceback);
+        }
+        Py_XDECREF(appended);
+    }
+    if (!seq && segments && !PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "Joiner: the order ran out");
+    Py_XDECREF(batch);
+    Py_XDECREF(call);
+    Py_XDECREF(seq);
+    Py_XDECREF(segments);
+    return queued;
+}
+
 PyDoc_STRVAR(Joiner_enqueue_doc,
 "enqueue(queues, groups, start, end, sizes, join, limit, listener, topic, now, order, batch_size,\n"
 "        incomplete, tally) -> index\n--\n\n"
@@ -2001,31 +2085,34 @@ PyDoc_STRVAR(Joiner_enqueue_doc,
 "EncodedRecords]) each, sizes[k] bytes reserved for it), in order: records written past\n"
 "the end of the partition's last batch's claimed RecordBuffer (join true) are committed\n"
 "there while the batch stays within limit bytes (its segments and reservation take\n"
-"them); a batch of their own (in a RecordBuffer, or sealed) becomes a new ProducerBatch\n"
-"(created now, its order next(order), closed), queued after the partition's others (closed\n"
-"too) and added to incomplete. Adds records, their bytes of keys and values, parts and\n"
-"reserved bytes queued to tally (int64 x 4) as it goes. Returns the index of the first\n"
-"group it leaves to the caller (end: none).");
+"them), else moved into a RecordBuffer of their own (the claim ends); a batch of their own\n"
+"(in a RecordBuffer, or sealed) becomes a new ProducerBatch (created now, its order\n"
+"next(order), closed), queued after the partition's others (closed too) and added to\n"
+"incomplete. Each partition is all or nothing. Adds records, their bytes of keys and values,\n"
+"parts and reserved bytes queued to tally (int64 x 4) as it goes. Returns the index of the\n"
+"first group it leaves to the caller (end: none): a partition's first batch or several\n"
+"batches, records continuing a batch that is not the partition's last.");
 
 static PyObject *Joiner_enqueue(Joiner *self, PyObject *args) {
     PyObject *queues, *groups, *sizes, *listener, *topic, *now, *order, *batch_size, *incomplete, *tally_o;
     Py_ssize_t start, end;
     int join;
-    long long limit;
+    long long limit, batch_bytes;
     Views views = {.count = 0};
     Py_ssize_t n_tally;
     if (!PyArg_ParseTuple(args, "O!O!nnO!pLOOOOOO!O", &PyDict_Type, &queues, &PyList_Type, &groups, &start, &end,
                           &PyList_Type, &sizes, &join, &limit, &listener, &topic, &now, &order, &batch_size,
                           &PySet_Type, &incomplete, &tally_o))
         return NULL;
-    int64_t *tally = items(&views, tally_o, 8, 1, &n_tally, "tally");
+    batch_bytes = PyLong_AsLongLong(batch_size);
+    int64_t *tally = batch_bytes == -1 && PyErr_Occurred() ? NULL : items(&views, tally_o, 8, 1, &n_tally, "tally");
     if (!tally || n_tally != 4) {
         if (tally) PyErr_SetString(PyExc_ValueError, "Joiner.enqueue: tally must be 4 int64");
         release(&views);
         return NULL;
     }
-    if (end > PyList_Size(groups) || end > PyList_Size(sizes)) end = PyList_Size(groups) < PyList_Size(sizes)
-                                                                    ? PyList_Size(groups) : PyList_Size(sizes);
+    if (end > PyList_Size(groups)) end = PyList_Size(groups);
+    if (end > PyList_Size(sizes)) end = PyList_Size(sizes);
     Py_ssize_t k = start;
     for (; k < end; k++) {
         PyObject *group = PyList_GetItem(groups, k); /* borrowed, as below: the lists hold them */
@@ -2040,76 +2127,45 @@ static PyObject *Joiner_enqueue(Joiner *self, PyObject *args) {
             !slot_long(&self->record_count, e, &count) || !slot_long(&self->uncompressed_size, e, &uncompressed) ||
             !slot_long(&self->base_timestamp, e, &base) || !slot_long(&self->max_timestamp, e, &largest))
             break;
-        PyObject *payload = slot_read(&self->payload, e);
-        if (!payload) break;
-        PyObject *last = last_of(dq);
-        if (!last && PyErr_Occurred()) {
-            Py_DECREF(payload);
-            break;
-        }
-        PyObject *count_o = PyLong_FromLongLong(count);
-        int done = 0;
-        if (!count_o) {
-            /* an error: stop below */
-        } else if (first_offset) { /* a continuation: committed where it was written, if that is still the last batch */
-            PyObject *records = join && last ? slot_read(&self->records, last) : NULL;
-            PyObject *segments = records == payload ? slot_read(&self->segments, last) : NULL;
-            PyObject *memory = segments && PyList_Check(segments) ? slot_read(&self->memory, last) : NULL;
+        PyObject *payload = slot_read(&self->payload, e), *last = payload ? last_of(dq) : NULL;
+        PyObject *count_o = PyErr_Occurred() ? NULL : PyLong_FromLongLong(count), *records = NULL;
+        int done = 0, leave = !count_o; /* leave: the caller's (or an error) */
+        if (!leave && first_offset) { /* a continuation: committed where it was written, if still there */
             RecordBuffer *rb = (RecordBuffer *)payload;
-            if (memory && PyLong_CheckExact(memory) && Py_TYPE(payload) == (PyTypeObject *)RecordBuffer_type &&
-                rb->claimed && !rb->sealed && rb->estimated_size + uncompressed <= limit &&
-                uncompressed <= rb->cap - rb->len) {
-                /* All or nothing: what may fail (memory for the new objects) comes first, the
-                   segment goes in in one step, and a slot's write and the commit cannot fail. */
-                PyObject *more = PyNumber_Add(memory, size_o), *segment = more ? PyList_New(2) : NULL;
-                if (segment) {
-                    PyList_SetItem(segment, 0, Py_NewRef(listener));
-                    PyList_SetItem(segment, 1, Py_NewRef(count_o));
-                    Py_ssize_t at = PyList_Size(segments);
-                    if (PyList_SetSlice(segments, at, at, segment) == 0 && slot_write(&self->memory, last, more) == 0) {
-                        commit_records(rb, uncompressed, count, base, largest);
-                        done = 1;
-                    }
+            PyObject *held = join && last ? slot_read(&self->records, last) : NULL;
+            if (Py_TYPE(payload) != (PyTypeObject *)RecordBuffer_type || PyErr_Occurred()) {
+                leave = 1;
+            } else if (held == payload) {
+                done = join_last(self, last, rb, listener, count_o, size_o, count, uncompressed, base, largest, limit);
+                leave = done < 0;
+            } else if (join && last && held_before_last(self, dq, payload) != 0) {
+                leave = 1; /* another call's batch after it: the caller's, as rare */
+            }
+            Py_XDECREF(held);
+            if (!done && !leave) { /* the batch was taken (or is not to be joined): moved into a buffer of their own */
+                if (uncompressed > rb->cap - rb->len) {
+                    PyErr_SetString(PyExc_ValueError, "Joiner: more bytes than the claimed buffer's room");
+                    leave = 1;
+                } else if (!(records = PyObject_CallFunction(RecordBuffer_type, "LL", batch_bytes, uncompressed)) ||
+                           append_records((RecordBuffer *)records, rb->data + rb->len, rb->data + rb->len + uncompressed,
+                                          count, base, largest, limit, first_offset) < 0) {
+                    leave = 1;
+                } else {
+                    rb->claimed = 0; /* the claim ends, as with pending() */
+                    rb->owner = NULL;
                 }
-                Py_XDECREF(segment);
-                Py_XDECREF(more);
             }
-            Py_XDECREF(memory);
-            Py_XDECREF(segments);
-            Py_XDECREF(records);
-        } else { /* a batch of its own: a ProducerBatch, queued */
-            int own = Py_TYPE(payload) == (PyTypeObject *)RecordBuffer_type;
-            PyObject *segments = PyList_New(2), *seq = NULL, *call = NULL, *batch = NULL;
-            if (segments) {
-                PyList_SetItem(segments, 0, Py_NewRef(listener));
-                PyList_SetItem(segments, 1, Py_NewRef(count_o));
-            }
-            if (segments && (!last || slot_write(&self->closed, last, Py_True) == 0) && (seq = PyIter_Next(order)) &&
-                (call = PyTuple_Pack(10, topic, partition, now, seq, size_o, batch_size, own ? Py_None : e, Py_None,
-                                     own ? payload : Py_None, segments)) &&
-                (batch = PyObject_Call(self->batch_type, call, NULL)) && slot_write(&self->closed, batch, Py_True) == 0) {
-                /* incomplete first: a batch queued is always one the accumulator completes */
-                int added = PySet_Add(incomplete, batch) == 0;
-                PyObject *appended = added ? PyObject_CallMethodObjArgs(dq, self->append, batch, NULL) : NULL;
-                if (appended) {
-                    done = 1;
-                } else if (added) { /* not queued: not the accumulator's either */
-                    PyObject *type, *value, *traceback;
-                    PyErr_Fetch(&type, &value, &traceback);
-                    PySet_Discard(incomplete, batch);
-                    PyErr_Restore(type, value, traceback);
-                }
-                Py_XDECREF(appended);
-            }
-            Py_XDECREF(batch);
-            Py_XDECREF(call);
-            Py_XDECREF(seq);
-            Py_XDECREF(segments);
+        } else if (!leave && Py_TYPE(payload) == (PyTypeObject *)RecordBuffer_type) {
+            records = Py_NewRef(payload);
         }
+        if (!leave && !done)
+            done = queue_new(self, dq, last, e, records, listener, count_o, size_o, topic, partition, now, order,
+                             batch_size, incomplete);
+        Py_XDECREF(records);
         Py_XDECREF(count_o);
         Py_XDECREF(last);
-        Py_DECREF(payload);
-        if (!done) break;
+        Py_XDECREF(payload);
+        if (done <= 0) break;
         tally[0] += count;
         tally[1] += uncompressed;
         tally[2] += 1;
