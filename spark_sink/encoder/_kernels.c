@@ -2201,10 +2201,99 @@ static PyType_Spec Joiner_spec = {
     .slots = Joiner_slots,
 };
 
+PyDoc_STRVAR(encoded_records_doc,
+"encoded_records(EncodedRecords, plan, batches, buffers, targets, out)\n--\n\n"
+"encode_groups' uncompressed batches as EncodedRecords, appended to out[group] (a list per\n"
+"group) in plan's order: plan as plan_batches wrote it with continued (int64, 6 x rows; the\n"
+"first batches columns), buffers and targets as write_records had them. A continuation's\n"
+"payload is its group's target; a group's RecordBuffer takes its batch's records (commit);\n"
+"other batches are views of their group's buffer, one after another.");
+
+static PyObject *encoded_records(PyObject *module, PyObject *args) {
+    PyObject *type, *plan_o, *buffers, *targets, *out, *empty = NULL, *views_list = NULL;
+    Py_ssize_t batches, n_plan;
+    Views views = {.count = 0};
+    int64_t *starts = NULL;
+    if (!PyArg_ParseTuple(args, "O!OnO!O!O!", &PyType_Type, &type, &plan_o, &batches, &PyList_Type, &buffers,
+                          &PyList_Type, &targets, &PyList_Type, &out))
+        return NULL;
+    Py_ssize_t groups = PyList_Size(out);
+    const int64_t *plan = items(&views, plan_o, 8, 0, &n_plan, "plan");
+    const char *names[] = {"payload", "codec", "record_count", "base_timestamp", "max_timestamp", "uncompressed_size",
+                           "first_offset"};
+    Slot slots[7] = {{0}};
+    int ready = plan != NULL;
+    for (int f = 0; ready && f < 7; f++) {
+        PyObject *name = PyUnicode_InternFromString(names[f]);
+        ready = name && slot_init(&slots[f], type, name);
+        Py_XDECREF(name);
+    }
+    newfunc new_ = ready ? (newfunc)PyType_GetSlot((PyTypeObject *)type, Py_tp_new) : NULL;
+    Py_ssize_t rows = n_plan / 6;
+    if (ready && (n_plan % 6 || batches > rows || PyList_Size(buffers) != groups || PyList_Size(targets) != groups)) {
+        PyErr_SetString(PyExc_ValueError, "encoded_records: plan of 6 x rows, and buffers, targets and out per group");
+        ready = 0;
+    }
+    if (ready && (!new_ || !(empty = PyTuple_New(0)) || !(starts = PyMem_Calloc(groups ? groups : 1, sizeof(int64_t))) ||
+                  !(views_list = PyList_New(groups)))) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        ready = 0;
+    }
+    for (Py_ssize_t g = 0; ready && g < groups; g++) PyList_SetItem(views_list, g, Py_NewRef(Py_None));
+    for (Py_ssize_t b = 0; ready && b < batches; b++) {
+        int64_t group = plan[b], count = plan[rows + b], size = plan[2 * rows + b], base = plan[3 * rows + b],
+                largest = plan[4 * rows + b], first_offset = plan[5 * rows + b];
+        if (group < 0 || group >= groups) {
+            PyErr_SetString(PyExc_ValueError, "encoded_records: a batch's group outside out");
+            break;
+        }
+        PyObject *payload = NULL, *buffer = PyList_GetItem(buffers, group); /* borrowed */
+        if (first_offset) {
+            payload = Py_NewRef(PyList_GetItem(targets, group));
+        } else if (Py_TYPE(buffer) == (PyTypeObject *)RecordBuffer_type) {
+            RecordBuffer *rb = (RecordBuffer *)buffer;
+            if (rb->sealed || size > rb->cap - rb->len) {
+                PyErr_SetString(PyExc_BufferError, "encoded_records: more bytes than its RecordBuffer's room");
+                break;
+            }
+            commit_records(rb, size, count, base, largest);
+            payload = Py_NewRef(buffer);
+        } else { /* a view of the group's buffer: its next size bytes */
+            PyObject *whole = PyList_GetItem(views_list, group);
+            if (whole == Py_None) {
+                if (!(whole = PyMemoryView_FromObject(buffer))) break;
+                PyList_SetItem(views_list, group, whole); /* steals */
+            }
+            payload = PySequence_GetSlice(whole, starts[group], starts[group] + size);
+            starts[group] += size;
+        }
+        PyObject *e = payload ? new_((PyTypeObject *)type, empty, NULL) : NULL;
+        long long values[6] = {0, count, base, largest, size, first_offset};
+        int ok = e && slot_write(&slots[0], e, payload) == 0;
+        for (int f = 1; ok && f < 7; f++) {
+            PyObject *v = PyLong_FromLongLong(values[f - 1]);
+            ok = v && slot_write(&slots[f], e, v) == 0;
+            Py_XDECREF(v);
+        }
+        ok = ok && PyList_Append(PyList_GetItem(out, group), e) == 0;
+        Py_XDECREF(e);
+        Py_XDECREF(payload);
+        if (!ok) break;
+    }
+    for (int f = 0; f < 7; f++) slot_clear(&slots[f]);
+    Py_XDECREF(views_list);
+    Py_XDECREF(empty);
+    PyMem_Free(starts);
+    release(&views);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"header_sizes", header_sizes, METH_VARARGS, header_sizes_doc},
     {"plan_batches", plan_batches, METH_VARARGS, plan_batches_doc},
     {"write_records", write_records, METH_VARARGS, write_records_doc},
+    {"encoded_records", encoded_records, METH_VARARGS, encoded_records_doc},
     {"murmur2_rows", murmur2_rows, METH_VARARGS, murmur2_rows_doc},
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, run_callbacks_doc},
     {NULL, NULL, 0, NULL},

@@ -10,7 +10,6 @@ by record as they fill: see :func:`spark_sink.protocol.records.record_parts`.)
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from dataclasses import dataclass
@@ -311,12 +310,10 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
     batches = loops.plan_batches(columns[0][2], columns[1][2], columns[2][2], timestamps, group_ids, group_count,
                                  limit, opens, plan, *extra)
     batch_group, counts, sizes, base_ts, max_ts = plan[:5, :batches]
-    first_offsets = plan[5, :batches].tolist() if extra else itertools.repeat(0)
     group_bytes = np.bincount(batch_group, weights=sizes, minlength=group_count).astype(np.int64).tolist()
     # Each group's records go straight into a buffer of its own, so that one partition's
     # unsent batches never keep another's bytes alive; compressed payloads are copies, so
     # their records are written into this thread's scratch buffer instead.
-    record_buffer = targets = None
     if codec:
         scratch, offset, buffers = _scratch(sum(group_bytes)), 0, []
         for size in group_bytes:
@@ -342,24 +339,21 @@ def encode_groups(keys: pa.Array | None, values: pa.Array, timestamps: np.ndarra
         written = loops.write_records(buffers, opens, group_ids, *columns, *extra, targets, room, limit)
     if written != group_bytes:  # the loops check that no write overruns; this, that none falls short
         raise RuntimeError(f"the encoder wrote {written} bytes per partition where it planned {group_bytes}")
+    if continued is not None:
+        # Each group's batches as EncodedRecords, in C (no Python per partition): a
+        # continuation past the end of the batch it continues (committed there when
+        # queued), a RecordBuffer of its own committed, the others views of their buffer.
+        loops.encoded_records(EncodedRecords, plan, batches, buffers, targets, out)
+        return out
     # Each group's batches in the order they were opened, which is input order.
     starts = [0] * group_count
-    for group, count, size, first_ts, largest, first_offset in zip(batch_group.tolist(), counts.tolist(),
-                                                                   sizes.tolist(), base_ts.tolist(), max_ts.tolist(),
-                                                                   first_offsets):
-        if first_offset:  # past the end of the batch it continues: committed there when queued
-            out[group].append(EncodedRecords(targets[group], 0, count, first_ts, largest, size, first_offset))  # type: ignore[index]
-            continue
-        buffer = buffers[group]
-        if type(buffer) is record_buffer:  # its own RecordBuffer: the batch's records as they are
-            buffer.commit(size, count, first_ts, largest)
-            out[group].append(EncodedRecords(buffer, 0, count, first_ts, largest, size))
-            continue
+    for group, count, size, first_ts, largest in zip(batch_group.tolist(), counts.tolist(), sizes.tolist(),
+                                                     base_ts.tolist(), max_ts.tolist()):
         start = starts[group]
         starts[group] = start + size
         section = buffers[group].data[start:start + size]
         payload = compress(codec, section, level) if codec else section
-        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, size, first_offset))
+        out[group].append(EncodedRecords(payload, codec, count, first_ts, largest, size))
     return out
 
 
