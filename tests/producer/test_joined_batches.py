@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_sink.encoder.columnar import EncodedRecords, can_join, encode_groups
-from spark_sink.producer.batch import ProducerBatch
+from spark_sink.producer.batch import ProducerBatch, SharedReservation
 from spark_sink.protocol.error_codes import InvalidRecordError, NotEnoughReplicasError, NotLeaderOrFollowerError
 from spark_sink.protocol.records import RECORD_BATCH_OVERHEAD
 from tests.producer.test_sender_scripted import TOPIC, Harness, ack_one_by_one
@@ -37,6 +37,7 @@ class Calls:
         self.sent: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(partitions)}  # value, timestamp
         self.heard: list[tuple[int, bytes, int, int, Exception | None]] = []  # partition, first value, offset, count, error
         self.calls = 0
+        self.plain = 0  # records of send(), one by one (in sent, never heard)
 
     def call(self, rows: int, rng: random.Random, timestamp: int = 1_000, continued: bool = True,
              rounds_between: int = 0, rounds_before_encoding: int = 0) -> None:
@@ -84,7 +85,7 @@ class Calls:
         for p, first, offset, _count, error in self.heard:
             assert error is None
             assert self.h.client.values((TOPIC, p))[offset] == first
-        assert sum(count for _, _, _, count, _ in self.heard) == sum(map(len, self.sent.values()))
+        assert sum(count for _, _, _, count, _ in self.heard) == sum(map(len, self.sent.values())) - self.plain
         assert self.h.accumulator.incomplete() == []
         assert self.h.accumulator._pool.available == self.h.accumulator._pool.total
 
@@ -412,3 +413,79 @@ def test_calls_whose_steps_interleave_with_each_other_and_sender_rounds(seed: in
         if request.api_key == 0:
             for part in (p for t in request.body.topic_data for p in t.partition_data):
                 assert len(part.records) <= batch_size or _records(part.records) == 1
+
+
+class PythonPath:
+    """The accumulator's Joiner with its queueing left to the Python path whole (its claims
+    and sizes kept): what the compiled step is checked against."""
+
+    def __init__(self, joiner: Any) -> None:
+        self.claim, self.sizes = joiner.claim, joiner.sizes
+
+    @staticmethod
+    def enqueue(queues: Any, groups: list, start: int, *rest: Any) -> int:
+        return start
+
+
+def _reservation(memory: int | SharedReservation) -> tuple[int, int]:
+    """A batch's reservation as (bytes, holders)."""
+    return (memory, 1) if isinstance(memory, int) else (memory.size, memory.holders)
+
+
+def _interleaved_run(seed: int, compiled: bool) -> tuple[list, list, list]:
+    """test_calls_whose_steps_interleave_with_each_other_and_sender_rounds' random calls and
+    rounds for ``seed``, queued by the compiled step or the Python path: what went on the
+    wire (per request: partition, base sequence, each record's value and timestamp), what
+    each call heard, and each partition's queue at the end of the calls."""
+    rng = random.Random(7000 + seed)
+    batch_size = rng.choice([700, 4000, 1_000_000])
+    h, calls = _started(rng.choice([1, 3, 24, 70]), **{"batch.size": batch_size,
+                                                        "max.in.flight.requests.per.connection": rng.choice([1, 5])})
+    if not compiled:
+        h.accumulator._joiner = PythonPath(h.accumulator._joiner)
+    claimed: list[Call] = []
+    encoded: list[Call] = []
+    for _ in range(rng.randrange(8, 30)):
+        step = rng.random()
+        if step < 0.3:
+            claimed.append(calls.start(rng.randrange(1, 400), rng, continued=rng.random() < 0.9))
+        elif step < 0.5 and claimed:
+            call = claimed.pop(rng.randrange(len(claimed)))
+            call.encode()
+            encoded.append(call)
+        elif step < 0.75 and encoded:
+            encoded.pop(rng.randrange(len(encoded))).queue()
+        elif step < 0.85:  # send()'s records, which must not overtake a call's queued before them
+            for _ in range(rng.randrange(1, 4)):
+                p, value = rng.randrange(calls.partitions), b"s%d" % calls.plain
+                h.send(value, partition=p)
+                calls.sent[p].append((value, 0))
+                calls.plain += 1
+        else:
+            calls.rounds(rng.randrange(1, 3))
+    for call in claimed:
+        call.encode()
+    for call in encoded + claimed:
+        call.queue()
+    queues = [(p, [(b.record_count, b.closed, len(b.segments or ()), _reservation(b.memory)) for b in dq])
+              for p, dq in sorted(h.accumulator._by_topic.get(TOPIC, {}).items())]
+    for _ in range(500):  # many small batches, one request in flight at a time: more rounds than ack_one_by_one's
+        h.run()
+        if not h.in_flight():
+            break
+        for request in h.in_flight():
+            h.client.respond_produce(request)
+    calls.check_delivered(in_call_order=False)
+    wire = [[(tp, b.base_sequence, [(r.value, r.timestamp) for r in b.records]) for tp, b in r.batches().items()]
+            for r in h.client.requests if r.api_key == 0]
+    return wire, calls.heard, queues
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_compiled_hand_over_queues_as_the_python_path_does(seed: int) -> None:
+    """The same random calls (claims, encodings and queueings interleaved with each other and
+    with Sender rounds, so that some records continue a batch taken meanwhile) queued by the
+    Joiner's compiled step and by the Python path alone: the same queues (records, closed,
+    calls and reservation per batch), the same requests, byte for byte in their records, the
+    same offsets heard, and each against the model."""
+    assert _interleaved_run(seed, compiled=True) == _interleaved_run(seed, compiled=False)
