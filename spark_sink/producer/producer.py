@@ -516,8 +516,7 @@ class KafkaProducer:
                         if (failure := future._failure()) is not None:
                             raise failure
                         if txn is not None:
-                            for partition, _ in chunk:
-                                txn.maybe_add_partition((rows.topic, partition))
+                            txn.maybe_add_partitions(rows.topic, [partition for partition, _ in chunk])
                         self._accumulator.append_encoded(rows.topic, chunk, self._clock(), self._max_block_ms(),
                                                          future._on_records, future._queued, self._sender.wakeup,
                                                          future._failure)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from spark_sink.client.coordinators import Coordinators
 from spark_sink.client.errors import (
@@ -338,15 +338,29 @@ class TransactionManager:
         """The open transaction will hold records of ``tp``: add it before they are drained."""
         if tp in self._in_transaction or tp in self._to_add:
             return
+        self._add({tp})
+
+    def maybe_add_partitions(self, topic: str, partitions: Iterable[int]) -> None:
+        """maybe_add_partition for each of ``partitions`` of ``topic`` (a send_arrow chunk's):
+        the ones already in the transaction or on their way found by set operations, not by
+        a Python step per partition."""
+        tps = {(topic, p) for p in partitions}
+        tps -= self._in_transaction
+        if self._to_add:
+            tps -= self._to_add
+        if tps:
+            self._add(tps)
+
+    def _add(self, tps: set[TopicPartition]) -> None:
         with self._lock:
             self.ensure_sendable()
             if self.v2:
-                # Produce v12 adds it: the transaction is open at the coordinator once its
+                # Produce v12 adds them: the transaction is open at the coordinator once its
                 # first batch is written, and must be ended then (Java sets it here too).
-                self._in_transaction.add(tp)
+                self._in_transaction |= tps
                 self._started = True
             else:
-                self._to_add.add(tp)
+                self._to_add |= tps
 
     def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, tuple[int, str | None]],
                                     group_id: str) -> TransactionalResult:
