@@ -101,10 +101,10 @@ class RecordAccumulator:
                                       config.compression_codec).batch_bytes()
         # topic -> its max.message.bytes where known (the metadata's): no joined batch is larger
         self.message_limits: Mapping[str, int | None] = {}
-        # append_plain below, in C: the same steps without a Python frame per record (and
-        # the producer's PlainSender appends through it)
         # continued's claims and _enqueue's common cases, compiled (None: in Python)
         self._joiner = Joiner(ProducerBatch, EncodedRecords) if compiled and Joiner is not None else None
+        # append_plain below, in C: the same steps without a Python frame per record (and
+        # the producer's PlainSender appends through it)
         self.compiled_appender = (PlainAppender(self, self._by_topic, self._lock, FutureRecordMetadata, ProducerBatch)
                                   if compiled and PlainAppender is not None else None)
         if self.compiled_appender is not None:
@@ -308,7 +308,7 @@ class RecordAccumulator:
                                 last = _holding(dq, first.payload)
                         if last is not None and last.join(first, limit, listener):
                             joined = size if len(encoded) == 1 else first.size_in_bytes
-                            assert isinstance(last.memory, int)  # as takes_joins() said when claimed
+                            assert isinstance(last.memory, int)  # as Joiner.claim found it when claimed
                             last.memory += joined  # its reservation goes with its records
                             reserved -= joined
                             records += first.record_count

@@ -233,12 +233,6 @@ class ProducerBatch:
         self._completing = 0  # the thread running the callbacks, while it does
         self._event: threading.Event | None = None
 
-    def takes_joins(self) -> bool:
-        """Whether another send_arrow call's records may join this batch: one of
-        send_arrow's, never sent, holding a reservation of its own (not one shared with
-        the other batches of its call); they can once its records are in a RecordBuffer."""
-        return self.segments is not None and not self.attempts and type(self.memory) is int
-
     def join(self, e: EncodedRecords, limit: int, listener: SegmentListener) -> bool:
         """Another send_arrow call's records for this partition after this batch's own, as
         one batch of at most ``limit`` bytes (batch.size, the topic's max.message.bytes):
