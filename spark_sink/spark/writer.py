@@ -185,8 +185,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     task = _TaskWrite(options, clock)
     ok = False
     try:
-        send_bytes = send_bytes_for(options.buffer_memory)
-        for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
+        for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=task.slices.max_bytes):
             task.send(table)
         task.finish()
         ok = True
@@ -218,7 +217,10 @@ class _TaskWrite:
         self.begun = False
         self.counts = self.before = MetricTotals()
         self.records = self.nbytes = 0
-        self.slices = WireSlices(send_bytes_for(options.buffer_memory))
+        # With a format the call is held in Arrow and, a slice at a time, in its wire form:
+        # each within half the call size, so that both stay within it.
+        send_bytes = send_bytes_for(options.buffer_memory)
+        self.slices = WireSlices(send_bytes if options.formats is None else send_bytes // 2)
         self.ranges: PartitionRanges = {}
         self.pending: list[ArrowSendFuture] = []
         # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
