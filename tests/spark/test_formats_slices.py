@@ -2,7 +2,7 @@
 size (break 56b (2): a call is sized by its Arrow bytes, and its JSON form of 48 booleans
 is ~15 times that). ``WireSlices`` over a real registry's serializer: the parts handed to
 send_arrow within the size (or one row), the same bytes in the same order as the call
-serialized whole, the same rows refused; hand-picked and seeded random shapes (rows
+serialized whole, the same rows refused, the same rows digest; hand-picked and seeded random shapes (rows
 growing, shrinking, refused). Then a Spark write on a real Kafka with a small
 buffer.memory: every row once, in each task's order, the refused ones as dead letters.
 (The writer's memory under a silent broker: ``python -m tests.break56b_formats`` on
@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
-from spark_sink.producer import ArrowSerializer, RefusedRows, RowRefusals, serialize_columns
+from spark_sink.producer import ArrowSerializer, RefusedRows, RowRefusals, RowsDigest, serialize_columns
 from spark_sink.spark.writer import SLICE_FILL, WireSlices
 from tests.brokers import consume_to_marks, create_topic, unique_topic
 from tests.spark.test_formats_sink import _decode
@@ -77,6 +77,12 @@ def _slice_and_check(table: pa.Table, serializer: ArrowSerializer, topic: str, m
         return sorted(i for r in groups for i in r.data.column("value").combine_chunks().field("id").to_pylist())
 
     assert refused_ids(refused) == refused_ids(whole_refusals.refused)
+    # The exactly-once replay digest: the same whatever the parts.
+    digests = RowsDigest(), RowsDigest()
+    for part in parts:
+        digests[0].add(part)
+    digests[1].add(whole)
+    assert str(digests[0]) == str(digests[1])
     return parts, serialized
 
 
