@@ -2,11 +2,11 @@
 size (break 56b (2): a call is sized by its Arrow bytes, and its JSON form of 48 booleans
 is ~15 times that). ``WireSlices`` over a real registry's serializer: the parts handed to
 send_arrow within the size (or one row), the same bytes in the same order as the call
-serialized whole, the same rows refused, the same rows digest; hand-picked and seeded random shapes (rows
-growing, shrinking, refused). Then a Spark write on a real Kafka with a small
-buffer.memory: every row once, in each task's order, the refused ones as dead letters.
-(The writer's memory under a silent broker: ``python -m tests.break56b_formats`` on
-branch break56b.)"""
+serialized whole, the same rows refused, the same rows digest; hand-picked and seeded
+random shapes (rows growing, shrinking, refused). Then a Spark write on a real Kafka with
+a small buffer.memory: every row once, in each task's order, the refused ones as dead
+letters. (The writer's memory under a silent broker: ``python -m tests.break56b_formats``
+on branch break56b.)"""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _texts(rng: random.Random, rows: int) -> pa.Table:
 def _slice_and_check(table: pa.Table, serializer: ArrowSerializer, topic: str, max_bytes: int,
                      slices: WireSlices | None = None) -> tuple[list[pa.Table], list[pa.Table]]:
     """The parts and the serialized slices of ``table``, checked against the call
-    serialized whole: the same bytes in order, the same rows refused."""
+    serialized whole: the same bytes in order, the same rows refused, the same digest."""
     slices = slices or WireSlices(max_bytes)
     serialized: list[pa.Table] = []
     refused: list[RefusedRows] = []
@@ -127,8 +127,9 @@ def _frame(spark: SparkSession, rows: int, fmt: str, seed: int) -> DataFrame:
 @pytest.mark.parametrize(("fmt", "seed"), [("json", 0), ("avro", 1)])
 def test_a_small_buffer_write_sends_every_row_once_in_order(spark: SparkSession, kafka: KafkaCluster,
                                                             schema_registry: str, fmt: str, seed: int) -> None:
-    """buffer.memory 96 KiB (calls of 48 KiB) and rows of 10 to 1,000 bytes of text: many
-    slices a call, some cut. One partition: each task's rows in its order."""
+    """buffer.memory 96 KiB (with a format, calls and slices of 24 KiB) and rows of 10 to
+    1,000 bytes of text: many slices a call. One partition: each task's rows in
+    its order."""
     rows = 6000
     topic = create_topic(kafka.bootstrap, unique_topic(f"slices-{fmt}"), 1)
     dead_topic = create_topic(kafka.bootstrap, unique_topic(f"slices-dlq-{fmt}"), 1)
