@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.producer import MetricTotals, RowRefusals, RowsDigest, serialize_columns
+from spark_sink.producer import FormatValueError, MetricTotals, RowRefusals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
@@ -142,16 +142,20 @@ class WireSlices:
         self.max_bytes = max_bytes
         self.per_row: float | None = None  # wire bytes per row of the last slice that kept a row
 
-    def parts(self, table: pa.Table, serialize: Callable[[pa.Table], pa.Table]) -> Iterator[pa.Table]:
+    def parts(self, table: pa.Table, serialize: Callable[[pa.Table], pa.Table], first: int = 0) -> Iterator[pa.Table]:
         """``table``'s rows, in order, through ``serialize`` (which may leave rows out),
-        in parts within the size."""
+        in parts within the size. A row ``serialize`` refuses with a FormatValueError is
+        numbered from ``first`` (``table``'s first row), not from its slice."""
         start, rows = 0, table.num_rows
         while start < rows:
             if self.per_row is None:
                 step = rows * (self.max_bytes // FIRST_SLICE_FRACTION) // max(1, table.nbytes)
             else:
                 step = int(self.max_bytes * SLICE_FILL / self.per_row)
-            wire = serialize(table.slice(start, max(1, step)))
+            try:
+                wire = serialize(table.slice(start, max(1, step)))
+            except FormatValueError as exc:
+                raise exc.counted_from(first + start) from None
             start += max(1, step)
             if wire.num_rows:
                 self.per_row = max(1.0, wire.nbytes / wire.num_rows)
@@ -217,6 +221,7 @@ class _TaskWrite:
         self.begun = False
         self.counts = self.before = MetricTotals()
         self.records = self.nbytes = 0
+        self.rows_given = 0  # the task's input rows before the table being sent
         # With a format the call is held in Arrow and, a slice at a time, in its wire form:
         # each within half the call size, so that both stay within it.
         send_bytes = send_bytes_for(options.buffer_memory)
@@ -250,6 +255,7 @@ class _TaskWrite:
         call size (``WireSlices``)."""
         producer = self.producer if self.producer is not None else self.open()
         formats, dead = self.options.formats, self.dead
+        first, self.rows_given = self.rows_given, self.rows_given + table.num_rows
         if formats is None:
             self.send_part(producer, table)
             return
@@ -262,7 +268,8 @@ class _TaskWrite:
                 dead.refused(producer, refusals.refused)
             return wire
 
-        for part in self.slices.parts(table, serialize):
+        # A row a format refuses is named by its index among the task's rows.
+        for part in self.slices.parts(table, serialize, first):
             self.send_part(producer, part)
 
     def send_part(self, producer: KafkaProducer, table: pa.Table) -> None:

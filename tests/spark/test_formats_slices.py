@@ -20,7 +20,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kprod_broker import KafkaCluster
-from spark_sink.producer import ArrowSerializer, RefusedRows, RowRefusals, RowsDigest, serialize_columns
+from spark_sink.producer import (
+    ArrowSerializer,
+    FormatValueError,
+    RefusedRows,
+    RowRefusals,
+    RowsDigest,
+    serialize_columns,
+)
 from spark_sink.spark.writer import SLICE_FILL, WireSlices
 from tests.brokers import consume_to_marks, create_topic, unique_topic
 from tests.spark.test_formats_sink import _decode
@@ -147,3 +154,42 @@ def test_a_small_buffer_write_sends_every_row_once_in_order(spark: SparkSession,
     letters = consume_to_marks(kafka.bootstrap, dead_topic)
     assert sorted(int(m.key()) for m in letters) == bad
     assert all(json.loads(m.value())["score"] == "nan" for m in letters)
+
+
+def test_a_refused_row_is_named_by_its_index_in_the_call_whatever_the_slices(schema_registry: str) -> None:
+    """With no dead letters a row JSON cannot carry fails the call: the error names its
+    row in the call (plus the call's first row in the task), not in the slice that held
+    it. Seeded shapes put the bad row in a random slice."""
+    serializer = ArrowSerializer("json", {"url": schema_registry})
+    topic = unique_topic("slices-row")
+    for seed in range(12):
+        rng = random.Random(seed)
+        rows, first = rng.choice([50, 900, 4000]), rng.choice([0, 1, 123_456])
+        bad = rng.randrange(rows)
+        table = _texts(random.Random(seed), rows)
+        value = table.column("value").combine_chunks()
+        scores = [float("nan") if r == bad else r * 0.5 for r in range(rows)]
+        table = table.set_column(1, "value", pa.StructArray.from_arrays(
+            [value.field("id"), pa.array(scores), value.field("text")], ["id", "score", "text"]))
+        slices = WireSlices(rng.choice([2 * KiB, 16 * KiB]))
+        with pytest.raises(FormatValueError) as failure:
+            for _ in slices.parts(table, lambda rows: serialize_columns(rows, topic, None, serializer), first):
+                pass
+        assert failure.value.row == first + bad, (seed, failure.value.row, first, bad)
+        assert f"column value.score, row {first + bad}: NaN" in str(failure.value)
+
+
+def test_a_tasks_refused_row_is_named_by_its_index_among_the_tasks_rows(spark: SparkSession, kafka: KafkaCluster,
+                                                                         schema_registry: str) -> None:
+    """One task of 6,000 rows (one Arrow batch, sent in calls of a few KiB, each
+    serialized in slices): the NaN at row 4,321 fails the write naming row 4,321."""
+    topic = create_topic(kafka.bootstrap, unique_topic("slices-task-row"), 1)
+    frame = spark.range(0, 6000, 1, 1).select(
+        F.col("id").cast("string").alias("key"),
+        F.struct(F.col("id"), F.when(F.col("id") == 4321, F.lit(float("nan"))).otherwise(F.col("id") * 0.5)
+                 .alias("score"), F.repeat(F.lit("z"), 50).alias("text")).alias("value"))
+    with pytest.raises(Exception) as failure:
+        frame.write.format("kprod").mode("append").options(**{
+            "kafka.bootstrap.servers": kafka.bootstrap, "topic": topic, "kafka.buffer.memory": str(96 * KiB),
+            "kprod.value.format": "json", "kprod.schema.registry.url": schema_registry}).save()
+    assert "column value.score, row 4321: NaN" in str(failure.value), str(failure.value)[:3000]
