@@ -17,7 +17,6 @@ carries the controller's, so it too ends with the controller.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 
@@ -40,7 +39,7 @@ for _ in range(3):
                 pass
 """
 
-_started: list[int] = []  # the pipe's writing end: never closed, never inherited
+_write_end: list[int] = []  # the pipe's: open for the process's life, never inherited
 
 
 def pytest_configure() -> None:
@@ -51,17 +50,19 @@ def pytest_configure() -> None:
 
 def start() -> str:
     """Mark this process's future children and start their reaper (once); the token."""
-    if _started:
+    if _write_end:
         return os.environ[VARIABLE]
     token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    read, write = os.pipe()  # neither end is inherited by the children exec starts
+    read, write = os.pipe()
+    # Without the mark (a worker's reaper outlives its controller's), in a session of its
+    # own (a Ctrl-C in the terminal ends the run, not its reaper); a process, not a Popen,
+    # that is never waited for.
     env = {name: value for name, value in os.environ.items() if name != VARIABLE}
     try:
-        # A session of its own: a Ctrl-C in the terminal ends the run, not its reaper.
-        subprocess.Popen([sys.executable, "-c", _REAPER, f"{VARIABLE}={token}"], stdin=read, env=env,
-                         stdout=subprocess.DEVNULL, start_new_session=True)
+        os.posix_spawn(sys.executable, [sys.executable, "-c", _REAPER, f"{VARIABLE}={token}"], env,
+                       file_actions=[(os.POSIX_SPAWN_DUP2, read, 0)], setsid=True)
     finally:
         os.close(read)
-    _started.append(write)
+    _write_end.append(write)
     os.environ[VARIABLE] = token
     return token

@@ -71,6 +71,6 @@ def test_a_runs_children_end_with_the_run(tmp_path: Path, ending: str) -> None:
         _wait_for(lambda: not _alive(child), f"the run's child {child} outlived the run ({ending})")
     finally:
         run.kill()
-        run.wait()
+        run.communicate()
         if child is not None and _alive(child):
             os.kill(child, signal.SIGKILL)
