@@ -25,7 +25,8 @@ from pathlib import Path
 
 def test_starts_a_child_and_ends_without_teardown():
     child = subprocess.Popen(["sleep", "600"], start_new_session=True, stdin=subprocess.DEVNULL)
-    Path({out!r}).write_text(f"{{child.pid}} {{os.getppid()}}")
+    Path({out!r} + ".part").write_text(str(child.pid))
+    Path({out!r} + ".part").rename({out!r})
     if {exit!r}:
         os._exit(1)
     time.sleep(600)
@@ -56,14 +57,16 @@ def test_a_runs_children_end_with_the_run(tmp_path: Path, ending: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_XDIST_WORKER", None)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.reaper", *xdist,
-         "test_child.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # Its output to a file: a pipe would stay open as long as any process of the run lives.
+    with open(tmp_path / "output", "wb") as output:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.reaper", *xdist,
+             "test_child.py"], cwd=tmp_path, env=env, stdout=output, stderr=subprocess.STDOUT)
     child = None
     try:
-        _wait_for(lambda: out.exists() and out.read_text() or run.poll() is not None, "the child never started")
-        assert out.exists(), run.communicate()[0].decode(errors="replace")
-        child, _ = map(int, out.read_text().split())
+        _wait_for(lambda: out.exists() or run.poll() is not None, "the child never started")
+        assert out.exists(), (tmp_path / "output").read_text(errors="replace")
+        child = int(out.read_text())
         if ending != "os._exit":  # (after os._exit the reaper may have ended it already)
             assert _alive(child)
             run.send_signal(signal.SIGKILL)  # the controller: its xdist worker started the child
@@ -71,6 +74,6 @@ def test_a_runs_children_end_with_the_run(tmp_path: Path, ending: str) -> None:
         _wait_for(lambda: not _alive(child), f"the run's child {child} outlived the run ({ending})")
     finally:
         run.kill()
-        run.communicate()
+        run.wait()
         if child is not None and _alive(child):
             os.kill(child, signal.SIGKILL)
