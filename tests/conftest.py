@@ -31,6 +31,9 @@ from tests.secure_kafka import kerberos, secure_kafka  # noqa: F401 (fixtures)
 from tests.services import SERVICES
 from tests.strict_kafka import strict_kafka  # noqa: F401 (a fixture)
 
+# Every process the session starts ends with it, however it ends (tests/reaper.py).
+pytest_plugins = ["tests.reaper"]
+
 # Spark's Python workers must run this interpreter, or they will not find the project.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

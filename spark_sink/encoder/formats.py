@@ -40,7 +40,20 @@ class FormatSchemaError(KProdError, TypeError):
 
 class FormatValueError(KProdError, ValueError):
     """A row's value the schema cannot carry (a null where the schema has none, a decimal
-    beyond its precision, NaN in JSON); the message names the column path and the row."""
+    beyond its precision, NaN in JSON); the message names the column path and the row
+    (``row``: its index in the column encoded; None in a refused rows' group's error)."""
+
+    def __init__(self, path: str, what: str, row: int | None = None) -> None:
+        self.path, self.what, self.row = path, what, row
+        super().__init__(f"column {path}" + ("" if row is None else f", row {row}") + f": {what}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int | None]]:
+        return type(self), (self.path, self.what, self.row)
+
+    def counted_from(self, first: int) -> FormatValueError:
+        """This error with its row counted from ``first`` (the encoded column a slice
+        starting at that row)."""
+        return FormatValueError(self.path, self.what, None if self.row is None else first + self.row)
 
 
 @functools.cache
@@ -427,7 +440,7 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
             if len(exc.args) != 4:
                 raise
             error, node, row, detail = exc.args
-            raise FormatValueError(_value_error(error, paths[node], base + row, detail)) from None
+            raise FormatValueError(paths[node].path, _value_error(error, paths[node], detail), base + row) from None
         if skipped and skipped[0]:
             assert refused is not None
             validity = _refuse_rows(chunk, np.frombuffer(skipped[0], np.int64).reshape(-1, 4), paths, base, refused)
@@ -457,25 +470,25 @@ def _refuse_rows(chunk: pa.Array, found: np.ndarray, paths: list[_Plan], base: i
     reasons, which = np.unique(keys, axis=0, return_inverse=True)
     for k, (error, node, detail) in enumerate(reasons.tolist()):
         rows = found[which.reshape(-1) == k, 0] + base
-        refused.append((rows, FormatValueError(_value_error(_ERROR_NAMES[error], paths[node], None, detail))))
+        refused.append((rows, FormatValueError(paths[node].path, _value_error(_ERROR_NAMES[error], paths[node], detail))))
     valid = pc.is_valid(chunk).to_numpy(zero_copy_only=False).copy()
     valid[found[:, 0]] = False
     return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _value_error(error: str, plan: _Plan, row: int | None, detail: int) -> str:
-    where = f"column {plan.path}" + (f", row {row}" if row is not None else "")
+def _value_error(error: str, plan: _Plan, detail: int) -> str:
+    """What the schema expects where ``plan`` refused a value."""
     if error == "null":
-        return f"{where}: null, but the schema has no null there ({plan.expected})"
+        return f"null, but the schema has no null there ({plan.expected})"
     if error == "fixed_size":
-        return f"{where}: {detail} bytes, but the Avro schema's fixed type there takes {plan.param}"
+        return f"{detail} bytes, but the Avro schema's fixed type there takes {plan.param}"
     if error == "precision":
-        return f"{where}: a decimal with more than the {plan.param2} digits of its precision"
+        return f"a decimal with more than the {plan.param2} digits of its precision"
     if error == "not_finite":
-        return f"{where}: NaN or an infinity, which JSON cannot carry"
+        return "NaN or an infinity, which JSON cannot carry"
     if error == "year":
-        return f"{where}: a date in the year {detail}, which RFC 3339 (JSON's date formats) cannot carry"
-    return f"{where}: {error}"
+        return f"a date in the year {detail}, which RFC 3339 (JSON's date formats) cannot carry"
+    return error
 
 
 def _load(schema: Mapping | str | list | None) -> Any:

@@ -19,6 +19,7 @@ from spark_sink.client.errors import (
     TransactionError,
     UnknownTopicError,
 )
+from spark_sink.encoder.formats import FormatSchemaError, FormatValueError
 from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
 from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
@@ -40,7 +41,8 @@ __all__ = [
     "ARROW_COLUMNS", "AbortableTransactionError", "FatalTransactionError", "IllegalStateError",
     "PreparedTransaction", "TransactionError", "CONFIG_KEYS",
     "ArrowSendFuture", "ArrowSendResult", "ArrowSerializer", "AuthenticationError",
-    "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FutureRecordMetadata",
+    "BrokersUnreachableError", "BufferExhaustedError", "ColumnError", "ConfigError", "FormatSchemaError",
+    "FormatValueError", "FutureRecordMetadata",
     "InvalidPartitionError", "UnknownTopicError",
     "KafkaProducer", "KafkaTimeoutError", "MetricTotals", "ProducerClosedError", "ProducerConfig", "ProducerRecord",
     "RecordMetadata",

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.producer import MetricTotals, RowRefusals, RowsDigest, serialize_columns
+from spark_sink.producer import FormatValueError, MetricTotals, RowRefusals, RowsDigest, serialize_columns
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
@@ -60,6 +60,13 @@ SEND_CALLS_PER_BUFFER = 2
 # thousands of one-row batches would hold several times its bytes. Each run of this many
 # batches joined is therefore copied into one.
 COMPACT_BATCHES = 256
+# A format's wire form can be many times a call's Arrow bytes (48 booleans: 53 bytes a row
+# in Arrow, 105 in Avro, 775 in JSON), so a call is serialized in slices sized by the wire
+# bytes per row measured on the slices before. Until one is measured, a slice takes this
+# fraction of the call size in Arrow bytes, and each is sized to this share of the call
+# size, so that a slice a little larger per row than the last still fits.
+FIRST_SLICE_FRACTION = 64
+SLICE_FILL = 0.875
 
 
 def send_bytes_for(buffer_memory: int) -> int:
@@ -124,6 +131,52 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
         yield pa.Table.from_batches(held)
 
 
+class WireSlices:
+    """A call's rows serialized into parts of at most ``max_bytes`` wire bytes (Arrow
+    ``nbytes`` of what send_arrow is given) each, or one row: one slice serialized at a
+    time, sized by the wire bytes per row the task's slices measured so far. A slice that
+    still came out larger (its rows larger than those before) is cut into parts of the
+    size before it is sent."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.per_row: float | None = None  # wire bytes per row of the last slice that kept a row
+
+    def parts(self, table: pa.Table, serialize: Callable[[pa.Table], pa.Table], first: int = 0) -> Iterator[pa.Table]:
+        """``table``'s rows, in order, through ``serialize`` (which may leave rows out),
+        in parts within the size. A row ``serialize`` refuses with a FormatValueError is
+        numbered from ``first`` (``table``'s first row), not from its slice."""
+        start, rows = 0, table.num_rows
+        while start < rows:
+            if self.per_row is None:
+                step = rows * (self.max_bytes // FIRST_SLICE_FRACTION) // max(1, table.nbytes)
+            else:
+                step = int(self.max_bytes * SLICE_FILL / self.per_row)
+            try:
+                wire = serialize(table.slice(start, max(1, step)))
+            except FormatValueError as exc:
+                raise exc.counted_from(first + start) from None
+            start += max(1, step)
+            if wire.num_rows:
+                self.per_row = max(1.0, wire.nbytes / wire.num_rows)
+                yield from self._cut(wire)
+
+    def _cut(self, wire: pa.Table) -> Iterator[pa.Table]:
+        """``wire`` in parts of at most ``max_bytes`` each (or one row), by bisection on
+        the parts' own ``nbytes`` (a slice's counts only its rows)."""
+        while wire.nbytes > self.max_bytes and wire.num_rows > 1:
+            low, high = 1, wire.num_rows - 1  # the most rows that fit, or one
+            while low < high:
+                mid = (low + high + 1) // 2
+                if wire.slice(0, mid).nbytes <= self.max_bytes:
+                    low = mid
+                else:
+                    high = mid - 1
+            yield wire.slice(0, low)
+            wire = wire.slice(low)
+        yield wire
+
+
 def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: ColumnPlan,
                clock: Time = SYSTEM_TIME) -> KProdCommitMessage:
     """Send every batch of one task and return only once all of it is acknowledged.
@@ -136,8 +189,7 @@ def write_task(iterator: Iterator[pa.RecordBatch], options: SinkOptions, plan: C
     task = _TaskWrite(options, clock)
     ok = False
     try:
-        send_bytes = send_bytes_for(options.buffer_memory)
-        for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=send_bytes):
+        for table in coalesce((_prepare(batch, plan) for batch in iterator), max_bytes=task.slices.max_bytes):
             task.send(table)
         task.finish()
         ok = True
@@ -169,6 +221,11 @@ class _TaskWrite:
         self.begun = False
         self.counts = self.before = MetricTotals()
         self.records = self.nbytes = 0
+        self.rows_given = 0  # the task's input rows before the table being sent
+        # With a format the call is held in Arrow and, a slice at a time, in its wire form:
+        # each within half the call size, so that both stay within it.
+        send_bytes = send_bytes_for(options.buffer_memory)
+        self.slices = WireSlices(send_bytes if options.formats is None else send_bytes // 2)
         self.ranges: PartitionRanges = {}
         self.pending: list[ArrowSendFuture] = []
         # What a replay of this task tells it by (exactly-once, kprod.replayMatch=rows).
@@ -194,20 +251,35 @@ class _TaskWrite:
         return producer
 
     def send(self, table: pa.Table) -> None:
-        """Send one joined table; settle the sends already done, and past the bound the oldest."""
-        options = self.options
+        """Send one joined table; with a format, serialized and sent in parts within the
+        call size (``WireSlices``)."""
         producer = self.producer if self.producer is not None else self.open()
-        if options.formats is not None:
-            # Before the digest: a replay is told by the bytes it sends. Rows a format
-            # cannot encode are dead letters with their fields as they were.
-            refusals = None if self.dead is None else RowRefusals(table)
-            table = serialize_columns(table, options.topic, options.formats.key, options.formats.value, refusals)
-            if self.dead is not None and refusals is not None:
-                self.dead.refused(producer, refusals.refused)
+        formats, dead = self.options.formats, self.dead
+        first, self.rows_given = self.rows_given, self.rows_given + table.num_rows
+        if formats is None:
+            self.send_part(producer, table)
+            return
+
+        def serialize(rows: pa.Table) -> pa.Table:
+            # Rows a format cannot encode are dead letters with their fields as they were.
+            refusals = None if dead is None else RowRefusals(rows)
+            wire = serialize_columns(rows, self.options.topic, formats.key, formats.value, refusals)
+            if dead is not None and refusals is not None:
+                dead.refused(producer, refusals.refused)
+            return wire
+
+        # A row a format refuses is named by its index among the task's rows.
+        for part in self.slices.parts(table, serialize, first):
+            self.send_part(producer, part)
+
+    def send_part(self, producer: KafkaProducer, table: pa.Table) -> None:
+        """One send_arrow call; settle the sends already done, and past the bound the oldest."""
+        # After serializing: a replay is told by the bytes it sends (the digest is a sum
+        # over the rows, whatever the parts).
         if self.digest is not None:
             self.digest.add(table)
         pending = self.pending
-        pending.append(producer.send_arrow(table, options.topic, on_error=self.on_error))
+        pending.append(producer.send_arrow(table, self.options.topic, on_error=self.on_error))
         while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
             self.settle(pending.pop(0))
 

@@ -12,6 +12,7 @@ import decimal
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 from typing import Any
@@ -341,6 +342,15 @@ def test_a_null_where_the_schema_has_none_names_the_column_and_the_row() -> None
     with pytest.raises(FormatValueError, match=r"column value\.inner\.x, row 2: null"):
         encoder.encode(pa.chunked_array([array.slice(0, 1), array.slice(1, 1), array.slice(2)]))
     assert len(encoder.encode(array.slice(3))) == 2
+    with pytest.raises(FormatValueError) as failure:
+        encoder.encode(array.slice(1))
+    # The row as data, renumbered from a slice's first row, and through pickle (Spark's
+    # workers pickle a task's error) whole.
+    assert failure.value.row == 1 and failure.value.path == "value.inner.x"
+    moved = failure.value.counted_from(1000)
+    assert str(moved).startswith("column value.inner.x, row 1001: null") and moved.what == failure.value.what
+    back = pickle.loads(pickle.dumps(moved))
+    assert type(back) is FormatValueError and str(back) == str(moved) and back.row == 1001
 
 
 def test_a_decimal_beyond_its_precision_is_refused() -> None:

@@ -61,7 +61,7 @@ def _run_with_crashes(tmp_path: Path, bootstrap: str, guarantee: str, seed: int,
     ids = _write_input(tmp_path / "input")
     topic = create_topic(bootstrap, unique_topic(f"eos-{guarantee}"), partitions=3)
     # A relative checkpoint: the transactional ids come from the query id, not its path.
-    args = [str(tmp_path / "input"), "checkpoint", bootstrap, topic, guarantee, str(fail_probability)]
+    args = [str(tmp_path / "input"), "checkpoint", bootstrap, topic, guarantee, str(fail_probability), str(seed)]
     splits = splits or [0] * (kills_wanted + 1)
     log = tmp_path / "job.log"
     written = CommittedView(bootstrap, topic, "read_uncommitted")  # sees rows as soon as they are written

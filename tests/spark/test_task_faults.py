@@ -236,6 +236,52 @@ def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow
         (seed, growth)
 
 
+def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
+        spark: SparkSession, kafka_proxy: ProxiedKafka, schema_registry: str) -> None:
+    """Avro or JSON Schema of 48 booleans (~2x and ~15x their 53 Arrow bytes a row): a
+    writer under a silent broker holds what the guarantee says, the call's wire form sent
+    in slices within the call size (break 56b: a call serialized whole grew writers by
+    155-175 MiB against a 22 MiB bound)."""
+    seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    proxy = kafka_proxy.proxy
+    fmt = rng.choice(["json", "avro"])
+    buffer_memory = rng.choice([2, 4]) << 20
+    partitions = rng.choice([1, 8])
+    rows = 2 * rng.choice([60_000, 100_000])  # each task's first call alone is many buffers of JSON
+    topic = create_topic(kafka_proxy.bootstrap, unique_topic(f"silent-{fmt}"), partitions)
+    options = {"kafka.bootstrap.servers": kafka_proxy.bootstrap, "topic": topic,
+               "kafka.buffer.memory": str(buffer_memory), "kafka.delivery.timeout.ms": "1500",
+               "kafka.request.timeout.ms": "1000", "kafka.linger.ms": "5", "kprod.clusterCheck": "false",
+               "kprod.value.format": fmt, "kprod.schema.registry.url": schema_registry}
+
+    def frame(n: int, tasks: int) -> DataFrame:
+        flags = [(F.col("id") % (i + 2) == 0).alias(f"flag_{i:02d}") for i in range(48)]
+        return spark.range(0, n, 1, tasks).select(F.col("id").cast("string").alias("key"),
+                                                  F.struct(*flags).alias("value"))
+
+    # Each idle worker's producer pooled, knowing the leaders, its encoder's schema id made.
+    warm = {k: v for k, v in options.items() if "timeout" not in k}
+    frame(8 * partitions, 8).write.format("kprod").mode("append").options(**warm).save()
+    done = threading.Event()
+    watcher = _stall_at_first_produce(proxy, done)
+    try:
+        with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
+            frame(rows, 2).write.format("kprod").mode("append").options(**options).save()
+    finally:
+        done.set()
+        watcher.join(5)
+    error = str(raised.value)
+    grown = rss.growth(from_the_start=True)
+    growth = max(grown.values(), default=0)
+    print(f"KPROD_SEED={seed}: {fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}; "
+          f"writers grew {growth / 2**20:.1f} MiB; {error[:600]}")
+    assert "delivery.timeout.ms=1500" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
+    assert grown, "no pooled writer was seen from before the write"
+    # Spark's Arrow batches (10,000 rows, ~0.5 MiB) are within the call size here.
+    assert growth <= buffer_memory + send_bytes_for(buffer_memory) + STALL_OVERHEAD_BOUND, (seed, growth)
+
+
 def test_exactly_once_stream_under_a_silent_broker_stops_with_the_tasks_error(
         spark: SparkSession, kafka_proxy: ProxiedKafka, tmp_path: Path) -> None:
     """Under exactly-once the driver's abort cannot reach a silent broker either: it logs

@@ -1,0 +1,195 @@
+"""A formats write serializes each call in slices whose wire bytes stay within the call
+size (break 56b (2): a call is sized by its Arrow bytes, and its JSON form of 48 booleans
+is ~15 times that). ``WireSlices`` over a real registry's serializer: the parts handed to
+send_arrow within the size (or one row), the same bytes in the same order as the call
+serialized whole, the same rows refused, the same rows digest; hand-picked and seeded
+random shapes (rows growing, shrinking, refused). Then a Spark write on a real Kafka with
+a small buffer.memory: every row once, in each task's order, the refused ones as dead
+letters. (The writer's memory under a silent broker: ``python -m tests.break56b_formats``
+on branch break56b.)"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kprod_broker import KafkaCluster
+from spark_sink.producer import (
+    ArrowSerializer,
+    FormatValueError,
+    RefusedRows,
+    RowRefusals,
+    RowsDigest,
+    serialize_columns,
+)
+from spark_sink.spark.writer import SLICE_FILL, WireSlices
+from tests.brokers import consume_to_marks, create_topic, unique_topic
+from tests.spark.test_formats_sink import _decode
+
+KiB = 1 << 10
+
+
+def _flags(rows: int) -> pa.Table:
+    """The break's shape: a string key and a value struct of 48 booleans."""
+    ids = pa.array(range(rows), pa.int64())
+    fields = {f"flag_{i:02d}": pa.array([r % (i + 2) == 0 for r in range(rows)]) for i in range(48)}
+    return pa.table({"key": pa.array([str(r) for r in range(rows)]),
+                     "value": pa.StructArray.from_arrays([ids, *fields.values()], ["id", *fields])})
+
+
+def _texts(rng: random.Random, rows: int) -> pa.Table:
+    """Rows of a random size (runs of short and long texts: a slice's rows may be far
+    larger than the last slice's), some with a NaN score (JSON cannot carry it)."""
+    texts: list[str] = []
+    while len(texts) < rows:
+        size = rng.choice([0, 3, 40, 400, 4000, 30_000])
+        texts += ["x" * rng.randint(0, size)] * rng.randint(1, max(1, rows // 4))
+    scores = [float("nan") if rng.random() < 0.05 else r * 0.5 for r in range(rows)]
+    value = pa.StructArray.from_arrays([pa.array(range(rows), pa.int64()), pa.array(scores), pa.array(texts[:rows])],
+                                       ["id", "score", "text"])
+    return pa.table({"key": pa.array([str(r) for r in range(rows)]), "value": value})
+
+
+def _slice_and_check(table: pa.Table, serializer: ArrowSerializer, topic: str, max_bytes: int,
+                     slices: WireSlices | None = None) -> tuple[list[pa.Table], list[pa.Table]]:
+    """The parts and the serialized slices of ``table``, checked against the call
+    serialized whole: the same bytes in order, the same rows refused, the same digest."""
+    slices = slices or WireSlices(max_bytes)
+    serialized: list[pa.Table] = []
+    refused: list[RefusedRows] = []
+
+    def serialize(rows: pa.Table) -> pa.Table:
+        refusals = RowRefusals(rows)
+        wire = serialize_columns(rows, topic, None, serializer, refusals)
+        refused.extend(refusals.refused)
+        serialized.append(wire)
+        return wire
+
+    parts = list(slices.parts(table, serialize))
+    for part in parts:
+        assert part.num_rows == 1 or part.nbytes <= max_bytes, (part.num_rows, part.nbytes, max_bytes)
+    whole_refusals = RowRefusals(table)
+    whole = serialize_columns(table, topic, None, serializer, whole_refusals)
+    got = pa.concat_tables(parts) if parts else whole.slice(0, 0)
+    assert got.column("key").to_pylist() == whole.column("key").to_pylist()
+    assert got.column("value").to_pylist() == whole.column("value").to_pylist()
+
+    def refused_ids(groups: list[RefusedRows]) -> list[int]:
+        return sorted(i for r in groups for i in r.data.column("value").combine_chunks().field("id").to_pylist())
+
+    assert refused_ids(refused) == refused_ids(whole_refusals.refused)
+    # The exactly-once replay digest: the same whatever the parts.
+    digests = RowsDigest(), RowsDigest()
+    for part in parts:
+        digests[0].add(part)
+    digests[1].add(whole)
+    assert str(digests[0]) == str(digests[1])
+    return parts, serialized
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_the_breaks_rows_are_serialized_within_the_call_size(schema_registry: str, fmt: str) -> None:
+    """48 booleans (Avro ~2x, JSON ~15x their Arrow bytes): every slice serialized, not
+    only every part sent, within the size, and the parts near it (not cut small)."""
+    table = _flags(10_000)  # a call: its Arrow bytes within the size
+    max_bytes = 256 * KiB
+    serializer = ArrowSerializer(fmt, {"url": schema_registry})
+    parts, serialized = _slice_and_check(table, serializer, unique_topic(f"slices-{fmt}"), max_bytes)
+    assert all(s.nbytes <= max_bytes for s in serialized), [s.nbytes for s in serialized]
+    total = sum(p.nbytes for p in parts)
+    assert total > 2 * max_bytes > 2 * table.nbytes  # the whole call serialized at once would not fit
+    assert len(parts) <= total // (max_bytes * SLICE_FILL * 0.9) + 2, (len(parts), total)
+
+
+def test_random_row_sizes_and_refusals_are_sliced_within_the_call_size(schema_registry: str) -> None:
+    serializer = ArrowSerializer("json", {"url": schema_registry})
+    topic = unique_topic("slices-random")
+    for seed in range(40):
+        rng = random.Random(seed)
+        max_bytes = rng.choice([2 * KiB, 16 * KiB, 64 * KiB, 1 << 20])
+        slices = WireSlices(max_bytes)  # one per task: its estimate carries over calls
+        for _ in range(rng.randint(1, 3)):
+            _slice_and_check(_texts(rng, rng.choice([1, 7, 300, 3000])), serializer, topic, max_bytes, slices)
+
+
+def _frame(spark: SparkSession, rows: int, fmt: str, seed: int) -> DataFrame:
+    """Two tasks of ids in order; texts of 1 to 1,000 bytes, their size changing in runs;
+    with JSON, a NaN score every so often (a dead letter)."""
+    rng = random.Random(seed)
+    every, run = rng.choice([7, 31, 113]), rng.choice([50, 400])
+    text = F.expr(f"repeat('y', cast(pow(10, cast(id / {run} as int) % 4) as int))")
+    score = F.col("id") * 0.5
+    if fmt == "json":
+        score = F.when(F.col("id") % every == 3, F.lit(float("nan"))).otherwise(score)
+    return spark.range(0, rows, 1, 2).select(F.col("id").cast("string").alias("key"),
+                                             F.struct(F.col("id"), score.alias("score"), text.alias("text")).alias("value"))
+
+
+@pytest.mark.parametrize(("fmt", "seed"), [("json", 0), ("avro", 1)])
+def test_a_small_buffer_write_sends_every_row_once_in_order(spark: SparkSession, kafka: KafkaCluster,
+                                                            schema_registry: str, fmt: str, seed: int) -> None:
+    """buffer.memory 96 KiB (with a format, calls and slices of 24 KiB) and rows of 10 to
+    1,000 bytes of text: many slices a call. One partition: each task's rows in
+    its order."""
+    rows = 6000
+    topic = create_topic(kafka.bootstrap, unique_topic(f"slices-{fmt}"), 1)
+    dead_topic = create_topic(kafka.bootstrap, unique_topic(f"slices-dlq-{fmt}"), 1)
+    frame = _frame(spark, rows, fmt, seed)
+    bad = sorted(r["value"]["id"] for r in frame.collect() if math.isnan(r["value"]["score"]))
+    frame.write.format("kprod").mode("append").options(**{
+        "kafka.bootstrap.servers": kafka.bootstrap, "topic": topic, "kafka.buffer.memory": str(96 * KiB),
+        "kprod.value.format": fmt, "kprod.schema.registry.url": schema_registry,
+        "kprod.errors.tolerance": "all", "kprod.errors.deadLetterTopic": dead_topic}).save()
+    ids = [v["id"] for v in _decode(schema_registry, fmt, consume_to_marks(kafka.bootstrap, topic))]
+    assert sorted(ids) == sorted(set(range(rows)) - set(bad))
+    half = rows // 2
+    for task in ([i for i in ids if i < half], [i for i in ids if i >= half]):
+        assert task == sorted(task)
+    letters = consume_to_marks(kafka.bootstrap, dead_topic)
+    assert sorted(int(m.key()) for m in letters) == bad
+    assert all(json.loads(m.value())["score"] == "nan" for m in letters)
+
+
+def test_a_refused_row_is_named_by_its_index_in_the_call_whatever_the_slices(schema_registry: str) -> None:
+    """With no dead letters a row JSON cannot carry fails the call: the error names its
+    row in the call (plus the call's first row in the task), not in the slice that held
+    it. Seeded shapes put the bad row in a random slice."""
+    serializer = ArrowSerializer("json", {"url": schema_registry})
+    topic = unique_topic("slices-row")
+    for seed in range(12):
+        rng = random.Random(seed)
+        rows, first = rng.choice([50, 900, 4000]), rng.choice([0, 1, 123_456])
+        bad = rng.randrange(rows)
+        table = _texts(random.Random(seed), rows)
+        value = table.column("value").combine_chunks()
+        scores = [float("nan") if r == bad else r * 0.5 for r in range(rows)]
+        table = table.set_column(1, "value", pa.StructArray.from_arrays(
+            [value.field("id"), pa.array(scores), value.field("text")], ["id", "score", "text"]))
+        slices = WireSlices(rng.choice([2 * KiB, 16 * KiB]))
+        with pytest.raises(FormatValueError) as failure:
+            for _ in slices.parts(table, lambda rows: serialize_columns(rows, topic, None, serializer), first):
+                pass
+        assert failure.value.row == first + bad, (seed, failure.value.row, first, bad)
+        assert f"column value.score, row {first + bad}: NaN" in str(failure.value)
+
+
+def test_a_tasks_refused_row_is_named_by_its_index_among_the_tasks_rows(spark: SparkSession, kafka: KafkaCluster,
+                                                                         schema_registry: str) -> None:
+    """One task of 6,000 rows (one Arrow batch, sent in calls of a few KiB, each
+    serialized in slices): the NaN at row 4,321 fails the write naming row 4,321."""
+    topic = create_topic(kafka.bootstrap, unique_topic("slices-task-row"), 1)
+    frame = spark.range(0, 6000, 1, 1).select(
+        F.col("id").cast("string").alias("key"),
+        F.struct(F.col("id"), F.when(F.col("id") == 4321, F.lit(float("nan"))).otherwise(F.col("id") * 0.5)
+                 .alias("score"), F.repeat(F.lit("z"), 50).alias("text")).alias("value"))
+    with pytest.raises(Exception) as failure:
+        frame.write.format("kprod").mode("append").options(**{
+            "kafka.bootstrap.servers": kafka.bootstrap, "topic": topic, "kafka.buffer.memory": str(96 * KiB),
+            "kprod.value.format": "json", "kprod.schema.registry.url": schema_registry}).save()
+    assert "column value.score, row 4321: NaN" in str(failure.value), str(failure.value)[:3000]
