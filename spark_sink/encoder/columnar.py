@@ -44,8 +44,9 @@ class EncodedRecords:
     # Above 0: the records continue a batch holding this many, their offset deltas from
     # here on and their timestamp deltas from base_timestamp, that batch's first timestamp
     # (encode_groups' continued), written past the end of its RecordBuffer (the payload):
-    # not part of it until committed there (see ProducerBatch.join), nor a batch of their
-    # own until moved (RecordBuffer.pending, then append_section).
+    # not part of it until committed there (the Joiner, or ProducerBatch.join), nor a
+    # batch of their own until moved out (the Joiner, or RecordBuffer.pending, then
+    # append_section).
     first_offset: int = 0
 
     @property
