@@ -98,7 +98,7 @@ soak: venv kafka
 	KPROD_SOAK=$(KPROD_SOAK) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider \
 		tests/producer/test_transactions_model.py tests/spark/test_exactly_once_shapes.py \
 		tests/spark/test_exactly_once_retried_attempts.py tests/spark/test_exactly_once_crash_points.py \
-		tests/encoder/test_formats.py -k "model or random or dying or the_same_on or read_back"
+		tests/encoder/test_formats.py tests/spark/test_formats_slices.py -k "model or random or dying or the_same_on or read_back"
 	KPROD_CHAOS=$(KPROD_CHAOS) PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -p no:cacheprovider -m soak tests
 
 # The sink on PySpark 4.1, 4.2 and 4.3 (a venv each), kprod's wheel built and used by

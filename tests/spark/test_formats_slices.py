@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 
 import pyarrow as pa
@@ -33,6 +34,8 @@ from tests.brokers import consume_to_marks, create_topic, unique_topic
 from tests.spark.test_formats_sink import _decode
 
 KiB = 1 << 10
+# Random shapes: 10 in the suite, KPROD_SOAK (make soak) as many as it says.
+SEEDS = int(os.environ.get("KPROD_SOAK", "0")) or 10
 
 
 def _flags(rows: int) -> pa.Table:
@@ -110,7 +113,7 @@ def test_the_breaks_rows_are_serialized_within_the_call_size(schema_registry: st
 def test_random_row_sizes_and_refusals_are_sliced_within_the_call_size(schema_registry: str) -> None:
     serializer = ArrowSerializer("json", {"url": schema_registry})
     topic = unique_topic("slices-random")
-    for seed in range(40):
+    for seed in range(SEEDS):
         rng = random.Random(seed)
         max_bytes = rng.choice([2 * KiB, 16 * KiB, 64 * KiB, 1 << 20])
         slices = WireSlices(max_bytes)  # one per task: its estimate carries over calls
