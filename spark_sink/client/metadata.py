@@ -198,19 +198,22 @@ class Metadata:
         idle longer is forgotten, as Java's producer does, so that a job writing to many
         topics over time does not ask for all of them forever; its next record fetches
         its metadata again."""
-        self._last_attempt_ms = now
-        idle = {t for t in self.topics if now - self._last_used.get(t, now) > self._max_idle_ms}
-        if idle:
-            with self._cond:
+        # Under the lock: a task's thread adds its topics (wait_for_topic) while the Sender
+        # reads them here; iterating the set as it grows killed the Sender thread (break 57).
+        with self._cond:
+            self._last_attempt_ms = now
+            idle = {t for t in self.topics if now - self._last_used.get(t, now) > self._max_idle_ms}
+            if idle:
                 self.topics -= idle
                 self.leaders = {t: v for t, v in self.leaders.items() if t not in idle}
                 for topic in idle:
                     self._last_used.pop(topic, None)
                     self.topic_errors.pop(topic, None)
                     self.message_limits.pop(topic, None)  # asked again on its next use
+            names = sorted(self.topics)
+        if idle:
             log.debug("metadata: forgetting topics idle past metadata.max.idle.ms: %s", sorted(idle))
-        return MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in sorted(self.topics)],
-                               allow_auto_topic_creation=True)
+        return MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in names], allow_auto_topic_creation=True)
 
     @staticmethod
     def ask_operations(body: MetadataRequest, version: int | None) -> MetadataRequest:

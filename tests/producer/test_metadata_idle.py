@@ -3,10 +3,12 @@ so a job writing to many topics over time does not ask for all of them forever."
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 from spark_sink.client.metadata import Metadata
-from spark_sink.producer import KafkaProducer, ProducerRecord
+from spark_sink.producer import KafkaProducer, KafkaTimeoutError, ProducerRecord
 from tests.clock import MovedClock
 from tests.producer.fake_cluster import FakeCluster
 
@@ -65,3 +67,44 @@ def test_a_new_topic_is_asked_for_at_once_not_after_the_refresh_backoff() -> Non
     with pytest.raises(KafkaTimeoutError):
         metadata.wait_for_topic("new", max_block_ms=1, wakeup=lambda: None)
     assert metadata.due_in_ms(time.monotonic() * 1000) > 0.0  # asked for moments ago: backs off
+
+
+def test_the_request_is_built_while_a_task_adds_its_topics() -> None:
+    """Break 57: the Sender built its Metadata request iterating the topics while a task's
+    thread added one (wait_for_topic), and died of "Set changed size during iteration".
+    Thread switches forced every microsecond (this test's process only, restored) make the
+    race near certain without the lock."""
+    metadata = Metadata(max_age_ms=300_000, refresh_backoff_ms=100, max_idle_ms=3_600_000)
+    metadata.topics |= {f"t{i}" for i in range(3000)}
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def add_topics() -> None:
+        for i in range(3000):
+            if done.is_set():
+                return
+            try:
+                metadata.wait_for_topic(f"new{i}", 0, wakeup=lambda: None)
+            except KafkaTimeoutError:
+                pass  # added, and no broker to answer: what this thread is for
+
+    def build() -> None:
+        try:
+            while not done.is_set():
+                metadata.request_body(0.0)
+        except BaseException as exc:  # the race's error, reported below
+            errors.append(exc)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=add_topics), threading.Thread(target=build)]
+        for thread in threads:
+            thread.start()
+        threads[0].join(60)
+        done.set()
+        threads[1].join(60)
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors, errors
+    assert {f"new{i}" for i in range(3000)} <= metadata.topics
