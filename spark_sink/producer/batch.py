@@ -70,17 +70,6 @@ class PyRecordBuffer:
         RecordBuffer's (batches are joined only where kprod's extension is built)."""
         raise TypeError("records sections are joined by kprod's extension (RecordBuffer.append_section)")
 
-    def claim(self, owner: object = None) -> tuple[int, int, int] | None:
-        """The compiled RecordBuffer's room for a writer past its end: none here."""
-        return None
-
-    def release(self, owner: object) -> bool:
-        """Nothing is ever claimed here."""
-        return False
-
-    def commit(self, size: int, count: int, base_timestamp: int, max_timestamp: int) -> None:
-        raise TypeError("records are written in place by kprod's extension (RecordBuffer.commit)")
-
     def take(self) -> bytes:
         """The records section; the pieces are dropped."""
         section = b"".join(self.parts)
