@@ -187,12 +187,14 @@ def partition_counts(messages: list) -> dict[int, int]:
 
 def subprocess_env(python: str | None = None) -> dict[str, str]:
     """Environment for children (jobs, Spark workers) that must import this project, with
-    the suite's Python, or ``python``: a user's install, whose PySpark then starts Spark
-    from its own home, not the suite's (tests/jvms.py)."""
+    the suite's Python, or ``python``: a user's install, which imports its own kprod (no
+    PYTHONPATH) and whose PySpark starts Spark from its own home, not the suite's
+    (tests/jvms.py)."""
     env = with_test_jvm_options(dict(os.environ))
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python or sys.executable
     if python is not None:
         del env["SPARK_HOME"]
+        env.pop("PYTHONPATH", None)
     return env
 
 

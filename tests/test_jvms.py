@@ -58,5 +58,5 @@ def test_the_suites_children_run_the_machines_home_and_a_users_python_its_own() 
     assert subprocess_env()["SPARK_HOME"] == str(spark_home())
     assert subprocess_env()["PYSPARK_DRIVER_PYTHON"] == sys.executable
     users = subprocess_env("/elsewhere/bin/python")
-    assert "SPARK_HOME" not in users
+    assert "SPARK_HOME" not in users and "PYTHONPATH" not in users
     assert users["PYSPARK_PYTHON"] == users["PYSPARK_DRIVER_PYTHON"] == "/elsewhere/bin/python"

@@ -54,7 +54,6 @@ def _round_trip(python: Path, kafka: KafkaCluster, name: str) -> dict:
     batch = create_topic(kafka.bootstrap, unique_topic(f"{name}-batch"), 2)
     stream = create_topic(kafka.bootstrap, unique_topic(f"{name}-stream"), 2)
     env = subprocess_env(str(python))
-    env.pop("PYTHONPATH", None)
     done = subprocess.run([str(python), str(ROUNDTRIP), kafka.bootstrap, batch, stream, str(ROWS)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

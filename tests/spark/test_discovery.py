@@ -36,7 +36,6 @@ def test_installed_kprod_is_found_from_a_foreign_directory(kafka: KafkaCluster, 
         spark.stop()
     """)
     env = subprocess_env(str(python))
-    env.pop("PYTHONPATH", None)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     done = subprocess.run([str(python), "-c", script], cwd=elsewhere, env=env, capture_output=True,
