@@ -26,7 +26,7 @@ from tests.faultproxy import FaultProxy
 from tests.procs import RssSampler
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
@@ -179,6 +179,43 @@ def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event) -> threadi
     return thread
 
 
+def _growth_writing_into_silence(spark: SparkSession, kafka_proxy: ProxiedKafka,
+                                 frame: Callable[[int, int], DataFrame], rows: int, partitions: int,
+                                 options: dict[str, str], seed: int, shape: str,
+                                 conf: dict[str, str] | None = None) -> int:
+    """Write ``frame(rows, 2)`` (Spark ``conf`` set for it) with the proxy stalled at its
+    first Produce request: the task must fail naming delivery.timeout.ms (1500 here) and
+    the leader. The largest RSS growth of the writers seen from before their input."""
+    proxy = kafka_proxy.proxy
+    # Every idle Python worker's producer pooled and knowing every partition's leader (and
+    # a format's schema id made): Spark hands tasks its idle workers in turn, and one that
+    # did not know the topic would wait for its metadata (max.block.ms) once the proxy
+    # holds every byte. The default timeouts: a new topic's leaders may take longer than
+    # the short one.
+    warm = {k: v for k, v in options.items() if "timeout" not in k}
+    frame(8 * partitions, 8).write.format("kprod").mode("append").options(**warm).save()
+    df = frame(rows, 2)
+    for key, value in (conf or {}).items():
+        spark.conf.set(key, value)
+    done = threading.Event()
+    watcher = _stall_at_first_produce(proxy, done)
+    try:
+        with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
+            df.write.format("kprod").mode("append").options(**options).save()
+    finally:
+        done.set()
+        watcher.join(5)
+        for key in conf or {}:
+            spark.conf.unset(key)
+    error = str(raised.value)
+    grown = rss.growth(from_the_start=True)  # the pooled writers, seen before their input
+    growth = max(grown.values(), default=0)
+    print(f"KPROD_SEED={seed}: {shape}; writers grew {growth / 2**20:.1f} MiB; {error[:600]}")
+    assert "delivery.timeout.ms=1500" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
+    assert grown, "no pooled writer was seen from before the write"
+    return growth
+
+
 @pytest.mark.parametrize("arrow_batches", ["larger than the buffer", "one row each"])
 def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow_batches(
         spark: SparkSession, kafka_proxy: ProxiedKafka, arrow_batches: str) -> None:
@@ -190,7 +227,6 @@ def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow
     holds about their bytes, not a few KiB of objects per batch."""
     seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
-    proxy = kafka_proxy.proxy
     large = arrow_batches == "larger than the buffer"
     partitions = rng.choice([1, 4, 16]) if large else rng.choice([64, 200])
     buffer_memory = rng.choice([256, 512]) << 10 if large else 1 << 20
@@ -204,34 +240,13 @@ def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow
     def frame(n: int, tasks: int) -> DataFrame:
         return spark.range(0, n, 1, tasks).select(F.lpad(F.col("id").cast("string"), value_bytes, "x").alias("value"))
 
-    # Every idle Python worker's producer pooled and knowing every partition's leader: Spark
-    # hands tasks its idle workers in turn, and one that did not know the topic would wait
-    # for its metadata (max.block.ms) once the proxy holds every byte. The default
-    # timeouts: a new topic's leaders may take longer than the short one.
-    warm = {k: v for k, v in options.items() if "timeout" not in k}
-    frame(8 * partitions, 8).write.format("kprod").mode("append").options(**warm).save()
-    df = frame(rows, 2)
-    if not large:
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1")
-    done = threading.Event()
-    watcher = _stall_at_first_produce(proxy, done)
-    try:
-        with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
-            df.write.format("kprod").mode("append").options(**options).save()
-    finally:
-        done.set()
-        watcher.join(5)
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    error = str(raised.value)
-    grown = rss.growth(from_the_start=True)  # the pooled writers, seen before their input
-    growth = max(grown.values(), default=0)
-    print(f"KPROD_SEED={seed}: {rows} rows of {value_bytes} bytes, {partitions} partitions, buffer {buffer_memory}; "
-          f"writers grew {growth / 2**20:.1f} MiB; {error[:600]}")
-    assert "delivery.timeout.ms=1500" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
+    growth = _growth_writing_into_silence(
+        spark, kafka_proxy, frame, rows, partitions, options, seed,
+        f"{rows} rows of {value_bytes} bytes, {partitions} partitions, buffer {buffer_memory}",
+        {} if large else {"spark.sql.execution.arrow.maxRecordsPerBatch": "1"})
     # A writer holds buffer.memory, the call or the one Arrow batch being sent, and a
     # bounded overhead: not two of Spark's batches, nor KiBs per one-row batch.
     arrow_batch = 10_000 * (value_bytes + 4) if large else 0
-    assert grown, "no pooled writer was seen from before the write"
     assert growth <= buffer_memory + max(send_bytes_for(buffer_memory), arrow_batch) + STALL_OVERHEAD_BOUND, \
         (seed, growth)
 
@@ -244,7 +259,6 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
     155-175 MiB against a 22 MiB bound)."""
     seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
-    proxy = kafka_proxy.proxy
     fmt = rng.choice(["json", "avro"])
     buffer_memory = rng.choice([2, 4]) << 20
     partitions = rng.choice([1, 8])
@@ -260,24 +274,8 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
         return spark.range(0, n, 1, tasks).select(F.col("id").cast("string").alias("key"),
                                                   F.struct(*flags).alias("value"))
 
-    # Each idle worker's producer pooled, knowing the leaders, its encoder's schema id made.
-    warm = {k: v for k, v in options.items() if "timeout" not in k}
-    frame(8 * partitions, 8).write.format("kprod").mode("append").options(**warm).save()
-    done = threading.Event()
-    watcher = _stall_at_first_produce(proxy, done)
-    try:
-        with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
-            frame(rows, 2).write.format("kprod").mode("append").options(**options).save()
-    finally:
-        done.set()
-        watcher.join(5)
-    error = str(raised.value)
-    grown = rss.growth(from_the_start=True)
-    growth = max(grown.values(), default=0)
-    print(f"KPROD_SEED={seed}: {fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}; "
-          f"writers grew {growth / 2**20:.1f} MiB; {error[:600]}")
-    assert "delivery.timeout.ms=1500" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
-    assert grown, "no pooled writer was seen from before the write"
+    growth = _growth_writing_into_silence(spark, kafka_proxy, frame, rows, partitions, options, seed,
+                                          f"{fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}")
     # Spark's Arrow batches (10,000 rows, ~0.5 MiB) are within the call size here.
     assert growth <= buffer_memory + send_bytes_for(buffer_memory) + STALL_OVERHEAD_BOUND, (seed, growth)
 
