@@ -34,8 +34,8 @@ enum { NULL_REFUSED, NULL_FIRST, NULL_SECOND };
 
 /* What went wrong in the loop, reported as ValueError(kind, node, row, detail) for
    formats.py to name the column path. */
-enum { E_NONE, E_NULL, E_FIXED_SIZE, E_PRECISION, E_NOT_FINITE, E_YEAR, E_MEMORY };
-static const char *error_names[] = {"", "null", "fixed_size", "precision", "not_finite", "year", "memory"};
+enum { E_NONE, E_NULL, E_FIXED_SIZE, E_PRECISION, E_NOT_FINITE, E_YEAR, E_MEMORY, E_BUDGET };
+static const char *error_names[] = {"", "null", "fixed_size", "precision", "not_finite", "year", "memory", "budget"};
 
 typedef struct {
     int kind, nulls;
@@ -463,22 +463,26 @@ static int get_buffer(PyObject *obj, Py_buffer *views, int *count, const void **
 }
 
 PyDoc_STRVAR(encode_doc,
-"encode(nodes, children, rows, validity, offset, prefix, json, skip=False) -> (data, offsets[, refused])\n--\n\n"
+"encode(nodes, children, rows, validity, offset, prefix, json, skip=False, budget=-1)\n"
+"-> (data, offsets[, refused])\n--\n\n"
 "Each of `rows` rows of node 0 (rows whose bit in `validity`, at `offset`, is clear are\n"
 "skipped: empty) as `prefix` + its Avro body (or JSON text, when `json`). nodes: tuples\n"
 "(kind, nulls, validity, offset, data, offsets, param, param2, first_child, n_children);\n"
 "children: an int32 buffer of node indices. Returns the bytes and the rows' int64\n"
 "offsets into them (rows + 1). A row the schema refuses raises\n"
 "ValueError(error, node, row, detail); with `skip`, it is left empty instead and listed\n"
-"in `refused`, int64 quadruples (row, error, node, detail), and the loop goes on.");
+"in `refused`, int64 quadruples (row, error, node, detail), and the loop goes on.\n"
+"With `budget` >= 0, a row after the first that takes the bytes past it stops the loop\n"
+"with ValueError('budget', 0, row, 0): the rows before it fit.");
 
 static PyObject *encode_rows(PyObject *self, PyObject *args) {
     PyObject *nodes_obj, *children_obj, *validity_obj;
     Py_ssize_t rows, offset;
     Py_buffer prefix, children_view;
+    Py_ssize_t budget = -1;
     int json, skip = 0;
-    if (!PyArg_ParseTuple(args, "OOnOny*p|p", &nodes_obj, &children_obj, &rows, &validity_obj, &offset, &prefix,
-                          &json, &skip))
+    if (!PyArg_ParseTuple(args, "OOnOny*p|pn", &nodes_obj, &children_obj, &rows, &validity_obj, &offset, &prefix,
+                          &json, &skip, &budget))
         return NULL;
     PyObject *result = NULL, *data = NULL, *offsets = NULL, *refused_obj = NULL;
     /* With skip: the rows the schema refused, four int64 each (row, error, node, detail);
@@ -561,6 +565,14 @@ static PyObject *encode_rows(PyObject *self, PyObject *args) {
             }
         }
         ends[c.row + 1] = (int64_t)c.out.len;
+        /* Checked once a row is whole (a row cannot be cut); the first always goes, so
+           that a caller retrying with the rows that fit makes progress. */
+        if (budget >= 0 && c.row > 0 && c.out.len > (size_t)budget) {
+            c.error = E_BUDGET;
+            c.error_node = 0;
+            c.error_detail = 0;
+            break;
+        }
     }
     Py_END_ALLOW_THREADS
     if (c.error == E_MEMORY) {

@@ -26,8 +26,8 @@ import pyarrow.compute as pc
 
 from spark_sink.protocol.error_codes import KProdError
 
-__all__ = ["AvroEncoder", "FormatSchemaError", "FormatValueError", "JsonEncoder", "RefusedValues",
-           "avro_schema_for", "json_schema_for"]
+__all__ = ["AvroEncoder", "FormatSchemaError", "FormatValueError", "JsonEncoder", "RefusedValues", "WireBudget",
+           "WireBudgetExceeded", "avro_schema_for", "json_schema_for"]
 
 
 class FormatSchemaError(KProdError, TypeError):
@@ -54,6 +54,23 @@ class FormatValueError(KProdError, ValueError):
         """This error with its row counted from ``first`` (the encoded column a slice
         starting at that row)."""
         return FormatValueError(self.path, self.what, None if self.row is None else first + self.row)
+
+
+class WireBudget:
+    """The wire bytes an encoding may still make (shared by the columns and chunks of one
+    slice): an encoder stops at the first row past it, after at least one row."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.left = max_bytes
+
+
+class WireBudgetExceeded(Exception):
+    """An encoding stopped at its budget: the first ``rows`` rows of the column it was
+    given fit (at least one, and fewer than it was given)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        super().__init__(f"the wire budget ends after {rows} row(s)")
 
 
 @functools.cache
@@ -413,7 +430,7 @@ def _bind(plan: _Plan, arr: pa.Array | None, nodes: list, children: list[int], p
 
 
 # The loop's error kinds, by their number in _formats.c's enum.
-_ERROR_NAMES = ("", "null", "fixed_size", "precision", "not_finite", "year", "memory")
+_ERROR_NAMES = ("", "null", "fixed_size", "precision", "not_finite", "year", "memory", "budget")
 
 # Rows a format refused: (their indices in the column, ascending; the error naming the
 # column path and what the schema expects there), one entry per column path and reason.
@@ -421,7 +438,7 @@ RefusedValues = list[tuple[np.ndarray, FormatValueError]]
 
 
 def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa.ChunkedArray, prefix: bytes,
-         json_text: bool, refused: RefusedValues | None = None) -> pa.Array:
+         json_text: bool, refused: RefusedValues | None = None, budget: WireBudget | None = None) -> pa.Array:
     if array.type != arrow_type:
         raise FormatSchemaError(f"column {column}: this encoder was made for Arrow type {arrow_type}, given "
                                 f"{array.type}")
@@ -435,15 +452,20 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
         validity = pc.is_valid(chunk).buffers()[1] if chunk.null_count else None
         try:
             data, ends, *skipped = _compiled().encode(nodes, np.asarray(children, np.int32), len(chunk), validity,
-                                                      0, prefix, json_text, refused is not None)
+                                                      0, prefix, json_text, refused is not None,
+                                                      -1 if budget is None else max(0, budget.left))
         except ValueError as exc:
             if len(exc.args) != 4:
                 raise
             error, node, row, detail = exc.args
+            if error == "budget":
+                raise WireBudgetExceeded(base + row) from None
             raise FormatValueError(paths[node].path, _value_error(error, paths[node], detail), base + row) from None
         if skipped and skipped[0]:
             assert refused is not None
             validity = _refuse_rows(chunk, np.frombuffer(skipped[0], np.int64).reshape(-1, 4), paths, base, refused)
+        if budget is not None:
+            budget.left -= len(data)
         offsets = np.frombuffer(ends, np.int64)
         if len(data) < 2 ** 31:
             out.append(pa.Array.from_buffers(pa.binary(), len(chunk), [validity, pa.py_buffer(
@@ -512,16 +534,17 @@ class AvroEncoder:
         self.column = column
         self._plan = _avro_plan(self.schema, arrow_type, False, column, _Names(self.schema), "")
 
-    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
+    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None) -> pa.Array:
         """``prefix`` + the Avro body of each row (binary, large_binary past 2 GiB); a null
-        row is null (a tombstone)."""
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, False)
+        row is null (a tombstone). Past ``budget``, WireBudgetExceeded."""
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, None, budget)
 
-    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> tuple[pa.Array, RefusedValues]:
+    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"",
+                     budget: WireBudget | None = None) -> tuple[pa.Array, RefusedValues]:
         """As ``encode``, but a row the schema cannot carry is null in the result and
         listed, by reason, in the second item instead of failing the call."""
         refused: RefusedValues = []
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, refused), refused
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, refused, budget), refused
 
 
 # ---- JSON Schema ----------------------------------------------------------------------
@@ -688,13 +711,15 @@ class JsonEncoder:
         self.column = column
         self._plan = _json_plan(self.schema, arrow_type, False, column, self.schema)
 
-    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> pa.Array:
+    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None) -> pa.Array:
         """``prefix`` + the JSON text of each row; a null row is null (a tombstone). NaN
-        and infinities, which JSON has no numbers for, are refused naming the row."""
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, True)
+        and infinities, which JSON has no numbers for, are refused naming the row. Past
+        ``budget``, WireBudgetExceeded."""
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, None, budget)
 
-    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"") -> tuple[pa.Array, RefusedValues]:
+    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"",
+                     budget: WireBudget | None = None) -> tuple[pa.Array, RefusedValues]:
         """As ``encode``, but a row the schema cannot carry is null in the result and
         listed, by reason, in the second item instead of failing the call."""
         refused: RefusedValues = []
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, refused), refused
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, refused, budget), refused

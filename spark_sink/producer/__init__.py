@@ -19,7 +19,7 @@ from spark_sink.client.errors import (
     TransactionError,
     UnknownTopicError,
 )
-from spark_sink.encoder.formats import FormatSchemaError, FormatValueError
+from spark_sink.encoder.formats import FormatSchemaError, FormatValueError, WireBudget, WireBudgetExceeded
 from spark_sink.producer.arrow_input import ACCEPTED_TYPES as ARROW_COLUMNS
 from spark_sink.producer.arrow_input import check_arrow_column, check_arrow_schema
 from spark_sink.producer.batch import FutureRecordMetadata
@@ -48,5 +48,5 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError", "RefusedRows", "RowRefusals", "RowsDigest", "SaslAuthenticationError", "SerializationError",
     "SslAuthenticationError", "check_arrow_column", "check_arrow_schema", "idempotence_conflicts", "murmur2",
-    "serialize_columns",
+    "WireBudget", "WireBudgetExceeded", "serialize_columns",
 ]

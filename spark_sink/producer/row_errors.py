@@ -23,6 +23,9 @@ from spark_sink.encoder.columnar import as_arrow_indices
 from spark_sink.protocol.error_codes import InvalidTopicException, KafkaError, TopicAuthorizationFailedError
 
 ON_ERROR = ("fail", "skip")
+# How refused rows are copied out of a call (rows_of).
+SLICED_RUNS = 64
+TAKE_ROWS = 64
 
 # Kafka's rule for a topic name (its Topic.validate): what a broker refuses as INVALID_TOPIC_EXCEPTION.
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -70,15 +73,26 @@ class RowRefusals:
         if not len(rows):
             return
         self.mask[rows] = True
-        data = self._data.take(as_arrow_indices(rows))
-        self.refused.append(RefusedRows(rows, data if isinstance(data, pa.Table) else pa.Table.from_batches([data]),
-                                        type(error).__name__, str(error), topic, partition))
+        data = self._data if isinstance(self._data, pa.Table) else pa.Table.from_batches([self._data])
+        self.refused.append(RefusedRows(rows, rows_of(data, rows), type(error).__name__, str(error), topic, partition))
 
     def followed_by(self, later: Iterable[RefusedRows]) -> tuple[RefusedRows, ...]:
         """These refusals, then ``later``'s, made over the rows left once these were
         taken out (their indices mapped back to this input's)."""
         kept = np.flatnonzero(~self.mask)
         return (*self.refused, *(replace(r, rows=kept[r.rows]) for r in later))
+
+
+def rows_of(data: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``data``'s ``rows``: a few runs of consecutive rows as slices of it (no copy), else
+    taken TAKE_ROWS at a time. A take of a nested column makes an index per child value (4
+    bytes per boolean of a list: 32 times the booleans' bytes), so it is kept to a few rows."""
+    if not len(rows):
+        return data.slice(0, 0)
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(rows) != 1) + 1, [len(rows)]])
+    if len(bounds) <= SLICED_RUNS + 1:
+        return pa.concat_tables([data.slice(int(rows[a]), int(b - a)) for a, b in zip(bounds[:-1], bounds[1:])])
+    return pa.concat_tables([data.take(as_arrow_indices(rows[i:i + TAKE_ROWS])) for i in range(0, len(rows), TAKE_ROWS)])
 
 
 def screen_topics(refusals: RowRefusals, codes: np.ndarray | None, names: list[str],

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.errors import ColumnError, ConfigError
-from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, avro_schema_for, json_schema_for
+from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, WireBudget, avro_schema_for, json_schema_for
 from spark_sink.producer.row_errors import RowRefusals, topic_name_error
 from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient, subject_name
 
@@ -162,20 +162,21 @@ class ArrowSerializer:
         return encoder
 
     def serialize(self, column: pa.Array | pa.ChunkedArray, topics: str | pa.Array | pa.ChunkedArray,
-                  refused: list[tuple[np.ndarray, Exception]] | None = None) -> pa.Array:
+                  refused: list[tuple[np.ndarray, Exception]] | None = None,
+                  budget: WireBudget | None = None) -> pa.Array:
         """The column's rows in the wire format (a null row stays null: a tombstone), to
         ``topics`` (one topic, or each row's). With ``refused`` (a list), a row the
         schema cannot carry (or with a null topic) is null in the result and listed there,
-        by reason, instead of failing the call."""
+        by reason, instead of failing the call. Past ``budget``, WireBudgetExceeded."""
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
         if isinstance(topics, str):
-            return self._serialize_one(column, topics, refused)
+            return self._serialize_one(column, topics, refused, budget)
         if isinstance(topics, pa.ChunkedArray):
             topics = topics.combine_chunks()
         distinct = pc.unique(topics).to_pylist()
         if len(distinct) == 1 and distinct[0] is not None:
-            return self._serialize_one(column, distinct[0], refused)
+            return self._serialize_one(column, distinct[0], refused, budget)
         # Each topic's rows with its own id, then back in the rows' order (compiled takes).
         pieces, order = [], []
         for topic in distinct:
@@ -189,7 +190,8 @@ class ArrowSerializer:
                 continue
             rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
             piece_refused: list[tuple[np.ndarray, Exception]] | None = None if refused is None else []
-            pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused))
+            # Past the budget, the rows that fit are a count of this topic's: fewer than the column's.
+            pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused, budget))
             order.append(rows)
             if refused is not None and piece_refused:
                 refused.extend((rows[bad], error) for bad, error in piece_refused)
@@ -198,20 +200,21 @@ class ArrowSerializer:
         joined = pa.concat_arrays(pieces)
         return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
-    def _serialize_one(self, column: pa.Array, topic: str,
-                       refused: list[tuple[np.ndarray, Exception]] | None = None) -> pa.Array:
+    def _serialize_one(self, column: pa.Array, topic: str, refused: list[tuple[np.ndarray, Exception]] | None = None,
+                       budget: WireBudget | None = None) -> pa.Array:
         schema_id, text = self._prepared(column.type, topic)
         encoder = self._encoder(text, column.type)
         prefix = MAGIC + schema_id.to_bytes(4, "big")
         if refused is None:
-            return encoder.encode(column, prefix=prefix)
-        encoded, bad = encoder.encode_valid(column, prefix=prefix)
+            return encoder.encode(column, prefix=prefix, budget=budget)
+        encoded, bad = encoder.encode_valid(column, prefix=prefix, budget=budget)
         refused += bad
         return encoded
 
 
 def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_serializer: ArrowSerializer | None,
-                      value_serializer: ArrowSerializer | None, refusals: RowRefusals | None = None) -> pa.Table:
+                      value_serializer: ArrowSerializer | None, refusals: RowRefusals | None = None,
+                      budget: WireBudget | None = None) -> pa.Table:
     """``data`` with its key and value columns serialized, by the serializers given.
 
     Each row's subject is named after the topic it is sent to: its ``topic`` column's,
@@ -220,7 +223,8 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
     that none is registered for it. With ``refusals`` (made over ``data``), a row its key
     or value format cannot carry is refused there (its columns as they were: the dead
     letter's) and left out of the result; else it fails the call, naming the column path
-    and the row."""
+    and the row. With ``budget``, the key and value share it, and an encoding past it
+    raises WireBudgetExceeded (serialize fewer rows: a row count it gives fits)."""
     table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
     serializers = [s for s in (key_serializer, value_serializer) if s is not None]
     if not serializers:
@@ -241,7 +245,7 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
         if topics is None:
             raise ConfigError("a topic is needed to name the schema's subject: give topic= or a 'topic' column")
         refused: list[tuple[np.ndarray, Exception]] | None = None if refusals is None else []
-        encoded = serializer.serialize(table.column(name), topics, refused)
+        encoded = serializer.serialize(table.column(name), topics, refused, budget)
         table = table.set_column(table.column_names.index(name), name, encoded)
         if refusals is not None and refused:
             for rows, error in refused:

@@ -13,8 +13,8 @@ import base64
 import decimal
 import json
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from datetime import time as time_of_day
 from typing import TYPE_CHECKING
@@ -31,6 +31,12 @@ HEADER_PREFIX = "kprod.errors."
 
 # The reason whose dead letters leave the value out: it is what made the row too large.
 _TOO_LARGE = "RecordTooLargeError"
+# Dead letters are built through Python objects (a struct's fields as JSON), which can be
+# a hundred times the rows' Arrow bytes (a list of booleans: 8 bytes a bit), so they are
+# built and sent in pieces of at most this many refused rows and Arrow bytes, each handed
+# to the producer before the next is built.
+PIECE_ROWS = 256
+PIECE_BYTES = 64 << 10
 
 
 class BadRowsRatioError(KProdError, RuntimeError):
@@ -51,16 +57,26 @@ class TaskDeadLetters:
     sent: int = 0
     clock: Time = SYSTEM_TIME  # the dead letters' timestamp header
 
+    def prepare(self, producer: KafkaProducer) -> None:
+        """Learn the dead-letter topic's partitions and settings as the task opens its
+        producer, while the brokers answer (known already to a pooled one): the task's
+        first dead letter would otherwise wait for them, up to max.block.ms if the brokers
+        went silent meanwhile, where its rows' own records fail at delivery.timeout.ms."""
+        if self.topic is not None:
+            producer.partitions_for(self.topic)
+            producer.max_message_bytes(self.topic)
+
     def refused(self, producer: KafkaProducer, refused: Iterable[RefusedRows]) -> None:
         """Count ``refused`` and send their dead letters (not waited for: see ``settle``)."""
         groups = list(refused)
         for r in groups:
             count, message = self.reasons.get(r.error, (0, r.message))
             self.reasons[r.error] = (count + len(r), message)
-        if self.topic is not None and groups:
+        if self.topic is not None:
             # Refused dead letters are sent again in settle: a row too large without its value
             # (by its key or headers) is tolerated too; any other fails the task there.
-            self.futures.append(producer.send_arrow(self.table(groups), self.topic, on_error="skip"))
+            for piece in pieces(groups):
+                self.futures.append(producer.send_arrow(self.table(piece), self.topic, on_error="skip"))
 
     def settle(self, producer: KafkaProducer, timeout_s: float) -> None:
         """Wait for every dead letter sent; raise the first failure. A dead letter the
@@ -107,6 +123,46 @@ class TaskDeadLetters:
         header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
         return pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
                          "headers": pa.array(headers, header_type)})
+
+
+def pieces(groups: list[RefusedRows], max_rows: int = PIECE_ROWS,
+           max_bytes: int = PIECE_BYTES) -> Iterator[list[RefusedRows]]:
+    """``groups``' rows, in order, in pieces of at most ``max_rows`` rows and ``max_bytes``
+    Arrow bytes (or one row), small groups together."""
+    piece: list[RefusedRows] = []
+    rows = nbytes = 0
+    for r in groups:
+        start = 0
+        while start < len(r):
+            take = _rows_within(r.data, start, min(max_rows - rows, len(r) - start), max_bytes - nbytes)
+            if take == 0 and not piece:
+                take = 1  # a row larger than a piece: alone
+            if take:
+                part = r if take == len(r) else replace(r, rows=r.rows[start:start + take],
+                                                        data=r.data.slice(start, take))
+                piece.append(part)
+                rows, nbytes, start = rows + take, nbytes + part.data.nbytes, start + take
+            if not take or rows >= max_rows or nbytes >= max_bytes:
+                yield piece
+                piece, rows, nbytes = [], 0, 0
+    if piece:
+        yield piece
+
+
+def _rows_within(data: pa.Table, start: int, most: int, max_bytes: int) -> int:
+    """The most rows from ``start`` (at most ``most``) whose Arrow bytes fit ``max_bytes``."""
+    if most <= 0 or max_bytes <= 0:
+        return 0
+    if data.slice(start, most).nbytes <= max_bytes:
+        return most
+    low, high = 0, most - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if data.slice(start, mid).nbytes <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _of_rows_too_large(letters: pa.Table) -> bool:

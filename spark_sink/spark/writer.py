@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
-from spark_sink.producer import FormatValueError, MetricTotals, RowRefusals, RowsDigest, serialize_columns
+from spark_sink.producer import (
+    FormatValueError,
+    MetricTotals,
+    RowRefusals,
+    RowsDigest,
+    WireBudget,
+    WireBudgetExceeded,
+    serialize_columns,
+)
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
 from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
@@ -134,29 +142,37 @@ def coalesce(batches: Iterator[pa.RecordBatch], max_rows: int = SEND_ROWS,
 class WireSlices:
     """A call's rows serialized into parts of at most ``max_bytes`` wire bytes (Arrow
     ``nbytes`` of what send_arrow is given) each, or one row: one slice serialized at a
-    time, sized by the wire bytes per row the task's slices measured so far. A slice that
-    still came out larger (its rows larger than those before) is cut into parts of the
-    size before it is sent."""
+    time, sized by the wire bytes per row the task's slices measured so far. The encoders
+    stop at the size (a ``WireBudget``), so rows larger than those before cost a slice
+    serialized again with the rows that fit, never more than the size in wire form; a
+    slice larger by its other columns is cut into parts of the size before it is sent."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.per_row: float | None = None  # wire bytes per row of the last slice that kept a row
 
-    def parts(self, table: pa.Table, serialize: Callable[[pa.Table], pa.Table], first: int = 0) -> Iterator[pa.Table]:
-        """``table``'s rows, in order, through ``serialize`` (which may leave rows out),
-        in parts within the size. A row ``serialize`` refuses with a FormatValueError is
-        numbered from ``first`` (``table``'s first row), not from its slice."""
+    def parts(self, table: pa.Table, serialize: Callable[[pa.Table, WireBudget], pa.Table],
+              first: int = 0) -> Iterator[pa.Table]:
+        """``table``'s rows, in order, through ``serialize`` (which may leave rows out, and
+        raises WireBudgetExceeded past the budget it is given), in parts within the size. A
+        row ``serialize`` refuses with a FormatValueError is numbered from ``first``
+        (``table``'s first row), not from its slice."""
         start, rows = 0, table.num_rows
         while start < rows:
             if self.per_row is None:
                 step = rows * (self.max_bytes // FIRST_SLICE_FRACTION) // max(1, table.nbytes)
             else:
                 step = int(self.max_bytes * SLICE_FILL / self.per_row)
-            try:
-                wire = serialize(table.slice(start, max(1, step)))
-            except FormatValueError as exc:
-                raise exc.counted_from(first + start) from None
-            start += max(1, step)
+            step = max(1, min(step, rows - start))
+            while True:
+                try:
+                    wire = serialize(table.slice(start, step), WireBudget(self.max_bytes))
+                    break
+                except WireBudgetExceeded as exc:  # one row always fits: this ends
+                    step = max(1, min(exc.rows, step - 1))
+                except FormatValueError as exc:
+                    raise exc.counted_from(first + start) from None
+            start += step
             if wire.num_rows:
                 self.per_row = max(1.0, wire.nbytes / wire.num_rows)
                 yield from self._cut(wire)
@@ -242,6 +258,8 @@ class _TaskWrite:
         opens no producer and no transaction."""
         producer = self.producer = POOL.acquire(self.config)
         self.before = producer.metric_totals()  # a pooled producer's include earlier tasks'
+        if self.dead is not None:
+            self.dead.prepare(producer)
         eo = self.eo
         if eo is not None:
             exactly_once_state.register_prefix(self.options.producer_config, eo, eo.prefix_for(self.query), self.clock)
@@ -260,10 +278,11 @@ class _TaskWrite:
             self.send_part(producer, table)
             return
 
-        def serialize(rows: pa.Table) -> pa.Table:
-            # Rows a format cannot encode are dead letters with their fields as they were.
+        def serialize(rows: pa.Table, budget: WireBudget) -> pa.Table:
+            # Rows a format cannot encode are dead letters with their fields as they were
+            # (only once the slice fits: one past its budget is serialized again, smaller).
             refusals = None if dead is None else RowRefusals(rows)
-            wire = serialize_columns(rows, self.options.topic, formats.key, formats.value, refusals)
+            wire = serialize_columns(rows, self.options.topic, formats.key, formats.value, refusals, budget)
             if dead is not None and refusals is not None:
                 dead.refused(producer, refusals.refused)
             return wire

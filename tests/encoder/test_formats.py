@@ -30,6 +30,8 @@ from spark_sink.encoder.formats import (
     FormatSchemaError,
     FormatValueError,
     JsonEncoder,
+    WireBudget,
+    WireBudgetExceeded,
     avro_schema_for,
     json_schema_for,
 )
@@ -163,6 +165,47 @@ def test_avro_bodies_read_back_as_the_rows(column: tuple[pa.DataType, pa.Array |
     out = AvroEncoder(json.dumps(schema), t).encode(array, prefix)
     assert len(out) == len(rows)
     assert _avro_rows(schema, out.to_pylist(), prefix) == [_expected(t, row) for row in rows]
+
+
+# ---- a budget of wire bytes ------------------------------------------------------------
+
+def _stop_at_budget(array: pa.Array | pa.ChunkedArray, sizes: list[int], budget: int) -> int | None:
+    """Where an encoding with ``budget`` stops (the rows that fit), None if it does not:
+    in each chunk its first row goes, and a later row past what is left stops it."""
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    left, base = budget, 0
+    for chunk in chunks:
+        used = 0
+        for i in range(len(chunk)):
+            used += sizes[base + i]
+            if i > 0 and used > max(0, left):
+                return base + i
+        left -= used
+        base += len(chunk)
+    return None
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(columns(finite=True), st.sampled_from(["avro", "json"]), st.integers(0, 400))
+def test_an_encoding_stops_at_its_budget_after_the_rows_that_fit(
+        column: tuple[pa.DataType, pa.Array | pa.ChunkedArray, list[Any]], fmt: str, budget: int) -> None:
+    """WireSlices' bound: past its budget an encoding raises WireBudgetExceeded with the
+    rows that fit (at least one), or else it is the encoding without a budget, the budget
+    spent by its bytes."""
+    t, array, _ = column
+    encoder = AvroEncoder(None, t) if fmt == "avro" else JsonEncoder(None, t)
+    whole = encoder.encode(array, b"\x00\x00\x00\x00\x01")
+    sizes = [len(v) if v is not None else 0 for v in whole.to_pylist()]
+    stop = _stop_at_budget(array, sizes, budget)
+    given_budget = WireBudget(budget)
+    if stop is None:
+        out = encoder.encode(array, b"\x00\x00\x00\x00\x01", given_budget)
+        assert out.to_pylist() == whole.to_pylist()
+        assert given_budget.left == budget - sum(sizes)
+        return
+    with pytest.raises(WireBudgetExceeded) as raised:
+        encoder.encode(array, b"\x00\x00\x00\x00\x01", given_budget)
+    assert raised.value.rows == stop >= 1
 
 
 # ---- Avro: what Java's writer writes, byte for byte ------------------------------------

@@ -16,6 +16,7 @@ import os
 import random
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -27,6 +28,7 @@ from spark_sink.producer import (
     RefusedRows,
     RowRefusals,
     RowsDigest,
+    WireBudget,
     serialize_columns,
 )
 from spark_sink.spark.writer import SLICE_FILL, WireSlices
@@ -62,16 +64,19 @@ def _texts(rng: random.Random, rows: int) -> pa.Table:
 def _slice_and_check(table: pa.Table, serializer: ArrowSerializer, topic: str, max_bytes: int,
                      slices: WireSlices | None = None) -> tuple[list[pa.Table], list[pa.Table]]:
     """The parts and the serialized slices of ``table``, checked against the call
-    serialized whole: the same bytes in order, the same rows refused, the same digest."""
+    serialized whole: the same bytes in order, the same rows refused, the same digest;
+    every slice serialized within the size in wire bytes, or one row."""
     slices = slices or WireSlices(max_bytes)
     serialized: list[pa.Table] = []
     refused: list[RefusedRows] = []
 
-    def serialize(rows: pa.Table) -> pa.Table:
+    def serialize(rows: pa.Table, budget: WireBudget) -> pa.Table:
         refusals = RowRefusals(rows)
-        wire = serialize_columns(rows, topic, None, serializer, refusals)
+        wire = serialize_columns(rows, topic, None, serializer, refusals, budget)
         refused.extend(refusals.refused)
         serialized.append(wire)
+        wire_bytes = pc.sum(pc.binary_length(wire.column("value"))).as_py() or 0
+        assert wire_bytes <= max_bytes or wire.num_rows <= 1, (wire.num_rows, wire_bytes, max_bytes)
         return wire
 
     parts = list(slices.parts(table, serialize))
@@ -108,6 +113,23 @@ def test_the_breaks_rows_are_serialized_within_the_call_size(schema_registry: st
     total = sum(p.nbytes for p in parts)
     assert total > 2 * max_bytes > 2 * table.nbytes  # the whole call serialized at once would not fit
     assert len(parts) <= total // (max_bytes * SLICE_FILL * 0.9) + 2, (len(parts), total)
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_tiny_rows_then_huge_ones_are_serialized_within_the_call_size(schema_registry: str, fmt: str) -> None:
+    """Break 57 (2): empty lists of booleans, then lists of 16,000 (JSON ~40x their Arrow
+    bytes): a slice sized by the tiny rows before it held 1,000 huge rows in wire form.
+    Now the encoder stops at the size and the slice is serialized again with the rows
+    that fit."""
+    tiny, huge = 9_000, 1_000
+    flags = pa.array([[]] * tiny + [[r % 3 == 0 for r in range(16_000)]] * huge, pa.list_(pa.bool_()))
+    ids = pa.array(range(tiny + huge), pa.int64())
+    table = pa.table({"key": pa.array([str(r) for r in range(tiny + huge)]),
+                      "value": pa.StructArray.from_arrays([ids, flags], ["id", "flags"])})
+    serializer = ArrowSerializer(fmt, {"url": schema_registry})
+    max_bytes = 1 << 20
+    parts, _ = _slice_and_check(table, serializer, unique_topic(f"slices-huge-{fmt}"), max_bytes)
+    assert sum(p.num_rows for p in parts) == tiny + huge
 
 
 def test_random_row_sizes_and_refusals_are_sliced_within_the_call_size(schema_registry: str) -> None:
@@ -176,7 +198,8 @@ def test_a_refused_row_is_named_by_its_index_in_the_call_whatever_the_slices(sch
             [value.field("id"), pa.array(scores), value.field("text")], ["id", "score", "text"]))
         slices = WireSlices(rng.choice([2 * KiB, 16 * KiB]))
         with pytest.raises(FormatValueError) as failure:
-            for _ in slices.parts(table, lambda rows: serialize_columns(rows, topic, None, serializer), first):
+            for _ in slices.parts(table, lambda rows, budget: serialize_columns(rows, topic, None, serializer,
+                                                                                  budget=budget), first):
                 pass
         assert failure.value.row == first + bad, (seed, failure.value.row, first, bad)
         assert f"column value.score, row {first + bad}: NaN" in str(failure.value)

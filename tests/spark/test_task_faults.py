@@ -253,13 +253,18 @@ def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow
 
 def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
         spark: SparkSession, kafka_proxy: ProxiedKafka, schema_registry: str) -> None:
-    """Avro or JSON Schema of 48 booleans (~2x and ~15x their 53 Arrow bytes a row): a
-    writer under a silent broker holds what the guarantee says, the call's wire form sent
-    in slices within the call size (break 56b: a call serialized whole grew writers by
-    155-175 MiB against a 22 MiB bound)."""
+    """A writer under a silent broker holds what the guarantee says with a format, its
+    wire form serialized and sent in slices within the call size, in one of three shapes:
+    48 booleans (Avro ~2x and JSON ~15x their 53 Arrow bytes a row; break 56b: a call
+    serialized whole grew writers by 155-175 MiB against a 22 MiB bound); runs of 9,000
+    empty lists of booleans then 1,000 of 16,000 (JSON ~40x; break 57: a slice sized by
+    the tiny rows before it, 58.6 MiB against 23.9); the same with the huge rows refused
+    (a NaN score) into a dead-letter topic (break 57: their dead letters built whole,
+    85 MiB)."""
     seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
-    fmt = rng.choice(["json", "avro"])
+    shape = rng.choice(["flags", "lists", "refused lists"])
+    fmt = rng.choice(["json", "avro"]) if shape != "refused lists" else "json"  # Avro carries a NaN
     buffer_memory = rng.choice([2, 4]) << 20
     partitions = rng.choice([1, 8])
     rows = 2 * rng.choice([60_000, 100_000])  # each task's first call alone is many buffers of JSON
@@ -268,16 +273,36 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
                "kafka.buffer.memory": str(buffer_memory), "kafka.delivery.timeout.ms": "1500",
                "kafka.request.timeout.ms": "1000", "kafka.linger.ms": "5", "kprod.clusterCheck": "false",
                "kprod.value.format": fmt, "kprod.schema.registry.url": schema_registry}
+    if shape == "refused lists":
+        dead = create_topic(kafka_proxy.bootstrap, unique_topic("silent-dead"), 1)
+        options |= {"kprod.errors.tolerance": "all", "kprod.errors.deadLetterTopic": dead}
 
     def frame(n: int, tasks: int) -> DataFrame:
-        flags = [(F.col("id") % (i + 2) == 0).alias(f"flag_{i:02d}") for i in range(48)]
-        return spark.range(0, n, 1, tasks).select(F.col("id").cast("string").alias("key"),
-                                                  F.struct(*flags).alias("value"))
+        ids = spark.range(0, n, 1, tasks)
+        if shape == "flags":
+            flags = [(F.col("id") % (i + 2) == 0).alias(f"flag_{i:02d}") for i in range(48)]
+            return ids.select(F.col("id").cast("string").alias("key"), F.struct(*flags).alias("value"))
+        # The warm-up's small tasks meet a huge row too (every tenth): each task's producer
+        # knows the dead-letter topic before the broker goes silent.
+        run = 10 if n < 10_000 else 10_000
+        huge = F.col("id") % run >= run * 9 // 10
+        lists = F.when(huge, F.expr("transform(sequence(1, 16000), x -> x % 3 = 0)")) \
+            .otherwise(F.expr("cast(array() as array<boolean>)"))
+        score = F.col("id") * 0.5
+        if shape == "refused lists":
+            score = F.when(huge, F.lit(float("nan"))).otherwise(score)
+        return ids.select(F.col("id").cast("string").alias("key"),
+                          F.struct(F.col("id"), score.alias("score"), lists.alias("flags")).alias("value"))
 
     growth = _growth_writing_into_silence(spark, kafka_proxy, frame, rows, partitions, options, seed,
-                                          f"{fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}")
-    # Spark's Arrow batches (10,000 rows, ~0.5 MiB) are within the call size here.
-    assert growth <= buffer_memory + send_bytes_for(buffer_memory) + STALL_OVERHEAD_BOUND, (seed, growth)
+                                          f"{shape}, {fmt}, {rows} rows, {partitions} partitions, "
+                                          f"buffer {buffer_memory}")
+    # What the guarantee counts: buffer.memory, the call (a quarter of it) in Arrow and its
+    # slice in wire form (another quarter), or Spark's Arrow batch where it is larger than
+    # a call (10,000 rows: ~0.5 MiB of flags; ~2.3 MiB with the lists) and its slice.
+    call = send_bytes_for(buffer_memory) // 2
+    arrow_batch = 0 if shape == "flags" else 3 << 20
+    assert growth <= buffer_memory + max(call, arrow_batch) + call + STALL_OVERHEAD_BOUND, (seed, growth)
 
 
 def test_exactly_once_stream_under_a_silent_broker_stops_with_the_tasks_error(
