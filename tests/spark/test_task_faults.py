@@ -182,22 +182,27 @@ def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event) -> threadi
 def _growth_writing_into_silence(spark: SparkSession, kafka_proxy: ProxiedKafka,
                                  frame: Callable[[int, int], DataFrame], rows: int, partitions: int,
                                  options: dict[str, str], seed: int, shape: str,
-                                 conf: dict[str, str] | None = None) -> int:
+                                 conf: dict[str, str] | None = None, pooled: bool = False) -> int:
     """Write ``frame(rows, 2)`` (Spark ``conf`` set for it) with the proxy stalled at its
     first Produce request: the task must fail naming delivery.timeout.ms (1500 here) and
-    the leader. The largest RSS growth of the writers seen from before their input."""
+    the leader. The largest RSS growth of the writers seen from before their input.
+    ``pooled``: the warm-up with the write's own options, so that the write's tasks take
+    its producers from the pool (not new ones made for the write's timeouts), knowing
+    every topic they learnt, and the proxy stalls before the write starts."""
     proxy = kafka_proxy.proxy
     # Every idle Python worker's producer pooled and knowing every partition's leader (and
     # a format's schema id made): Spark hands tasks its idle workers in turn, and one that
     # did not know the topic would wait for its metadata (max.block.ms) once the proxy
     # holds every byte. The default timeouts: a new topic's leaders may take longer than
     # the short one.
-    warm = {k: v for k, v in options.items() if "timeout" not in k}
+    warm = options if pooled else {k: v for k, v in options.items() if "timeout" not in k}
     frame(8 * partitions, 8).write.format("kprod").mode("append").options(**warm).save()
     df = frame(rows, 2)
     for key, value in (conf or {}).items():
         spark.conf.set(key, value)
     done = threading.Event()
+    if pooled:
+        proxy.stall()
     watcher = _stall_at_first_produce(proxy, done)
     try:
         with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
@@ -303,6 +308,32 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
     call = send_bytes_for(buffer_memory) // 2
     arrow_batch = 0 if shape == "flags" else 3 << 20
     assert growth <= buffer_memory + max(call, arrow_batch) + call + STALL_OVERHEAD_BOUND, (seed, growth)
+
+
+def test_a_first_dead_letter_under_a_silent_broker_fails_at_the_delivery_timeout(
+        spark: SparkSession, kafka_proxy: ProxiedKafka, schema_registry: str) -> None:
+    """Break 57: a task whose (pooled) producer had never written a dead letter met its
+    first bad row after the broker went silent, and waited max.block.ms (60 s) for the
+    dead-letter topic's metadata. The task learns that topic as it opens its producer: it
+    fails at delivery.timeout.ms, naming the leader, like its rows' own records."""
+    topic = create_topic(kafka_proxy.bootstrap, unique_topic("silent-first-dead"), 2)
+    dead = create_topic(kafka_proxy.bootstrap, unique_topic("silent-first-dead-letters"), 1)
+    options = {"kafka.bootstrap.servers": kafka_proxy.bootstrap, "topic": topic,
+               "kafka.delivery.timeout.ms": "1500", "kafka.request.timeout.ms": "1000", "kafka.linger.ms": "5",
+               "kprod.clusterCheck": "false", "kprod.value.format": "json",
+               "kprod.schema.registry.url": schema_registry, "kprod.errors.tolerance": "all",
+               "kprod.errors.deadLetterTopic": dead}
+
+    def frame(n: int, tasks: int) -> DataFrame:
+        # Bad rows (a NaN score, which JSON cannot carry) only in the write, none in the
+        # warm-up: its producers never wrote a dead letter.
+        score = F.when(F.col("id") % 100 == 99, F.lit(float("nan"))).otherwise(F.col("id") * 0.5) \
+            if n > 1_000 else F.col("id") * 0.5
+        return spark.range(0, n, 1, tasks).select(F.col("id").cast("string").alias("key"),
+                                                  F.struct(F.col("id"), score.alias("score")).alias("value"))
+
+    _growth_writing_into_silence(spark, kafka_proxy, frame, 2 * 20_000, 2, options, 0, "first dead letter",
+                                 pooled=True)
 
 
 def test_exactly_once_stream_under_a_silent_broker_stops_with_the_tasks_error(
