@@ -366,6 +366,9 @@ PyDoc_STRVAR(write_records_doc,
 "RecordBuffer holding them alone, as written; a target without any is released. Returns the\n"
 "bytes written for each group, outs and targets together (int64 list).");
 
+/* Rows ahead whose destination write_records asks the memory for (see there). */
+#define WRITE_AHEAD 10
+
 static PyObject *write_records(PyObject *self, PyObject *args) {
     PyObject *outs_o, *opens_o, *groups_o, *keys_o, *values_o, *first_o, *end_o, *sizes_o, *hkeys_o, *hvalues_o,
         *ts_o, *continued_o = NULL, *targets_o = NULL, *room_o = NULL, *written = NULL;
@@ -485,6 +488,21 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
         if (group < 0 || group >= group_count) {
             bad_row = i;
             break;
+        }
+        if (n_groups && i + WRITE_AHEAD < n) {
+            /* The lines a row WRITE_AHEAD rows on will be written to, asked for now: with
+               hundreds of groups each row lands in another buffer, too many write streams for
+               the processor to see coming, and each record's copy waited for its lines (its
+               first bytes mostly go on the line the group's last record ended on). */
+            int64_t ahead = groups[i + WRITE_AHEAD];
+            const uint8_t *at = NULL;
+            if (ahead >= 0 && ahead < group_count)
+                at = t_out && t_out[ahead] ? t_out[ahead] + t_cursor[ahead]
+                                           : out[ahead] ? out[ahead] + cursor[ahead] : NULL;
+            if (at) {
+                __builtin_prefetch(at + 64, 1);
+                __builtin_prefetch(at + 128, 1);
+            }
         }
         if (opens[i]) {
             in_batch[group] = 0;
