@@ -182,6 +182,14 @@ class ArrowSendFuture:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def take_refused(self) -> tuple[RefusedRows, ...]:
+        """The rows the call refused (known when it returns), handed over now and no
+        longer kept (nor in ``result().refused``): a caller with many calls in flight deals
+        with each call's refused rows at once instead of holding them all."""
+        with self._lock:
+            refused, self._refused = self._refused, ()
+        return refused
+
     def _failure(self) -> Exception | None:
         """What result() raises once a record has failed (None until then): a broker's or
         the delivery timeout's error says how many of the records queued so far failed."""

@@ -20,7 +20,14 @@ import pyarrow.compute as pc
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.errors import ColumnError, ConfigError
-from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, WireBudget, avro_schema_for, json_schema_for
+from spark_sink.encoder.formats import (
+    AvroEncoder,
+    FormatValueError,
+    JsonEncoder,
+    WireBudget,
+    avro_schema_for,
+    json_schema_for,
+)
 from spark_sink.producer.row_errors import RowRefusals, topic_name_error
 from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient, subject_name
 
@@ -190,8 +197,11 @@ class ArrowSerializer:
                 continue
             rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
             piece_refused: list[tuple[np.ndarray, Exception]] | None = None if refused is None else []
-            # Past the budget, the rows that fit are a count of this topic's: fewer than the column's.
-            pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused, budget))
+            try:
+                # Past the budget, the rows that fit are a count of this topic's: fewer than the column's.
+                pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused, budget))
+            except FormatValueError as exc:  # its row is the topic's: named by the column's
+                raise FormatValueError(exc.path, exc.what, None if exc.row is None else int(rows[exc.row])) from None
             order.append(rows)
             if refused is not None and piece_refused:
                 refused.extend((rows[bad], error) for bad, error in piece_refused)

@@ -37,6 +37,8 @@ _TOO_LARGE = "RecordTooLargeError"
 # to the producer before the next is built.
 PIECE_ROWS = 256
 PIECE_BYTES = 64 << 10
+# Dead-letter calls in flight at most (as the writer's own sends).
+MAX_PENDING = 64
 
 
 class BadRowsRatioError(KProdError, RuntimeError):
@@ -56,6 +58,7 @@ class TaskDeadLetters:
     futures: list[ArrowSendFuture] = field(default_factory=list)
     sent: int = 0
     clock: Time = SYSTEM_TIME  # the dead letters' timestamp header
+    timeout_s: float = 60.0  # the longest wait for a dead letter's acknowledgement
 
     def prepare(self, producer: KafkaProducer) -> None:
         """Learn the dead-letter topic's partitions and settings as the task opens its
@@ -67,30 +70,37 @@ class TaskDeadLetters:
             producer.max_message_bytes(self.topic)
 
     def refused(self, producer: KafkaProducer, refused: Iterable[RefusedRows]) -> None:
-        """Count ``refused`` and send their dead letters (not waited for: see ``settle``)."""
+        """Count ``refused`` and send their dead letters; those sent before that are
+        acknowledged are settled, and past MAX_PENDING the oldest is waited for, so that a
+        dead letter that failed fails the task at once, not at its end (a task whose rows
+        are all refused has no other send to fail it)."""
         groups = list(refused)
         for r in groups:
             count, message = self.reasons.get(r.error, (0, r.message))
             self.reasons[r.error] = (count + len(r), message)
-        if self.topic is not None:
-            # Refused dead letters are sent again in settle: a row too large without its value
-            # (by its key or headers) is tolerated too; any other fails the task there.
-            for piece in pieces(groups):
-                self.futures.append(producer.send_arrow(self.table(piece), self.topic, on_error="skip"))
+        if self.topic is None:
+            return
+        futures = self.futures
+        for piece in pieces(groups):
+            futures.append(producer.send_arrow(self.table(piece), self.topic, on_error="skip"))
+            while futures and (futures[0].done() or len(futures) > MAX_PENDING):
+                self._settle(producer, futures.pop(0))
 
-    def settle(self, producer: KafkaProducer, timeout_s: float) -> None:
-        """Wait for every dead letter sent; raise the first failure. A dead letter the
+    def settle(self, producer: KafkaProducer) -> None:
+        """Wait for every dead letter sent; raise the first failure."""
+        while self.futures:
+            self._settle(producer, self.futures.pop(0))
+
+    def _settle(self, producer: KafkaProducer, future: ArrowSendFuture) -> None:
+        """One call's dead letters acknowledged, or its failure raised. A dead letter the
         producer refused is sent again, failing the task with its error (never silently
-        lost), unless its row was too large: then without its key and the row's headers."""
-        again: list[RefusedRows] = []
-        for future in self.futures:
-            result = future.result(timeout_s)
-            self.sent += result.records
-            again += result.refused
-        self.futures.clear()
-        for r in again:
+        lost), unless its row was too large: then without its key and the row's headers
+        (refused again, the task fails)."""
+        result = future.result(self.timeout_s)
+        self.sent += result.records
+        for r in result.refused:
             data = _stripped(r.data) if r.error == _TOO_LARGE and _of_rows_too_large(r.data) else r.data
-            self.sent += producer.send_arrow(data, self.topic).result(timeout_s).records
+            self.sent += producer.send_arrow(data, self.topic).result(self.timeout_s).records
 
     def table(self, groups: list[RefusedRows]) -> pa.Table:
         """The dead letters of ``groups``: key, value and the row's headers, then kprod's."""

@@ -249,7 +249,7 @@ class _TaskWrite:
         tolerance = options.errors
         self.on_error = "fail" if tolerance is None else "skip"
         self.dead = None if tolerance is None else TaskDeadLetters(
-            tolerance.dead_letter_topic, options.topic, task_context(), clock=clock)
+            tolerance.dead_letter_topic, options.topic, task_context(), clock=clock, timeout_s=options.flush_timeout_s)
 
     def open(self) -> KafkaProducer:
         """The task's producer, from the worker's pool (a producer an earlier task left,
@@ -297,19 +297,23 @@ class _TaskWrite:
         # over the rows, whatever the parts).
         if self.digest is not None:
             self.digest.add(table)
+        future = producer.send_arrow(table, self.options.topic, on_error=self.on_error)
+        if self.dead is not None:
+            # At once, not when the call settles: a call of huge refused rows behind one a
+            # silent broker holds would keep them until the task fails.
+            self.dead.refused(producer, future.take_refused())
         pending = self.pending
-        pending.append(producer.send_arrow(table, self.options.topic, on_error=self.on_error))
+        pending.append(future)
         while pending and (pending[0].done() or len(pending) > _MAX_PENDING_SENDS):
             self.settle(pending.pop(0))
 
     def settle(self, future: ArrowSendFuture) -> None:
-        """Count an acknowledged send (futures settle in send order); its refused rows to the dead letters."""
+        """Count an acknowledged send (futures settle in send order; their refused rows
+        went to the dead letters as they were sent)."""
         result = future.result(self.options.flush_timeout_s)
         self.records += result.records
         self.nbytes += result.bytes
         extend_ranges(self.ranges, result.partitions)
-        if result.refused and self.dead is not None and self.producer is not None:
-            self.dead.refused(self.producer, result.refused)
 
     def finish(self) -> None:
         """Wait for every send and dead letter; under exactly-once, prepare the transaction
@@ -327,7 +331,7 @@ class _TaskWrite:
         for future in self.pending:
             self.settle(future)
         if self.dead is not None:
-            self.dead.settle(producer, self.options.flush_timeout_s)
+            self.dead.settle(producer)
         self.counts = producer.metric_totals().since(self.before)  # before the pool may hand it on
         if self.eo is not None:
             self.transaction = producer.prepare_transaction()

@@ -157,6 +157,21 @@ def test_fail_mode_raises_as_before(broker: KafkaCluster) -> None:
             p.send_arrow(pa.table({"value": [b"ok"], "colour": [1]}), topic, on_error="skip")
 
 
+def test_a_calls_refused_rows_are_handed_over_once(broker: KafkaCluster) -> None:
+    """take_refused gives the rows a call refused as it returns and keeps none: the
+    sink hands them to its dead letters at once rather than hold them with the call's
+    future (break 58: 64 calls' huge refused rows held under a silent broker)."""
+    topic = create_topic(broker.bootstrap, unique_topic("handed"), partitions=1)
+    config = {"bootstrap.servers": broker.bootstrap, "max.request.size": MAX_REQUEST}
+    with KafkaProducer(config) as p:
+        future = p.send_arrow(pa.table({"value": [b"ok", b"x" * MAX_REQUEST, b"ok"]}), topic, on_error="skip")
+        refused = future.take_refused()
+        assert [(r.error, r.rows.tolist()) for r in refused] == [("RecordTooLargeError", [1])]
+        assert future.take_refused() == ()
+        result = future.result(30)
+        assert (result.records, result.refused) == (2, ())
+
+
 def test_missing_topic_refused_on_a_strict_cluster(strict_kafka: KafkaCluster) -> None:
     """A topic column naming a topic the cluster does not have (and will not create)."""
     real = create_topic(strict_kafka.bootstrap, unique_topic("real"), partitions=1)

@@ -5,7 +5,9 @@ booleans in a writer bound to 24). ``pieces`` over seeded random groups of refus
 bytes or one row, and the dead letters the same as those built whole; building them piece
 by piece holds a piece's Python objects, not the groups'. And the refused rows are copied
 out of a call by runs: Arrow's take of 1,000 rows of 16,000 booleans made 64 MiB of
-indices, one per boolean."""
+indices, one per boolean. And against a real broker gone silent, dead letters that
+expired fail the task's next ``refused`` (break 58: settled only at the task's end, a
+task of refused rows only crawled on, one buffer.memory per delivery.timeout.ms)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from spark_sink.producer import RefusedRows
+from spark_sink.producer import KafkaProducer, KafkaTimeoutError, RefusedRows
 from spark_sink.producer.row_errors import SLICED_RUNS, rows_of
 from spark_sink.spark.dead_letters import PIECE_BYTES, PIECE_ROWS, TaskDeadLetters, pieces
+from tests.brokers import create_topic, unique_topic
 from tests.clock import MovedClock
+from tests.conftest import ProxiedKafka
 
 VALUE = pa.struct([("id", pa.int64()), ("flags", pa.list_(pa.bool_())), ("text", pa.string())])
 
@@ -121,3 +126,27 @@ def test_refused_rows_are_copied_out_by_runs_or_a_few_at_a_time() -> None:
     assert at_once > 48 << 20  # an index per boolean: what rows_of avoids
     assert peak(lambda: rows_of(huge, runs)) < 1 << 20
     assert peak(lambda: rows_of(huge, scattered)) < at_once / 4
+
+
+def test_expired_dead_letters_fail_the_next_refused_rows(kafka_proxy: ProxiedKafka) -> None:
+    """40 groups of 64 KiB refused rows, 10 times a 256 KiB buffer.memory, through a
+    broker that stopped answering: ``refused`` raises the delivery timeout once the first
+    dead letters expired (after a few groups), instead of queueing every group."""
+    dead = create_topic(kafka_proxy.bootstrap, unique_topic("expired-dead-letters"), 1)
+    config = {"bootstrap.servers": kafka_proxy.bootstrap, "buffer.memory": str(256 << 10),
+              "delivery.timeout.ms": "1500", "request.timeout.ms": "1000", "linger.ms": "5"}
+    rng = random.Random(8)
+    groups = [_group(rng, 30 * i, 30, 0.0) for i in range(40)]
+    letters = TaskDeadLetters(dead, "topic", {}, timeout_s=30)
+    handed = 0
+    with KafkaProducer(config) as producer:
+        letters.prepare(producer)
+        kafka_proxy.proxy.stall()
+        try:
+            with pytest.raises(KafkaTimeoutError, match="delivery.timeout.ms=1500"):
+                for group in groups:
+                    letters.refused(producer, [group])
+                    handed += 1
+        finally:
+            kafka_proxy.proxy.stall(False)
+    assert handed < len(groups) // 2, handed

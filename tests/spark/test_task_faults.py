@@ -11,6 +11,7 @@ import os
 import random
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -163,9 +164,11 @@ def test_stalled_broker_fails_the_task_then_the_query_resumes(spark: SparkSessio
 # -- a silent broker, whatever the size of Spark's Arrow batches -------------------
 
 
-def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event) -> threading.Thread:
-    """Stall the proxy as the first Produce request after now goes through it: the tasks
-    have their producers (pooled from the warm-up) and their topic's settings."""
+def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event,
+                            stalled_at: list[float] | None = None) -> threading.Thread:
+    """Stall the proxy as the first Produce request after now goes through it (its
+    monotonic time appended to ``stalled_at``): the tasks have their producers (pooled
+    from the warm-up) and their topic's settings."""
     produces = proxy.requests[0]
 
     def watch() -> None:
@@ -173,22 +176,33 @@ def _stall_at_first_produce(proxy: FaultProxy, done: threading.Event) -> threadi
             time.sleep(0.002)
         if proxy.requests[0] != produces:  # not when the write ended without a Produce
             proxy.stall()
+            if stalled_at is not None:
+                stalled_at.append(time.monotonic())
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
 
 
-def _growth_writing_into_silence(spark: SparkSession, kafka_proxy: ProxiedKafka,
-                                 frame: Callable[[int, int], DataFrame], rows: int, partitions: int,
-                                 options: dict[str, str], seed: int, shape: str,
-                                 conf: dict[str, str] | None = None, pooled: bool = False) -> int:
+@dataclass(frozen=True)
+class Silence:
+    """What a write into a silent broker did: the writers' largest RSS growth, the
+    seconds from the stall to the write's failure, the error."""
+
+    growth: int
+    seconds: float
+    error: str
+
+
+def write_into_silence(spark: SparkSession, kafka_proxy: ProxiedKafka, frame: Callable[[int, int], DataFrame],
+                       rows: int, partitions: int, options: dict[str, str], seed: int, shape: str,
+                       conf: dict[str, str] | None = None, pooled: bool = False, stall_now: bool = False) -> Silence:
     """Write ``frame(rows, 2)`` (Spark ``conf`` set for it) with the proxy stalled at its
-    first Produce request: the task must fail naming delivery.timeout.ms (1500 here) and
-    the leader. The largest RSS growth of the writers seen from before their input.
-    ``pooled``: the warm-up with the write's own options, so that the write's tasks take
-    its producers from the pool (not new ones made for the write's timeouts), knowing
-    every topic they learnt, and the proxy stalls before the write starts."""
+    first Produce request (``stall_now``: before the write starts): the task must fail
+    naming delivery.timeout.ms and the leader. The writers' RSS growth is seen from before
+    their input. ``pooled``: the warm-up with the write's own options, so that the write's
+    tasks take its producers from the pool, knowing every topic they learnt (not new ones
+    made for the write's timeouts)."""
     proxy = kafka_proxy.proxy
     # Every idle Python worker's producer pooled and knowing every partition's leader (and
     # a format's schema id made): Spark hands tasks its idle workers in turn, and one that
@@ -201,12 +215,15 @@ def _growth_writing_into_silence(spark: SparkSession, kafka_proxy: ProxiedKafka,
     for key, value in (conf or {}).items():
         spark.conf.set(key, value)
     done = threading.Event()
-    if pooled:
+    stalled_at: list[float] = []
+    if stall_now:
         proxy.stall()
-    watcher = _stall_at_first_produce(proxy, done)
+        stalled_at.append(time.monotonic())
+    watcher = _stall_at_first_produce(proxy, done, None if stall_now else stalled_at)
     try:
         with RssSampler(os.getpid(), proxy.port) as rss, pytest.raises(Exception) as raised:
             df.write.format("kprod").mode("append").options(**options).save()
+        failed_at = time.monotonic()
     finally:
         done.set()
         watcher.join(5)
@@ -215,10 +232,13 @@ def _growth_writing_into_silence(spark: SparkSession, kafka_proxy: ProxiedKafka,
     error = str(raised.value)
     grown = rss.growth(from_the_start=True)  # the pooled writers, seen before their input
     growth = max(grown.values(), default=0)
-    print(f"KPROD_SEED={seed}: {shape}; writers grew {growth / 2**20:.1f} MiB; {error[:600]}")
-    assert "delivery.timeout.ms=1500" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
+    seconds = failed_at - stalled_at[0] if stalled_at else float("nan")
+    print(f"KPROD_SEED={seed}: {shape}; writers grew {growth / 2**20:.1f} MiB; failed {seconds:.1f} s after the "
+          f"stall; {error[:600]}")
+    timeout = options["kafka.delivery.timeout.ms"]
+    assert f"delivery.timeout.ms={timeout}" in error and f"at 127.0.0.1:{proxy.port}" in error, (seed, error[:3000])
     assert grown, "no pooled writer was seen from before the write"
-    return growth
+    return Silence(growth, seconds, error)
 
 
 @pytest.mark.parametrize("arrow_batches", ["larger than the buffer", "one row each"])
@@ -245,10 +265,10 @@ def test_silent_broker_fails_the_task_at_its_first_timeout_whatever_sparks_arrow
     def frame(n: int, tasks: int) -> DataFrame:
         return spark.range(0, n, 1, tasks).select(F.lpad(F.col("id").cast("string"), value_bytes, "x").alias("value"))
 
-    growth = _growth_writing_into_silence(
+    growth = write_into_silence(
         spark, kafka_proxy, frame, rows, partitions, options, seed,
         f"{rows} rows of {value_bytes} bytes, {partitions} partitions, buffer {buffer_memory}",
-        {} if large else {"spark.sql.execution.arrow.maxRecordsPerBatch": "1"})
+        {} if large else {"spark.sql.execution.arrow.maxRecordsPerBatch": "1"}).growth
     # A writer holds buffer.memory, the call or the one Arrow batch being sent, and a
     # bounded overhead: not two of Spark's batches, nor KiBs per one-row batch.
     arrow_batch = 10_000 * (value_bytes + 4) if large else 0
@@ -299,9 +319,8 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
         return ids.select(F.col("id").cast("string").alias("key"),
                           F.struct(F.col("id"), score.alias("score"), lists.alias("flags")).alias("value"))
 
-    growth = _growth_writing_into_silence(spark, kafka_proxy, frame, rows, partitions, options, seed,
-                                          f"{shape}, {fmt}, {rows} rows, {partitions} partitions, "
-                                          f"buffer {buffer_memory}")
+    growth = write_into_silence(spark, kafka_proxy, frame, rows, partitions, options, seed,
+                                f"{shape}, {fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}").growth
     # What the guarantee counts: buffer.memory, the call (a quarter of it) in Arrow and its
     # slice in wire form (another quarter), or Spark's Arrow batch where it is larger than
     # a call (10,000 rows: ~0.5 MiB of flags; ~2.3 MiB with the lists) and its slice.
@@ -332,8 +351,8 @@ def test_a_first_dead_letter_under_a_silent_broker_fails_at_the_delivery_timeout
         return spark.range(0, n, 1, tasks).select(F.col("id").cast("string").alias("key"),
                                                   F.struct(F.col("id"), score.alias("score")).alias("value"))
 
-    _growth_writing_into_silence(spark, kafka_proxy, frame, 2 * 20_000, 2, options, 0, "first dead letter",
-                                 pooled=True)
+    write_into_silence(spark, kafka_proxy, frame, 2 * 20_000, 2, options, 0, "first dead letter", pooled=True,
+                       stall_now=True)
 
 
 def test_exactly_once_stream_under_a_silent_broker_stops_with_the_tasks_error(
