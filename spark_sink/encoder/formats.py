@@ -438,7 +438,8 @@ RefusedValues = list[tuple[np.ndarray, FormatValueError]]
 
 
 def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa.ChunkedArray, prefix: bytes,
-         json_text: bool, refused: RefusedValues | None = None, budget: WireBudget | None = None) -> pa.Array:
+         json_text: bool, refused: RefusedValues | None = None, budget: WireBudget | None = None,
+         selected: np.ndarray | None = None) -> pa.Array:
     if array.type != arrow_type:
         raise FormatSchemaError(f"column {column}: this encoder was made for Arrow type {arrow_type}, given "
                                 f"{array.type}")
@@ -449,7 +450,14 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
         children: list[int] = []
         paths: list[_Plan] = []
         _bind(plan, chunk, nodes, children, paths)
-        validity = pc.is_valid(chunk).buffers()[1] if chunk.null_count else None
+        valid = None  # the rows to encode, where not every row
+        if selected is not None:
+            valid = selected[base:base + len(chunk)]
+            if chunk.null_count:
+                valid = valid & pc.is_valid(chunk).to_numpy(zero_copy_only=False)
+            validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        else:
+            validity = pc.is_valid(chunk).buffers()[1] if chunk.null_count else None
         try:
             data, ends, *skipped = _compiled().encode(nodes, np.asarray(children, np.int32), len(chunk), validity,
                                                       0, prefix, json_text, refused is not None,
@@ -463,7 +471,8 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
             raise FormatValueError(paths[node].path, _value_error(error, paths[node], detail), base + row) from None
         if skipped and skipped[0]:
             assert refused is not None
-            validity = _refuse_rows(chunk, np.frombuffer(skipped[0], np.int64).reshape(-1, 4), paths, base, refused)
+            validity = _refuse_rows(chunk, valid, np.frombuffer(skipped[0], np.int64).reshape(-1, 4), paths, base,
+                                    refused)
         if budget is not None:
             budget.left -= len(data)
         offsets = np.frombuffer(ends, np.int64)
@@ -483,17 +492,17 @@ def _run(plan: _Plan, arrow_type: pa.DataType, column: str, array: pa.Array | pa
     return pa.concat_arrays(out)
 
 
-def _refuse_rows(chunk: pa.Array, found: np.ndarray, paths: list[_Plan], base: int,
+def _refuse_rows(chunk: pa.Array, valid: np.ndarray | None, found: np.ndarray, paths: list[_Plan], base: int,
                  refused: RefusedValues) -> pa.Buffer:
     """Group the loop's refused rows (row, error, node, detail) of ``chunk`` (its first
-    row ``base`` of the column) by reason into ``refused``; the chunk's validity with
-    them cleared (the loop left them empty)."""
+    row ``base`` of the column) by reason into ``refused``; the validity of the rows
+    encoded (``valid``, or the chunk's) with them cleared (the loop left them empty)."""
     keys = found[:, 1:]
     reasons, which = np.unique(keys, axis=0, return_inverse=True)
     for k, (error, node, detail) in enumerate(reasons.tolist()):
         rows = found[which.reshape(-1) == k, 0] + base
         refused.append((rows, FormatValueError(paths[node].path, _value_error(_ERROR_NAMES[error], paths[node], detail))))
-    valid = pc.is_valid(chunk).to_numpy(zero_copy_only=False).copy()
+    valid = (pc.is_valid(chunk).to_numpy(zero_copy_only=False) if valid is None else valid).copy()
     valid[found[:, 0]] = False
     return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
@@ -534,17 +543,20 @@ class AvroEncoder:
         self.column = column
         self._plan = _avro_plan(self.schema, arrow_type, False, column, _Names(self.schema), "")
 
-    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None) -> pa.Array:
+    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None,
+               selected: np.ndarray | None = None) -> pa.Array:
         """``prefix`` + the Avro body of each row (binary, large_binary past 2 GiB); a null
-        row is null (a tombstone). Past ``budget``, WireBudgetExceeded."""
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, None, budget)
+        row is null (a tombstone). Past ``budget``, WireBudgetExceeded. With ``selected``
+        (a boolean per row), only those rows: the others are null."""
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, None, budget, selected)
 
-    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"",
-                     budget: WireBudget | None = None) -> tuple[pa.Array, RefusedValues]:
+    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None,
+                     selected: np.ndarray | None = None) -> tuple[pa.Array, RefusedValues]:
         """As ``encode``, but a row the schema cannot carry is null in the result and
         listed, by reason, in the second item instead of failing the call."""
         refused: RefusedValues = []
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, refused, budget), refused
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, False, refused, budget,
+                    selected), refused
 
 
 # ---- JSON Schema ----------------------------------------------------------------------
@@ -711,15 +723,18 @@ class JsonEncoder:
         self.column = column
         self._plan = _json_plan(self.schema, arrow_type, False, column, self.schema)
 
-    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None) -> pa.Array:
+    def encode(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None,
+               selected: np.ndarray | None = None) -> pa.Array:
         """``prefix`` + the JSON text of each row; a null row is null (a tombstone). NaN
         and infinities, which JSON has no numbers for, are refused naming the row. Past
-        ``budget``, WireBudgetExceeded."""
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, None, budget)
+        ``budget``, WireBudgetExceeded. With ``selected`` (a boolean per row), only those
+        rows: the others are null."""
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, None, budget, selected)
 
-    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"",
-                     budget: WireBudget | None = None) -> tuple[pa.Array, RefusedValues]:
+    def encode_valid(self, array: pa.Array | pa.ChunkedArray, prefix: bytes = b"", budget: WireBudget | None = None,
+                     selected: np.ndarray | None = None) -> tuple[pa.Array, RefusedValues]:
         """As ``encode``, but a row the schema cannot carry is null in the result and
         listed, by reason, in the second item instead of failing the call."""
         refused: RefusedValues = []
-        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, refused, budget), refused
+        return _run(self._plan, self.arrow_type, self.column, array, prefix, True, refused, budget,
+                    selected), refused

@@ -20,15 +20,8 @@ import pyarrow.compute as pc
 
 from spark_sink.client.clock import SYSTEM_TIME, Time
 from spark_sink.client.errors import ColumnError, ConfigError
-from spark_sink.encoder.formats import (
-    AvroEncoder,
-    FormatValueError,
-    JsonEncoder,
-    WireBudget,
-    avro_schema_for,
-    json_schema_for,
-)
-from spark_sink.producer.row_errors import RowRefusals, topic_name_error
+from spark_sink.encoder.formats import AvroEncoder, JsonEncoder, WireBudget, avro_schema_for, json_schema_for
+from spark_sink.producer.row_errors import RowRefusals, rows_of, topic_name_error
 from spark_sink.registry import IncompatibleSchemaError, RegistryConfig, SchemaRegistryClient, subject_name
 
 FORMATS = ("avro", "json")
@@ -184,7 +177,10 @@ class ArrowSerializer:
         distinct = pc.unique(topics).to_pylist()
         if len(distinct) == 1 and distinct[0] is not None:
             return self._serialize_one(column, distinct[0], refused, budget)
-        # Each topic's rows with its own id, then back in the rows' order (compiled takes).
+        # Each topic's rows with its own id, encoded in place (the others skipped: a take
+        # of a list column would make an index per value, 8 bytes per boolean), then back
+        # in the rows' order (compiled takes of the binaries). A refused row or one past
+        # the budget is named by its index in the column.
         pieces, order = [], []
         for topic in distinct:
             if topic is None:
@@ -195,29 +191,22 @@ class ArrowSerializer:
                 pieces.append(pa.nulls(len(rows), pa.binary()))
                 order.append(rows)
                 continue
-            rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-            piece_refused: list[tuple[np.ndarray, Exception]] | None = None if refused is None else []
-            try:
-                # Past the budget, the rows that fit are a count of this topic's: fewer than the column's.
-                pieces.append(self._serialize_one(column.take(pa.array(rows)), topic, piece_refused, budget))
-            except FormatValueError as exc:  # its row is the topic's: named by the column's
-                raise FormatValueError(exc.path, exc.what, None if exc.row is None else int(rows[exc.row])) from None
-            order.append(rows)
-            if refused is not None and piece_refused:
-                refused.extend((rows[bad], error) for bad, error in piece_refused)
+            selected = pc.fill_null(pc.equal(topics, topic), False).to_numpy(zero_copy_only=False)
+            pieces.append(self._serialize_one(column, topic, refused, budget, selected).filter(selected))
+            order.append(np.flatnonzero(selected))
         if len({p.type for p in pieces}) > 1:
             pieces = [p.cast(pa.large_binary()) for p in pieces]
         joined = pa.concat_arrays(pieces)
         return joined.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
 
     def _serialize_one(self, column: pa.Array, topic: str, refused: list[tuple[np.ndarray, Exception]] | None = None,
-                       budget: WireBudget | None = None) -> pa.Array:
+                       budget: WireBudget | None = None, selected: np.ndarray | None = None) -> pa.Array:
         schema_id, text = self._prepared(column.type, topic)
         encoder = self._encoder(text, column.type)
         prefix = MAGIC + schema_id.to_bytes(4, "big")
         if refused is None:
-            return encoder.encode(column, prefix=prefix, budget=budget)
-        encoded, bad = encoder.encode_valid(column, prefix=prefix, budget=budget)
+            return encoder.encode(column, prefix=prefix, budget=budget, selected=selected)
+        encoded, bad = encoder.encode_valid(column, prefix=prefix, budget=budget, selected=selected)
         refused += bad
         return encoded
 
@@ -245,7 +234,7 @@ def serialize_columns(data: pa.RecordBatch | pa.Table, topic: str | None, key_se
         topics = column if topic is None else pc.fill_null(column, topic)
     kept = _without_invalid_topics(topics, refusals)
     if kept is not None:
-        table = table.take(pa.array(kept))
+        table = rows_of(table, kept)  # not one take: a list column's would make an index per value
         if isinstance(topics, pa.Array):
             topics = topics.take(pa.array(kept))
     for serializer in serializers:

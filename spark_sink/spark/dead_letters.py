@@ -92,15 +92,25 @@ class TaskDeadLetters:
             self._settle(producer, self.futures.pop(0))
 
     def _settle(self, producer: KafkaProducer, future: ArrowSendFuture) -> None:
-        """One call's dead letters acknowledged, or its failure raised. A dead letter the
-        producer refused is sent again, failing the task with its error (never silently
-        lost), unless its row was too large: then without its key and the row's headers
-        (refused again, the task fails)."""
+        """One call's dead letters acknowledged, or its failure raised. A dead letter too
+        large for the topic is sent again without its value (a row too large left it out
+        already), then without its key and the row's headers too; any other refusal fails
+        the task with its error: a dead letter is never silently lost."""
         result = future.result(self.timeout_s)
         self.sent += result.records
         for r in result.refused:
-            data = _stripped(r.data) if r.error == _TOO_LARGE and _of_rows_too_large(r.data) else r.data
-            self.sent += producer.send_arrow(data, self.topic).result(self.timeout_s).records
+            data = r.data
+            if r.error == _TOO_LARGE and not _of_rows_too_large(data) and data.column("value").null_count < len(data):
+                again = producer.send_arrow(_without_values(data), self.topic, on_error="skip").result(self.timeout_s)
+                self.sent += again.records
+                for still in again.refused:
+                    self._send_stripped(producer, still)
+                continue
+            self._send_stripped(producer, r)
+
+    def _send_stripped(self, producer: KafkaProducer, r: RefusedRows) -> None:
+        data = _stripped(r.data) if r.error == _TOO_LARGE else r.data
+        self.sent += producer.send_arrow(data, self.topic).result(self.timeout_s).records
 
     def table(self, groups: list[RefusedRows]) -> pa.Table:
         """The dead letters of ``groups``: key, value and the row's headers, then kprod's."""
@@ -181,9 +191,22 @@ def _of_rows_too_large(letters: pa.Table) -> bool:
     return all(class_header in [(h["key"], h["value"]) for h in hs] for hs in letters.column("headers").to_pylist())
 
 
+def _without_values(letters: pa.Table) -> pa.Table:
+    """Dead letters too large for their topic, without their value (a refused struct's
+    JSON can be far larger than the row), their message saying so."""
+    import pyarrow as pa
+
+    message = HEADER_PREFIX + "message"
+    headers = [[{"key": h["key"], "value": h["value"] + b" (the dead letter leaves the value out: too large for "
+                 b"the dead-letter topic)" if h["key"] == message else h["value"]} for h in hs]
+               for hs in letters.column("headers").to_pylist()]
+    return pa.table({"key": letters.column("key"), "value": pa.nulls(len(letters), pa.binary()),
+                     "headers": pa.array(headers, letters.schema.field("headers").type)})
+
+
 def _stripped(letters: pa.Table) -> pa.Table:
-    """Dead letters of rows too large that are too large without their value: without
-    their key and the row's own headers too, their message saying so."""
+    """Dead letters too large without their value: without their key and the row's own
+    headers too, their message saying so."""
     import pyarrow as pa
 
     message = HEADER_PREFIX + "message"

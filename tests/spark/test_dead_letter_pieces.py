@@ -11,9 +11,11 @@ task of refused rows only crawled on, one buffer.memory per delivery.timeout.ms)
 
 from __future__ import annotations
 
+import json
 import random
 import tracemalloc
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -22,9 +24,12 @@ import pytest
 from spark_sink.producer import KafkaProducer, KafkaTimeoutError, RefusedRows
 from spark_sink.producer.row_errors import SLICED_RUNS, rows_of
 from spark_sink.spark.dead_letters import PIECE_BYTES, PIECE_ROWS, TaskDeadLetters, pieces
-from tests.brokers import create_topic, unique_topic
+from tests.brokers import consume_to_marks, create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.conftest import ProxiedKafka
+
+if TYPE_CHECKING:
+    from kprod_broker import KafkaCluster
 
 VALUE = pa.struct([("id", pa.int64()), ("flags", pa.list_(pa.bool_())), ("text", pa.string())])
 
@@ -150,3 +155,25 @@ def test_expired_dead_letters_fail_the_next_refused_rows(kafka_proxy: ProxiedKaf
         finally:
             kafka_proxy.proxy.stall(False)
     assert handed < len(groups) // 2, handed
+
+
+def test_a_dead_letter_too_large_for_its_topic_goes_without_its_value(kafka: KafkaCluster) -> None:
+    """Break 59: a row its format refused (a NaN) with a 1.2 MB text made a dead letter
+    larger than max.request.size, sent again as it was, and its RecordTooLargeError
+    failed the write. Now it goes without its value, its key and headers kept and its
+    message saying why; the others as they were."""
+    dead = create_topic(kafka.bootstrap, unique_topic("too-large-dead-letters"), 1)
+    value = pa.struct([("score", pa.float64()), ("text", pa.string())])
+    data = pa.table({"key": [b"small", b"large"],
+                     "value": pa.array([{"score": None, "text": "s"}, {"score": None, "text": "t" * 1_200_000}], value)})
+    group = RefusedRows(np.array([3, 8]), data, "FormatValueError", "column value.score, row 8: NaN")
+    letters = TaskDeadLetters(dead, "topic", {"task.id": "0"}, timeout_s=30)
+    with KafkaProducer({"bootstrap.servers": kafka.bootstrap}) as producer:
+        letters.refused(producer, [group])
+        letters.settle(producer)
+    assert letters.sent == 2
+    got = {m.key(): m for m in consume_to_marks(kafka.bootstrap, dead)}
+    assert json.loads(got[b"small"].value()) == {"score": None, "text": "s"}
+    assert got[b"large"].value() is None
+    message = dict(got[b"large"].headers())["kprod.errors.message"].decode()
+    assert message.endswith("(the dead letter leaves the value out: too large for the dead-letter topic)"), message

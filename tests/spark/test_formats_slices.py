@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +30,7 @@ from spark_sink.producer import (
     RowRefusals,
     RowsDigest,
     WireBudget,
+    WireBudgetExceeded,
     serialize_columns,
 )
 from spark_sink.spark.writer import SLICE_FILL, WireSlices
@@ -250,3 +252,42 @@ def test_a_refused_row_to_one_of_several_topics_is_named_by_its_index_in_the_tas
                 "kprod.schema.registry.url": schema_registry}, **extra).save()
     error = str(failure.value)
     assert f", row {bad}:" in error, (seed, fmt, rows, bad, error[-3000:])
+
+
+def _arrow_peak(run: Callable[[], object]) -> int:
+    """The most Arrow bytes allocated at once while ``run`` runs (on a pool of its own;
+    whatever ``run`` returns is dropped before the pool is)."""
+    default = pa.default_memory_pool()
+    pool = pa.proxy_memory_pool(default)
+    pa.set_memory_pool(pool)
+    try:
+        run()
+        return pool.max_memory()
+    finally:
+        pa.set_memory_pool(default)
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_a_topic_columns_rows_are_encoded_in_place(schema_registry: str, fmt: str) -> None:
+    """Break 59: rows to several topics (each its own schema id) were taken out per topic
+    before encoding, and a take of lists of booleans makes an index per boolean: a slice
+    sized by tiny rows before it took whole calls of huge rows (139 MiB against a 21.5 MiB
+    bound). Now each topic's rows are encoded in place, so the budget stops them. The
+    bytes are each topic's rows serialized alone, in the rows' order; null rows stay null."""
+    rng = random.Random(5)
+    rows = 200
+    flags = pa.array([None if rng.random() < 0.05 else [r % 3 == 0] * rng.choice([0, 16_000]) for r in range(rows)],
+                     pa.list_(pa.bool_()))
+    value = pa.StructArray.from_arrays([pa.array(range(rows), pa.int64()), flags], ["id", "flags"],
+                                       mask=pa.array([r % 50 == 7 for r in range(rows)]))
+    names = [unique_topic(f"in-place-{fmt}-{i}") for i in range(3)]
+    topics = pa.array([names[rng.randrange(3)] for _ in range(rows)])
+    serializer = ArrowSerializer(fmt, {"url": schema_registry})
+    alone = {t: serializer.serialize(value, t).to_pylist() for t in names}
+    assert serializer.serialize(value, topics).to_pylist() == [alone[t][i] for i, t in enumerate(topics.to_pylist())]
+
+    def past_the_budget() -> None:
+        with pytest.raises(WireBudgetExceeded):
+            serializer.serialize(value, topics, budget=WireBudget(64 * KiB))
+
+    assert _arrow_peak(past_the_budget) < 1 << 20  # taken out first: ~9 MiB of indices

@@ -285,10 +285,11 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
     empty lists of booleans then 1,000 of 16,000 (JSON ~40x; break 57: a slice sized by
     the tiny rows before it, 58.6 MiB against 23.9); the same with the huge rows refused
     (a NaN score) into a dead-letter topic (break 57: their dead letters built whole,
-    85 MiB)."""
+    85 MiB); the same lists with a topic column sending one row in 7 to a second topic
+    (break 59: each topic's rows taken out of the slice, an index per boolean, 139 MiB)."""
     seed = int(os.environ.get("KPROD_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
-    shape = rng.choice(["flags", "lists", "refused lists"])
+    shape = rng.choice(["flags", "lists", "refused lists", "lists to two topics"])
     fmt = rng.choice(["json", "avro"]) if shape != "refused lists" else "json"  # Avro carries a NaN
     buffer_memory = rng.choice([2, 4]) << 20
     partitions = rng.choice([1, 8])
@@ -301,26 +302,38 @@ def test_silent_broker_with_a_format_holds_its_wire_form_within_the_bound(
     if shape == "refused lists":
         dead = create_topic(kafka_proxy.bootstrap, unique_topic("silent-dead"), 1)
         options |= {"kprod.errors.tolerance": "all", "kprod.errors.deadLetterTopic": dead}
+    second = None
+    if shape == "lists to two topics":  # each row's topic from its column: no topic option
+        second = create_topic(kafka_proxy.bootstrap, unique_topic(f"silent-{fmt}-second"), partitions)
+        del options["topic"]
 
     def frame(n: int, tasks: int) -> DataFrame:
         ids = spark.range(0, n, 1, tasks)
         if shape == "flags":
             flags = [(F.col("id") % (i + 2) == 0).alias(f"flag_{i:02d}") for i in range(48)]
             return ids.select(F.col("id").cast("string").alias("key"), F.struct(*flags).alias("value"))
-        # The warm-up's small tasks meet a huge row too (every tenth): each task's producer
-        # knows the dead-letter topic before the broker goes silent.
+        # The warm-up's small tasks meet a huge row too (every tenth). array_repeat: Spark
+        # makes it in generated code (with transform(sequence(...)) the tasks waited ~20 s
+        # on the JVM for their input, the failure seen only then).
         run = 10 if n < 10_000 else 10_000
         huge = F.col("id") % run >= run * 9 // 10
-        lists = F.when(huge, F.expr("transform(sequence(1, 16000), x -> x % 3 = 0)")) \
+        lists = F.when(huge, F.array_repeat(F.lit(True), 16_000)) \
             .otherwise(F.expr("cast(array() as array<boolean>)"))
         score = F.col("id") * 0.5
         if shape == "refused lists":
             score = F.when(huge, F.lit(float("nan"))).otherwise(score)
-        return ids.select(F.col("id").cast("string").alias("key"),
-                          F.struct(F.col("id"), score.alias("score"), lists.alias("flags")).alias("value"))
+        columns = [F.col("id").cast("string").alias("key"),
+                   F.struct(F.col("id"), score.alias("score"), lists.alias("flags")).alias("value")]
+        if second is not None:  # the warm-up's tasks write to both
+            to_second = F.col("id") % (7 if n >= 10_000 else 2) == 0
+            columns.append(F.when(to_second, F.lit(second)).otherwise(F.lit(topic)).alias("topic"))
+        return ids.select(*columns)
 
+    # With two topics the write's tasks take the warm-up's producers, which know both (one
+    # that learnt the second after the stall would wait max.block.ms: a documented gap).
     growth = write_into_silence(spark, kafka_proxy, frame, rows, partitions, options, seed,
-                                f"{shape}, {fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}").growth
+                                f"{shape}, {fmt}, {rows} rows, {partitions} partitions, buffer {buffer_memory}",
+                                pooled=second is not None).growth
     # What the guarantee counts: buffer.memory, the call (a quarter of it) in Arrow and its
     # slice in wire form (another quarter), or Spark's Arrow batch where it is larger than
     # a call (10,000 rows: ~0.5 MiB of flags; ~2.3 MiB with the lists) and its slice.
