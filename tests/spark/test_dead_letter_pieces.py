@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import random
 import tracemalloc
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +23,7 @@ import pytest
 from spark_sink.producer import KafkaProducer, KafkaTimeoutError, RefusedRows
 from spark_sink.producer.row_errors import SLICED_RUNS, rows_of
 from spark_sink.spark.dead_letters import PIECE_BYTES, PIECE_ROWS, TaskDeadLetters, pieces
+from tests.arrow_memory import arrow_peak
 from tests.brokers import consume_to_marks, create_topic, unique_topic
 from tests.clock import MovedClock
 from tests.conftest import ProxiedKafka
@@ -114,23 +114,12 @@ def test_refused_rows_are_copied_out_by_runs_or_a_few_at_a_time() -> None:
         assert rows_of(table, rows).equals(table.take(pa.array(rows, pa.int64())))
     huge = _group(rng, 0, 1_000, 1.0, huge_flags=16_000).data
 
-    def peak(copy: Callable[[], pa.Table]) -> int:
-        """The most Arrow bytes allocated at once by ``copy``, on a pool of its own."""
-        default = pa.default_memory_pool()
-        pool = pa.proxy_memory_pool(default)
-        pa.set_memory_pool(pool)
-        try:
-            copy()
-            return pool.max_memory()
-        finally:
-            pa.set_memory_pool(default)
-
     runs, scattered = np.arange(1_000), np.arange(0, 1_000, 2)
     assert len(scattered) > SLICED_RUNS
-    at_once = peak(lambda: huge.take(pa.array(runs)))
+    at_once = arrow_peak(lambda: huge.take(pa.array(runs)))
     assert at_once > 48 << 20  # an index per boolean: what rows_of avoids
-    assert peak(lambda: rows_of(huge, runs)) < 1 << 20
-    assert peak(lambda: rows_of(huge, scattered)) < at_once / 4
+    assert arrow_peak(lambda: rows_of(huge, runs)) < 1 << 20
+    assert arrow_peak(lambda: rows_of(huge, scattered)) < at_once / 4
 
 
 def test_expired_dead_letters_fail_the_next_refused_rows(kafka_proxy: ProxiedKafka) -> None:

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import random
-from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +33,7 @@ from spark_sink.producer import (
     serialize_columns,
 )
 from spark_sink.spark.writer import SLICE_FILL, WireSlices
+from tests.arrow_memory import arrow_peak
 from tests.brokers import consume_to_marks, create_topic, unique_topic
 from tests.spark.test_formats_sink import _decode
 
@@ -254,19 +254,6 @@ def test_a_refused_row_to_one_of_several_topics_is_named_by_its_index_in_the_tas
     assert f", row {bad}:" in error, (seed, fmt, rows, bad, error[-3000:])
 
 
-def _arrow_peak(run: Callable[[], object]) -> int:
-    """The most Arrow bytes allocated at once while ``run`` runs (on a pool of its own;
-    whatever ``run`` returns is dropped before the pool is)."""
-    default = pa.default_memory_pool()
-    pool = pa.proxy_memory_pool(default)
-    pa.set_memory_pool(pool)
-    try:
-        run()
-        return pool.max_memory()
-    finally:
-        pa.set_memory_pool(default)
-
-
 @pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_a_topic_columns_rows_are_encoded_in_place(schema_registry: str, fmt: str) -> None:
     """Break 59: rows to several topics (each its own schema id) were taken out per topic
@@ -290,4 +277,4 @@ def test_a_topic_columns_rows_are_encoded_in_place(schema_registry: str, fmt: st
         with pytest.raises(WireBudgetExceeded):
             serializer.serialize(value, topics, budget=WireBudget(64 * KiB))
 
-    assert _arrow_peak(past_the_budget) < 1 << 20  # taken out first: ~9 MiB of indices
+    assert arrow_peak(past_the_budget) < 1 << 20  # taken out first: ~9 MiB of indices
