@@ -39,6 +39,9 @@ def _skip_without_java(what: str) -> None:
         pytest.skip(f"{what} needs Java 17 or newer on PATH")
 
 
+_BIND_ATTEMPTS = 3  # starts of a Kafka node whose port was taken meanwhile
+
+
 def start_kafka(nodes: int = 1, *, listeners: Sequence[Listener] = (), config: Mapping[str, str] | None = None,
                 features: Mapping[str, int] | None = None, jvm_args: Sequence[str] = (), scram_users: Sequence[str] = (),
                 version: str = KAFKA_VERSION) -> KafkaCluster:
@@ -50,11 +53,18 @@ def start_kafka(nodes: int = 1, *, listeners: Sequence[Listener] = (), config: M
     # Tests write records with timestamps from 2024: the retention check (every 5 minutes)
     # would delete them from under a test that reads them back.
     settings = {"log.retention.ms": "-1", **(config or {})}
-    try:
-        return KafkaCluster(nodes, listeners=listeners, config=settings, features=features,
-                            scram_users=scram_users, jvm_args=[*kafka_jvm_options(), *jvm_args], version=version)
-    except KafkaUnavailableError as exc:
-        pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
+    for attempt in range(_BIND_ATTEMPTS):
+        try:
+            return KafkaCluster(nodes, listeners=listeners, config=settings, features=features,
+                                scram_users=scram_users, jvm_args=[*kafka_jvm_options(), *jvm_args], version=version)
+        except KafkaUnavailableError as exc:
+            # A port free when it was chosen can be taken before the JVM binds it (another
+            # worker's listener, any process's outgoing connection: the kernel hands out
+            # both from one range). Ports the test chose itself come back the same: no use.
+            fixed = any(listener.port or listener.node_ports for listener in listeners)
+            if "Address already in use" not in str(exc) or fixed or attempt == _BIND_ATTEMPTS - 1:
+                pytest.fail(f"Apache Kafka did not start: {exc}", pytrace=False)
+    raise AssertionError("unreachable")
 
 
 def discard(cluster: KafkaCluster) -> None:
