@@ -170,6 +170,8 @@ class ArrowSerializer:
         by reason, instead of failing the call. Past ``budget``, WireBudgetExceeded."""
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        if not len(column):  # every row refused before (invalid topics): no subject to name
+            return pa.array([], pa.binary())
         if isinstance(topics, str):
             return self._serialize_one(column, topics, refused, budget)
         if isinstance(topics, pa.ChunkedArray):

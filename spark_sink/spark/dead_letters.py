@@ -36,7 +36,7 @@ _TOO_LARGE = "RecordTooLargeError"
 # built and sent in pieces of at most this many refused rows and Arrow bytes, each handed
 # to the producer before the next is built.
 PIECE_ROWS = 256
-PIECE_BYTES = 64 << 10
+PIECE_BYTES = 16 << 10
 # Dead-letter calls in flight at most (as the writer's own sends).
 MAX_PENDING = 64
 

@@ -10,6 +10,7 @@ from confluent_kafka import TopicPartition
 
 from kprod_broker import KafkaCluster
 from spark_sink.producer import (
+    ArrowSerializer,
     BrokersUnreachableError,
     ColumnError,
     InvalidPartitionError,
@@ -155,6 +156,21 @@ def test_fail_mode_raises_as_before(broker: KafkaCluster) -> None:
         # A column error of the input itself is never a row's: it raises when skipping too.
         with pytest.raises(ColumnError, match="'colour'"):
             p.send_arrow(pa.table({"value": [b"ok"], "colour": [1]}), topic, on_error="skip")
+
+
+@pytest.mark.parametrize("fmt", ["json", "avro"])
+def test_a_call_whose_rows_all_name_invalid_topics_refuses_them_all(broker: KafkaCluster, schema_registry: str,
+                                                                   fmt: str) -> None:
+    """Break 60: with a value format, a call (or a slice of the sink's) whose every row
+    names a topic Kafka refuses left the serializer no row: pyarrow's "Must pass at least
+    one array" failed the call instead of refusing them."""
+    value = pa.array([{"id": 1}, {"id": 2}], pa.struct([("id", pa.int64())]))
+    table = pa.table({"value": value, "topic": ["bad topic!", "bad topic!"]})
+    serializer = ArrowSerializer(fmt, {"url": schema_registry})
+    with KafkaProducer({"bootstrap.servers": broker.bootstrap}) as p:
+        result = p.send_arrow(table, on_error="skip", value_serializer=serializer).result(30)
+    assert result.records == 0
+    assert [(r.error, r.rows.tolist()) for r in result.refused] == [("InvalidTopicException", [0, 1])]
 
 
 def test_a_calls_refused_rows_are_handed_over_once(broker: KafkaCluster) -> None:

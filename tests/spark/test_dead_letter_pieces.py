@@ -123,7 +123,7 @@ def test_refused_rows_are_copied_out_by_runs_or_a_few_at_a_time() -> None:
 
 
 def test_expired_dead_letters_fail_the_next_refused_rows(kafka_proxy: ProxiedKafka) -> None:
-    """40 groups of 64 KiB refused rows, 10 times a 256 KiB buffer.memory, through a
+    """40 groups of refused rows (~20 KiB each, three times a 256 KiB buffer.memory) through a
     broker that stopped answering: ``refused`` raises the delivery timeout once the first
     dead letters expired (after a few groups), instead of queueing every group."""
     dead = create_topic(kafka_proxy.bootstrap, unique_topic("expired-dead-letters"), 1)

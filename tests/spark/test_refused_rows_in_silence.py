@@ -68,7 +68,7 @@ def test_refused_too_large_rows_are_not_held_past_the_bound(
     silence = write_into_silence(
         spark, kafka_proxy, frame, rows, 8, options, seed,
         f"{fmt}, {rows} rows (every other {huge} bytes), buffer {buffer_memory}, dead letters {with_dead_letters}",
-        {"spark.sql.execution.arrow.maxRecordsPerBatch": "2"}, pooled=True)
+        {"spark.sql.execution.arrow.maxRecordsPerBatch": "2"})
     call = send_bytes_for(buffer_memory) // (1 if fmt == "binary" else 2)
     bound = buffer_memory + max(call, huge + 1000) + (0 if fmt == "binary" else call) + STALL_OVERHEAD_BOUND
     assert silence.growth <= bound, (seed, silence.growth, bound)
@@ -112,7 +112,7 @@ def test_a_task_of_refused_rows_fails_at_its_delivery_timeout(
 
     silence = write_into_silence(
         spark, kafka_proxy, frame, rows, 8, options, seed,
-        f"{fmt}, {guarantee}, {rows} rows of {text_bytes} bytes all refused, buffer {buffer_memory}", pooled=True)
+        f"{fmt}, {guarantee}, {rows} rows of {text_bytes} bytes all refused, buffer {buffer_memory}")
     # Under exactly-once the driver's abort of a silent broker comes on top (5.1-8.4 s).
     assert silence.seconds <= (4 if guarantee == "at-least-once" else 8) * 1.5, (seed, silence.seconds)
     call = send_bytes_for(buffer_memory) // 2
