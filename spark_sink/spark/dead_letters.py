@@ -99,9 +99,8 @@ class TaskDeadLetters:
         result = future.result(self.timeout_s)
         self.sent += result.records
         for r in result.refused:
-            data = r.data
-            if r.error == _TOO_LARGE and not _of_rows_too_large(data) and data.column("value").null_count < len(data):
-                again = producer.send_arrow(_without_values(data), self.topic, on_error="skip").result(self.timeout_s)
+            if r.error == _TOO_LARGE and r.data.column("value").null_count < len(r.data):
+                again = producer.send_arrow(_without_values(r.data), self.topic, on_error="skip").result(self.timeout_s)
                 self.sent += again.records
                 for still in again.refused:
                     self._send_stripped(producer, still)
@@ -109,6 +108,8 @@ class TaskDeadLetters:
             self._send_stripped(producer, r)
 
     def _send_stripped(self, producer: KafkaProducer, r: RefusedRows) -> None:
+        """Dead letters refused again: too large, without key and row headers; else as
+        they were, failing the task with their error."""
         data = _stripped(r.data) if r.error == _TOO_LARGE else r.data
         self.sent += producer.send_arrow(data, self.topic).result(self.timeout_s).records
 
@@ -183,12 +184,6 @@ def _rows_within(data: pa.Table, start: int, most: int, max_bytes: int) -> int:
         else:
             high = mid - 1
     return low
-
-
-def _of_rows_too_large(letters: pa.Table) -> bool:
-    """Whether every one of these dead letters is a row's refused as too large."""
-    class_header = (HEADER_PREFIX + "class", _TOO_LARGE.encode())
-    return all(class_header in [(h["key"], h["value"]) for h in hs] for hs in letters.column("headers").to_pylist())
 
 
 def _without_values(letters: pa.Table) -> pa.Table:
