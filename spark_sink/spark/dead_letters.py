@@ -155,7 +155,7 @@ def pieces(groups: list[RefusedRows], max_rows: int = PIECE_ROWS,
     for r in groups:
         start = 0
         while start < len(r):
-            take = _rows_within(r.data, start, min(max_rows - rows, len(r) - start), max_bytes - nbytes)
+            take = rows_within(r.data, start, min(max_rows - rows, len(r) - start), max_bytes - nbytes)
             if take == 0 and not piece:
                 take = 1  # a row larger than a piece: alone
             if take:
@@ -170,8 +170,9 @@ def pieces(groups: list[RefusedRows], max_rows: int = PIECE_ROWS,
         yield piece
 
 
-def _rows_within(data: pa.Table, start: int, most: int, max_bytes: int) -> int:
-    """The most rows from ``start`` (at most ``most``) whose Arrow bytes fit ``max_bytes``."""
+def rows_within(data: pa.Table, start: int, most: int, max_bytes: int) -> int:
+    """The most rows from ``start`` (at most ``most``) whose Arrow bytes fit ``max_bytes``
+    (a slice's ``nbytes`` counts only its rows), by bisection."""
     if most <= 0 or max_bytes <= 0:
         return 0
     if data.slice(start, most).nbytes <= max_bytes:
@@ -189,26 +190,27 @@ def _rows_within(data: pa.Table, start: int, most: int, max_bytes: int) -> int:
 def _without_values(letters: pa.Table) -> pa.Table:
     """Dead letters too large for their topic, without their value (a refused struct's
     JSON can be far larger than the row), their message saying so."""
-    import pyarrow as pa
-
-    message = HEADER_PREFIX + "message"
-    headers = [[{"key": h["key"], "value": h["value"] + b" (the dead letter leaves the value out: too large for "
-                 b"the dead-letter topic)" if h["key"] == message else h["value"]} for h in hs]
-               for hs in letters.column("headers").to_pylist()]
-    return pa.table({"key": letters.column("key"), "value": pa.nulls(len(letters), pa.binary()),
-                     "headers": pa.array(headers, letters.schema.field("headers").type)})
+    return _lightened(letters, b" (the dead letter leaves the value out: too large for the dead-letter topic)",
+                      keep_key=True)
 
 
 def _stripped(letters: pa.Table) -> pa.Table:
     """Dead letters too large without their value: without their key and the row's own
     headers too, their message saying so."""
+    return _lightened(letters, b" (and its key and the row's headers: too large with them)", keep_key=False)
+
+
+def _lightened(letters: pa.Table, note: bytes, keep_key: bool) -> pa.Table:
+    """``letters`` without their value, and unless ``keep_key`` without their key and the
+    row's own headers (kprod's kept), ``note`` added to their message."""
     import pyarrow as pa
 
     message = HEADER_PREFIX + "message"
-    headers = [[{"key": h["key"], "value": h["value"] + b" (and its key and the row's headers: too large with them)"
-                 if h["key"] == message else h["value"]} for h in hs if h["key"].startswith(HEADER_PREFIX)]
+    headers = [[{"key": h["key"], "value": h["value"] + note if h["key"] == message else h["value"]}
+                for h in hs if keep_key or h["key"].startswith(HEADER_PREFIX)]
                for hs in letters.column("headers").to_pylist()]
-    return pa.table({"key": pa.nulls(len(letters), pa.binary()), "value": pa.nulls(len(letters), pa.binary()),
+    nulls = pa.nulls(len(letters), pa.binary())
+    return pa.table({"key": letters.column("key") if keep_key else nulls, "value": nulls,
                      "headers": pa.array(headers, letters.schema.field("headers").type)})
 
 

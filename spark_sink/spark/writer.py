@@ -22,7 +22,7 @@ from spark_sink.producer import (
 )
 from spark_sink.spark import exactly_once, exactly_once_abort, exactly_once_names, exactly_once_state
 from spark_sink.spark.columns import ColumnPlan, plan_columns
-from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, task_context
+from spark_sink.spark.dead_letters import TaskDeadLetters, check_ratio, rows_within, task_context
 from spark_sink.spark.driver_check import check_write, forget_check, short_traceback
 from spark_sink.spark.formats import prepare_formats
 from spark_sink.spark.options import SinkOptions, parse_options
@@ -178,18 +178,11 @@ class WireSlices:
                 yield from self._cut(wire)
 
     def _cut(self, wire: pa.Table) -> Iterator[pa.Table]:
-        """``wire`` in parts of at most ``max_bytes`` each (or one row), by bisection on
-        the parts' own ``nbytes`` (a slice's counts only its rows)."""
+        """``wire`` in parts of at most ``max_bytes`` each (or one row)."""
         while wire.nbytes > self.max_bytes and wire.num_rows > 1:
-            low, high = 1, wire.num_rows - 1  # the most rows that fit, or one
-            while low < high:
-                mid = (low + high + 1) // 2
-                if wire.slice(0, mid).nbytes <= self.max_bytes:
-                    low = mid
-                else:
-                    high = mid - 1
-            yield wire.slice(0, low)
-            wire = wire.slice(low)
+            fit = max(1, rows_within(wire, 0, wire.num_rows - 1, self.max_bytes))  # the most rows that fit, or one
+            yield wire.slice(0, fit)
+            wire = wire.slice(fit)
         yield wire
 
 
